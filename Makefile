@@ -1,0 +1,34 @@
+# fraglib — every command of the README lives here.
+#   make          the main job: create the environment if missing, then `dvc repro`
+#   make test     the test suite (what .ci/run calls)
+#   make bench    benchmarks -> benchmarks/results.json
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(abspath $(VENV))/bin
+STAMP  := $(VENV)/.fraglib-installed
+export PATH := $(BIN):$(PATH)
+
+.PHONY: all env repro test bench lab clean-env
+all: repro
+
+env: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name fraglib --display-name "Python (fraglib)"
+	@touch $@
+
+repro: env
+	$(BIN)/dvc repro
+
+test: env
+	$(BIN)/python -m pytest -q
+
+bench: env
+	$(BIN)/python -m fraglib.bench
+
+lab: env
+	$(BIN)/jupyter lab notebooks/
+
+clean-env:
+	rm -rf $(VENV)

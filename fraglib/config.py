@@ -1,0 +1,71 @@
+"""One place for configuration: ``params.yaml`` sections -> frozen dataclasses, checked.
+
+Every error names the parameter (``section.key``) and what is allowed, so a typo in
+``params.yaml`` stops a stage with a message rather than a silent default.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A parameter is missing, malformed, of the wrong type or out of its allowed range."""
+
+
+def check_range(name: str, value: Any, lo: float, hi: float, kind: type) -> None:
+    """Raise ConfigError unless ``value`` is a ``kind`` in ``[lo, hi]``."""
+    ok_type = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok_type = True
+    if not ok_type:
+        raise ConfigError(f"{name}={value!r}: expected {kind.__name__} in [{lo}, {hi}]")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value!r}: out of range, allowed [{lo}, {hi}]")
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
+    """Raise ConfigError unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r}: unknown value, allowed: {', '.join(map(str, allowed))}")
+
+
+def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """The whole params file as a dict (error names the file when missing or malformed)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: parameter file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return data
+
+
+def from_dict(section: str, values: dict[str, Any] | None, cls: type[T]) -> T:
+    """Build dataclass ``cls`` from ``values``; unknown keys are errors; calls ``validate()``."""
+    values = dict(values or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"{section}.{unknown[0]}: unknown parameter, allowed: {', '.join(fields)}")
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate()
+    return obj
+
+
+def load_section(path: str | Path, section: str, cls: type[T]) -> T:
+    """``cls`` built from section ``section`` of the params file at ``path``."""
+    data = read_params(path)
+    if section not in data:
+        raise ConfigError(f"{path}: section '{section}' missing (sections present: {', '.join(data)})")
+    return from_dict(section, data[section], cls)

@@ -1,0 +1,64 @@
+"""Which torch device to run on, and why (the only place in fraglib that names a device type).
+
+Order: the ``FRAGLIB_DEVICE`` environment variable if set (``cpu``, ``cuda``, ``cuda:1``, ``mps``),
+else CUDA when a GPU is visible, else Apple MPS, else CPU. A CUDA build of torch on a machine
+without a GPU falls through to the CPU.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+ENV_VAR = "FRAGLIB_DEVICE"
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def select_device(preference: str | None = None) -> tuple[torch.device, str]:
+    """Return ``(device, reason)``. ``preference`` (or $FRAGLIB_DEVICE) overrides detection.
+
+    Raises ValueError naming the setting when the requested device is unknown or absent.
+    """
+    source = "argument"
+    if preference is None and os.environ.get(ENV_VAR):
+        preference, source = os.environ[ENV_VAR], f"${ENV_VAR}"
+    if preference:
+        pref = preference.strip().lower()
+        try:
+            dev = torch.device(pref)
+        except RuntimeError as exc:
+            raise ValueError(f"{source}={preference!r}: not a torch device; use cpu, cuda, cuda:N or mps") from exc
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"{source}={preference!r}: CUDA requested but torch sees no CUDA device "
+                                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+            idx = dev.index or 0
+            if idx >= torch.cuda.device_count():
+                raise ValueError(f"{source}={preference!r}: only {torch.cuda.device_count()} CUDA device(s)")
+            return dev, f"{_cuda_name(idx)} (requested by {source})"
+        if dev.type == "mps" and not _mps_available():
+            raise ValueError(f"{source}={preference!r}: MPS requested but not available")
+        if dev.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"{source}={preference!r}: unsupported device type, use cpu, cuda, cuda:N or mps")
+        return dev, f"{dev.type} (requested by {source})"
+    if torch.cuda.is_available():
+        return torch.device("cuda", 0), f"{_cuda_name(0)} (CUDA detected)"
+    if _mps_available():
+        return torch.device("mps"), "Apple MPS (detected, no CUDA)"
+    cuda_note = "CUDA build, no GPU visible" if torch.version.cuda else "CPU-only torch build"
+    return torch.device("cpu"), f"CPU, {torch.get_num_threads()} threads ({cuda_note}; set ${ENV_VAR} to override)"
+
+
+def _cuda_name(index: int) -> str:
+    props = torch.cuda.get_device_properties(index)
+    return f"cuda:{index} {props.name}, {props.total_memory / 2**30:.1f} GiB"
+
+
+def describe(preference: str | None = None) -> str:
+    """One line for the top of every notebook: what we run on and why."""
+    dev, reason = select_device(preference)
+    return f"fraglib runs on {dev}: {reason}; torch {torch.__version__}"

@@ -1,0 +1,77 @@
+"""Run a parameterised notebook with papermill and render it to HTML (code folded away).
+
+    python -m fraglib.notebook notebooks/data_report.ipynb reports/data_report.html \
+        -p data_dir data/synthetic -p n_show 12
+
+The executed notebook is written beside the HTML (``reports/executed/<name>.ipynb``); both are
+terminal outputs: no stage may depend on them (papermill stamps timings into them).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def check_kernel(name: str = KERNEL) -> str:
+    """Raise a clear error when the Jupyter kernel ``name`` is not registered."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    if name not in specs:
+        raise RuntimeError(
+            f"Jupyter kernel {name!r} is not registered (found: {', '.join(sorted(specs)) or 'none'}). "
+            f"Run `make env` or `python -m ipykernel install --sys-prefix --name {name}`, "
+            f"or set FRAGLIB_KERNEL to one of the found kernels.")
+    return name
+
+
+def render_html(executed: str | Path, html: str | Path) -> Path:
+    """Render an executed notebook to a self-contained HTML page with code folded."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(executed), as_version=4)
+    exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
+    body, _ = exporter.from_notebook_node(nb)
+    html = Path(html)
+    html.parent.mkdir(parents=True, exist_ok=True)
+    html.write_text(body, encoding="utf-8")
+    return html
+
+
+def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, Any] | None = None,
+                 executed: str | Path | None = None, kernel: str | None = None, progress: bool = False) -> Path:
+    """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``."""
+    import papermill as pm
+
+    html = Path(html)
+    executed = Path(executed) if executed else html.parent / "executed" / (Path(notebook).stem + ".ipynb")
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(str(notebook), str(executed), parameters=parameters or {},
+                        kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
+    return render_html(executed, html)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("notebook")
+    ap.add_argument("html")
+    ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                    help="a notebook parameter; VALUE is read as YAML (numbers, true/false, lists)")
+    ap.add_argument("--executed", help="where to write the executed notebook")
+    ap.add_argument("-k", "--kernel", default=None, help=f"Jupyter kernel (default {KERNEL!r})")
+    args = ap.parse_args(argv)
+    params = {k: yaml.safe_load(v) for k, v in args.parameter}
+    out = run_notebook(args.notebook, args.html, params, args.executed, args.kernel, progress=True)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

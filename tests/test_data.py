@@ -1,0 +1,40 @@
+import json
+
+import numpy as np
+import pytest
+
+from fraglib.data import read_karpathy_json
+
+
+def test_reads_synthetic_with_explicit_sentence_index(tiny_synth):
+    out, cfg = tiny_synth
+    ds = read_karpathy_json(out / "dataset.json")
+    assert len(ds.images) == cfg.n_images and len(ds.sentences) == cfg.n_images * cfg.captions_per_image
+    test = ds.split("test")
+    assert len(test.images) == cfg.n_test
+    # sentence -> image rows are explicit and refer to the split's own rows
+    for j, s in enumerate(test.sentences):
+        assert test.images[test.sentence_image[j]]["imgid"] == s["imgid"]
+    assert test.image_path(0).exists()
+
+
+def test_uneven_sentences_per_image(tmp_path):
+    data = {"dataset": "toy", "images": [
+        {"imgid": 7, "filename": "a.jpg", "split": "test", "sentences": [
+            {"raw": f"s{k}", "tokens": [f"s{k}"], "imgid": 7, "sentid": k} for k in range(6)]},
+        {"imgid": 9, "filename": "b.jpg", "split": "restval", "sentences": [
+            {"raw": "t", "tokens": ["t"], "imgid": 9, "sentid": 6}]},
+    ]}
+    (tmp_path / "dataset.json").write_text(json.dumps(data))
+    ds = read_karpathy_json(tmp_path / "dataset.json")
+    np.testing.assert_array_equal(ds.sentence_image, [0] * 6 + [1])
+    assert len(ds.split("train").images) == 1  # restval counts as train (Karpathy splits)
+
+
+def test_missing_file_and_bad_split(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        read_karpathy_json(tmp_path / "nope.json")
+    (tmp_path / "d.json").write_text(json.dumps({"images": [
+        {"imgid": 0, "filename": "x.jpg", "split": "holdout", "sentences": []}]}))
+    with pytest.raises(ValueError, match="unknown split 'holdout'"):
+        read_karpathy_json(tmp_path / "d.json")

@@ -1,0 +1,35 @@
+"""`dvc repro` on a copy of the project with a tiny benchmark: runs, then has nothing to do."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_dvc_repro_then_nothing_to_do(tmp_path):
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file() and not f.startswith(("data/", "reports/")) and f != "dvc.lock":
+            (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, tmp_path / f)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["synthetic"].update(n_train=8, n_val=2, n_test=2)
+    params["data_report"]["n_show"] = 2
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    # stages call `python`: the interpreter running the tests (the project's venv) comes first
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    run = lambda *cmd: subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True, text=True, env=env).stdout
+    run("git", "init", "-q")
+    first = run("dvc", "repro")
+    assert "Running stage 'synthetic'" in first and "Running stage 'data_report'" in first
+    assert (tmp_path / "reports" / "data_report.html").exists()
+    second = run("dvc", "repro")
+    assert "Running stage" not in second
+    assert "stats.json" in run("dvc", "metrics", "show")

@@ -1,0 +1,59 @@
+"""The project's shape: pins in step, no stray device code, DVC stages that resolve."""
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from fraglib.bench import merge
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_environment_yml_mirrors_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = set(project["dependencies"]) | set(project["optional-dependencies"]["dev"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert set(pip) - {"-e ."} == pinned
+    assert "python=3.11" in env["dependencies"]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][A-Za-z0-9.+]*", p) for p in pinned), "every dependency pinned"
+
+
+def test_no_hard_coded_cuda_outside_device_module():
+    offenders = [str(p) for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb"))
+                 if p.name != "device.py" and re.search(r"\.cuda\(|device\(['\"]cuda", p.read_text())]
+    assert offenders == []
+
+
+def test_dvc_stage_parameters_exist_and_notebooks_have_parameters_cell():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        for ref in re.findall(r"\$\{([^}]+)\}", stage["cmd"]):
+            node = params
+            for key in ref.split("."):
+                assert key in node, f"stage {name}: ${{{ref}}} not in params.yaml"
+                node = node[key]
+        for nb in re.findall(r"notebooks/\S+\.ipynb", stage["cmd"]):
+            cells = json.loads((ROOT / nb).read_text())["cells"]
+            tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+            assert len(tagged) == 1, f"{nb}: needs exactly one cell tagged 'parameters'"
+            # every -p NAME passed by the stage is declared in that cell
+            declared = set(re.findall(r"^(\w+)\s*=", "".join(tagged[0]["source"]), re.M))
+            passed = set(re.findall(r"-p (\w+) ", stage["cmd"]))
+            assert passed <= declared, f"{nb}: stage passes undeclared {passed - declared}"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in ci and "make test" in readme
+
+
+def test_bench_merge_keeps_other_entries(tmp_path):
+    out = tmp_path / "results.json"
+    merge([{"name": "a", "value": 1}, {"name": "b", "value": 2}], out)
+    merged = merge([{"name": "a", "value": 3}], out)
+    assert merged == [{"name": "a", "value": 3}, {"name": "b", "value": 2}]
