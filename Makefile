@@ -2,13 +2,14 @@
 #   make          the main job: create the environment if missing, then `dvc repro`
 #   make test     the test suite (what .ci/run calls)
 #   make bench    benchmarks -> benchmarks/results.json
+#   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.fraglib-installed
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all env repro test bench lab clean-env
+.PHONY: all env repro pascal1k test bench lab clean-env
 all: repro
 
 env: $(STAMP)
@@ -20,6 +21,9 @@ $(STAMP): pyproject.toml
 
 repro: env
 	$(BIN)/dvc repro
+
+pascal1k: env
+	$(BIN)/dvc repro studies/pascal1k/dvc.yaml
 
 test: env
 	$(BIN)/python -m pytest -q

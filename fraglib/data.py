@@ -67,16 +67,91 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         split = im.get("split", "train")
         if split not in SPLITS + ("restval",):
             raise ValueError(f"{path}: image {im.get('filename')} has unknown split {split!r}")
-        images.append({"imgid": im["imgid"], "filename": im["filename"], "split": split})
+        images.append({"imgid": im["imgid"], "filename": im["filename"], "split": split,
+                       **({"category": im["category"]} if "category" in im else {})})
         for s in im["sentences"]:
             sentences.append({"sentid": s["sentid"], "imgid": im["imgid"], "raw": s["raw"],
                               "tokens": list(s.get("tokens", []))})
-    return Dataset(data.get("dataset", path.stem), Path(image_dir) if image_dir else path.parent / "images",
-                   images, sentences)
+    if image_dir is None:
+        image_dir = data.get("image_root") or path.parent / "images"
+    return Dataset(data.get("dataset", path.stem), Path(image_dir), images, sentences)
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> Dataset:
     """Dataset ``name`` from ``root`` (default: its location under ``data/``)."""
     check_choice("dataset", name, tuple(DATASETS))
     root = Path(root or DATASETS[name])
-    return read_karpathy_json(root / "dataset.json", root / "images")
+    return read_karpathy_json(root / "dataset.json")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m fraglib.data pascal1k --root DIR --out data/pascal1k [--split-seed N]``:
+    convert a dataset to the internal (Karpathy) format."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("dataset", choices=["pascal1k"])
+    ap.add_argument("--root", required=True, help="folder with sentences.json and images/")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--split-seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    ds = read_pascal1k(args.root, args.split_seed)
+    write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=Path(args.root).resolve() / "images")
+    print(f"wrote {ds} to {args.out}/dataset.json")
+
+
+def write_karpathy_json(ds: Dataset, path: str | Path, image_root: str | Path | None = None) -> None:
+    """Write ``ds`` in Karpathy's format (plus ``image_root``, the folder its filenames live in)."""
+    by_img: dict[Any, list[dict[str, Any]]] = {}
+    for s in ds.sentences:
+        by_img.setdefault(s["imgid"], []).append(s)
+    images = [{**{k: v for k, v in im.items() if k not in ("sentids", "sentences")},
+               "sentids": [s["sentid"] for s in by_img.get(im["imgid"], [])],
+               "sentences": [dict(s) for s in by_img.get(im["imgid"], [])]} for im in ds.images]
+    out = {"dataset": ds.name, "images": images}
+    if image_root is not None:
+        out["image_root"] = str(image_root)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
+def stratified_split(categories: list[str], seed: int, n_val: int = 5, n_test: int = 5) -> list[str]:
+    """Split labels per item: within each category (sorted by position), ``n_val`` val and
+    ``n_test`` test items drawn with ``seed``, the rest train (Pascal1K: 40/5/5 per class)."""
+    rng = np.random.default_rng(seed)
+    split = ["train"] * len(categories)
+    for cat in sorted(set(categories)):
+        idx = [i for i, c in enumerate(categories) if c == cat]
+        if len(idx) < n_val + n_test + 1:
+            raise ValueError(f"category {cat!r} has {len(idx)} images, fewer than val+test+1={n_val + n_test + 1}")
+        pick = rng.permutation(idx)
+        for i in pick[:n_val]:
+            split[i] = "val"
+        for i in pick[n_val:n_val + n_test]:
+            split[i] = "test"
+    return split
+
+
+def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
+    """Pascal1K from ``root/sentences.json`` (``{file: {"category", "sentences"}}``) and
+    ``root/images/``; split 800/100/100 stratified by category from ``split_seed`` (the paper's
+    split was never published). Images are sorted by file name; sentids follow that order."""
+    from fraglib.synthetic import tokenize
+
+    root = Path(root)
+    path = root / "sentences.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Data')")
+    raw = json.loads(path.read_text())
+    files = sorted(raw)
+    split = stratified_split([raw[f]["category"] for f in files], split_seed)
+    images, sentences = [], []
+    for imgid, (f, sp) in enumerate(zip(files, split)):
+        images.append({"imgid": imgid, "filename": f, "split": sp, "category": raw[f]["category"]})
+        for text in raw[f]["sentences"]:
+            sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": text, "tokens": tokenize(text)})
+    return Dataset("pascal1k", root / "images", images, sentences)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,21 @@ def tiny_synth(tmp_path_factory):
     return out, cfg
 
 
+@pytest.fixture(scope="session")
+def tiny_text(tiny_synth, tmp_path_factory):
+    """A copy of the tiny benchmark with its spaCy parse and fragments (once per session)."""
+    import shutil
+
+    from fraglib.text import TextConfig, run_fragments, run_parse
+
+    src, _ = tiny_synth
+    out = tmp_path_factory.mktemp("text") / "synth"
+    shutil.copytree(src, out)
+    run_parse(out, TextConfig(), progress=False)
+    stats = run_fragments(out, TextConfig())
+    return out, stats
+
+
 def shared_data(sub: str) -> Path:
     """Path under ../shared/data, or skip the test with the reason."""
     p = SHARED_DATA / sub

@@ -12,6 +12,7 @@ def tiny_parameters(name: str, synth: Path) -> dict:
     """Parameters that make notebook ``name`` run in seconds. Every notebook must have an entry."""
     table = {
         "data_report": {"data_dir": str(synth), "n_show": 3, "sample_seed": 1},
+        "text_report": {"dataset_dir": str(synth), "published_key": "pascal1k", "n_examples": 2},
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
     return table[name]
@@ -19,10 +20,10 @@ def tiny_parameters(name: str, synth: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_executes(name, tiny_synth, tmp_path, monkeypatch):
+def test_notebook_executes(name, tiny_text, tmp_path, monkeypatch):
     from fraglib.notebook import run_notebook
 
-    synth, _ = tiny_synth
+    synth, _ = tiny_text
     monkeypatch.chdir(ROOT)
     html = run_notebook(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.html",
                         tiny_parameters(name, synth), executed=tmp_path / f"{name}.ipynb")

