@@ -98,7 +98,132 @@ def bench_parse(repeats: int = 3) -> list[dict[str, Any]]:
     return out
 
 
+def _matmul_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
+    """Median GFLOP/s of a plain float32 ``torch.matmul`` (m x k) @ (k x n) on this machine now."""
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * m * k * n / statistics.median(ts) / 1e9
+
+
+def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
+    """One SGD step (forward, backward, update) at the paper's sizes: 100 pairs, 20 image fragments
+    of 4096-d, 10 sentence fragments of 2 x 200-d words, embedding 1000, 16 relation types."""
+    import torch
+
+    from fraglib.model import FragmentModel
+    from fraglib.objectives import dense_alignment, global_ranking, mil_alignment, pair_scores
+
+    g = torch.Generator().manual_seed(0)
+    B, Fi, Fs, D, wd, h, R = 100, 20, 10, 4096, 200, 1000, 16
+    words = torch.randn(5000, wd, generator=g)
+    model = FragmentModel(words, R, torch.zeros(D), torch.ones(D), h)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(B * Fi, D, generator=g)
+    rel = torch.randint(0, R, (B * Fs,), generator=g)
+    w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g)
+    vo, so = torch.arange(B).repeat_interleave(Fi), torch.arange(B).repeat_interleave(Fs)
+
+    def step(mil: bool):
+        V = model.embed_images(x)
+        S = model.embed_sentences(rel, w1, w2)
+        M = V @ S.T
+        c = (mil_alignment if mil else dense_alignment)(M, vo, so) + \
+            global_ranking(pair_scores(M, vo, so, B, B), 1.0) + 1e-5 * model.regularizer()
+        opt.zero_grad(set_to_none=True)
+        c.backward()
+        opt.step()
+
+    out = []
+    # useful FLOPs: image map fwd + weight grad, sentence maps fwd + weight grad, M fwd + 2 grads
+    flops = 2 * (2 * B * Fi * D * h) + 2 * (2 * B * Fs * 2 * wd * h) + 3 * (2 * B * Fi * h * B * Fs)
+    ref = _matmul_gflops(B * Fi, D, h)
+    for mil in (False, True):
+        step(mil)
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step(mil)
+            ts.append(time.perf_counter() - t0)
+        ms = statistics.median(ts) * 1000
+        rate = flops / (ms / 1000) / 1e9
+        out.append(entry("train_step_ms" + ("_mil" if mil else ""), round(ms, 1), "ms", reference=round(ref, 1),
+                         ratio=round(rate / ref, 3), achieved_gflops=round(rate, 1), gflop_per_step=round(flops / 1e9, 1),
+                         reference_is="GFLOP/s of torch.matmul (2000x4096)@(4096x1000), same run",
+                         objective="C_0 + C_G" if not mil else "C_F (MIL) + C_G", repeats=repeats,
+                         paper_seconds_per_batch=1.0))
+    return out
+
+
+def _eval_child(q) -> None:  # runs in a fresh process so its peak memory is its own
+    import resource
+
+    import numpy as np
+    import torch
+
+    from fraglib.evaluate import annotation_ranks, search_ranks
+    from fraglib.objectives import pair_scores
+
+    torch.manual_seed(0)
+    n_img, n_sent, Fi, Fs, h, chunk = 1000, 5000, 20, 10, 1000, 64
+    V = torch.randn(n_img * Fi, h)
+    S = torch.randn(n_sent * Fs, h)
+    so = torch.arange(n_sent).repeat_interleave(Fs)
+    si = np.repeat(np.arange(n_img), 5)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # reference: the fragment-score matmul it contains, chunked the same way
+    t0 = time.perf_counter()
+    for a in range(0, n_img, chunk):
+        V[a * Fi:(a + chunk) * Fi] @ S.T
+    t_mm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    blocks = []
+    for a in range(0, n_img, chunk):
+        b = min(a + chunk, n_img)
+        M = V[a * Fi:b * Fi] @ S.T
+        vo = torch.arange(b - a).repeat_interleave(Fi)
+        blocks.append(pair_scores(M, vo, so, b - a, n_sent, 5.0, "sum", inplace=True))
+        del M
+    scores = torch.cat(blocks)
+    annotation_ranks(scores, si)
+    search_ranks(scores, si)
+    t_eval = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    q.put((t_eval, t_mm, peak / 1024, (peak - base) / 1024))
+
+
+def bench_eval(repeats: int = 3) -> list[dict[str, Any]]:
+    """Score matrix + ranks for 1,000 images x 5,000 sentences (20 and 10 fragments, embedding
+    1000), chunked; against the fragment-score matmul it contains, same process."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    runs = []
+    for _ in range(repeats):
+        q = ctx.Queue()
+        p = ctx.Process(target=_eval_child, args=(q,))
+        p.start()
+        runs.append(q.get())
+        p.join()
+    t_eval = statistics.median(r[0] for r in runs)
+    t_mm = statistics.median(r[1] for r in runs)
+    peak = max(r[2] for r in runs)
+    return [entry("eval_1000x5000_s", round(t_eval, 2), "s", reference=round(t_mm, 2), ratio=round(t_eval / t_mm, 3),
+                  reference_is="seconds of the chunked fragment-score matmul (20000x1000)@(1000x50000), same process",
+                  all_runs=[[round(x, 2) for x in r[:2]] for r in runs]),
+            entry("eval_peak_mem_mb", round(peak, 0), "MB", note="peak RSS of the evaluating process (inputs included)",
+                  growth_during_eval_mb=round(max(r[3] for r in runs), 0))]
+
+
 BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "train_step": bench_train_step,
+    "eval": bench_eval,
     "synthetic": bench_synthetic,
     "parse": bench_parse,
 }

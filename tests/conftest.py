@@ -41,3 +41,24 @@ def shared_data(sub: str) -> Path:
     if not p.exists():
         pytest.skip(f"real data not present at {p} (only on development machines)")
     return p
+
+
+@pytest.fixture(scope="session")
+def tiny_full(tiny_text, tmp_path_factory):
+    """The tiny benchmark with text fragments and image features (rcnn + groundtruth)."""
+    import shutil
+
+    from fraglib.data import read_karpathy_json
+    from fraglib.features import extract, synthetic_truth
+    from fraglib.vision import VisionConfig
+
+    src, _ = tiny_text
+    out = tmp_path_factory.mktemp("full") / "synth"
+    shutil.copytree(src, out)
+    ds = read_karpathy_json(out / "dataset.json")
+    extract(ds, VisionConfig(max_proposals=100, num_workers=0), out / "features",
+            synthetic_truth(out / "ground_truth.json"), progress=False)
+    return out
+
+
+TINY_TRAIN = dict(embed_dim=32, epochs=4, dense_epochs=2, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)

@@ -1,0 +1,114 @@
+"""Bidirectional retrieval evaluation over a precomputed image x sentence score matrix (DESIGN.md §1.5).
+
+The interface follows SCAN's: scores first, then ranks, so any model (or a random one) is
+evaluated by the same code. ``sentence_image[j]`` is the row of sentence j's image — explicit
+indices, any number of sentences per image.
+
+Ranks are 1-based and **pessimistic on ties**: a competitor scoring the same as the correct item
+is counted as ranked above it. Hence a sentence with no fragment (-inf against every image, as in
+the authors' code) ranks last, and a constant score matrix gives every query the worst rank.
+
+* image annotation (image -> sentences): rank of the best-ranked of the image's sentences,
+  ``1 + #{non-matching sentences j : S[k, j] >= max_{j' of k} S[k, j']}``;
+* image search (sentence -> images): ``1 + #{other images k' : S[k', j] >= S[k_j, j]}``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+KS = (1, 5, 10)
+
+
+def annotation_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """(n_images,) rank of each image's best-ranked ground-truth sentence. Images without any
+    sentence get rank 0 (excluded by :func:`recall_table`)."""
+    S = torch.as_tensor(scores)
+    si = torch.as_tensor(sentence_image, dtype=torch.long, device=S.device)
+    n_img = S.shape[0]
+    ranks = np.zeros(n_img, np.int64)
+    for a in range(0, n_img, chunk):
+        blk = S[a:a + chunk]
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        gt = si[None, :] == rows[:, None]                                  # (c, Ns)
+        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
+        has = gt.any(dim=1)
+        worse_or_tied = ((blk >= best[:, None]) & ~gt).sum(dim=1)
+        r = (1 + worse_or_tied).cpu().numpy()
+        r[~has.cpu().numpy()] = 0
+        ranks[a:a + blk.shape[0]] = r
+    return ranks
+
+
+def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """(n_sentences,) rank of each sentence's image among all images."""
+    S = torch.as_tensor(scores)
+    si = torch.as_tensor(sentence_image, dtype=torch.long, device=S.device)
+    own = S[si, torch.arange(S.shape[1], device=S.device)]                 # (Ns,)
+    count = torch.zeros(S.shape[1], dtype=torch.long, device=S.device)
+    for a in range(0, S.shape[0], chunk):
+        blk = S[a:a + chunk]
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        other = rows[:, None] != si[None, :]
+        count += ((blk >= own[None, :]) & other).sum(dim=0)
+    return (1 + count).cpu().numpy()
+
+
+def recall_table(ranks: np.ndarray) -> dict[str, float]:
+    """R@1/5/10 (% of queries with rank <= K), median and mean rank; rank-0 entries are ignored."""
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    out = {f"r{k}": float(100.0 * np.mean(r <= k)) for k in KS}
+    out["median_rank"] = float(np.median(r))
+    out["mean_rank"] = float(np.mean(r))
+    return out
+
+
+def bootstrap_ci(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
+    """Percentile bootstrap CIs of every :func:`recall_table` entry, resampling queries."""
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(r), size=(n_boot, len(r)))
+    samples = r[idx]
+    stats = {f"r{k}": 100.0 * (samples <= k).mean(axis=1) for k in KS}
+    stats["median_rank"] = np.median(samples, axis=1)
+    stats["mean_rank"] = samples.mean(axis=1)
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))] for k, v in stats.items()}
+
+
+def hodosh_columns(sentence_image: np.ndarray, sentids: np.ndarray) -> np.ndarray:
+    """Column indices keeping only the first sentence (lowest sentid) of each image."""
+    first: dict[int, int] = {}
+    for j, (k, sid) in enumerate(zip(sentence_image, sentids)):
+        if int(k) not in first or sid < sentids[first[int(k)]]:
+            first[int(k)] = j
+    return np.array(sorted(first.values()), np.int64)
+
+
+def evaluate_scores(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, n_boot: int = 1000,
+                    seed: int = 0) -> dict[str, Any]:
+    """Both directions: metrics, bootstrap CIs and the per-query ranks (for error analysis)."""
+    a = annotation_ranks(scores, sentence_image)
+    s = search_ranks(scores, sentence_image)
+    return {"annotation": recall_table(a), "search": recall_table(s),
+            "annotation_ci": bootstrap_ci(a, n_boot, seed), "search_ci": bootstrap_ci(s, n_boot, seed + 1),
+            "ranks": {"annotation": a.tolist(), "search": s.tolist()}}
+
+
+def rsum(metrics: dict[str, Any]) -> float:
+    """Model-selection criterion: R@1 + R@5 + R@10 of both directions."""
+    return sum(metrics[d][f"r{k}"] for d in ("annotation", "search") for k in KS)
+
+
+def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
+    """The random-ranking baseline: i.i.d. uniform scores."""
+    return np.random.default_rng(seed).random((n_images, n_sentences))
+
+
+def chunked_scores(score_block: Callable[[int, int], torch.Tensor], n_images: int, chunk: int) -> torch.Tensor:
+    """Stack ``score_block(a, b)`` (images a..b against every sentence) into the full matrix."""
+    return torch.cat([score_block(a, min(a + chunk, n_images)) for a in range(0, n_images, chunk)], dim=0)

@@ -1,0 +1,298 @@
+"""The image-fragment feature cache: one backbone pass per image, every detector's boxes.
+
+    python -m fraglib.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
+
+writes ``<dataset-dir>/features/rcnn.npz`` (and ``groundtruth.npz`` when true boxes are given)
+plus ``features_stats.json``. The ``fullframe`` detector needs no file of its own: it is the
+``is_full`` row of every image in either cache (:meth:`FeatureCache.fullframe`).
+
+**Format** — one uncompressed ``.npz`` per detector (NumPy's own container: no extra dependency,
+several named arrays in one file, exact float32 round trip, readable from any language with a zip
+and .npy reader):
+
+=============  =================  ==============================================================
+key            dtype, shape       meaning
+=============  =================  ==============================================================
+features       float32 (R, 1280)  fragment descriptors (pooled penultimate activation)
+boxes          float32 (R, 4)     ``[x0, y0, x1, y1]`` px in the original image
+scores         float32 (R,)       detector score (the full-image row: +inf)
+is_full        bool (R,)          the full-image fragment of its image
+offsets        int64 (N+1,)       image ``n`` owns rows ``offsets[n]:offsets[n+1]``
+imgids         int64 (N,)         dataset ``imgid`` of each image, in dataset order
+filenames      str (N,)           file name of each image
+status         str (N,)           '' or why the image was skipped (missing, corrupt, too_small)
+meta           str ()             JSON: detector, CNN, settings, timings
+=============  =================  ==============================================================
+
+A skipped image keeps its place with zero rows, so rows never shift; it ranks last in evaluation.
+:meth:`FeatureCache.load` refuses a cache whose ``imgids``/``filenames`` differ from the dataset's.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fraglib.config import load_section
+from fraglib.data import Dataset, read_karpathy_json
+from fraglib.vision import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
+                            load_image, nms_top_k, proposal_scores, recall_at_iou, resize_longer, roi_descriptors,
+                            selective_search)
+
+
+@dataclasses.dataclass
+class FeatureCache:
+    """Fragments of N images (see the module docstring for every field)."""
+
+    features: np.ndarray
+    boxes: np.ndarray
+    scores: np.ndarray
+    is_full: np.ndarray
+    offsets: np.ndarray
+    imgids: np.ndarray
+    filenames: np.ndarray
+    status: np.ndarray
+    meta: dict[str, Any]
+
+    def save(self, path: str | Path) -> None:
+        np.savez(path, features=self.features, boxes=self.boxes, scores=self.scores, is_full=self.is_full,
+                 offsets=self.offsets, imgids=self.imgids, filenames=self.filenames, status=self.status,
+                 meta=np.array(json.dumps(self.meta, sort_keys=True)))
+
+    @classmethod
+    def load(cls, path: str | Path, dataset: Dataset | None = None) -> "FeatureCache":
+        """Load; with ``dataset``, check that the cache's image order is the dataset's."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: feature cache not found (run the features stage)")
+        z = np.load(path, allow_pickle=False)
+        c = cls(z["features"], z["boxes"], z["scores"], z["is_full"], z["offsets"], z["imgids"],
+                z["filenames"], z["status"], json.loads(str(z["meta"])))
+        if dataset is not None:
+            c.check(dataset, path)
+        return c
+
+    def check(self, dataset: Dataset, name: Any = "feature cache") -> None:
+        want_ids = [im["imgid"] for im in dataset.images]
+        want_files = [im["filename"] for im in dataset.images]
+        if len(want_ids) != len(self.imgids):
+            raise ValueError(f"{name}: {len(self.imgids)} images, dataset {dataset.name} has {len(want_ids)}")
+        for n, (a, b, fa, fb) in enumerate(zip(self.imgids, want_ids, self.filenames, want_files)):
+            if int(a) != int(b) or str(fa) != str(fb):
+                raise ValueError(f"{name}: row order differs from dataset {dataset.name} at image {n}: "
+                                 f"cache has {fa} (imgid {a}), dataset has {fb} (imgid {b})")
+
+    def rows(self, n: int) -> slice:
+        return slice(int(self.offsets[n]), int(self.offsets[n + 1]))
+
+    def fullframe(self) -> "FeatureCache":
+        """The same images with only their full-image fragment (the ``fullframe`` detector)."""
+        keep = self.is_full
+        counts = np.array([keep[self.rows(n)].sum() for n in range(len(self.imgids))])
+        return FeatureCache(self.features[keep], self.boxes[keep], self.scores[keep], self.is_full[keep],
+                            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.imgids, self.filenames,
+                            self.status, {**self.meta, "detector": "fullframe"})
+
+    def subset(self, rows: list[int]) -> "FeatureCache":
+        """Images ``rows`` (positions in this cache), e.g. one split."""
+        sl = [self.rows(n) for n in rows]
+        idx = np.concatenate([np.arange(s.start, s.stop) for s in sl]) if sl else np.zeros(0, np.int64)
+        counts = [s.stop - s.start for s in sl]
+        return FeatureCache(self.features[idx], self.boxes[idx], self.scores[idx], self.is_full[idx],
+                            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.imgids[rows],
+                            self.filenames[rows], self.status[rows], self.meta)
+
+
+class _Images(torch.utils.data.Dataset):
+    """Worker side: decode the image and compute its proposals (both CPU-bound, no torch)."""
+
+    def __init__(self, paths: list[Path], cfg: VisionConfig) -> None:
+        self.paths, self.cfg = paths, cfg
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, n: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            arr, note = load_image(self.paths[n])
+        except BadImage as exc:
+            return {"n": n, "error": exc.reason, "detail": str(exc)}
+        t1 = time.perf_counter()
+        props = selective_search(arr, self.cfg.proposal_size, self.cfg.min_box, self.cfg.max_proposals)
+        return {"n": n, "arr": arr, "note": note, "proposals": props,
+                "t_load": t1 - t0, "t_proposals": time.perf_counter() - t1}
+
+
+def _identity(x):
+    return x
+
+
+def _to_np(t: torch.Tensor) -> np.ndarray:
+    return t.float().cpu().numpy().astype(np.float32)
+
+
+def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
+            device: torch.device | None = None, progress: bool = True) -> dict[str, Any]:
+    """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
+    true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats."""
+    from tqdm.auto import tqdm
+
+    from fraglib.device import select_device
+
+    cfg.validate()
+    device = device or select_device()[0]
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and cfg.num_workers:
+        # proposal workers and the backbone share the cores: oversubscription costs more than it gives
+        import os
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - cfg.num_workers))
+    try:
+        return _extract(dataset, cfg, out_dir, truth, device, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None,
+             device: torch.device, progress: bool) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    backbone = Backbone(cfg.cnn_variant).to(device).to(memory_format=torch.channels_last)
+    detectors = ["rcnn"] + (["groundtruth"] if truth is not None else [])
+    acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
+                                       for d in detectors}
+    status = [""] * len(dataset.images)
+    notes: Counter = Counter()
+    times: dict[str, list[float]] = {k: [] for k in ("load", "proposals", "backbone", "scoring", "features", "total")}
+    n_props = []
+    loader = torch.utils.data.DataLoader(
+        _Images([dataset.image_path(n) for n in range(len(dataset.images))], cfg), batch_size=None,
+        num_workers=cfg.num_workers, collate_fn=_identity)
+    t_start = time.perf_counter()
+    for item in tqdm(loader, total=len(dataset.images), desc=f"features ({backbone.name}, {device})",
+                     disable=not progress, mininterval=5):
+        n = item["n"]
+        if "error" in item:
+            if cfg.on_bad_image == "error":
+                raise BadImage(dataset.image_path(n), item["error"], item["detail"])
+            status[n] = item["error"]
+            for d in detectors:
+                for k in ("features", "boxes", "scores", "is_full"):
+                    acc[d][k].append(None)
+                acc[d]["counts"].append(0)
+            continue
+        if item["note"]:
+            notes[item["note"].split(" from ")[0]] += 1
+        arr, props = item["arr"], item["proposals"]
+        h, w = arr.shape[:2]
+        t0 = time.perf_counter()
+        small, scale = resize_longer(arr, cfg.image_size)
+        fmap = backbone.feature_map(Backbone.to_input(small, device))
+        full = fmap.mean(dim=(2, 3))
+        t1 = time.perf_counter()
+        scores = proposal_scores(backbone, roi_descriptors(fmap, props, scale), cfg.score) if len(props) else np.zeros(0)
+        keep = nms_top_k(props, scores, cfg.nms_iou, cfg.k)
+        t2 = time.perf_counter()
+        chosen = {"rcnn": (props[keep], scores[keep])}
+        if truth is not None:
+            rng = np.random.default_rng([cfg.gt_seed, int(dataset.images[n]["imgid"])])
+            gt = degrade_boxes(rng, truth[int(dataset.images[n]["imgid"])], w, h, cfg)[: cfg.k]
+            pad = props[keep][: max(0, cfg.k - len(gt))]
+            chosen["groundtruth"] = (np.concatenate([gt, pad]).astype(np.float32),
+                                     np.concatenate([np.ones(len(gt)), scores[keep][: len(pad)]]))
+        for d, (boxes, sc) in chosen.items():
+            if cfg.region_features == "roi":
+                desc = roi_descriptors(fmap, boxes, scale)
+            else:
+                desc = crop_descriptors(backbone, arr, boxes, cfg.crop_size, device)
+            acc[d]["features"].append(np.concatenate([_to_np(full), _to_np(desc)]))
+            acc[d]["boxes"].append(np.concatenate([[[0, 0, w, h]], boxes]).astype(np.float32))
+            acc[d]["scores"].append(np.concatenate([[np.inf], sc]).astype(np.float32))
+            acc[d]["is_full"].append(np.arange(len(boxes) + 1) == 0)
+            acc[d]["counts"].append(len(boxes) + 1)
+        t3 = time.perf_counter()
+        n_props.append(len(props))
+        times["load"].append(item["t_load"])
+        times["proposals"].append(item["t_proposals"])
+        times["backbone"].append(t1 - t0)
+        times["scoring"].append(t2 - t1)
+        times["features"].append((t3 - t2) / len(chosen))  # per detector
+        times["total"].append(item["t_load"] + item["t_proposals"] + t3 - t0)
+    wall = time.perf_counter() - t_start
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dim = backbone.dim
+    meta_base = {"cnn": backbone.name, "weights": backbone.weights, "dim": dim, "settings": describe_detector(cfg)}
+    imgids = np.array([im["imgid"] for im in dataset.images], np.int64)
+    files = np.array([im["filename"] for im in dataset.images], dtype=str)
+    caches = {}
+    for d in detectors:
+        a = acc[d]
+        cat = lambda key, shape, dt: np.concatenate([x for x in a[key] if x is not None]).astype(dt) \
+            if any(x is not None for x in a[key]) else np.zeros(shape, dt)
+        cache = FeatureCache(cat("features", (0, dim), np.float32), cat("boxes", (0, 4), np.float32),
+                             cat("scores", (0,), np.float32), cat("is_full", (0,), bool),
+                             np.concatenate([[0], np.cumsum(a["counts"])]).astype(np.int64), imgids, files,
+                             np.array(status, dtype=str), {**meta_base, "detector": d})
+        cache.save(out_dir / f"{d}.npz")
+        caches[d] = cache
+    med = {k: float(np.median(v)) if v else 0.0 for k, v in times.items()}
+    stats: dict[str, Any] = {
+        "images": len(dataset.images),
+        "skipped": dict(Counter(s for s in status if s)),
+        "converted": dict(notes),
+        "cnn": backbone.name,
+        "device": str(device),
+        "proposals_per_image_median": float(np.median(n_props)) if n_props else 0.0,
+        "fragments_per_image_mean": {d: float(np.mean(np.diff(c.offsets))) for d, c in caches.items()},
+        "seconds_per_image_median": med,
+        "wall_seconds": wall,
+        "wall_seconds_per_image": wall / max(len(dataset.images), 1),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_workers_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+    if truth is not None:
+        tb = [truth[int(i)] for i in imgids]
+        for d, c in caches.items():
+            dets = [c.boxes[c.rows(n)][~c.is_full[c.rows(n)]] for n in range(len(imgids))]
+            stats[f"recall_iou50_{d}"] = recall_at_iou(dets, tb, 0.5)
+    (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    return stats
+
+
+def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
+    """imgid -> true boxes (float32 (M, 4)) from a synthetic ``ground_truth.json``."""
+    gt = json.loads(Path(path).read_text())
+    return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset-dir", required=True)
+    ap.add_argument("--truth", help="synthetic ground_truth.json: also write the groundtruth detector's cache")
+    ap.add_argument("--out-dir", help="default <dataset-dir>/features")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
+    args = ap.parse_args(argv)
+    cfg = load_section(args.params, "vision", VisionConfig)
+    ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
+    if args.limit:
+        ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],
+                     [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}])
+    truth = synthetic_truth(args.truth) if args.truth else None
+    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth)
+    print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
+                                                         "seconds_per_image_median") or k.startswith("recall")}))
+
+
+if __name__ == "__main__":
+    main()

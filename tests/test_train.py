@@ -1,0 +1,73 @@
+"""Training end to end on the tiny benchmark: determinism, kill-and-resume, variants, batching."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY_TRAIN
+from fraglib.config import ConfigError
+from fraglib.train import TrainConfig, load_data, make_batches, train
+
+
+def _test_metrics(out):
+    return json.loads((out / "metrics.json").read_text())["test"]
+
+
+def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_path):
+    cfg = TrainConfig(**TINY_TRAIN)
+    a = train(tiny_full, tmp_path / "a", cfg, device=torch.device("cpu"), progress=False)
+    train(tiny_full, tmp_path / "b", cfg, device=torch.device("cpu"), progress=False)
+    assert _test_metrics(tmp_path / "a") == _test_metrics(tmp_path / "b")
+    assert (tmp_path / "a" / "ranks.json").read_text() == (tmp_path / "b" / "ranks.json").read_text()
+    # killed after 2 epochs (the process ends), then started again: resumes from last.pt
+    r = train(tiny_full, tmp_path / "c", cfg, device=torch.device("cpu"), progress=False, stop_after=2)
+    assert r == {"stopped_at_epoch": 2}
+    assert torch.load(tmp_path / "c" / "last.pt", weights_only=False)["epoch"] == 2
+    train(tiny_full, tmp_path / "c", cfg, device=torch.device("cpu"), progress=False)
+    assert _test_metrics(tmp_path / "c") == _test_metrics(tmp_path / "a")
+    assert (tmp_path / "c" / "history.csv").read_text() == (tmp_path / "a" / "history.csv").read_text()
+    hist = (tmp_path / "a" / "history.csv").read_text().splitlines()
+    assert len(hist) == 1 + cfg.epochs and "train_C_0" in hist[0] and "train_C_F" in hist[0]
+    assert a["config"]["seed"] == 0 and a["best_epoch"] in range(1, cfg.epochs + 1)
+
+
+def test_resume_refuses_another_configuration(tiny_full, tmp_path):
+    cfg = TrainConfig(**TINY_TRAIN)
+    train(tiny_full, tmp_path, cfg, device=torch.device("cpu"), progress=False, stop_after=1)
+    with pytest.raises(ValueError, match="another configuration"):
+        train(tiny_full, tmp_path, TrainConfig(**{**TINY_TRAIN, "lr": 0.5}), device=torch.device("cpu"), progress=False)
+
+
+@pytest.mark.parametrize("override", [
+    {"devise": True, "fragment_weight": 0.0},
+    {"random": True},
+    {"detector": "fullframe"},
+    {"detector": "groundtruth", "fragment_mode": "bow", "accumulate": "max"},
+    {"fragment_mode": "bigram", "beta": 0.0},
+])
+def test_variants_run(tiny_full, tmp_path, override):
+    m = train(tiny_full, tmp_path, TrainConfig(**{**TINY_TRAIN, "epochs": 2, **override}), device=torch.device("cpu"),
+              progress=False)
+    t = m["test"]
+    assert 0 <= t["annotation"]["r1"] <= 100 and t["search"]["mean_rank"] >= 1
+    assert t["annotation_ci"]["r1"][0] <= t["annotation"]["r1"] <= t["annotation_ci"]["r1"][1]
+
+
+def test_batches_never_repeat_an_image(tiny_full):
+    splits, _, _, _ = load_data(tiny_full, TrainConfig(), torch.device("cpu"))
+    tr = splits["train"]
+    batches = make_batches(tr, 7, seed=0, epoch=3)
+    for b in batches:
+        assert len(set(tr.sentence_image[b].tolist())) == len(b) <= 7
+    seen = np.concatenate(batches)
+    assert len(seen) == len(set(seen.tolist()))
+    assert len(seen) >= tr.n_sentences - 1  # every sentence with fragments, but a lone last one
+    assert [b.tolist() for b in batches] == [b.tolist() for b in make_batches(tr, 7, seed=0, epoch=3)]
+
+
+def test_bad_train_parameters():
+    with pytest.raises(ConfigError, match=r"train\.detector='yolo'"):
+        TrainConfig(detector="yolo").validate()
+    with pytest.raises(ConfigError, match="both 0"):
+        TrainConfig(fragment_weight=0.0, beta=0.0).validate()

@@ -1,0 +1,150 @@
+"""Image loading (bad input), box geometry, NMS, degradation, and the feature cache end to end."""
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fraglib.data import read_karpathy_json
+from fraglib.vision import (BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k,
+                            recall_at_iou)
+
+
+# ------------------------------------------------------------------ bad input
+def _photo(w=64, h=48, seed=0):
+    return (np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)
+
+
+def test_image_conversions(tmp_path):
+    Image.fromarray(_photo()[..., 0]).save(tmp_path / "gray.jpg")
+    Image.fromarray(_photo()).convert("CMYK").save(tmp_path / "cmyk.jpg")
+    rgba = np.dstack([_photo(), np.zeros((48, 64), np.uint8)])  # fully transparent
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "alpha.png")
+    for name in ("gray.jpg", "cmyk.jpg", "alpha.png"):
+        arr, note = load_image(tmp_path / name)
+        assert arr.shape == (48, 64, 3) and arr.dtype == np.uint8 and "converted" in note
+    alpha, _ = load_image(tmp_path / "alpha.png")
+    assert np.all(alpha == 128)  # transparent pixels composited onto mid-grey, not black noise
+
+
+def test_bad_images_raise_with_reason(tmp_path):
+    Image.fromarray(_photo()).save(tmp_path / "ok.jpg")
+    data = (tmp_path / "ok.jpg").read_bytes()
+    (tmp_path / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (tmp_path / "garbage.jpg").write_bytes(b"not an image at all")
+    Image.fromarray(_photo(20, 40)).save(tmp_path / "tiny.png")
+    for name, reason in [("truncated.jpg", "corrupt"), ("garbage.jpg", "corrupt"), ("tiny.png", "too_small"),
+                         ("absent.jpg", "missing")]:
+        with pytest.raises(BadImage, match=name) as exc:
+            load_image(tmp_path / name)
+        assert exc.value.reason == reason
+
+
+def test_huge_image_is_reduced(tmp_path):
+    Image.new("RGB", (4800, 300), (10, 200, 30)).save(tmp_path / "wide.png")
+    arr, note = load_image(tmp_path / "wide.png")
+    assert max(arr.shape[:2]) == 4000 and "reduced" in note or max(arr.shape[:2]) == 4000
+
+
+# ------------------------------------------------------------------ geometry
+def test_box_iou_by_hand():
+    a = np.array([[0, 0, 10, 10]])
+    b = np.array([[5, 0, 15, 10], [20, 20, 30, 30], [0, 0, 10, 10]])
+    np.testing.assert_allclose(box_iou(a, b), [[50 / 150, 0.0, 1.0]])
+
+
+def test_nms_top_k_suppresses_then_pads():
+    boxes = np.array([[0, 0, 10, 10], [1, 0, 11, 10], [50, 50, 60, 60]], np.float32)
+    scores = np.array([0.9, 0.8, 0.7])
+    assert nms_top_k(boxes, scores, 0.3, 2).tolist() == [0, 2]
+    assert nms_top_k(boxes, scores, 0.3, 3).tolist() == [0, 2, 1]  # padded with the suppressed box
+    assert nms_top_k(boxes[:0], scores[:0], 0.3, 5).tolist() == []
+
+
+def test_recall_by_hand():
+    truth = [np.array([[0, 0, 10, 10], [20, 20, 30, 30]]), np.zeros((0, 4))]
+    dets = [np.array([[0, 0, 10, 9]]), np.array([[0, 0, 5, 5]])]
+    assert recall_at_iou(dets, truth, 0.5) == 0.5
+
+
+def test_degradation_knobs():
+    rng = np.random.default_rng(0)
+    true = np.array([[10, 10, 50, 50], [60, 60, 90, 90]], np.float32)
+    clean = VisionConfig(gt_miss_prob=0.0, gt_jitter=0.0, gt_false_positives=0.0, gt_duplicate_prob=0.0)
+    np.testing.assert_array_equal(degrade_boxes(rng, true, 100, 100, clean), true)
+    missed = VisionConfig(gt_miss_prob=1.0, gt_false_positives=0.0)
+    assert len(degrade_boxes(rng, true, 100, 100, missed)) == 0
+    dup = VisionConfig(gt_miss_prob=0.0, gt_duplicate_prob=1.0, gt_false_positives=0.0)
+    assert len(degrade_boxes(rng, true, 100, 100, dup)) == 4
+    noisy = degrade_boxes(rng, true, 100, 100, VisionConfig(gt_miss_prob=0.0, gt_false_positives=3.0))
+    assert np.all(noisy[:, [0, 1]] >= 0) and np.all(noisy[:, [2, 3]] <= 100)
+
+
+# ------------------------------------------------------------------ the cache, end to end
+@pytest.fixture(scope="module")
+def tiny_features(tiny_synth, tmp_path_factory):
+    """Features of the tiny benchmark with one image deleted and one corrupted."""
+    from fraglib.features import extract, synthetic_truth
+
+    src, _ = tiny_synth
+    root = tmp_path_factory.mktemp("vis") / "synth"
+    shutil.copytree(src, root)
+    (root / "images" / "000003.png").unlink()
+    (root / "images" / "000005.png").write_bytes(b"\x89PNG broken")
+    ds = read_karpathy_json(root / "dataset.json")
+    cfg = VisionConfig(max_proposals=150, num_workers=1)
+    stats = extract(ds, cfg, root / "features", synthetic_truth(root / "ground_truth.json"), progress=False)
+    return root, ds, cfg, stats
+
+
+def test_cache_layout_and_skips(tiny_features):
+    from fraglib.features import FeatureCache
+
+    root, ds, cfg, stats = tiny_features
+    assert stats["skipped"] == {"missing": 1, "corrupt": 1}
+    for d in ("rcnn", "groundtruth"):
+        c = FeatureCache.load(root / "features" / f"{d}.npz", ds)
+        counts = np.diff(c.offsets)
+        assert counts[3] == 0 and counts[5] == 0 and c.status[3] == "missing" and c.status[5] == "corrupt"
+        assert np.all(counts[[n for n in range(len(counts)) if n not in (3, 5)]] == cfg.k + 1)
+        assert c.features.shape == (counts.sum(), 1280) and c.features.dtype == np.float32
+        assert np.isfinite(c.features).all()
+        assert np.all(c.is_full[c.offsets[:-1][counts > 0]])  # first row of each image is the full frame
+        full = c.fullframe()
+        assert np.diff(full.offsets).tolist() == [0 if n in (3, 5) else 1 for n in range(len(counts))]
+    assert 0 <= stats["recall_iou50_rcnn"] <= 1 and stats["recall_iou50_groundtruth"] > stats["recall_iou50_rcnn"]
+
+
+def test_cache_refuses_other_row_order(tiny_features):
+    from fraglib.data import Dataset
+    from fraglib.features import FeatureCache
+
+    root, ds, _, _ = tiny_features
+    shuffled = Dataset(ds.name, ds.image_dir, ds.images[::-1], ds.sentences)
+    with pytest.raises(ValueError, match="row order differs"):
+        FeatureCache.load(root / "features" / "rcnn.npz", shuffled)
+
+
+def test_same_input_same_bytes(tiny_features, tmp_path):
+    from fraglib.data import Dataset
+    from fraglib.features import extract
+
+    root, ds, cfg, _ = tiny_features
+    small = Dataset(ds.name, ds.image_dir, ds.images[:4], [])
+    extract(small, cfg, tmp_path / "a", progress=False)
+    extract(small, VisionConfig(**{**cfg.__dict__, "num_workers": 0}), tmp_path / "b", progress=False)
+    za, zb = np.load(tmp_path / "a" / "rcnn.npz"), np.load(tmp_path / "b" / "rcnn.npz")
+    for key in ("features", "boxes", "scores", "offsets"):
+        assert hashlib.sha256(za[key].tobytes()).hexdigest() == hashlib.sha256(zb[key].tobytes()).hexdigest(), key
+
+
+def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
+    from fraglib.features import extract
+
+    root, ds, cfg, _ = tiny_features
+    from fraglib.data import Dataset
+    with pytest.raises(BadImage, match="000003.png"):
+        extract(Dataset(ds.name, ds.image_dir, ds.images[2:4], []),
+                VisionConfig(**{**cfg.__dict__, "on_bad_image": "error", "num_workers": 0}), tmp_path, progress=False)
