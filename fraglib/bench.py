@@ -221,11 +221,103 @@ def bench_eval(repeats: int = 3) -> list[dict[str, Any]]:
                   growth_during_eval_mb=round(max(r[3] for r in runs), 0))]
 
 
+def _timed_repro(workdir: Path, target: list[str], env: dict[str, str]) -> tuple[float, dict[str, float]]:
+    """Run ``dvc repro <target>`` in ``workdir``; total and per-stage minutes (stage starts read off
+    DVC's "Running stage" lines; a foreach stage's instances are summed under its name)."""
+    import re
+    import subprocess
+
+    t0 = time.perf_counter()
+    starts: list[tuple[str, float]] = []
+    proc = subprocess.Popen(["dvc", "repro", *target], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = re.match(r"Running stage '(?:[^:']*:)?([^'@]+)(?:@[^']*)?'", line)
+        if m:
+            starts.append((m.group(1), time.perf_counter()))
+    if proc.wait() != 0:
+        raise RuntimeError(f"dvc repro failed in {workdir}")
+    end = time.perf_counter()
+    per: dict[str, float] = {}
+    for (name, t), nxt in zip(starts, starts[1:] + [("", end)]):
+        per[name] = round(per.get(name, 0.0) + (nxt[1] - t) / 60, 2)
+    return (end - t0) / 60, per
+
+
+def _fresh_clone() -> Path:
+    import subprocess
+
+    tmp = Path(tempfile.mkdtemp(prefix="fraglib-repro-"))
+    subprocess.run(["git", "clone", "-q", str(Path.cwd()), str(tmp / "clone")], check=True)
+    return tmp / "clone"
+
+
+def bench_repro() -> list[dict[str, Any]]:
+    """The default `dvc repro` in a fresh clone of HEAD (empty DVC cache), timed per stage."""
+    import sys
+
+    clone = _fresh_clone()
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    total, per = _timed_repro(clone, [], env)
+    return [entry("repro_default_minutes", round(total, 1), "min", stages_minutes=per,
+                  note="fresh clone of HEAD, empty DVC cache, `dvc repro`")]
+
+
+def bench_repro_pascal1k() -> list[dict[str, Any]]:
+    """The Pascal1K study (`dvc repro studies/pascal1k/dvc.yaml`) in a fresh clone, timed per stage."""
+    import sys
+
+    import yaml
+
+    clone = _fresh_clone()
+    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params["pascal1k"]["root"] = str(Path(params["pascal1k"]["root"]).resolve())
+    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], env)
+    return [entry("repro_pascal1k_minutes", round(total, 1), "min", stages_minutes=per,
+                  note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`")]
+
+
+def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
+    """Detection + 20 region descriptors per image, Pascal1K settings (image_size 512, proposals at
+    300 px), on the first ``n_images`` Pascal1K images when ../shared/data is present (else the
+    synthetic benchmark's), in a fresh process so the peak memory is its own."""
+    import subprocess
+    import sys
+
+    pascal = Path(os.environ.get("FRAGLIB_PASCAL1K", "../shared/data/pascal1k"))
+    with tempfile.TemporaryDirectory() as tmp:
+        if (pascal / "sentences.json").exists():
+            from fraglib.data import read_pascal1k, write_karpathy_json
+
+            write_karpathy_json(read_pascal1k(pascal), Path(tmp) / "dataset.json", image_root=pascal.resolve() / "images")
+            ddir, corpus, sets = tmp, "pascal1k", ["--set", "image_size=512", "--set", "proposal_size=300"]
+        else:
+            ddir, corpus, sets = "data/synthetic", "synthetic", []
+        subprocess.run([sys.executable, "-m", "fraglib.features", "--dataset-dir", ddir, "--out-dir", f"{tmp}/f",
+                        "--limit", str(n_images), *sets], check=True, capture_output=True)
+        st = json.loads((Path(tmp) / "f" / "features_stats.json").read_text())
+    med = st["seconds_per_image_median"]
+    return [entry("features_s_per_image", round(st["wall_seconds_per_image"], 3), "s/image", corpus=corpus,
+                  images=n_images, cnn=st["cnn"], device=st["device"],
+                  median_split_s={k: round(v, 4) for k, v in med.items()},
+                  note="wall time per image, proposals in a worker process overlapping the CNN; "
+                       "median_split_s: per-image medians of each part (they overlap, so they do not sum to the wall time)",
+                  images_per_s=round(1 / st["wall_seconds_per_image"], 2), paper_rcnn_s_per_image_k40=25),
+            entry("features_peak_mem_mb", round(st["peak_rss_mb"] + st["peak_rss_workers_mb"], 0), "MB", corpus=corpus,
+                  main_mb=round(st["peak_rss_mb"], 0), workers_mb=round(st["peak_rss_workers_mb"], 0))]
+
+
+OPT_IN = {"repro": bench_repro, "repro_pascal1k": bench_repro_pascal1k}  # long: run by name only
+
 BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "train_step": bench_train_step,
     "eval": bench_eval,
     "synthetic": bench_synthetic,
     "parse": bench_parse,
+    "features": bench_features,
 }
 
 
@@ -241,16 +333,18 @@ def merge(new: list[dict[str, Any]], path: Path = RESULTS) -> list[dict[str, Any
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {', '.join(BENCHMARKS)})")
+    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: {', '.join(BENCHMARKS)}; "
+                                             f"by name only: {', '.join(OPT_IN)})")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    unknown = [n for n in args.names if n not in BENCHMARKS]
+    known = {**BENCHMARKS, **OPT_IN}
+    unknown = [n for n in args.names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS)}")
+        raise SystemExit(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}")
     new: list[dict[str, Any]] = []
     for name in args.names or list(BENCHMARKS):
         print(f"[bench] {name} ...", flush=True)
-        for e in BENCHMARKS[name]():
+        for e in known[name]():
             print(f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else ""))
             new.append(e)
     merge(new, Path(args.out))

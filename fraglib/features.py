@@ -275,6 +275,21 @@ def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
     return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}
 
 
+def overridden(cfg: VisionConfig, items: list[str]) -> VisionConfig:
+    """``cfg`` with ``key=value`` overrides (values read as YAML), checked."""
+    import yaml
+
+    from fraglib.config import from_dict
+
+    values = dataclasses.asdict(cfg)
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        values[k] = yaml.safe_load(v)
+    return from_dict("vision", values, VisionConfig)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
@@ -282,8 +297,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", help="default <dataset-dir>/features")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     args = ap.parse_args(argv)
-    cfg = load_section(args.params, "vision", VisionConfig)
+    cfg = overridden(load_section(args.params, "vision", VisionConfig), args.set)
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
     if args.limit:
         ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],

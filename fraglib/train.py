@@ -124,9 +124,11 @@ class SplitData:
         return rows.astype(np.int64), np.repeat(np.arange(len(sents)), counts)
 
 
-def load_data(dataset_dir: str | Path, cfg: TrainConfig, device: torch.device) -> tuple[dict[str, SplitData], torch.Tensor, int, dict[str, Any]]:
+def load_data(dataset_dir: str | Path, cfg: TrainConfig, device: torch.device, features_dir: str | Path | None = None
+              ) -> tuple[dict[str, SplitData], torch.Tensor, int, dict[str, Any]]:
     """Splits, the compact word table (only rows the fragments use; GloVe copied once, in part),
-    the number of relation types, and provenance info."""
+    the number of relation types, and provenance info. Features are read from ``features_dir``
+    (default ``<dataset_dir>/features``)."""
     from fraglib.vectors import load_glove
 
     d = Path(dataset_dir)
@@ -135,7 +137,7 @@ def load_data(dataset_dir: str | Path, cfg: TrainConfig, device: torch.device) -
     if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
         raise ValueError(f"{d}/fragments: sentence order differs from dataset.json (re-run the fragments stage)")
     det = "rcnn" if cfg.detector == "fullframe" else cfg.detector
-    cache = FeatureCache.load(d / "features" / f"{det}.npz", ds)
+    cache = FeatureCache.load(Path(features_dir or d / "features") / f"{det}.npz", ds)
     if cfg.detector == "fullframe":
         cache = cache.fullframe()
     used = np.unique(np.concatenate([frags.w1, frags.w2]))
@@ -286,7 +288,7 @@ def _save(path: Path, obj: dict[str, Any]) -> None:
 
 
 def train(dataset_dir: str | Path, out_dir: str | Path, cfg: TrainConfig, device: torch.device | None = None,
-          progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
+          progress: bool = True, stop_after: int | None = None, features_dir: str | Path | None = None) -> dict[str, Any]:
     """Train (or resume) and evaluate; returns the test metrics. ``stop_after`` ends the process's
     work after that many epochs (used to test resumption)."""
     from tqdm.auto import tqdm
@@ -298,7 +300,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, cfg: TrainConfig, device
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    splits, words, n_rel, info = load_data(dataset_dir, cfg, device)
+    splits, words, n_rel, info = load_data(dataset_dir, cfg, device, features_dir)
     if cfg.random:
         test = evaluate_split(None, splits["test"], cfg)
         return _finish(out, cfg, info, test, None, [], 0.0)
@@ -393,10 +395,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a train parameter")
     args = ap.parse_args(argv)
     cfg = config_from(args.params, args.set)
-    m = train(args.dataset_dir, args.out, cfg)
+    m = train(args.dataset_dir, args.out, cfg, features_dir=args.features_dir)
     t = m["test"]
     print("test: annotation " + " ".join(f"R@{k} {t['annotation'][f'r{k}']:.1f}" for k in (1, 5, 10))
           + f" med {t['annotation']['median_rank']:.0f} | search "

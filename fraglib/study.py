@@ -1,0 +1,132 @@
+"""One ablation variant over several seeds (a DVC ``foreach`` stage per variant).
+
+    python -m fraglib.study --dataset-dir data/synthetic --variant full --out runs/synthetic/full
+
+The variant's overrides (``params.yaml`` ``variants.<name>``) are applied on top of the ``train``
+section; every seed of ``study.seeds`` trains in its own process (``study.jobs`` at a time, one
+thread each: on a CPU two small single-threaded runs beat one two-threaded run). Each seed writes
+``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints; a killed run resumes). The variant's
+summary goes to ``metrics.json`` (mean and sd over seeds, per-seed values; a DVC metric) and
+``history.csv`` (all seeds, a DVC plot). Nothing timing-dependent is written into ``metrics.json``,
+so a re-run with the same seeds gives identical bytes on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fraglib.config import ConfigError, from_dict, read_params
+from fraglib.evaluate import KS
+
+DIRECTIONS = ("annotation", "search")
+METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
+
+
+def variant_config(params: dict[str, Any], variant: str, seed: int):
+    from fraglib.train import TrainConfig
+
+    variants = params.get("variants") or {}
+    if variant not in variants:
+        raise ConfigError(f"variants.{variant}: unknown variant, allowed: {', '.join(variants)}")
+    over = variants[variant] or {}
+    return from_dict(f"variants.{variant}", {**(params.get("train") or {}), **over, "seed": seed}, TrainConfig)
+
+
+def _run_seed(args: tuple[str, str, dict[str, Any], int, str, int, str | None]) -> dict[str, Any]:
+    from fraglib.train import train
+
+    dataset_dir, variant, params, seed, out, threads, features_dir = args
+    dataset_dir = dataset_dir.format(seed=seed)
+    torch.set_num_threads(threads)
+    cfg = variant_config(params, variant, seed)
+    d = Path(out) / "seeds" / f"seed{seed}"
+    last = d / "last.pt"
+    if last.exists():
+        import dataclasses
+
+        ck = torch.load(last, map_location="cpu", weights_only=False)
+        if ck["config"] != dataclasses.asdict(cfg):
+            print(f"[{variant} seed {seed}] configuration changed: restarting from scratch", flush=True)
+            shutil.rmtree(d)
+    m = train(dataset_dir, d, cfg, device=None, progress=False, features_dir=features_dir)
+    print(f"[{variant} seed {seed}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
+          f"search R@1 {m['test']['search']['r1']:.1f}", flush=True)
+    return m
+
+
+def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str | Path,
+                features_dir: str | None = None, seeds: list[int] | None = None) -> dict[str, Any]:
+    """Train ``variant`` for every seed; ``dataset_dir`` may hold ``{seed}`` (one data split per
+    seed, as in the Pascal1K study, where the seed is the split seed)."""
+    study = params.get("study") or {}
+    seeds = [int(s) for s in (seeds if seeds is not None else study.get("seeds", [0, 1, 2]))]
+    if not seeds:
+        raise ConfigError("study.seeds: empty list, give at least one seed")
+    jobs = int(study.get("jobs", 2))
+    for s in seeds:
+        variant_config(params, variant, s).validate()  # fail before any work
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, torch.get_num_threads() // max(1, min(jobs, len(seeds))))
+    work = [(dataset_dir, variant, params, s, str(out), threads, features_dir) for s in seeds]
+    if jobs > 1 and len(seeds) > 1:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(seeds)), mp_context=mp.get_context("spawn")) as ex:
+            results = list(ex.map(_run_seed, work))
+    else:
+        results = [_run_seed(w) for w in work]
+    per_seed = {str(s): {d: r["test"][d] for d in DIRECTIONS} for s, r in zip(seeds, results)}
+    summary: dict[str, Any] = {"variant": variant, "seeds": seeds, "overrides": (params.get("variants") or {})[variant] or {}}
+    for d in DIRECTIONS:
+        summary[d] = {m: float(np.mean([per_seed[str(s)][d][m] for s in seeds])) for m in METRICS}
+        summary[f"{d}_sd"] = {m: float(np.std([per_seed[str(s)][d][m] for s in seeds], ddof=1)) if len(seeds) > 1 else 0.0
+                              for m in METRICS}
+    summary["per_seed"] = per_seed
+    summary["best_epoch"] = {str(s): r["best_epoch"] for s, r in zip(seeds, results)}
+    (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    lines = []
+    for s in seeds:
+        h = (out / "seeds" / f"seed{s}" / "history.csv").read_text().splitlines()
+        if not h:
+            continue
+        if not lines:
+            lines.append("seed," + h[0])
+        lines += [f"{s},{row}" for row in h[1:]]
+    (out / "history.csv").write_text("\n".join(lines) + "\n" if lines else "seed,epoch\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset-dir", required=True)
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--features-dir", help="default <dataset-dir>/features")
+    ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds)")
+    ap.add_argument("--seeds-param", help="dotted params.yaml key holding the seed list, e.g. pascal1k.splits")
+    args = ap.parse_args(argv)
+    params = read_params(args.params)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    if args.seeds_param:
+        node: Any = params
+        for key in args.seeds_param.split("."):
+            if not isinstance(node, dict) or key not in node:
+                raise ConfigError(f"{args.seeds_param}: not found in {args.params}")
+            node = node[key]
+        seeds = [int(x) for x in node]
+    s = run_variant(args.dataset_dir, args.variant, params, args.out, args.features_dir, seeds)
+    print(f"{args.variant}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
+          f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}")
+
+
+if __name__ == "__main__":
+    main()

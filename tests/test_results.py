@@ -1,0 +1,49 @@
+"""Study summaries, paired differences, the index page."""
+import json
+
+import numpy as np
+import pytest
+
+from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
+
+
+def test_paired_difference_by_hand():
+    a = np.array([[1, 1, 5, 20], [1, 2, 5, 20]])   # seeds x queries
+    b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
+    r = paired_difference(a, b, "r1", n_boot=200)
+    # R@1: a = 50% and 25%, b = 25% and 0% -> difference 25 points for both seeds
+    assert r["diff"] == pytest.approx(25.0)
+    assert 0 <= r["lo"] <= 25 <= r["hi"] <= 100  # only query 0 differs: resamples give 0..100
+    same = paired_difference(a, a, "r5", n_boot=50)
+    assert same == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "excludes_zero": False}
+    with pytest.raises(ValueError, match="same seeds and queries"):
+        paired_difference(a, b[:1], "r1")
+
+
+def test_seed_mean_ci_contains_point():
+    rng = np.random.default_rng(0)
+    r = rng.integers(1, 30, size=(3, 200))
+    lo, hi = bootstrap_seed_mean(r, "r10", n_boot=300)
+    point = (100.0 * (r <= 10).mean(axis=1)).mean()
+    assert lo <= point <= hi
+
+
+def test_published_table_layout():
+    t = published_table("pascal1k")
+    assert ("annotation", "R@1") in t.columns and ("search", "mean r") in t.columns
+    assert t.loc["paper: full_model", ("annotation", "R@1")] == 39.0
+
+
+def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
+    from fraglib.index import build
+    from fraglib.results import load_variant, results_table
+
+    full = load_variant(tiny_study / "full")
+    assert full["seeds"] == [0] and full["ranks"]["search"].shape[0] == 1
+    summary = json.loads((tiny_study / "full" / "metrics.json").read_text())
+    assert "train_seconds" not in json.dumps(summary)  # nothing timing-dependent in the DVC metric
+    table = results_table({"full": full, "random": load_variant(tiny_study / "random")}, n_boot=20)
+    assert table.shape == (2, 8)
+    monkeypatch.chdir(tmp_path)
+    page = build(tmp_path / "reports" / "index.html").read_text()
+    assert "git revision" in page and "not built" in page
