@@ -176,7 +176,9 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
     n_props = []
     loader = torch.utils.data.DataLoader(
         _Images([dataset.image_path(n) for n in range(len(dataset.images))], cfg), batch_size=None,
-        num_workers=cfg.num_workers, collate_fn=_identity)
+        num_workers=cfg.num_workers, collate_fn=_identity,
+        # spawn, not fork: a forked worker can inherit a held OpenMP/OpenCV lock and hang
+        multiprocessing_context="spawn" if cfg.num_workers else None)
     t_start = time.perf_counter()
     for item in tqdm(loader, total=len(dataset.images), desc=f"features ({backbone.name}, {device})",
                      disable=not progress, mininterval=5):

@@ -7,7 +7,7 @@ Backends (the ``parser`` parameter):
 * ``stanza`` — Stanford's stanza, Universal Dependencies v2 labels (``scheme = "ud"``). Its English
   models come from a model hub, once, on a machine that is online::
 
-      python -c "import stanza; stanza.download('en', model_dir='stanza_resources', processors='tokenize,pos,lemma,depparse')"
+      python -c "import stanza; stanza.download('en', model_dir='stanza_resources', processors='tokenize,pos,lemma,depparse')"  # offline-ok
 
   after which ``StanzaParser(model_dir='stanza_resources')`` loads them with
   ``download_method=None`` (no network).
@@ -99,7 +99,7 @@ class StanzaParser:
         if not (model_dir / "en").is_dir():
             raise RuntimeError(
                 f"stanza English models not found in {model_dir}/en. On a machine with internet, run once:\n"
-                f"  python -c \"import stanza; stanza.download('en', model_dir='{model_dir}', "
+                f"  python -c \"import stanza; stanza.download('en', model_dir='{model_dir}', "  # offline-ok: printed, not run
                 f"processors='{STANZA_PROCESSORS}')\"\n"
                 f"then copy {model_dir}/ here, or use parser=spacy (installs offline).")
         if device is None:

@@ -190,6 +190,8 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
 
     from fraglib.vision import box_iou
 
+    if not (Path(seed_dir) / "best.pt").exists():  # random ranking: nothing was trained
+        return {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}
     model, cfg, _ = load_model(seed_dir, dataset_dir)
     if cfg.devise or cfg.random or cfg.detector == "fullframe":
         return {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}

@@ -1,6 +1,6 @@
 """Hyperparameter search on the validation split only (never the test split).
 
-    python -m fraglib.search --dataset-dir data/synthetic --out reports/search/synthetic.csv
+    python -m fraglib.search --dataset-dir data/synthetic --out studies/search/synthetic.csv
 
 Random search: ``--trials`` configurations drawn (seeded) from :data:`SPACE` on top of params.yaml's
 ``train`` section, each trained for ``--epochs`` epochs; the criterion is the best validation

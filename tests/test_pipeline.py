@@ -20,16 +20,25 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
             (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, tmp_path / f)
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["synthetic"].update(n_train=8, n_val=2, n_test=2)
+    params["synthetic"].update(n_train=12, n_val=3, n_test=3)
     params["data_report"]["n_show"] = 2
+    params["vision"].update(max_proposals=60, num_workers=0)
+    params["train"].update(epochs=2, dense_epochs=1, embed_dim=16, batch_size=10, n_boot=20, lr_drop_epochs=1)
+    params["study"] = {"seeds": [0], "jobs": 1}
+    params["variants"] = {"full": {}, "random": {"random": True}}
+    params["results_report"]["n_examples"] = 1
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    run = lambda *cmd: subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True, text=True, env=env).stdout
+    def run(*cmd):
+        r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert r.returncode == 0, f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        return r.stdout
     run("git", "init", "-q")
     first = run("dvc", "repro")
     assert "Running stage 'synthetic'" in first and "Running stage 'data_report'" in first
-    assert (tmp_path / "reports" / "data_report.html").exists()
+    for page in ("data_report", "text_report", "vision_report", "training_report", "results_report", "index"):
+        assert (tmp_path / "reports" / f"{page}.html").exists(), page
     second = run("dvc", "repro")
     assert "Running stage" not in second
     assert "stats.json" in run("dvc", "metrics", "show")

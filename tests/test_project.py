@@ -31,7 +31,10 @@ def test_dvc_stage_parameters_exist_and_notebooks_have_parameters_cell():
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
+        stage = stage.get("do", stage)  # foreach stages
         for ref in re.findall(r"\$\{([^}]+)\}", stage["cmd"]):
+            if ref in ("key", "item") or ref.startswith(("item.", "key.")):
+                continue
             node = params
             for key in ref.split("."):
                 assert key in node, f"stage {name}: ${{{ref}}} not in params.yaml"
