@@ -69,3 +69,15 @@ def load_section(path: str | Path, section: str, cls: type[T]) -> T:
     if section not in data:
         raise ConfigError(f"{path}: section '{section}' missing (sections present: {', '.join(data)})")
     return from_dict(section, data[section], cls)
+
+
+def load_with_overrides(path: str | Path, section: str, cls: type[T], overrides: list[str]) -> T:
+    """``cls`` from ``section`` of the params file, with command-line ``key=value`` overrides
+    (values read as YAML: numbers, true/false, lists), checked like the file's own values."""
+    values = dict(read_params(path).get(section) or {})
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        values[k] = yaml.safe_load(v)
+    return from_dict(section, values, cls)

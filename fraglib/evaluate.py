@@ -14,7 +14,7 @@ the authors' code) ranks last, and a constant score matrix gives every query the
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -107,8 +107,3 @@ def rsum(metrics: dict[str, Any]) -> float:
 def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
     """The random-ranking baseline: i.i.d. uniform scores."""
     return np.random.default_rng(seed).random((n_images, n_sentences))
-
-
-def chunked_scores(score_block: Callable[[int, int], torch.Tensor], n_images: int, chunk: int) -> torch.Tensor:
-    """Stack ``score_block(a, b)`` (images a..b against every sentence) into the full matrix."""
-    return torch.cat([score_block(a, min(a + chunk, n_images)) for a in range(0, n_images, chunk)], dim=0)

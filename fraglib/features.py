@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import load_section
+from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
 from fraglib.vision import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             load_image, nms_top_k, proposal_scores, recall_at_iou, resize_longer, roi_descriptors,
@@ -144,8 +144,6 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
             device: torch.device | None = None, progress: bool = True) -> dict[str, Any]:
     """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
     true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats."""
-    from tqdm.auto import tqdm
-
     from fraglib.device import select_device
 
     cfg.validate()
@@ -277,21 +275,6 @@ def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
     return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}
 
 
-def overridden(cfg: VisionConfig, items: list[str]) -> VisionConfig:
-    """``cfg`` with ``key=value`` overrides (values read as YAML), checked."""
-    import yaml
-
-    from fraglib.config import from_dict
-
-    values = dataclasses.asdict(cfg)
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        values[k] = yaml.safe_load(v)
-    return from_dict("vision", values, VisionConfig)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
@@ -301,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     args = ap.parse_args(argv)
-    cfg = overridden(load_section(args.params, "vision", VisionConfig), args.set)
+    cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
     if args.limit:
         ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],

@@ -123,6 +123,8 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
     """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts)."""
     M = fragment_scores(V, S)
     B = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
+    if B == 0:
+        raise ValueError("total_cost: a batch needs image and sentence fragments")
     cost = M.new_zeros(())
     parts: dict[str, float] = {}
     if fragment_weight:

@@ -12,7 +12,6 @@ the choice stays visible in the history of that file.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import tempfile

@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json

@@ -23,15 +23,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from fraglib.config import ConfigError, check_choice, check_range, from_dict, read_params
-from fraglib.data import Dataset, read_karpathy_json
+from fraglib.config import ConfigError, check_choice, check_range, load_with_overrides
+from fraglib.data import read_karpathy_json
 from fraglib.evaluate import evaluate_scores, random_scores, rsum
 from fraglib.features import FeatureCache
 from fraglib.fragments import Fragments
 from fraglib.model import FragmentModel
-from fraglib.objectives import (dense_alignment, global_ranking, mil_alignment, pair_scores)
+from fraglib.objectives import global_ranking, pair_scores, total_cost
 
 DETECTORS = ("rcnn", "groundtruth", "fullframe")
 
@@ -192,6 +191,12 @@ def make_batches(data: SplitData, batch_size: int, seed: int, epoch: int) -> lis
 
 
 # ----------------------------------------------------------------------------- model + cost
+def mean_rows(x: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
+    """(n, D) mean of the rows of ``x`` owned by each of n images (DeViSE's single image vector)."""
+    cnt = torch.bincount(owner, minlength=n).clamp_min(1).to(x.dtype)
+    return x.new_zeros((n, x.shape[1])).index_add_(0, owner, x) / cnt[:, None]
+
+
 def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: TrainConfig, dense: bool) -> tuple[torch.Tensor, dict[str, float]]:
     """Cost of one batch of pairs (sentences ``batch`` with their images): the objective terms
     divided by the number of pairs B, plus ``alpha`` ||θ||²."""
@@ -206,9 +211,7 @@ def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: Tr
     B = len(batch)
     parts: dict[str, float] = {}
     if cfg.devise:
-        cnt = torch.bincount(vo, minlength=B).clamp_min(1).to(x.dtype)
-        xm = x.new_zeros((B, x.shape[1])).index_add_(0, vo, x) / cnt[:, None]
-        V = model.embed_images(xm)
+        V = model.embed_images(mean_rows(x, vo, B))
         S = model.embed_devise_sentences(data.frag_w1[sr], so, B)
         cg = global_ranking(V @ S.T, cfg.margin)
         parts["C_G"] = float(cg.detach())
@@ -216,16 +219,9 @@ def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: Tr
     else:
         V = model.embed_images(x)
         S = model.embed_sentences(data.frag_rel[sr], data.frag_w1[sr], data.frag_w2[sr])
-        M = V @ S.T
-        cost = M.new_zeros(())
-        if cfg.fragment_weight:
-            cf = (dense_alignment if dense else mil_alignment)(M, vo, so, cfg.normalize)
-            parts["C_0" if dense else "C_F"] = float(cf.detach())
-            cost = cost + cfg.fragment_weight * cf
-        if cfg.beta:
-            cg = global_ranking(pair_scores(M, vo, so, B, B, cfg.smooth, cfg.accumulate), cfg.margin)
-            parts["C_G"] = float(cg.detach())
-            cost = cost + cfg.beta * cg
+        cost, parts = total_cost(V, S, vo, so, dense=dense, fragment_weight=cfg.fragment_weight, beta=cfg.beta,
+                                 margin=cfg.margin, smooth=cfg.smooth, accumulate=cfg.accumulate,
+                                 normalize=cfg.normalize)
     cost = cost / B  # per pair: the learning rate does not depend on the batch size
     if cfg.alpha:
         reg = model.regularizer()
@@ -257,9 +253,7 @@ def score_matrix(model: FragmentModel | None, data: SplitData, cfg: TrainConfig)
         x = data.img_x[torch.from_numpy(irows).to(dev)]
         vo = torch.from_numpy(v_owner).to(dev)
         if cfg.devise:
-            cnt = torch.bincount(vo, minlength=len(imgs)).clamp_min(1).to(x.dtype)
-            xm = x.new_zeros((len(imgs), x.shape[1])).index_add_(0, vo, x) / cnt[:, None]
-            blk = model.embed_images(xm) @ S.T
+            blk = model.embed_images(mean_rows(x, vo, len(imgs))) @ S.T
         else:
             M = model.embed_images(x) @ S.T
             blk = pair_scores(M, vo, so, len(imgs), data.n_sentences, cfg.smooth, cfg.accumulate, inplace=True)
@@ -380,14 +374,8 @@ def _finish(out: Path, cfg: TrainConfig, info: dict[str, Any], test: dict[str, A
 
 
 def config_from(params: str | Path, overrides: list[str]) -> TrainConfig:
-    """``train`` section of ``params`` with ``key=value`` overrides (values read as YAML)."""
-    base = dict(read_params(params).get("train") or {})
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        base[k] = yaml.safe_load(v)
-    return from_dict("train", base, TrainConfig)
+    """``train`` section of ``params`` with ``key=value`` overrides."""
+    return load_with_overrides(params, "train", TrainConfig, overrides)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,7 +36,6 @@ import torch
 from fraglib.config import check_choice, check_range
 
 VARIANTS = {0: 224, 1: 240, 2: 260}  # EfficientNet-Lite variant -> training resolution
-DETECTORS = ("rcnn", "groundtruth", "fullframe")
 SCORES = ("max_prob", "entropy")
 MIN_SIDE, MAX_SIDE = 32, 4000
 

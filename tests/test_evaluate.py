@@ -1,6 +1,5 @@
 """Rank metrics against hand-computed examples: ties, 6 sentences per image, no-fragment sentences."""
 import numpy as np
-import pytest
 
 from fraglib.evaluate import (annotation_ranks, bootstrap_ci, evaluate_scores, hodosh_columns, random_scores,
                               recall_table, search_ranks)

@@ -1,6 +1,5 @@
 """Image loading (bad input), box geometry, NMS, degradation, and the feature cache end to end."""
 import hashlib
-import json
 import shutil
 
 import numpy as np

@@ -1,0 +1,75 @@
+"""Flickr token-file loaders on fixtures the test builds, and on the real Flickr8K text."""
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import shared_data
+from fraglib.data import main as data_main, read_karpathy_json
+from fraglib.flickr import read_flickr30k, read_flickr8k
+
+
+def _fixture(tmp_path, n_images=12):
+    text = tmp_path / "text"
+    images = tmp_path / "images"
+    text.mkdir()
+    images.mkdir()
+    lines = []
+    for i in range(n_images):
+        for n in range(5):
+            lines.append(f"{1000 + i}_abc.jpg#{n}\tA dog number {i} runs , caption {n} .")
+    lines.insert(3, "this line is garbage")
+    lines.insert(7, "1000_abc.jpg\tno caption number")
+    lines.append("")
+    (text / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    names = [f"{1000 + i}_abc.jpg" for i in range(n_images)]
+    (text / "Flickr_8k.trainImages.txt").write_text("\n".join(names[:8]) + "\n")
+    (text / "Flickr_8k.devImages.txt").write_text("\n".join(names[8:10]) + "\n")
+    (text / "Flickr_8k.testImages.txt").write_text(names[10] + "\n")     # names[11]: in no list
+    for f in names[1:]:                                                    # names[0] missing on disk
+        (images / f).write_bytes(b"stand-in")
+    (images / "notes.txt").write_text("an extra file")
+    return text, images
+
+
+def test_flickr8k_fixture_counts_every_skip(tmp_path):
+    text, images = _fixture(tmp_path)
+    ds, rep = read_flickr8k(text, images)
+    assert rep["lines_skipped"] == 2 and rep["first_skipped_lines"] == [4, 8]
+    assert rep["images_in_no_split_list"] == 1 and rep["images_missing_on_disk"] == 1
+    assert rep["extra_files_in_image_dir"] == 1
+    assert Counter(im["split"] for im in ds.images) == {"train": 7, "val": 2, "test": 1}
+    assert len(ds.sentences) == 50 and ds.sentences[0]["tokens"][:3] == ["a", "dog", "number"]
+
+
+def test_flickr30k_seeded_split_and_cli(tmp_path):
+    text, images = _fixture(tmp_path, n_images=30)
+    token = text / "Flickr8k.token.txt"
+    ds, rep = read_flickr30k(token, images, split_seed=1)
+    assert rep["images_missing_on_disk"] == 1
+    ds2, _ = read_flickr30k(token, images, split_seed=1)
+    assert [im["split"] for im in ds.images] == [im["split"] for im in ds2.images]
+    # 30 images is fewer than 1000 + 1000: all go to val
+    assert set(im["split"] for im in ds.images) == {"val"}
+    data_main(["flickr8k", "--root", str(text), "--images", str(images), "--out", str(tmp_path / "out")])
+    back = read_karpathy_json(tmp_path / "out" / "dataset.json")
+    assert len(back.images) == 10 and json.loads((tmp_path / "out" / "conversion.json").read_text())["lines_skipped"] == 2
+
+
+def test_missing_files_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Flickr_8k.trainImages.txt"):
+        read_flickr8k(tmp_path, tmp_path)
+
+
+def test_real_flickr8k_text_with_stand_in_images(tmp_path):
+    root = shared_data("flickr8k")
+    images = tmp_path / "images"
+    images.mkdir()
+    names = sorted({line.split("#")[0] for line in (root / "Flickr8k.token.txt").read_text().splitlines() if "#" in line})
+    for f in names[5:]:
+        (images / f).write_bytes(b"")
+    ds, rep = read_flickr8k(root, images)
+    assert rep["lines_skipped"] == 0
+    assert len(ds.images) + rep["images_missing_on_disk"] == 8000
+    assert Counter(im["split"] for im in ds.images)["test"] <= 1000
+    assert Counter(Counter(s["imgid"] for s in ds.sentences).values()) == {5: len(ds.images)}
