@@ -165,6 +165,11 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
     from tqdm.auto import tqdm
 
     backbone = Backbone(cfg.cnn_variant).to(device).to(memory_format=torch.channels_last)
+    objectness = None
+    if cfg.score == "learned":
+        from fraglib.objectness import Objectness
+
+        objectness = Objectness.load(cfg.objectness_file)
     detectors = ["rcnn"] + (["groundtruth"] if truth is not None else [])
     acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
                                        for d in detectors}
@@ -199,7 +204,12 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
         fmap = backbone.feature_map(Backbone.to_input(small, device))
         full = fmap.mean(dim=(2, 3))
         t1 = time.perf_counter()
-        scores = proposal_scores(backbone, roi_descriptors(fmap, props, scale), cfg.score) if len(props) else np.zeros(0)
+        if not len(props):
+            scores = np.zeros(0)
+        elif objectness is not None:
+            scores = objectness.score(roi_descriptors(fmap, props, scale), props, w, h)
+        else:
+            scores = proposal_scores(backbone, roi_descriptors(fmap, props, scale), cfg.score)
         keep = nms_top_k(props, scores, cfg.nms_iou, cfg.k)
         t2 = time.perf_counter()
         chosen = {"rcnn": (props[keep], scores[keep])}
@@ -279,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--truth", help="synthetic ground_truth.json: also write the groundtruth detector's cache")
+    ap.add_argument("--voc", help="VOC annotation folder: the groundtruth detector from real boxes (an oracle)")
     ap.add_argument("--out-dir", help="default <dataset-dir>/features")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
@@ -290,6 +301,10 @@ def main(argv: list[str] | None = None) -> None:
         ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],
                      [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}])
     truth = synthetic_truth(args.truth) if args.truth else None
+    if args.voc:
+        from fraglib.voc import voc_truth
+
+        truth = voc_truth(args.voc, ds.images)
     s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth)
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))

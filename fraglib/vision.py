@@ -10,7 +10,9 @@ The R-CNN recipe, rebuilt from parts that install offline:
 3. **scoring** — every proposal's descriptor is RoI-aligned from that shared map (Fast R-CNN
    style: the paper's R-CNN ran the CNN once per crop, ~25 s/image on a GPU) and scored
    (``score``): ``max_prob`` = the highest ImageNet class probability of the region (the naive
-   R-CNN analogue), ``entropy`` = negative entropy of those probabilities;
+   R-CNN analogue), ``entropy`` = negative entropy of those probabilities, ``learned`` = a
+   class-agnostic logistic regression on descriptor + box geometry trained on annotated boxes of
+   images outside every test split (:mod:`fraglib.objectness`, the analogue of R-CNN's SVMs);
 4. **class-agnostic NMS** at IoU ``nms_iou``, top ``k`` boxes (padded with the best suppressed
    boxes when fewer survive), plus the full image;
 5. **descriptors** of the kept boxes: RoI-aligned from the shared map (``region_features="roi"``,
@@ -33,10 +35,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import check_choice, check_range
+from fraglib.config import ConfigError, check_choice, check_range
 
 VARIANTS = {0: 224, 1: 240, 2: 260}  # EfficientNet-Lite variant -> training resolution
-SCORES = ("max_prob", "entropy")
+SCORES = ("max_prob", "entropy", "learned")
 MIN_SIDE, MAX_SIDE = 32, 4000
 
 
@@ -50,6 +52,7 @@ class VisionConfig:
     max_proposals: int = 600         # first proposals (selective-search order) that are scored
     min_box: int = 12                # px at full scale; smaller proposals are dropped
     score: str = "max_prob"          # proposal score, see module docstring
+    objectness_file: str = ""        # score=learned: the model written by fraglib.objectness
     nms_iou: float = 0.3
     k: int = 19                      # detections per image (plus the full image)
     region_features: str = "roi"     # roi | crop
@@ -71,6 +74,8 @@ class VisionConfig:
         check_range(f"{p}.max_proposals", self.max_proposals, 1, 100_000, int)
         check_range(f"{p}.min_box", self.min_box, 1, 1000, int)
         check_choice(f"{p}.score", self.score, SCORES)
+        if self.score == "learned" and not self.objectness_file:
+            raise ConfigError(f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.objectness)")
         check_range(f"{p}.nms_iou", self.nms_iou, 0.0, 1.0, float)
         check_range(f"{p}.k", self.k, 0, 1000, int)
         check_choice(f"{p}.region_features", self.region_features, ("roi", "crop"))
@@ -249,7 +254,7 @@ def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: in
 
 def proposal_scores(backbone: Backbone, desc: torch.Tensor, kind: str) -> np.ndarray:
     """Objectness of each region descriptor (higher = more object-like)."""
-    check_choice("vision.score", kind, SCORES)
+    check_choice("vision.score", kind, ("max_prob", "entropy"))  # learned: fraglib.objectness
     p = torch.softmax(backbone.classify(desc), dim=1)
     if kind == "max_prob":
         s = p.max(dim=1).values
