@@ -16,7 +16,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
     for f in files:
-        if (ROOT / f).is_file() and not f.startswith(("data/", "reports/")) and f != "dvc.lock":
+        if (ROOT / f).is_file() and not f.startswith(("data/", "reports/", "runs/")) and f != "dvc.lock":
             (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, tmp_path / f)
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())

@@ -141,7 +141,7 @@ def test_same_input_same_bytes(tiny_features, tmp_path):
     extract(small, VisionConfig(**{**cfg.__dict__, "num_workers": 0}), tmp_path / "c", progress=False)
     zc = np.load(tmp_path / "c" / "rcnn.npz")
     np.testing.assert_array_equal(za["boxes"], zc["boxes"])
-    np.testing.assert_allclose(za["features"], zc["features"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(za["features"], zc["features"], rtol=1e-3, atol=1e-3)
 
 
 def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
