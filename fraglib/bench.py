@@ -310,7 +310,36 @@ def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
                   main_mb=round(st["peak_rss_mb"], 0), workers_mb=round(st["peak_rss_workers_mb"], 0))]
 
 
-OPT_IN = {"repro": bench_repro, "repro_pascal1k": bench_repro_pascal1k}  # long: run by name only
+def bench_rcnn_recall() -> list[dict[str, Any]]:
+    """Recall at IoU >= 0.5 of the cached Pascal1K `rcnn` top-19 boxes against the non-difficult VOC
+    objects: on the images that are a test image of some study split (never seen by the learned
+    objectness), and overall. Needs the Pascal1K study's features and splits."""
+    import yaml
+
+    from fraglib.data import read_karpathy_json
+    from fraglib.features import FeatureCache
+    from fraglib.vision import recall_at_iou
+    from fraglib.voc import voc_truth
+
+    params = yaml.safe_load(Path("params.yaml").read_text())["pascal1k"]
+    ds = read_karpathy_json("data/pascal1k/dataset.json")
+    cache = FeatureCache.load("data/pascal1k/features/rcnn.npz", ds)
+    truth = voc_truth(Path(params["root"]) / "annotations", ds.images)
+    held = set()
+    for s in params["splits"]:
+        held |= {im["filename"] for im in read_karpathy_json(f"data/pascal1k/split{s}/dataset.json").images
+                 if im["split"] == "test"}
+    det = lambda n: cache.boxes[cache.rows(n)][~cache.is_full[cache.rows(n)]]
+    sel = [n for n, im in enumerate(ds.images) if im["filename"] in held]
+    r_held = recall_at_iou([det(n) for n in sel], [truth[int(ds.images[n]["imgid"])] for n in sel])
+    r_all = recall_at_iou([det(n) for n in range(len(ds.images))], [truth[int(im["imgid"])] for im in ds.images])
+    return [entry("rcnn_recall_at_19", round(100 * r_held, 1), "percent", overall_percent=round(100 * r_all, 1),
+                  held_out_images=len(sel), score=cache.meta["settings"]["score"],
+                  note="IoU >= 0.5, non-difficult VOC objects; value = images never used to train the objectness")]
+
+
+OPT_IN = {"rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
+          "repro_pascal1k": bench_repro_pascal1k}
 
 BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "train_step": bench_train_step,
