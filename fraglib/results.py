@@ -114,8 +114,7 @@ def differences_from(study: dict[str, dict[str, Any]], base: str = "full", n_boo
 
 
 # ----------------------------------------------------------------------------- alignment vs ground truth
-def mention_triplets(frag_words: list[tuple[str, str, str]], mention: dict[str, Any], obj: dict[str, Any],
-                     caption_shapes: list[str]) -> list[int]:
+def mention_triplets(frag_words: list[tuple[str, str, str]], obj: dict[str, Any], caption_shapes: list[str]) -> list[int]:
     """Indices of the caption's fragments that belong to one noun-phrase mention: those whose
     head word is the mention's shape noun (e.g. ``amod(circle, red)``, ``det(circle, a)``).
     Empty when the caption names that shape twice (ambiguous without token positions)."""
@@ -217,7 +216,7 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
                 used: dict[int, dict[str, Any]] = {}
                 for m in cap["mentions"]:
                     obj = rec["objects"][m["object"]]
-                    for f in mention_triplets(words, m, obj, shapes):
+                    for f in mention_triplets(words, obj, shapes):
                         used[f] = obj
                 if not used:
                     continue
