@@ -218,7 +218,6 @@ class Backbone(torch.nn.Module):
         path = getattr(mod, f"EfficientnetLite{variant}ModelFile").get_model_file_path()
         state = torch.load(path, map_location="cpu", weights_only=True)
         self.net.load_state_dict(state, strict=True)
-        self.net.set_swish(memory_efficient=False)
         self.net.eval()
         self.name = f"efficientnet-lite{variant}"
         self.weights = Path(path).name

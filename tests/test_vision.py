@@ -149,3 +149,47 @@ def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
     with pytest.raises(BadImage, match="000003.png"):
         extract(Dataset(ds.name, ds.image_dir, ds.images[2:4], []),
                 VisionConfig(**{**cfg.__dict__, "on_bad_image": "error", "num_workers": 0}), tmp_path, progress=False)
+
+
+# ------------------------------------------------------------------ the CNN itself
+@pytest.mark.parametrize("variant", [0, 2])
+def test_backbone_keeps_the_lite_relu6(variant):
+    """EfficientNet-Lite uses ReLU6, not swish: the head activation lies in [0, 6]. (Replacing it
+    by swish — what the package's ``set_swish`` does — silently ruins every descriptor.)"""
+    import torch
+
+    from fraglib.vision import Backbone
+
+    bb = Backbone(variant)
+    x = Backbone.to_input(_photo(96, 64), torch.device("cpu"))
+    f = bb.feature_map(x)
+    assert f.shape[1] == 1280
+    assert float(f.min()) >= 0.0 and float(f.max()) <= 6.0
+    assert float(f.max()) > 0.0
+
+
+def test_backbone_recognises_pascal_photographs():
+    """On real photographs the ImageNet head names the class: most of the first 20 Pascal1K
+    photographs of the category 'dog' get a dog breed as top-1 (with swish instead of ReLU6: few)."""
+    import torch
+
+    from conftest import shared_data
+    from fraglib.data import read_pascal1k
+    from fraglib.vision import Backbone
+
+    ds = read_pascal1k(shared_data("pascal1k"))
+    bb = Backbone(0)
+    dogs = range(151, 269)  # ImageNet dog breeds
+    hits = n = 0
+    for im in ds.images:
+        if im.get("category") != "dog":
+            continue
+        arr, _ = load_image(ds.image_dir / im["filename"])
+        arr = np.asarray(Image.fromarray(arr).resize((224, 224), Image.BILINEAR))
+        f = bb.feature_map(Backbone.to_input(arr, torch.device("cpu"))).mean((2, 3))
+        hits += int(bb.classify(f).argmax()) in dogs
+        n += 1
+        if n == 20:
+            break
+    assert n == 20
+    assert hits >= 10, f"only {hits}/20 Pascal1K dog photographs classified as a dog breed"
