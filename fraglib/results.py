@@ -228,3 +228,49 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
                     chance += float((iou >= 0.5).mean())
                     n += 1
     return {"accuracy": hits / n if n else float("nan"), "chance": chance / n if n else float("nan"), "fragments": n}
+
+
+# ----------------------------------------------------------------------------- where a model wins or loses
+LENGTH_BINS = (0, 8, 10, 12, 15, 1000)   # caption length in tokens: <=8, 9-10, 11-12, 13-15, >15
+LENGTH_NAMES = [f"<= {LENGTH_BINS[1]} words"] + [f"{a + 1}-{b} words" for a, b in zip(LENGTH_BINS[1:-2], LENGTH_BINS[2:-1])] \
+    + [f"> {LENGTH_BINS[-2]} words"]
+
+
+def test_groups(dataset_dir: str | Path) -> dict[str, np.ndarray]:
+    """Per-query group labels of one split's test queries, in the order of ``ranks.json``:
+    ``annotation_category`` (one per test image; its dataset ``category`` or "-"),
+    ``search_category`` (one per test sentence: its image's category) and ``search_length``
+    (one per test sentence: token-count bin, e.g. "9-10 words")."""
+    from fraglib.data import read_karpathy_json
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    test = [im for im in ds.images if im["split"] == "test"]
+    cat = {im["imgid"]: im.get("category", "-") for im in test}
+    sents = [s for s in ds.sentences if s["imgid"] in cat]
+    lengths = np.array([len(s["tokens"]) for s in sents])
+    bins = np.clip(np.searchsorted(np.array(LENGTH_BINS), lengths, side="left") - 1, 0, len(LENGTH_NAMES) - 1)
+    return {"annotation_category": np.array([cat[im["imgid"]] for im in test]),
+            "search_category": np.array([cat[s["imgid"]] for s in sents]),
+            "search_length": np.array([LENGTH_NAMES[b] for b in bins])}
+
+
+def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, variants: list[str], metric: str = "r5") -> pd.DataFrame:
+    """``metric`` of each variant per group of test queries (image category for annotation and
+    search, caption length for search), averaged over seeds (= splits; ``dataset_dir`` may hold
+    ``{seed}``). Long format: variant, direction, by, group, value, queries (per split, mean)."""
+    rows = []
+    for v in variants:
+        s = study[v]
+        for k, seed in enumerate(s["seeds"]):
+            groups = test_groups(str(dataset_dir).format(seed=seed))
+            for key, labels in groups.items():
+                d, by = key.split("_")
+                r = s["ranks"][d][k]
+                if len(r) != len(labels):
+                    raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(labels)} test queries in {dataset_dir}")
+                for g in np.unique(labels):
+                    m = labels == g
+                    rows.append({"variant": LABELS.get(v, v), "direction": d, "by": by, "group": g,
+                                 "seed": seed, "value": float(_metric(r[m], metric)), "queries": int(m.sum())})
+    df = pd.DataFrame(rows)
+    return df.groupby(["variant", "direction", "by", "group"], as_index=False).agg(value=("value", "mean"), queries=("queries", "mean"))

@@ -47,3 +47,32 @@ def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     page = build(tmp_path / "reports" / "index.html").read_text()
     assert "git revision" in page and "not built" in page
+
+
+def test_breakdown_by_category_and_length_by_hand(tmp_path):
+    from fraglib.data import Dataset, write_karpathy_json
+    from fraglib.results import breakdown
+
+    images = [{"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
+              {"imgid": 1, "filename": "b.jpg", "split": "test", "category": "dog"},
+              {"imgid": 2, "filename": "c.jpg", "split": "test", "category": "cat"}]
+    toks = lambda n: ["w"] * n
+    sentences = [{"sentid": 0, "imgid": 0, "raw": "", "tokens": toks(5)},
+                 {"sentid": 1, "imgid": 1, "raw": "", "tokens": toks(5)},     # dog, <= 8 words
+                 {"sentid": 2, "imgid": 1, "raw": "", "tokens": toks(20)},    # dog, > 15 words
+                 {"sentid": 3, "imgid": 2, "raw": "", "tokens": toks(7)}]     # cat, <= 8 words
+    for seed in (0, 1):
+        write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
+    study = {"full": {"seeds": [0, 1], "ranks": {
+        "annotation": np.array([[1, 3], [1, 1]]),        # images 1 (dog), 2 (cat)
+        "search": np.array([[1, 2, 1], [2, 2, 1]])}}}     # sentences 1, 2, 3
+    df = breakdown(study, str(tmp_path / "s{seed}"), ["full"], metric="r1").set_index(["direction", "by", "group"])
+    assert df.loc[("annotation", "category", "dog"), "value"] == 100.0
+    assert df.loc[("annotation", "category", "cat"), "value"] == 50.0     # seed 0 miss, seed 1 hit
+    assert df.loc[("search", "category", "dog"), "value"] == 25.0         # (50 + 0) / 2
+    assert df.loc[("search", "length", "<= 8 words"), "value"] == 75.0    # (100 + 50) / 2
+    assert df.loc[("search", "length", "> 15 words"), "value"] == 0.0
+    assert df.loc[("search", "category", "dog"), "queries"] == 2
+    study["full"]["ranks"]["search"] = study["full"]["ranks"]["search"][:, :2]
+    with pytest.raises(ValueError, match="test queries"):
+        breakdown(study, str(tmp_path / "s{seed}"), ["full"])
