@@ -75,9 +75,16 @@ def load_with_overrides(path: str | Path, section: str, cls: type[T], overrides:
     """``cls`` from ``section`` of the params file, with command-line ``key=value`` overrides
     (values read as YAML: numbers, true/false, lists), checked like the file's own values."""
     values = dict(read_params(path).get(section) or {})
+    values.update(parse_overrides(overrides))
+    return from_dict(section, values, cls)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> dict, values read as YAML (numbers, true/false, lists)."""
+    out = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         k, v = item.split("=", 1)
-        values[k] = yaml.safe_load(v)
-    return from_dict(section, values, cls)
+        out[k] = yaml.safe_load(v)
+    return out

@@ -1,10 +1,14 @@
 """Hyperparameter search on the validation split only (never the test split).
 
     python -m fraglib.search --dataset-dir data/synthetic --out studies/search/synthetic.csv
+    python -m fraglib.search --dataset-dir "data/pascal1k/split{seed}" --splits 0 1 \
+        --features-dir data/pascal1k/features --set devise=true --set fragment_weight=0 --out studies/search/pascal1k_devise.csv
 
 Random search: ``--trials`` configurations drawn (seeded) from :data:`SPACE` on top of params.yaml's
 ``train`` section, each trained for ``--epochs`` epochs; the criterion is the best validation
-R@K sum (R@1+5+10, both directions) over those epochs. Trials run in ``--jobs`` processes of one
+R@K sum (R@1+5+10, both directions) over those epochs — averaged over ``--splits`` when
+``--dataset-dir`` holds ``{seed}`` (each split trains with seed = split). ``--set`` fixes keys for
+every trial (e.g. the DeViSE variant), so each compared system gets its own search. Trials run in ``--jobs`` processes of one
 thread each. The table (one row per trial, sorted by the criterion) is written as CSV and rendered
 by ``notebooks/search_report.ipynb``; the chosen values are copied into params.yaml by hand, so
 the choice stays visible in the history of that file.
@@ -21,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fraglib.config import from_dict, read_params
+from fraglib.config import from_dict, parse_overrides, read_params
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -45,25 +49,33 @@ def draw(trials: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def _trial(args: tuple[str, dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+def _trial(args: tuple[str, list[int], str | None, dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     import torch
 
     from fraglib.train import TrainConfig, train
 
     torch.set_num_threads(1)
-    dataset_dir, base, over = args
-    cfg = from_dict("train", {**base, **over}, TrainConfig)
-    with tempfile.TemporaryDirectory() as tmp:
-        m = train(dataset_dir, tmp, cfg, device=torch.device("cpu"), progress=False)
-    return {**over, "val_rsum_best": m["val_rsum_best"], "best_epoch": m["best_epoch"],
-            "train_seconds": round(m["train_seconds"], 1)}
+    dataset_dir, splits, features_dir, base, over = args
+    vals, epochs, secs = [], [], 0.0
+    for split in splits:
+        cfg = from_dict("train", {**base, **over, **({"seed": split} if "{seed}" in dataset_dir else {})}, TrainConfig)
+        with tempfile.TemporaryDirectory() as tmp:
+            m = train(dataset_dir.format(seed=split), tmp, cfg, device=torch.device("cpu"), progress=False,
+                      features_dir=features_dir)
+        vals.append(m["val_rsum_best"])
+        epochs.append(m["best_epoch"])
+        secs += m["train_seconds"]
+    return {**over, "val_rsum_best": round(float(np.mean(vals)), 2), "best_epoch": float(np.mean(epochs)),
+            "train_seconds": round(secs, 1)}
 
 
-def search(dataset_dir: str, base: dict[str, Any], trials: int, epochs: int, seed: int, jobs: int) -> list[dict[str, Any]]:
+def search(dataset_dir: str, base: dict[str, Any], trials: int, epochs: int, seed: int, jobs: int,
+           splits: list[int] | None = None, features_dir: str | None = None) -> list[dict[str, Any]]:
     base = {**base, "epochs": epochs, "dense_epochs": epochs // 2, "n_boot": 10}
     configs = draw(trials, seed)
+    splits = splits if "{seed}" in dataset_dir and splits else [0]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        rows = list(ex.map(_trial, [(dataset_dir, base, c) for c in configs]))
+        rows = list(ex.map(_trial, [(dataset_dir, splits, features_dir, base, c) for c in configs]))
     return sorted(rows, key=lambda r: -r["val_rsum_best"])
 
 
@@ -76,15 +88,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
+    ap.add_argument("--splits", type=int, nargs="*", help="split seeds whose validation sets are averaged ({seed} in --dataset-dir)")
+    ap.add_argument("--features-dir", help="default <dataset-dir>/features")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a train key in every trial")
     args = ap.parse_args(argv)
     base = dict(read_params(args.params).get("train") or {})
-    rows = search(args.dataset_dir, base, args.trials, args.epochs, args.seed, args.jobs)
+    base.update(parse_overrides(args.set))
+    rows = search(args.dataset_dir, base, args.trials, args.epochs, args.seed, args.jobs, args.splits, args.features_dir)
     keys = list(rows[0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
     out.with_suffix(".json").write_text(json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
                                                     "epochs": args.epochs, "seed": args.seed, "space": SPACE,
+                                                    "splits": args.splits, "features_dir": args.features_dir,
                                                     "base": base}, indent=1) + "\n")
     print(f"best: {rows[0]}")
 

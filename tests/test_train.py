@@ -71,3 +71,25 @@ def test_bad_train_parameters():
         TrainConfig(detector="yolo").validate()
     with pytest.raises(ConfigError, match="both 0"):
         TrainConfig(fragment_weight=0.0, beta=0.0).validate()
+
+
+def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
+    """The validation-only search averages its criterion over splits and keeps --set keys fixed."""
+    import yaml
+
+    from fraglib import search
+
+    for s in (0, 1):
+        (tmp_path / f"split{s}").symlink_to(tiny_full, target_is_directory=True)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": dict(TINY_TRAIN)}))
+    out = tmp_path / "table.csv"
+    search.main(["--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "1", "--params", str(params),
+                 "--set", "devise=true", "--set", "fragment_weight=0", "--trials", "2", "--epochs", "1",
+                 "--jobs", "1", "--out", str(out)])
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",")[:5] == list(search.SPACE) and len(lines) == 3
+    crit = [float(line.split(",")[5]) for line in lines[1:]]
+    assert crit == sorted(crit, reverse=True) and all(c > 0 for c in crit)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["splits"] == [0, 1] and meta["base"]["devise"] is True
