@@ -3,7 +3,9 @@
     python -m fraglib.study --dataset-dir data/synthetic --variant full --out runs/synthetic/full
 
 The variant's overrides (``params.yaml`` ``variants.<name>``) are applied on top of the ``train``
-section; every seed of ``study.seeds`` trains in its own process (``study.jobs`` at a time, one
+section; a dataset may add its own layer (``--overrides-param pascal1k.train``: a mapping with
+``all`` for every variant and ``<variant>`` for one, applied as train ← all ← variant ← <variant>,
+e.g. values searched on that dataset's validation splits); every seed of ``study.seeds`` trains in its own process (``study.jobs`` at a time, one
 thread each: on a CPU two small single-threaded runs beat one two-threaded run). Each seed writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints; a killed run resumes). The variant's
 summary goes to ``metrics.json`` (mean and sd over seeds, per-seed values; a DVC metric) and
@@ -13,6 +15,7 @@ so a re-run with the same seeds gives identical bytes on a CPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from concurrent.futures import ProcessPoolExecutor
@@ -29,28 +32,31 @@ DIRECTIONS = ("annotation", "search")
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
-def variant_config(params: dict[str, Any], variant: str, seed: int):
+def variant_config(params: dict[str, Any], variant: str, seed: int, dataset_overrides: dict[str, Any] | None = None):
     from fraglib.train import TrainConfig
 
     variants = params.get("variants") or {}
     if variant not in variants:
         raise ConfigError(f"variants.{variant}: unknown variant, allowed: {', '.join(variants)}")
-    over = variants[variant] or {}
-    return from_dict(f"variants.{variant}", {**(params.get("train") or {}), **over, "seed": seed}, TrainConfig)
+    extra = dataset_overrides or {}
+    unknown = set(extra) - set(variants) - {"all"}
+    if unknown:
+        raise ConfigError(f"dataset overrides: {', '.join(sorted(unknown))} is neither 'all' nor a variant")
+    layers = [params.get("train") or {}, extra.get("all") or {}, variants[variant] or {}, extra.get(variant) or {}]
+    values = {k: v for layer in layers for k, v in layer.items()}
+    return from_dict(f"variants.{variant}", {**values, "seed": seed}, TrainConfig)
 
 
-def _run_seed(args: tuple[str, str, dict[str, Any], int, str, int, str | None]) -> dict[str, Any]:
+def _run_seed(args: tuple[str, str, dict[str, Any], int, str, int, str | None, dict | None]) -> dict[str, Any]:
     from fraglib.train import train
 
-    dataset_dir, variant, params, seed, out, threads, features_dir = args
+    dataset_dir, variant, params, seed, out, threads, features_dir, extra = args
     dataset_dir = dataset_dir.format(seed=seed)
     torch.set_num_threads(threads)
-    cfg = variant_config(params, variant, seed)
+    cfg = variant_config(params, variant, seed, extra)
     d = Path(out) / "seeds" / f"seed{seed}"
     last = d / "last.pt"
     if last.exists():
-        import dataclasses
-
         ck = torch.load(last, map_location="cpu", weights_only=False)
         if ck["config"] != dataclasses.asdict(cfg):
             print(f"[{variant} seed {seed}] configuration changed: restarting from scratch", flush=True)
@@ -62,20 +68,22 @@ def _run_seed(args: tuple[str, str, dict[str, Any], int, str, int, str | None]) 
 
 
 def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str | Path,
-                features_dir: str | None = None, seeds: list[int] | None = None) -> dict[str, Any]:
+                features_dir: str | None = None, seeds: list[int] | None = None,
+                dataset_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train ``variant`` for every seed; ``dataset_dir`` may hold ``{seed}`` (one data split per
-    seed, as in the Pascal1K study, where the seed is the split seed)."""
+    seed, as in the Pascal1K study, where the seed is the split seed). ``dataset_overrides``: see
+    the module docstring."""
     study = params.get("study") or {}
     seeds = [int(s) for s in (seeds if seeds is not None else study.get("seeds", [0, 1, 2]))]
     if not seeds:
         raise ConfigError("study.seeds: empty list, give at least one seed")
     jobs = int(study.get("jobs", 2))
     for s in seeds:
-        variant_config(params, variant, s).validate()  # fail before any work
+        variant_config(params, variant, s, dataset_overrides).validate()  # fail before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     threads = max(1, torch.get_num_threads() // max(1, min(jobs, len(seeds))))
-    work = [(dataset_dir, variant, params, s, str(out), threads, features_dir) for s in seeds]
+    work = [(dataset_dir, variant, params, s, str(out), threads, features_dir, dataset_overrides) for s in seeds]
     if jobs > 1 and len(seeds) > 1:
         import multiprocessing as mp
 
@@ -84,7 +92,10 @@ def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str
     else:
         results = [_run_seed(w) for w in work]
     per_seed = {str(s): {d: r["test"][d] for d in DIRECTIONS} for s, r in zip(seeds, results)}
-    summary: dict[str, Any] = {"variant": variant, "seeds": seeds, "overrides": (params.get("variants") or {})[variant] or {}}
+    cfg0 = dataclasses.asdict(variant_config(params, variant, seeds[0], dataset_overrides))
+    base = dataclasses.asdict(variant_config({"train": params.get("train") or {}, "variants": {variant: {}}}, variant, seeds[0]))
+    summary: dict[str, Any] = {"variant": variant, "seeds": seeds,
+                               "overrides": {k: v for k, v in cfg0.items() if v != base[k]}}
     for d in DIRECTIONS:
         summary[d] = {m: float(np.mean([per_seed[str(s)][d][m] for s in seeds])) for m in METRICS}
         summary[f"{d}_sd"] = {m: float(np.std([per_seed[str(s)][d][m] for s in seeds], ddof=1)) if len(seeds) > 1 else 0.0
@@ -104,6 +115,15 @@ def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str
     return summary
 
 
+def _dotted(params: dict[str, Any], key: str, where: str) -> Any:
+    node: Any = params
+    for k in key.split("."):
+        if not isinstance(node, dict) or k not in node:
+            raise ConfigError(f"{key}: not found in {where}")
+        node = node[k]
+    return node
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
@@ -113,17 +133,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds)")
     ap.add_argument("--seeds-param", help="dotted params.yaml key holding the seed list, e.g. pascal1k.splits")
+    ap.add_argument("--overrides-param", help="dotted params.yaml key holding dataset train overrides, e.g. pascal1k.train")
     args = ap.parse_args(argv)
     params = read_params(args.params)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     if args.seeds_param:
-        node: Any = params
-        for key in args.seeds_param.split("."):
-            if not isinstance(node, dict) or key not in node:
-                raise ConfigError(f"{args.seeds_param}: not found in {args.params}")
-            node = node[key]
-        seeds = [int(x) for x in node]
-    s = run_variant(args.dataset_dir, args.variant, params, args.out, args.features_dir, seeds)
+        seeds = [int(x) for x in _dotted(params, args.seeds_param, args.params)]
+    extra = _dotted(params, args.overrides_param, args.params) if args.overrides_param else None
+    s = run_variant(args.dataset_dir, args.variant, params, args.out, args.features_dir, seeds, extra)
     print(f"{args.variant}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
           f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}")
 

@@ -42,3 +42,13 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     second = run("dvc", "repro")
     assert "Running stage" not in second
     assert "stats.json" in run("dvc", "metrics", "show")
+    # one-parameter experiment: only the changed variant (and the reports reading it) re-run
+    git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env.update(git_env)
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "baseline")
+    exp = run("dvc", "exp", "run", "-S", "variants.full.lr=0.02")
+    assert "Running stage 'train_synthetic@full'" in exp
+    assert "train_synthetic@random" not in exp.replace("Stage 'train_synthetic@random' didn't change", "")
+    assert "Running stage 'features_synthetic'" not in exp
+    assert "runs/synthetic/full/metrics.json" in run("dvc", "metrics", "diff", "HEAD")

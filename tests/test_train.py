@@ -93,3 +93,19 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     assert crit == sorted(crit, reverse=True) and all(c > 0 for c in crit)
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["splits"] == [0, 1] and meta["base"]["devise"] is True
+
+
+def test_variant_config_layers_dataset_overrides():
+    """train <- dataset 'all' <- variant <- dataset '<variant>'; unknown names are refused."""
+    from fraglib.study import variant_config
+
+    params = {"train": {"lr": 0.01, "margin": 1.0, "embed_dim": 64},
+              "variants": {"full": {}, "devise": {"devise": True, "fragment_weight": 0.0, "margin": 0.5}}}
+    extra = {"all": {"lr": 0.1, "margin": 0.2}, "devise": {"lr": 0.3}}
+    full = variant_config(params, "full", 3, extra)
+    assert (full.lr, full.margin, full.embed_dim, full.seed) == (0.1, 0.2, 64, 3)
+    dev = variant_config(params, "devise", 0, extra)
+    assert (dev.lr, dev.margin, dev.devise) == (0.3, 0.5, True)       # the variant's own margin wins over 'all'
+    assert variant_config(params, "full", 0).lr == 0.01
+    with pytest.raises(ConfigError, match="neither 'all' nor a variant"):
+        variant_config(params, "full", 0, {"fulll": {"lr": 1.0}})
