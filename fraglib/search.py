@@ -36,12 +36,13 @@ SPACE: dict[str, list[Any]] = {
 }
 
 
-def draw(trials: int, seed: int) -> list[dict[str, Any]]:
-    """``trials`` distinct configurations from :data:`SPACE` (seeded)."""
+def draw(trials: int, seed: int, space: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
+    """``trials`` distinct configurations from ``space`` (default :data:`SPACE`; seeded)."""
+    space = space or SPACE
     rng = np.random.default_rng(seed)
     seen, out = set(), []
-    while len(out) < trials and len(seen) < np.prod([len(v) for v in SPACE.values()]):
-        c = {k: v[int(rng.integers(len(v)))] for k, v in SPACE.items()}
+    while len(out) < trials and len(seen) < np.prod([len(v) for v in space.values()]):
+        c = {k: v[int(rng.integers(len(v)))] for k, v in space.items()}
         key = tuple(c.values())
         if key not in seen:
             seen.add(key)
@@ -70,9 +71,10 @@ def _trial(args: tuple[str, list[int], str | None, dict[str, Any], dict[str, Any
 
 
 def search(dataset_dir: str, base: dict[str, Any], trials: int, epochs: int, seed: int, jobs: int,
-           splits: list[int] | None = None, features_dir: str | None = None) -> list[dict[str, Any]]:
+           splits: list[int] | None = None, features_dir: str | None = None,
+           space: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
     base = {**base, "epochs": epochs, "dense_epochs": epochs // 2, "n_boot": 10}
-    configs = draw(trials, seed)
+    configs = draw(trials, seed, space)
     splits = splits if "{seed}" in dataset_dir and splits else [0]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
         rows = list(ex.map(_trial, [(dataset_dir, splits, features_dir, base, c) for c in configs]))
@@ -91,16 +93,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splits", type=int, nargs="*", help="split seeds whose validation sets are averaged ({seed} in --dataset-dir)")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a train key in every trial")
+    ap.add_argument("--space", help='JSON {"key": [values, ...]} replacing the default search space')
     args = ap.parse_args(argv)
+    space = json.loads(args.space) if args.space else SPACE
     base = dict(read_params(args.params).get("train") or {})
     base.update(parse_overrides(args.set))
-    rows = search(args.dataset_dir, base, args.trials, args.epochs, args.seed, args.jobs, args.splits, args.features_dir)
+    rows = search(args.dataset_dir, base, args.trials, args.epochs, args.seed, args.jobs, args.splits, args.features_dir, space)
     keys = list(rows[0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
     out.with_suffix(".json").write_text(json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
-                                                    "epochs": args.epochs, "seed": args.seed, "space": SPACE,
+                                                    "epochs": args.epochs, "seed": args.seed, "space": space,
                                                     "splits": args.splits, "features_dir": args.features_dir,
                                                     "base": base}, indent=1) + "\n")
     print(f"best: {rows[0]}")

@@ -44,6 +44,8 @@ class TrainConfig:
     detector: str = "rcnn"              # rcnn | groundtruth | fullframe
     devise: bool = False                # the DeViSE baseline (global objective on mean vectors)
     random: bool = False                # the random-ranking baseline (no training)
+    similarity: str = "dot"             # dot | cosine (DeViSE only: image·sentence on L2-normalised embeddings)
+    optimizer: str = "sgd"              # sgd (paper; momentum) | adam (lr ~1e-4..1e-3)
     embed_dim: int = 1000
     epochs: int = 20
     dense_epochs: int = 10              # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
@@ -69,6 +71,11 @@ class TrainConfig:
         check_choice(f"{p}.fragment_mode", self.fragment_mode, ("dependency", "bow", "bigram"))
         check_choice(f"{p}.detector", self.detector, DETECTORS)
         check_choice(f"{p}.accumulate", self.accumulate, ("sum", "max"))
+        check_choice(f"{p}.similarity", self.similarity, ("dot", "cosine"))
+        check_choice(f"{p}.optimizer", self.optimizer, ("sgd", "adam"))
+        if self.similarity == "cosine" and not self.devise:
+            raise ConfigError("train.similarity: cosine applies to the DeViSE baseline only (the fragment "
+                              "model's objectives are defined on inner products, DESIGN.md §1.3)")
         check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
         check_range(f"{p}.epochs", self.epochs, 0, 10_000, int)
         check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
@@ -213,7 +220,7 @@ def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: Tr
     if cfg.devise:
         V = model.embed_images(mean_rows(x, vo, B))
         S = model.embed_devise_sentences(data.frag_w1[sr], so, B)
-        cg = global_ranking(V @ S.T, cfg.margin)
+        cg = global_ranking(devise_scores(V, S, cfg.similarity), cfg.margin)
         parts["C_G"] = float(cg.detach())
         cost = cfg.beta * cg if cfg.beta else cg
     else:
@@ -228,6 +235,14 @@ def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: Tr
         parts["reg"] = float(reg.detach())
         cost = cost + cfg.alpha * reg
     return cost, parts
+
+
+def devise_scores(V: torch.Tensor, S: torch.Tensor, similarity: str = "dot") -> torch.Tensor:
+    """(n_img, n_sent) DeViSE scores of image vectors V (n_img, h) and sentence vectors S (n_sent, h):
+    inner products, or cosines when ``similarity == "cosine"``."""
+    if similarity == "cosine":
+        V, S = torch.nn.functional.normalize(V, dim=1), torch.nn.functional.normalize(S, dim=1)
+    return V @ S.T
 
 
 @torch.no_grad()
@@ -253,7 +268,7 @@ def score_matrix(model: FragmentModel | None, data: SplitData, cfg: TrainConfig)
         x = data.img_x[torch.from_numpy(irows).to(dev)]
         vo = torch.from_numpy(v_owner).to(dev)
         if cfg.devise:
-            blk = model.embed_images(mean_rows(x, vo, len(imgs))) @ S.T
+            blk = devise_scores(model.embed_images(mean_rows(x, vo, len(imgs))), S, cfg.similarity)
         else:
             M = model.embed_images(x) @ S.T
             blk = pair_scores(M, vo, so, len(imgs), data.n_sentences, cfg.smooth, cfg.accumulate, inplace=True)
@@ -301,7 +316,8 @@ def train(dataset_dir: str | Path, out_dir: str | Path, cfg: TrainConfig, device
     tr = splits["train"]
     mean, std = tr.img_x.mean(0), tr.img_x.std(0)
     model = FragmentModel(words, n_rel, mean, std, cfg.embed_dim, cfg.devise).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    opt = (torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum) if cfg.optimizer == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=cfg.lr))
     history: list[dict[str, Any]] = []
     start, best_rsum, t_train = 0, -1.0, 0.0
     last = out / "last.pt"

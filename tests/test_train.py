@@ -41,6 +41,7 @@ def test_resume_refuses_another_configuration(tiny_full, tmp_path):
 
 @pytest.mark.parametrize("override", [
     {"devise": True, "fragment_weight": 0.0},
+    {"devise": True, "fragment_weight": 0.0, "similarity": "cosine", "optimizer": "adam", "lr": 1e-3},
     {"random": True},
     {"detector": "fullframe"},
     {"detector": "groundtruth", "fragment_mode": "bow", "accumulate": "max"},
@@ -109,3 +110,20 @@ def test_variant_config_layers_dataset_overrides():
     assert variant_config(params, "full", 0).lr == 0.01
     with pytest.raises(ConfigError, match="neither 'all' nor a variant"):
         variant_config(params, "full", 0, {"fulll": {"lr": 1.0}})
+
+
+def test_devise_scores_cosine_by_hand():
+    from fraglib.train import devise_scores
+
+    V = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    S = torch.tensor([[0.0, 2.0], [1.0, 1.0]])
+    assert torch.allclose(devise_scores(V, S), torch.tensor([[8.0, 7.0], [0.0, 1.0]]))
+    r = 2 ** -0.5
+    assert torch.allclose(devise_scores(V, S, "cosine"), torch.tensor([[0.8, 7 / 5 * r], [0.0, r]]))
+
+
+def test_cosine_is_refused_for_the_fragment_model():
+    with pytest.raises(ConfigError, match="DeViSE baseline only"):
+        TrainConfig(similarity="cosine").validate()
+    with pytest.raises(ConfigError, match="optimizer"):
+        TrainConfig(optimizer="rmsprop").validate()
