@@ -47,7 +47,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     env.update(git_env)
     run("git", "add", "-A")
     run("git", "commit", "-qm", "baseline")
-    exp = run("dvc", "exp", "run", "-S", "variants.full.lr=0.02")
+    exp = run("dvc", "exp", "run", "-S", "+variants.full.lr=0.02")   # "+": the entry has no lr key yet
     assert "Running stage 'train_synthetic@full'" in exp
     assert "train_synthetic@random" not in exp.replace("Stage 'train_synthetic@random' didn't change", "")
     assert "Running stage 'features_synthetic'" not in exp
