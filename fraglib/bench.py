@@ -245,6 +245,13 @@ def _timed_repro(workdir: Path, target: list[str], env: dict[str, str]) -> tuple
     return (end - t0) / 60, per
 
 
+def _venv_env() -> dict[str, str]:
+    """Environment in which DVC stages' ``python`` is this interpreter (the project's venv)."""
+    import sys
+
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
 def _fresh_clone() -> Path:
     import subprocess
 
@@ -255,11 +262,8 @@ def _fresh_clone() -> Path:
 
 def bench_repro() -> list[dict[str, Any]]:
     """The default `dvc repro` in a fresh clone of HEAD (empty DVC cache), timed per stage."""
-    import sys
-
     clone = _fresh_clone()
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    total, per = _timed_repro(clone, [], env)
+    total, per = _timed_repro(clone, [], _venv_env())
     return [entry("repro_default_minutes", round(total, 1), "min", stages_minutes=per,
                   note="fresh clone of HEAD, empty DVC cache, `dvc repro`")]
 
@@ -268,21 +272,17 @@ def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:
     """The Pascal1K study (`dvc repro studies/pascal1k/dvc.yaml`) in a fresh clone, timed per stage.
     ``in_place``: in this checkout instead, timing only the stages that are out of date (the entry
     lists them; a stage already up to date costs nothing and is not in ``stages_minutes``)."""
-    import sys
-
     import yaml
 
     if in_place:
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        total, per = _timed_repro(Path.cwd(), ["studies/pascal1k/dvc.yaml"], env)
+        total, per = _timed_repro(Path.cwd(), ["studies/pascal1k/dvc.yaml"], _venv_env())
         return [entry("repro_pascal1k_minutes_in_place", round(total, 1), "min", stages_minutes=per,
                       note="this checkout: only the stages listed in stages_minutes were out of date and re-ran")]
     clone = _fresh_clone()
     params = yaml.safe_load((clone / "params.yaml").read_text())
     params["pascal1k"]["root"] = str(Path(params["pascal1k"]["root"]).resolve())
     (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], env)
+    total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], _venv_env())
     return [entry("repro_pascal1k_minutes", round(total, 1), "min", stages_minutes=per,
                   note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`")]
 
