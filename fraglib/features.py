@@ -43,9 +43,9 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
+from fraglib.regions import region_items
 from fraglib.vision import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
-                            load_image, nms_top_k, proposal_scores, recall_at_iou, resize_longer, roi_descriptors,
-                            selective_search)
+                            nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
 
 
 @dataclasses.dataclass
@@ -111,59 +111,23 @@ class FeatureCache:
                             self.filenames[rows], self.status[rows], self.meta)
 
 
-class _Images(torch.utils.data.Dataset):
-    """Worker side: decode the image and compute its proposals (both CPU-bound, no torch)."""
-
-    def __init__(self, paths: list[Path], cfg: VisionConfig) -> None:
-        self.paths, self.cfg = paths, cfg
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, n: int) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        try:
-            arr, note = load_image(self.paths[n])
-        except BadImage as exc:
-            return {"n": n, "error": exc.reason, "detail": str(exc)}
-        t1 = time.perf_counter()
-        props = selective_search(arr, self.cfg.proposal_size, self.cfg.min_box, self.cfg.max_proposals)
-        return {"n": n, "arr": arr, "note": note, "proposals": props,
-                "t_load": t1 - t0, "t_proposals": time.perf_counter() - t1}
-
-
-def _identity(x):
-    return x
-
-
 def _to_np(t: torch.Tensor) -> np.ndarray:
     return t.float().cpu().numpy().astype(np.float32)
 
 
 def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
-            device: torch.device | None = None, progress: bool = True) -> dict[str, Any]:
+            device: torch.device | None = None, progress: bool = True, regions: Any = None) -> dict[str, Any]:
     """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
-    true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats."""
+    true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats.
+    ``regions``: a :class:`fraglib.regions.Regions` cache of the same images (no CNN pass here)."""
+    from tqdm.auto import tqdm
+
     from fraglib.device import select_device
 
     cfg.validate()
+    if regions is not None and cfg.region_features != "roi":
+        raise ValueError("vision.region_features=crop needs the images: run without --regions")
     device = device or select_device()[0]
-    threads = torch.get_num_threads()
-    if device.type == "cpu" and cfg.num_workers:
-        # proposal workers and the backbone share the cores: oversubscription costs more than it gives
-        import os
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) - cfg.num_workers))
-    try:
-        return _extract(dataset, cfg, out_dir, truth, device, progress)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None,
-             device: torch.device, progress: bool) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
     backbone = Backbone(cfg.cnn_variant).to(device).to(memory_format=torch.channels_last)
     objectness = None
     if cfg.score == "learned":
@@ -177,14 +141,9 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
     notes: Counter = Counter()
     times: dict[str, list[float]] = {k: [] for k in ("load", "proposals", "backbone", "scoring", "features", "total")}
     n_props = []
-    loader = torch.utils.data.DataLoader(
-        _Images([dataset.image_path(n) for n in range(len(dataset.images))], cfg), batch_size=None,
-        num_workers=cfg.num_workers, collate_fn=_identity,
-        # spawn, not fork: a forked worker can inherit a held OpenMP/OpenCV lock and hang
-        multiprocessing_context="spawn" if cfg.num_workers else None)
     t_start = time.perf_counter()
-    for item in tqdm(loader, total=len(dataset.images), desc=f"features ({backbone.name}, {device})",
-                     disable=not progress, mininterval=5):
+    for item in tqdm(region_items(dataset, cfg, backbone, device, regions), total=len(dataset.images),
+                     desc=f"features ({backbone.name}, {device})", disable=not progress, mininterval=5):
         n = item["n"]
         if "error" in item:
             if cfg.on_bad_image == "error":
@@ -197,11 +156,7 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
             continue
         if item["note"]:
             notes[item["note"].split(" from ")[0]] += 1
-        arr, props = item["arr"], item["proposals"]
-        h, w = arr.shape[:2]
-        t0 = time.perf_counter()
-        small, scale = resize_longer(arr, cfg.image_size)
-        fmap = backbone.feature_map(Backbone.to_input(small, device))
+        fmap, props, scale, (w, h) = item["fmap"], item["proposals"], item["scale"], item["size"]
         full = fmap.mean(dim=(2, 3))
         t1 = time.perf_counter()
         if not len(props):
@@ -223,7 +178,7 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
             if cfg.region_features == "roi":
                 desc = roi_descriptors(fmap, boxes, scale)
             else:
-                desc = crop_descriptors(backbone, arr, boxes, cfg.crop_size, device)
+                desc = crop_descriptors(backbone, item["arr"], boxes, cfg.crop_size, device)
             acc[d]["features"].append(np.concatenate([_to_np(full), _to_np(desc)]))
             acc[d]["boxes"].append(np.concatenate([[[0, 0, w, h]], boxes]).astype(np.float32))
             acc[d]["scores"].append(np.concatenate([[np.inf], sc]).astype(np.float32))
@@ -231,12 +186,11 @@ def _extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: di
             acc[d]["counts"].append(len(boxes) + 1)
         t3 = time.perf_counter()
         n_props.append(len(props))
-        times["load"].append(item["t_load"])
-        times["proposals"].append(item["t_proposals"])
-        times["backbone"].append(t1 - t0)
-        times["scoring"].append(t2 - t1)
-        times["features"].append((t3 - t2) / len(chosen))  # per detector
-        times["total"].append(item["t_load"] + item["t_proposals"] + t3 - t0)
+        pre = [item.get("t_load", 0.0), item.get("t_proposals", 0.0), item.get("t_backbone", 0.0)]
+        for key, t in zip(("load", "proposals", "backbone", "scoring", "features"),
+                          pre + [t2 - t1, (t3 - t2) / len(chosen)]):  # features: per detector
+            times[key].append(t)
+        times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", help="default <dataset-dir>/features")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
+    ap.add_argument("--regions", help="a fraglib.regions cache of these images: no image is read, no CNN pass")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     args = ap.parse_args(argv)
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
@@ -305,7 +260,12 @@ def main(argv: list[str] | None = None) -> None:
         from fraglib.voc import voc_truth
 
         truth = voc_truth(args.voc, ds.images)
-    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth)
+    regions = None
+    if args.regions:
+        from fraglib.regions import Regions
+
+        regions = Regions.load(args.regions)
+    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions)
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))
 

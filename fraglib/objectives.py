@@ -45,41 +45,74 @@ def same_pair(v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
     return v_owner[:, None] == s_owner[None, :]
 
 
-def _normalised_hinge(M: torch.Tensor, y: torch.Tensor, normalize: bool) -> torch.Tensor:
-    """sum over entries of w_ij max(0, 1 - y_ij M_ij), w = 1/#pos or 1/#neg of column j."""
-    loss = torch.clamp(1.0 - y * M, min=0.0)
-    if not normalize:
-        return loss.sum()
-    pos = y > 0
-    n_pos = pos.sum(dim=0, keepdim=True).clamp_min(1).to(M.dtype)
-    n_neg = (~pos).sum(dim=0, keepdim=True).clamp_min(1).to(M.dtype)
-    w = torch.where(pos, 1.0 / n_pos, 1.0 / n_neg)
-    return (w * loss).sum()
+def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E,) row and column indices of the entries of M whose two fragments share a pair (the
+    positive bags), grouped by pair; every other entry of M is a negative of both objectives."""
+    n = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
+    rv, rs = torch.argsort(v_owner, stable=True), torch.argsort(s_owner, stable=True)
+    cv, cs = torch.bincount(v_owner, minlength=n), torch.bincount(s_owner, minlength=n)
+    per = cv * cs                                            # entries of each pair's block
+    pair = torch.repeat_interleave(torch.arange(n, device=v_owner.device), per)
+    t = torch.arange(len(pair), device=v_owner.device) - (torch.cumsum(per, 0) - per)[pair]
+    start_v, start_s = torch.cumsum(cv, 0) - cv, torch.cumsum(cs, 0) - cs
+    return rv[start_v[pair] + t // cs[pair]], rs[start_s[pair] + t % cs[pair]]
+
+
+def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive: torch.Tensor,
+               normalize: bool) -> torch.Tensor:
+    """sum_ij w_ij max(0, 1 - y_ij M_ij) with y = +1 exactly at the bag entries (rows, cols) where
+    ``positive``, -1 elsewhere; w = 1/#pos or 1/#neg of column j (``normalize``), else 1.
+
+    Computed as every entry's negative hinge plus a correction at the few positive entries, so the
+    full (Nv, Ns) matrix sees only a handful of elementwise passes (forward and backward)."""
+    r, c, Mp = rows[positive], cols[positive], M[rows[positive], cols[positive]]
+    if normalize:
+        n_pos = torch.bincount(c, minlength=M.shape[1]).to(M.dtype)
+        w_neg = 1.0 / (M.shape[0] - n_pos).clamp_min(1)
+        w_pos = 1.0 / n_pos.clamp_min(1)
+    else:
+        w_neg = w_pos = M.new_ones(M.shape[1])
+    neg = (torch.relu(M + 1.0).sum(dim=0) * w_neg).sum()
+    return neg - (torch.relu(Mp + 1.0) * w_neg[c]).sum() + (torch.relu(1.0 - Mp) * w_pos[c]).sum()
 
 
 def dense_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
     """C_0: every fragment pair of a corresponding image–sentence pair is a positive."""
-    y = same_pair(v_owner, s_owner).to(M.dtype) * 2 - 1
-    return _normalised_hinge(M, y, normalize)
+    rows, cols = bag_entries(v_owner, s_owner)
+    return _alignment(M, rows, cols, torch.ones_like(rows, dtype=torch.bool), normalize)
+
+
+@torch.no_grad()
+def mil_bag_labels(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """(E,) bool: the bag entries (rows, cols) labelled +1 by mi-SVM — M > 0, and in a column whose
+    bag has no positive entry its highest-scoring one (the first such row on ties)."""
+    Mb = M[rows, cols]
+    pos = Mb > 0
+    n_pos = torch.zeros(M.shape[1], dtype=torch.long, device=M.device).index_add_(0, cols, pos.long())
+    empty = n_pos[cols] == 0
+    if empty.any():
+        best = M.new_full((M.shape[1],), float("-inf")).index_reduce_(0, cols, Mb, "amax")
+        cand = empty & (Mb == best[cols])
+        big = torch.iinfo(torch.long).max
+        first = torch.full((M.shape[1],), big, dtype=torch.long, device=M.device).index_reduce_(
+            0, cols[cand], rows[cand], "amin")
+        pos = pos | (cand & (rows == first[cols]))
+    return pos
 
 
 @torch.no_grad()
 def mil_labels(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
     """(Nv, Ns) labels in {-1, +1}: sign inside the positive bag, at least one +1 per bag, -1 outside."""
-    bag = same_pair(v_owner, s_owner)
-    y = torch.where(bag & (M > 0), 1.0, -1.0).to(M.dtype)
-    empty = bag.any(dim=0) & ~(y > 0).any(dim=0)           # columns whose bag has no positive
-    if empty.any():
-        masked = torch.where(bag, M, torch.full_like(M, float("-inf")))
-        best = masked.argmax(dim=0)                         # highest-scoring fragment in the bag
-        cols = torch.nonzero(empty).squeeze(1)
-        y[best[cols], cols] = 1.0
+    rows, cols = bag_entries(v_owner, s_owner)
+    y = torch.full_like(M, -1.0)
+    y[rows, cols] = torch.where(mil_bag_labels(M, rows, cols), 1.0, -1.0).to(M.dtype)
     return y
 
 
 def mil_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """C_F: the MIL fragment objective (labels from :func:`mil_labels`, held fixed)."""
-    return _normalised_hinge(M, mil_labels(M, v_owner, s_owner), normalize)
+    """C_F: the MIL fragment objective (labels from :func:`mil_bag_labels`, held fixed)."""
+    rows, cols = bag_entries(v_owner, s_owner)
+    return _alignment(M, rows, cols, mil_bag_labels(M, rows, cols), normalize)
 
 
 def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n_images: int, n_sentences: int,

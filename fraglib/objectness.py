@@ -24,7 +24,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
-from fraglib.vision import Backbone, VisionConfig, box_iou, load_image, resize_longer, roi_descriptors, selective_search
+from fraglib.vision import Backbone, VisionConfig, box_iou, roi_descriptors
 
 
 def geometry(boxes: np.ndarray, w: int, h: int) -> np.ndarray:
@@ -60,26 +60,25 @@ class Objectness:
         return cls(z["mean"], z["std"], z["weight"], float(z["bias"]), json.loads(str(z["meta"])))
 
 
-def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, progress: bool = True
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Labelled proposal features of every image of ``dataset``: X (N, 1285), y (N,) in {0, 1}."""
+def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, progress: bool = True,
+            regions: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled proposal features of every image of ``dataset``: X (N, 1285), y (N,) in {0, 1}.
+    ``regions``: a :class:`fraglib.regions.Regions` cache holding these images (no CNN pass)."""
     from tqdm.auto import tqdm
 
-    backbone = Backbone(cfg.cnn_variant)
+    from fraglib.regions import region_items
+
+    device = torch.device("cpu")
+    backbone = Backbone(cfg.cnn_variant) if regions is None else None
     xs, ys = [], []
-    for n in tqdm(range(len(dataset.images)), desc="objectness data", disable=not progress, mininterval=5):
-        try:
-            arr, _ = load_image(dataset.image_path(n))
-        except Exception as exc:  # noqa: BLE001 - a bad image is skipped here exactly as in features
-            print(f"skipped {dataset.image_path(n)}: {exc}")
+    for item in tqdm(region_items(dataset, cfg, backbone, device, regions), total=len(dataset.images),
+                     desc="objectness data", disable=not progress, mininterval=5):
+        if "error" in item:  # a bad image is skipped here exactly as in features
+            print(f"skipped {dataset.image_path(item['n'])}: {item['error']}")
             continue
-        h, w = arr.shape[:2]
-        gt = truth[int(dataset.images[n]["imgid"])]
-        props = selective_search(arr, cfg.proposal_size, cfg.min_box, cfg.max_proposals)
-        boxes = np.concatenate([props, gt]).astype(np.float32)
-        small, scale = resize_longer(arr, cfg.image_size)
-        fmap = backbone.feature_map(Backbone.to_input(small, torch.device("cpu")))
-        desc = roi_descriptors(fmap, boxes, scale).numpy()
+        (w, h), gt = item["size"], truth[int(dataset.images[item["n"]]["imgid"])]
+        boxes = np.concatenate([item["proposals"], gt]).astype(np.float32)
+        desc = roi_descriptors(item["fmap"], boxes, item["scale"]).numpy()
         iou = box_iou(boxes, gt).max(axis=1) if len(gt) else np.zeros(len(boxes))
         keep = (iou >= 0.5) | (iou < 0.3)
         xs.append(np.concatenate([desc, geometry(boxes, w, h)], 1)[keep])
@@ -120,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     ap.add_argument("--l2", type=float, default=1e-3)
+    ap.add_argument("--regions", help="a fraglib.regions cache of the dataset's images (no CNN pass)")
     args = ap.parse_args(argv)
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
@@ -137,7 +137,12 @@ def main(argv: list[str] | None = None) -> None:
         images = [im for im in ds.images if im["filename"] not in excluded]
         truth = voc_truth(args.annotations, images)
     sub = Dataset(ds.name, ds.image_dir, images, [])
-    X, y = collect(sub, truth, cfg)
+    regions = None
+    if args.regions:
+        from fraglib.regions import Regions
+
+        regions = Regions.load(args.regions)
+    X, y = collect(sub, truth, cfg, regions=regions)
     model = fit(X, y, args.l2)
     model.meta.update({"images": len(images), "excluded_test_images": len(excluded), "dataset": ds.name})
     model.save(args.out)

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from fraglib.objectives import (dense_alignment, global_ranking, mil_alignment, mil_labels, pair_scores,
-                                total_cost)
+from fraglib.objectives import (bag_entries, dense_alignment, global_ranking, mil_alignment, mil_labels,
+                                pair_scores, total_cost)
 
 
 def random_batch(seed=0, B=4, h=6, dtype=torch.float64):
@@ -86,6 +86,32 @@ def test_fragment_objectives_match_references(seed, normalize):
     M = V @ S.T
     assert dense_alignment(M, vo, so, normalize).item() == pytest.approx(ref_dense(V, S, vo, so, normalize), rel=1e-10)
     assert mil_alignment(M, vo, so, normalize).item() == pytest.approx(ref_mil(V, S, vo, so, normalize), rel=1e-10)
+
+
+def test_bag_entries_by_hand():
+    rows, cols = bag_entries(torch.tensor([1, 0, 1]), torch.tensor([0, 1, 1, 0]))
+    assert sorted(zip(rows.tolist(), cols.tolist())) == [(0, 1), (0, 2), (1, 0), (1, 3), (2, 1), (2, 2)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fragment_objectives_with_shuffled_fragments(seed):
+    """Fragments in any order (owners not grouped) give the references' values."""
+    V, S, vo, so = random_batch(seed, B=5)
+    g = torch.Generator().manual_seed(100 + seed)
+    pv, ps = torch.randperm(len(vo), generator=g), torch.randperm(len(so), generator=g)
+    Mp = (V @ S.T)[pv][:, ps]
+    assert dense_alignment(Mp, vo[pv], so[ps]).item() == pytest.approx(ref_dense(V, S, vo, so, True), rel=1e-10)
+    assert mil_alignment(Mp, vo[pv], so[ps]).item() == pytest.approx(ref_mil(V, S, vo, so, True), rel=1e-10)
+
+
+def test_fragment_objectives_when_a_pair_has_no_image_fragment():
+    V, S, _, _ = random_batch(3)
+    V, S = V[:2], S[:3]
+    vo, so = torch.tensor([0, 0]), torch.tensor([0, 1, 1])   # pair 1: sentence fragments only
+    for normalize in (True, False):
+        M = V @ S.T
+        assert dense_alignment(M, vo, so, normalize).item() == pytest.approx(ref_dense(V, S, vo, so, normalize), rel=1e-10)
+        assert mil_alignment(M, vo, so, normalize).item() == pytest.approx(ref_mil(V, S, vo, so, normalize), rel=1e-10)
 
 
 @pytest.mark.parametrize("seed", range(5))

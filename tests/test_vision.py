@@ -193,3 +193,49 @@ def test_backbone_recognises_pascal_photographs():
             break
     assert n == 20
     assert hits >= 10, f"only {hits}/20 Pascal1K dog photographs classified as a dog breed"
+
+
+# ------------------------------------------------------------------ the regions cache (proposals + maps once)
+def test_features_from_regions_cache_match_direct(tiny_features, tmp_path):
+    """A regions cache (skips kept in place) gives the same boxes as computing from the images,
+    and descriptors within float16 rounding of them."""
+    from fraglib.features import FeatureCache, extract, synthetic_truth
+    from fraglib.regions import Regions, build
+
+    root, ds, cfg, _ = tiny_features
+    meta = build(ds, cfg, tmp_path / "regions.npz", progress=False)
+    assert meta["skipped"] == {"missing": 1, "corrupt": 1}
+    regions = Regions.load(tmp_path / "regions.npz")
+    truth = synthetic_truth(root / "ground_truth.json")
+    extract(ds, cfg, tmp_path / "via", truth, progress=False, regions=regions)
+    for d in ("rcnn", "groundtruth"):
+        a = FeatureCache.load(root / "features" / f"{d}.npz", ds)
+        b = FeatureCache.load(tmp_path / "via" / f"{d}.npz", ds)
+        assert b.status.tolist() == a.status.tolist() and b.offsets.tolist() == a.offsets.tolist()
+        # the score order can swap near-tied proposals: compare the sets of boxes per image
+        same = sum(np.array_equal(np.sort(a.boxes[a.rows(n)], 0), np.sort(b.boxes[b.rows(n)], 0))
+                   for n in range(len(ds.images)))
+        assert same >= len(ds.images) - 3
+        full = a.is_full
+        np.testing.assert_allclose(b.features[full], a.features[full], rtol=0.02, atol=0.02)
+
+
+def test_regions_cache_refuses_other_settings_and_images(tiny_features, tmp_path):
+    import dataclasses
+
+    from fraglib.data import Dataset
+    from fraglib.features import extract
+    from fraglib.regions import Regions, build
+
+    root, ds, cfg, _ = tiny_features
+    small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
+    build(small, cfg, tmp_path / "r.npz", progress=False)
+    regions = Regions.load(tmp_path / "r.npz")
+    with pytest.raises(ValueError, match="image_size=320 but the regions cache was built with 512"):
+        extract(small, dataclasses.replace(cfg, image_size=320), tmp_path / "a", progress=False, regions=regions)
+    with pytest.raises(ValueError, match="lacks 1 image"):
+        extract(Dataset(ds.name, ds.image_dir, ds.images[:4], []), cfg, tmp_path / "b", progress=False, regions=regions)
+    with pytest.raises(ValueError, match="region_features=crop needs the images"):
+        extract(small, dataclasses.replace(cfg, region_features="crop"), tmp_path / "c", progress=False, regions=regions)
+    with pytest.raises(FileNotFoundError, match="regions cache not found"):
+        Regions.load(tmp_path / "nothing.npz")
