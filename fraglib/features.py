@@ -162,7 +162,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         if not len(props):
             scores = np.zeros(0)
         elif objectness is not None:
-            scores = objectness.score(roi_descriptors(fmap, props, scale), props, w, h)
+            scores = objectness.score(fmap, props, scale, w, h)
         else:
             scores = proposal_scores(backbone, roi_descriptors(fmap, props, scale), cfg.score)
         keep = nms_top_k(props, scores, cfg.nms_iou, cfg.k)

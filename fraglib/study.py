@@ -6,7 +6,8 @@ The variant's overrides (``params.yaml`` ``variants.<name>``) are applied on top
 section; a dataset may add its own layer (``--overrides-param pascal1k.train``: a mapping with
 ``all`` for every variant and ``<variant>`` for one, applied as train ← all ← variant ← <variant>,
 e.g. values searched on that dataset's validation splits); every seed of ``study.seeds`` trains in its own process (``study.jobs`` at a time, one
-thread each: on a CPU two small single-threaded runs beat one two-threaded run). Each seed writes
+thread each: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a last,
+incomplete round get the idle cores, see :func:`seed_threads`). Each seed writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints; a killed run resumes). The variant's
 summary goes to ``metrics.json`` (mean and sd over seeds, per-seed values; a DVC metric) and
 ``history.csv`` (all seeds, a DVC plot). Nothing timing-dependent is written into ``metrics.json``,
@@ -67,6 +68,16 @@ def _run_seed(args: tuple[str, str, dict[str, Any], int, str, int, str | None, d
     return m
 
 
+def seed_threads(n_seeds: int, jobs: int, cores: int) -> list[int]:
+    """Threads of each seed's process: the cores shared by ``jobs`` concurrent seeds, except that
+    the seeds of a last, incomplete round share all cores among themselves (5 seeds on 2 cores:
+    1, 1, 1, 1, 2) — fixed by position, so a re-run repeats every seed's arithmetic exactly."""
+    j = max(1, min(jobs, n_seeds))
+    full = n_seeds // j * j
+    tail = n_seeds - full
+    return [max(1, cores // j) if i < full else max(1, cores // tail) for i in range(n_seeds)]
+
+
 def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str | Path,
                 features_dir: str | None = None, seeds: list[int] | None = None,
                 dataset_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -82,8 +93,8 @@ def run_variant(dataset_dir: str, variant: str, params: dict[str, Any], out: str
         variant_config(params, variant, s, dataset_overrides).validate()  # fail before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = max(1, torch.get_num_threads() // max(1, min(jobs, len(seeds))))
-    work = [(dataset_dir, variant, params, s, str(out), threads, features_dir, dataset_overrides) for s in seeds]
+    work = [(dataset_dir, variant, params, s, str(out), t, features_dir, dataset_overrides)
+            for s, t in zip(seeds, seed_threads(len(seeds), jobs, torch.get_num_threads()))]
     if jobs > 1 and len(seeds) > 1:
         import multiprocessing as mp
 

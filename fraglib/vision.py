@@ -151,9 +151,21 @@ def resize_longer(arr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
 
 
 # ----------------------------------------------------------------------------- proposals
+def _libc():
+    """The C runtime whose ``rand()`` OpenCV uses."""
+    import ctypes
+    import sys
+
+    return ctypes.cdll.msvcrt if sys.platform == "win32" else ctypes.CDLL(None)
+
+
 def selective_search(arr: np.ndarray, size: int = 300, min_box: int = 12, max_boxes: int = 600) -> np.ndarray:
     """Selective-search proposals ("fast" mode) as float32 ``[x0, y0, x1, y1]`` in full-scale px,
-    in selective-search order, duplicates and boxes under ``min_box`` px removed."""
+    in selective-search order, duplicates and boxes under ``min_box`` px removed.
+
+    OpenCV ranks regions with C ``rand()`` (its order, and so which boxes survive ``max_boxes``,
+    would depend on every call made before in the process — worker count, image order, skipped
+    files): the C generator is reseeded here, so each image's proposals depend on it alone."""
     import cv2
 
     cv2.setNumThreads(1)
@@ -161,6 +173,7 @@ def selective_search(arr: np.ndarray, size: int = 300, min_box: int = 12, max_bo
     ss = cv2.ximgproc.segmentation.createSelectiveSearchSegmentation()
     ss.setBaseImage(cv2.cvtColor(small, cv2.COLOR_RGB2BGR))
     ss.switchToSelectiveSearchFast()
+    _libc().srand(0)
     rects = ss.process()  # (N, 4) x, y, w, h
     if len(rects) == 0:
         return np.zeros((0, 4), np.float32)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from fraglib.config import ConfigError
-from fraglib.objectness import Objectness, fit, geometry
+from fraglib.objectness import Objectness, enlarge, fit, geometry
 from fraglib.vision import VisionConfig
 
 
@@ -13,17 +13,30 @@ def test_geometry_by_hand():
     assert g[1, 4] == 0.0
 
 
-def test_fit_separates_a_separable_problem(tmp_path):
+@pytest.mark.parametrize("model", ["linear", "mlp"])
+def test_fit_separates_a_separable_problem(tmp_path, model):
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(400, 6)).astype(np.float32)
-    y = (X[:, 0] + 0.5 * X[:, 1] > 0.3).astype(np.float32)
-    m = fit(X, y, l2=1e-4)
-    # Objectness.score appends 5 geometry columns: test the linear part directly
-    logits = ((X - m.mean) / m.std) @ m.weight + m.bias
-    assert ((logits > 0) == (y > 0)).mean() > 0.95
+    X = rng.normal(size=(3000, 6)).astype(np.float32)
+    iou = np.where(X[:, 0] + 0.5 * X[:, 1] > 0.3, 0.8, 0.1)   # labels: IoU >= 0.5 positive, < 0.3 negative
+    m = fit(X, iou, model=model, epochs=60, l2=1e-4, context=False)
+    assert ((m.logits(X) > 0) == (iou > 0.5)).mean() > 0.95
     m.save(tmp_path / "o.npz")
     back = Objectness.load(tmp_path / "o.npz")
-    np.testing.assert_array_equal(back.weight, m.weight)
+    np.testing.assert_array_equal(back.logits(X), m.logits(X))
+    assert back.meta["model"] == model and not back.context
+
+
+def test_fit_refuses_one_class_and_unknown_model():
+    X = np.zeros((10, 3), np.float32)
+    with pytest.raises(ValueError, match="0 positive of 10"):
+        fit(X, np.zeros(10), model="linear")
+    with pytest.raises(ValueError, match="model='svm'"):
+        fit(X, np.r_[np.ones(5), np.zeros(5)], model="svm")
+
+
+def test_enlarge_by_hand():
+    np.testing.assert_allclose(enlarge(np.array([[10, 10, 20, 30]]), 2.0, 100, 100), [[5, 0, 25, 40]])
+    np.testing.assert_allclose(enlarge(np.array([[0, 0, 50, 50]]), 2.0, 60, 60), [[0, 0, 60, 60]])
 
 
 def test_learned_score_needs_a_model(tmp_path):
@@ -42,9 +55,19 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     truth = synthetic_truth(tiny_full / "ground_truth.json")
     cfg = VisionConfig(max_proposals=80, num_workers=0)
     train = Dataset(ds.name, ds.image_dir, [im for im in ds.images if im["split"] == "train"][:8], [])
-    X, y = collect(train, truth, cfg, progress=False)
-    assert X.shape[1] == 1285 and 0 < y.sum() < len(y)
-    fit(X, y).save(tmp_path / "obj.npz")
+    data = collect(train, truth, cfg, progress=False)
+    assert data["X"].shape[1] == 2565 and 0 < (data["iou"] >= 0.5).sum() < len(data["iou"])
+    assert data["annotated"].sum() == sum(len(truth[int(im["imgid"])]) for im in train.images)
+    from fraglib.regions import Regions, build  # the same examples from a regions cache (no CNN pass)
+    build(ds, cfg, tmp_path / "regions.npz", progress=False)
+    again = collect(train, truth, cfg, progress=False, regions=Regions.load(tmp_path / "regions.npz"))
+    np.testing.assert_array_equal(again["iou"], data["iou"])
+    np.testing.assert_allclose(again["X"].astype(np.float32), data["X"].astype(np.float32), rtol=0.02, atol=0.02)
+    model = fit(data["X"], data["iou"], epochs=2)
+    model.save(tmp_path / "obj.npz")
+    from fraglib.objectness import cross_validate
+    cv = cross_validate(data, [truth[int(im["imgid"])] for im in train.images], [0.3, 0.5], 5, epochs=2)
+    assert set(cv["recall_by_nms_iou"]) == {"0.3", "0.5"} and all(0 <= r <= 1 for r in cv["recall_by_nms_iou"].values())
     test = Dataset(ds.name, ds.image_dir, [im for im in ds.images if im["split"] == "test"], [])
     learned = VisionConfig(**{**cfg.__dict__, "score": "learned", "objectness_file": str(tmp_path / "obj.npz")})
     stats = extract(test, learned, tmp_path / "f", truth, progress=False)

@@ -127,3 +127,13 @@ def test_cosine_is_refused_for_the_fragment_model():
         TrainConfig(similarity="cosine").validate()
     with pytest.raises(ConfigError, match="optimizer"):
         TrainConfig(optimizer="rmsprop").validate()
+
+
+def test_seed_threads_give_idle_cores_to_the_last_round():
+    from fraglib.study import seed_threads
+
+    assert seed_threads(5, 2, 2) == [1, 1, 1, 1, 2]
+    assert seed_threads(3, 2, 8) == [4, 4, 8]
+    assert seed_threads(4, 2, 2) == [1, 1, 1, 1]
+    assert seed_threads(1, 2, 2) == [2]
+    assert seed_threads(2, 1, 3) == [3, 3]

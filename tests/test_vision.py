@@ -239,3 +239,15 @@ def test_regions_cache_refuses_other_settings_and_images(tiny_features, tmp_path
         extract(small, dataclasses.replace(cfg, region_features="crop"), tmp_path / "c", progress=False, regions=regions)
     with pytest.raises(FileNotFoundError, match="regions cache not found"):
         Regions.load(tmp_path / "nothing.npz")
+
+
+def test_selective_search_depends_on_the_image_alone(tiny_synth):
+    """OpenCV ranks regions with C rand(): without reseeding, an image's proposals (their order and
+    which survive max_boxes) changed with the calls made before it in the process."""
+    from fraglib.vision import load_image, selective_search
+
+    root, _ = tiny_synth
+    a, b = load_image(root / "images" / "000000.png")[0], load_image(root / "images" / "000001.png")[0]
+    first = selective_search(a, 200, 12, 40)
+    selective_search(b, 200, 12, 40)
+    np.testing.assert_array_equal(selective_search(a, 200, 12, 40), first)
