@@ -2,7 +2,7 @@
 
     python -m fraglib.train --dataset-dir data/synthetic --out runs/synthetic/full/seed0 [--set key=value ...]
 
-SGD with momentum over batches of ``batch_size`` image–sentence pairs, no image twice in a batch;
+SGD with momentum (the paper; `optimizer: adam` for the tuned DeViSE baseline) over batches of ``batch_size`` image–sentence pairs, no image twice in a batch;
 dense C_0 for the first ``dense_epochs`` epochs, then MIL C_F; learning rate × ``lr_drop`` for the
 last ``lr_drop_epochs`` epochs. After every epoch: validation (R@K sum, both directions) and a
 checkpoint holding the model, the optimizer, the epoch, the history and the whole configuration,

@@ -251,17 +251,37 @@ class Backbone(torch.nn.Module):
         return self.net._fc(f)
 
 
-def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: int = 3) -> torch.Tensor:
-    """Mean of the RoI-aligned ``out``x``out`` grid of each box on ``fmap`` (1, C, h, w).
-    ``boxes`` are in original-image px; ``scale`` maps them to backbone-input px. -> (R, C)."""
-    from torchvision.ops import roi_align
+def _axis_weights(coords: torch.Tensor, size: int) -> torch.Tensor:
+    """(R, size) summed bilinear weights of the sample coordinates ``coords`` (R, K) on one axis of
+    ``size`` cells, with torchvision's ``roi_align`` boundary rules (a sample beyond [-1, size]
+    counts as 0; coordinates clamped at 0 and at the last cell)."""
+    valid = ((coords >= -1.0) & (coords <= size)).to(coords.dtype)
+    x = coords.clamp(min=0.0)
+    lo = x.floor().long()
+    edge = lo >= size - 1
+    lo = torch.where(edge, torch.full_like(lo, size - 1), lo)
+    x = torch.where(edge, lo.to(x.dtype), x)
+    frac = x - lo
+    w = coords.new_zeros((coords.shape[0], size))
+    w.scatter_add_(1, lo, (1.0 - frac) * valid)
+    return w.scatter_add_(1, (lo + 1).clamp(max=size - 1), frac * valid)
 
+
+def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: int = 3) -> torch.Tensor:
+    """Mean of the RoI-aligned ``out``x``out`` grid of each box on ``fmap`` (1, C, h, w): exactly
+    ``torchvision.ops.roi_align(..., sampling_ratio=2, aligned=True)`` averaged over its bins, but
+    computed as one matmul — the 2x2 bilinear samples of every bin form a separable weight map
+    over the h x w cells. ``boxes`` are in original-image px; ``scale`` maps them to backbone-input
+    px (stride 32). -> (R, C)."""
     if len(boxes) == 0:
         return fmap.new_zeros((0, fmap.shape[1]))
-    stride = 32.0
-    b = torch.as_tensor(boxes, dtype=fmap.dtype, device=fmap.device) * scale
-    r = roi_align(fmap.float(), [b], output_size=(out, out), spatial_scale=1.0 / stride, sampling_ratio=2, aligned=True)
-    return r.mean(dim=(2, 3))
+    _, C, H, W = fmap.shape
+    b = torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4), device=fmap.device) * (scale / 32.0) - 0.5
+    frac = (torch.arange(2 * out, device=fmap.device, dtype=b.dtype) + 0.5) / 2   # sample k at (k + 0.5) / 2 bins
+    xs = b[:, 0:1] + frac * ((b[:, 2:3] - b[:, 0:1]) / out)
+    ys = b[:, 1:2] + frac * ((b[:, 3:4] - b[:, 1:2]) / out)
+    wmap = _axis_weights(ys, H)[:, :, None] * _axis_weights(xs, W)[:, None, :]          # (R, H, W)
+    return (wmap.reshape(len(b), H * W) @ fmap[0].float().reshape(C, H * W).T) / (2 * out) ** 2
 
 
 def proposal_scores(backbone: Backbone, desc: torch.Tensor, kind: str) -> np.ndarray:

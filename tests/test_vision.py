@@ -251,3 +251,26 @@ def test_selective_search_depends_on_the_image_alone(tiny_synth):
     first = selective_search(a, 200, 12, 40)
     selective_search(b, 200, 12, 40)
     np.testing.assert_array_equal(selective_search(a, 200, 12, 40), first)
+
+
+def test_roi_descriptors_equal_torchvision_roi_align():
+    """The matmul form reproduces roi_align (aligned, 2x2 samples) averaged over its bins, for
+    boxes inside, across and beyond the image edges, tiny and whole-image boxes."""
+    import torch
+    from torchvision.ops import roi_align
+
+    from fraglib.vision import roi_descriptors
+
+    g = torch.Generator().manual_seed(0)
+    fmap = torch.randn(1, 7, 9, 13, generator=g)
+    scale = 0.8                       # original px -> input px; the map is input / 32
+    W, H = 13 * 32 / scale, 9 * 32 / scale
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(-0.2, 1.1, (200, 2)) * [W, H]
+    wh = rng.uniform(0.005, 0.8, (200, 2)) * [W, H]
+    boxes = np.concatenate([np.concatenate([xy, xy + wh], 1), [[0, 0, W, H], [5, 5, 6, 6], [W - 3, H - 3, W, H]]])
+    boxes = boxes.astype(np.float32)
+    ours = roi_descriptors(fmap, boxes, scale)
+    ref = roi_align(fmap, [torch.from_numpy(boxes) * scale], output_size=(3, 3), spatial_scale=1 / 32,
+                    sampling_ratio=2, aligned=True).mean(dim=(2, 3))
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
