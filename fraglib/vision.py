@@ -11,8 +11,9 @@ The R-CNN recipe, rebuilt from parts that install offline:
    style: the paper's R-CNN ran the CNN once per crop, ~25 s/image on a GPU) and scored
    (``score``): ``max_prob`` = the highest ImageNet class probability of the region (the naive
    R-CNN analogue), ``entropy`` = negative entropy of those probabilities, ``learned`` = a
-   class-agnostic logistic regression on descriptor + box geometry trained on annotated boxes of
-   images outside every test split (:mod:`fraglib.objectness`, the analogue of R-CNN's SVMs);
+   class-agnostic score (a small MLP on the descriptor, its surroundings' descriptor and the box
+   geometry) trained on annotated boxes of images outside every test split
+   (:mod:`fraglib.objectness`, the analogue of R-CNN's SVMs);
 4. **class-agnostic NMS** at IoU ``nms_iou``, top ``k`` boxes (padded with the best suppressed
    boxes when fewer survive), plus the full image;
 5. **descriptors** of the kept boxes: RoI-aligned from the shared map (``region_features="roi"``,
