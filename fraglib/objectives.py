@@ -65,7 +65,7 @@ def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive
 
     Computed as every entry's negative hinge plus a correction at the few positive entries, so the
     full (Nv, Ns) matrix sees only a handful of elementwise passes (forward and backward)."""
-    r, c, Mp = rows[positive], cols[positive], M[rows[positive], cols[positive]]
+    c, Mp = cols[positive], M[rows[positive], cols[positive]]
     if normalize:
         n_pos = torch.bincount(c, minlength=M.shape[1]).to(M.dtype)
         w_neg = 1.0 / (M.shape[0] - n_pos).clamp_min(1)
