@@ -55,6 +55,17 @@ class Dataset:
         return f"Dataset({self.name!r}, {len(self.images)} images, {len(self.sentences)} sentences)"
 
 
+def open_npz(path: str | Path, missing: str) -> tuple[Any, dict[str, Any]]:
+    """(arrays, meta) of one of fraglib's ``.npz`` files (features, regions, objectness): the
+    lazily read archive (no pickles) and its JSON ``meta``; a missing file raises
+    FileNotFoundError naming it, with ``missing`` saying what writes it."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: {missing}")
+    z = np.load(path, allow_pickle=False)
+    return z, json.loads(str(z["meta"]))
+
+
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
     """Read a Karpathy-format ``dataset.json``; images are looked up in ``image_dir``
     (default: ``images/`` beside the file)."""

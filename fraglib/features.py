@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, read_karpathy_json
+from fraglib.data import Dataset, open_npz, read_karpathy_json
 from fraglib.regions import region_items
 from fraglib.vision import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
@@ -70,12 +70,9 @@ class FeatureCache:
     @classmethod
     def load(cls, path: str | Path, dataset: Dataset | None = None) -> "FeatureCache":
         """Load; with ``dataset``, check that the cache's image order is the dataset's."""
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: feature cache not found (run the features stage)")
-        z = np.load(path, allow_pickle=False)
+        z, meta = open_npz(path, "feature cache not found (run the features stage)")
         c = cls(z["features"], z["boxes"], z["scores"], z["is_full"], z["offsets"], z["imgids"],
-                z["filenames"], z["status"], json.loads(str(z["meta"])))
+                z["filenames"], z["status"], meta)
         if dataset is not None:
             c.check(dataset, path)
         return c

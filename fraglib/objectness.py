@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, read_karpathy_json
+from fraglib.data import Dataset, open_npz, read_karpathy_json
 from fraglib.vision import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3   # IoU thresholds of the labels
@@ -91,14 +91,11 @@ class Objectness:
 
     @classmethod
     def load(cls, path: str | Path) -> "Objectness":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: objectness model not found (vision.objectness_file; run fraglib.objectness)")
-        z = np.load(path, allow_pickle=False)
+        z, meta = open_npz(path, "objectness model not found (vision.objectness_file; run fraglib.objectness)")
         n = sum(1 for k in z.files if k.startswith("W"))
         if n == 0:
             raise ValueError(f"{path}: an objectness model of an older format; re-run fraglib.objectness")
-        return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], json.loads(str(z["meta"])))
+        return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], meta)
 
 
 def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, progress: bool = True,

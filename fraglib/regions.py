@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, read_karpathy_json
+from fraglib.data import Dataset, open_npz, read_karpathy_json
 from fraglib.vision import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
                             selective_search)
 
@@ -129,11 +129,8 @@ class Regions:
 
     @classmethod
     def load(cls, path: str | Path) -> "Regions":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: regions cache not found (run python -m fraglib.regions)")
-        z = np.load(path, allow_pickle=False)
-        return cls({k: z[k] for k in KEYS}, json.loads(str(z["meta"])))
+        z, meta = open_npz(path, "regions cache not found (run python -m fraglib.regions)")
+        return cls({k: z[k] for k in KEYS}, meta)
 
     def positions(self, dataset: Dataset) -> list[int]:
         """Cache position of each image of ``dataset``; an image the cache lacks is an error."""
