@@ -6,6 +6,7 @@ Every error names the parameter (``section.key``) and what is allowed, so a typo
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,12 +56,19 @@ def from_dict(section: str, values: dict[str, Any] | None, cls: type[T]) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}: unknown parameter, allowed: {', '.join(fields)}")
+        raise ConfigError(f"{section}.{unknown[0]}: unknown parameter{did_you_mean(unknown[0], fields)}, "
+                          f"allowed: {', '.join(fields)}")
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if validate is not None:
         validate()
     return obj
+
+
+def did_you_mean(name: str, known) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or ''."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def load_section(path: str | Path, section: str, cls: type[T]) -> T:

@@ -1,17 +1,18 @@
 """Hyperparameter search on the validation split only (never the test split).
 
-    python -m fraglib.search --dataset-dir data/synthetic --out studies/search/synthetic.csv
-    python -m fraglib.search --dataset-dir "data/pascal1k/split{seed}" --splits 0 1 \
-        --features-dir data/pascal1k/features --set devise=true --set fragment_weight=0 --out studies/search/pascal1k_devise.csv
+    python -m fraglib.search --run full --dataset-dir data/synthetic --set dense_epochs=4 --out studies/search/synthetic.csv
+    python -m fraglib.search --run devise --dataset pascal1k --dataset-dir "data/pascal1k/split{seed}" --splits 0 1 \
+        --features-dir data/pascal1k/features --out studies/search/pascal1k_devise.csv
 
-Random search: ``--trials`` configurations drawn (seeded) from :data:`SPACE` on top of params.yaml's
-``train`` section, each trained for ``--epochs`` epochs; the criterion is the best validation
-R@K sum (R@1+5+10, both directions) over those epochs — averaged over ``--splits`` when
-``--dataset-dir`` holds ``{seed}`` (each split trains with seed = split). ``--set`` fixes keys for
-every trial (e.g. the DeViSE variant), so each compared system gets its own search. Trials run in ``--jobs`` processes of one
-thread each. The table (one row per trial, sorted by the criterion) is written as CSV and rendered
-by ``notebooks/search_report.ipynb``; the chosen values are copied into params.yaml by hand, so
-the choice stays visible in the history of that file.
+Random search for one run (``runs.<name>``): ``--trials`` configurations drawn (seeded) from
+:data:`SPACE` (or ``--space``) on top of the run's settings (:func:`fraglib.train.resolve_run`;
+with ``--dataset``, that section's layers apply), each trained for ``--epochs`` epochs; ``--set``
+fixes more keys for every trial. The criterion is the best validation R@K sum (R@1+5+10, both
+directions) over those epochs — averaged over ``--splits`` when ``--dataset-dir`` holds ``{seed}``
+(each split trains with seed = split). Trials run in ``--jobs`` processes of one thread each. The
+table (one row per trial, sorted by the criterion) is written as CSV and shown in the training
+report; the chosen values are copied into params.yaml by hand, so the choice stays visible in the
+history of that file.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fraglib.config import from_dict, parse_overrides, read_params
+from fraglib.config import parse_overrides, read_params
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -50,39 +51,46 @@ def draw(trials: int, seed: int, space: dict[str, list[Any]] | None = None) -> l
     return out
 
 
-def _trial(args: tuple[str, list[int], str | None, dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict[str, Any]:
+    import time
+
     import torch
 
-    from fraglib.train import TrainConfig, train
+    from fraglib.train import train
 
     torch.set_num_threads(1)
-    dataset_dir, splits, features_dir, base, over = args
-    vals, epochs, secs = [], [], 0.0
+    dataset_dir, splits, features_dir, spec, over = args
+    vals, epochs, t0 = [], [], time.perf_counter()
     for split in splits:
-        cfg = from_dict("train", {**base, **over, **({"seed": split} if "{seed}" in dataset_dir else {})}, TrainConfig)
+        s = spec.with_seed(split) if "{seed}" in dataset_dir else spec
         with tempfile.TemporaryDirectory() as tmp:
-            m = train(dataset_dir.format(seed=split), tmp, cfg, device=torch.device("cpu"), progress=False,
+            m = train(dataset_dir.format(seed=split), tmp, s, device=torch.device("cpu"), progress=False,
                       features_dir=features_dir)
         vals.append(m["val_rsum_best"])
         epochs.append(m["best_epoch"])
-        secs += m["train_seconds"]
     return {**over, "val_rsum_best": round(float(np.mean(vals)), 2), "best_epoch": float(np.mean(epochs)),
-            "train_seconds": round(secs, 1)}
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def search(dataset_dir: str, base: dict[str, Any], trials: int, epochs: int, seed: int, jobs: int,
-           splits: list[int] | None = None, features_dir: str | None = None,
-           space: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
-    base = {**base, "epochs": epochs, "dense_epochs": epochs // 2, "n_boot": 10}
+def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epochs: int, seed: int, jobs: int,
+           splits: list[int] | None = None, features_dir: str | None = None, space: dict[str, list[Any]] | None = None,
+           dataset: str | None = None, fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows (trial settings + criterion), best first."""
+    from fraglib.train import resolve_run
+
+    fixed = {**(fixed or {}), "epochs": epochs, "n_boot": 10}
     configs = draw(trials, seed, space)
+    specs = [resolve_run(params, run, dataset, {**fixed, **c}) for c in configs]   # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        rows = list(ex.map(_trial, [(dataset_dir, splits, features_dir, base, c) for c in configs]))
+        rows = list(ex.map(_trial, [(dataset_dir, splits, features_dir, s, c) for s, c in zip(specs, configs)]))
     return sorted(rows, key=lambda r: -r["val_rsum_best"])
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", required=True, help="the run (params.yaml `runs`) whose settings are searched")
+    ap.add_argument("--dataset", help="dataset section whose train/systems layers apply, e.g. pascal1k")
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--out", required=True, help="CSV table")
     ap.add_argument("--params", default="params.yaml")
@@ -92,13 +100,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
     ap.add_argument("--splits", type=int, nargs="*", help="split seeds whose validation sets are averaged ({seed} in --dataset-dir)")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a train key in every trial")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a trainer or system key in every trial")
     ap.add_argument("--space", help='JSON {"key": [values, ...]} replacing the default search space')
     args = ap.parse_args(argv)
     space = json.loads(args.space) if args.space else SPACE
-    base = dict(read_params(args.params).get("train") or {})
-    base.update(parse_overrides(args.set))
-    rows = search(args.dataset_dir, base, args.trials, args.epochs, args.seed, args.jobs, args.splits, args.features_dir, space)
+    fixed = parse_overrides(args.set)
+    rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs, args.seed, args.jobs,
+                  args.splits, args.features_dir, space, args.dataset, fixed)
     keys = list(rows[0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     out.with_suffix(".json").write_text(json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
                                                     "epochs": args.epochs, "seed": args.seed, "space": space,
                                                     "splits": args.splits, "features_dir": args.features_dir,
-                                                    "base": base}, indent=1) + "\n")
+                                                    "run": args.run, "dataset": args.dataset,
+                                                    "fixed": fixed}, indent=1) + "\n")
     print(f"best: {rows[0]}")
 
 

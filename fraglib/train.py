@@ -1,22 +1,24 @@
-"""Training and evaluation of one model variant (DESIGN.md §1.4), resumable and deterministic.
+"""One training loop for every system, resumable and deterministic (docs/training.md).
 
-    python -m fraglib.train --dataset-dir data/synthetic --out runs/synthetic/full/seed0 [--set key=value ...]
+    python -m fraglib.train --run full --dataset-dir data/synthetic --out runs/try [--dataset pascal1k] [--set key=value ...]
 
-SGD with momentum (the paper; `optimizer: adam` for the tuned DeViSE baseline) over batches of ``batch_size`` image–sentence pairs, no image twice in a batch;
-dense C_0 for the first ``dense_epochs`` epochs, then MIL C_F; learning rate × ``lr_drop`` for the
-last ``lr_drop_epochs`` epochs. After every epoch: validation (R@K sum, both directions) and a
-checkpoint holding the model, the optimizer, the epoch, the history and the whole configuration,
-so a killed run resumes from ``last.pt`` and ends exactly as an uninterrupted one (batch order
-depends only on (seed, epoch)). The best validation epoch is kept as ``best.pt`` and evaluated on
-the test split at the end. Outputs in ``--out``: ``metrics.json`` (test metrics with bootstrap
-CIs), ``ranks.json`` (per-query test ranks), ``history.csv`` (per-epoch curves), checkpoints.
+The loop knows no system by name: it builds the system of a run (``runs.<name>.system``) from
+sizes read off the data, then per epoch draws batches of ``batch_size`` image–sentence pairs
+with no image twice (the order depends only on (seed, epoch)), steps the system's ``loss`` with
+SGD + momentum or Adam (learning rate × ``lr_drop`` for the last ``lr_drop_epochs`` epochs),
+validates (R@K sum, both directions) and checkpoints (:mod:`fraglib.checkpoint`): a killed run
+resumes from ``last.pt`` and ends exactly as an uninterrupted one. The best validation epoch
+(``best.pt``) is evaluated on the test split. Systems without parameters are never stepped; a
+closed-form system is fitted once. Outputs in ``--out``: ``metrics.json`` (test metrics with
+bootstrap CIs, the run's settings), ``ranks.json`` (per-query test ranks), ``history.csv``.
+
+Settings of a run come from ``params.yaml`` by one rule (:func:`resolve_run`).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,362 +26,248 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import ConfigError, check_choice, check_range, load_with_overrides
-from fraglib.data import read_karpathy_json
-from fraglib.evaluate import evaluate_scores, random_scores, rsum
-from fraglib.features import FeatureCache
-from fraglib.fragments import Fragments
-from fraglib.model import FragmentModel
-from fraglib.objectives import global_ranking, pair_scores, total_cost
+from fraglib import checkpoint
+from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
+from fraglib.evaluate import evaluate_scores, rsum, score_matrix
+from fraglib.inputs import input_files, load_splits, make_batches
+from fraglib.systems import get_system
 
-DETECTORS = ("rcnn", "groundtruth", "fullframe")
+DIRECTIONS = ("annotation", "search")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """``params.yaml`` section ``train`` (a variant overrides some keys)."""
+    """``params.yaml: train``: the trainer's keys only (a system's keys live in ``systems.<name>``)."""
 
     seed: int = 0
-    fragment_mode: str = "dependency"   # dependency | bow | bigram
-    detector: str = "rcnn"              # rcnn | groundtruth | fullframe
-    devise: bool = False                # the DeViSE baseline (global objective on mean vectors)
-    random: bool = False                # the random-ranking baseline (no training)
-    similarity: str = "dot"             # dot | cosine (DeViSE only: image·sentence on L2-normalised embeddings)
-    optimizer: str = "sgd"              # sgd (paper; momentum) | adam (lr ~1e-4..1e-3)
-    embed_dim: int = 1000
     epochs: int = 20
-    dense_epochs: int = 10              # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
     batch_size: int = 100               # image–sentence pairs
+    optimizer: str = "sgd"              # sgd (paper; momentum) | adam
     lr: float = 1e-3
-    momentum: float = 0.9
+    momentum: float = 0.9               # sgd only
     lr_drop: float = 0.1
     lr_drop_epochs: int = 2
-    fragment_weight: float = 1.0        # 0: global objective only
-    beta: float = 1.0                   # weight of C_G; 0: fragment objective only
-    alpha: float = 1e-5                 # weight of ||θ||²
-    margin: float = 1.0                 # Δ of C_G
-    smooth: float = 5.0                 # n of S_kl
-    accumulate: str = "sum"             # sum | max
-    normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
     grad_clip: float = 0.0              # max global gradient norm; 0 = off
-    eval_chunk: int = 64                # images per score-matrix chunk (memory ~ chunk x 20 x sentence fragments x 4 B)
-    n_boot: int = 1000                  # bootstrap resamples for CIs
+    eval_chunk: int = 64                # images per score-matrix tile
+    n_boot: int = 1000                  # bootstrap resamples for the test CIs
 
     def validate(self) -> "TrainConfig":
         p = "train"
         check_range(f"{p}.seed", self.seed, 0, 2**31 - 1, int)
-        check_choice(f"{p}.fragment_mode", self.fragment_mode, ("dependency", "bow", "bigram"))
-        check_choice(f"{p}.detector", self.detector, DETECTORS)
-        check_choice(f"{p}.accumulate", self.accumulate, ("sum", "max"))
-        check_choice(f"{p}.similarity", self.similarity, ("dot", "cosine"))
         check_choice(f"{p}.optimizer", self.optimizer, ("sgd", "adam"))
-        if self.similarity == "cosine" and not self.devise:
-            raise ConfigError("train.similarity: cosine applies to the DeViSE baseline only (the fragment "
-                              "model's objectives are defined on inner products, DESIGN.md §1.3)")
-        check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
         check_range(f"{p}.epochs", self.epochs, 0, 10_000, int)
-        check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
         check_range(f"{p}.batch_size", self.batch_size, 2, 100_000, int)
         check_range(f"{p}.lr", self.lr, 0.0, 100.0, float)
         check_range(f"{p}.momentum", self.momentum, 0.0, 1.0, float)
         check_range(f"{p}.lr_drop", self.lr_drop, 0.0, 1.0, float)
         check_range(f"{p}.lr_drop_epochs", self.lr_drop_epochs, 0, 10_000, int)
-        for name in ("fragment_weight", "beta", "alpha", "margin", "smooth", "grad_clip"):
-            check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
+        check_range(f"{p}.grad_clip", self.grad_clip, 0.0, 1e6, float)
         check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
         check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
-        if not self.devise and not self.random and self.fragment_weight == 0 and self.beta == 0:
-            raise ConfigError("train.fragment_weight and train.beta are both 0: nothing to train")
         return self
 
 
-# ----------------------------------------------------------------------------- data
-@dataclasses.dataclass
-class SplitData:
-    """One split, as tensors. Images: CSR rows of ``img_x``; sentences: CSR rows of fragments."""
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run: its name, system and both checked configs, plus the keys
+    that differ from the system's plain settings (``train`` ← ``systems.<system>``)."""
 
-    name: str
-    img_x: torch.Tensor          # (R, D) descriptors
-    img_off: np.ndarray          # (n_img + 1,)
-    frag_rel: torch.Tensor       # (F,)
-    frag_w1: torch.Tensor        # (F,) rows of the model's word table
-    frag_w2: torch.Tensor
-    sent_off: np.ndarray         # (n_sent + 1,)
-    sentence_image: np.ndarray   # (n_sent,) image row of each sentence
-    sentids: np.ndarray
+    run: str
+    system: str
+    system_config: Any
+    train_config: TrainConfig
+    overrides: dict[str, Any]
 
-    @property
-    def n_images(self) -> int:
-        return len(self.img_off) - 1
-
-    @property
-    def n_sentences(self) -> int:
-        return len(self.sent_off) - 1
-
-    def image_rows(self, imgs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Descriptor rows of images ``imgs`` and the position (0..len-1) owning each row."""
-        starts, stops = self.img_off[imgs], self.img_off[imgs + 1]
-        counts = stops - starts
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(imgs) else np.zeros(0, np.int64)
-        return rows.astype(np.int64), np.repeat(np.arange(len(imgs)), counts)
-
-    def sentence_rows(self, sents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        starts, stops = self.sent_off[sents], self.sent_off[sents + 1]
-        counts = stops - starts
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(sents) else np.zeros(0, np.int64)
-        return rows.astype(np.int64), np.repeat(np.arange(len(sents)), counts)
+    def with_seed(self, seed: int) -> "RunSpec":
+        return dataclasses.replace(self, train_config=dataclasses.replace(self.train_config, seed=seed))
 
 
-def load_data(dataset_dir: str | Path, cfg: TrainConfig, device: torch.device, features_dir: str | Path | None = None
-              ) -> tuple[dict[str, SplitData], torch.Tensor, int, dict[str, Any]]:
-    """Splits, the compact word table (only rows the fragments use; GloVe copied once, in part),
-    the number of relation types, and provenance info. Features are read from ``features_dir``
-    (default ``<dataset_dir>/features``)."""
-    from fraglib.vectors import load_glove
+def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, extra: dict[str, Any] | None = None) -> RunSpec:
+    """The settings of run ``run`` by the one override rule (later layers win):
 
-    d = Path(dataset_dir)
-    ds = read_karpathy_json(d / "dataset.json")
-    frags = Fragments.load(d / "fragments" / f"{'bow' if cfg.devise else cfg.fragment_mode}.npz")
-    if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
-        raise ValueError(f"{d}/fragments: sentence order differs from dataset.json (re-run the fragments stage)")
-    det = "rcnn" if cfg.detector == "fullframe" else cfg.detector
-    cache = FeatureCache.load(Path(features_dir or d / "features") / f"{det}.npz", ds)
-    if cfg.detector == "fullframe":
-        cache = cache.fullframe()
-    used = np.unique(np.concatenate([frags.w1, frags.w2]))
-    _, table = load_glove()
-    words = torch.from_numpy(np.ascontiguousarray(table[used]))            # only the rows we need
-    remap = {int(w): i for i, w in enumerate(used)}
-    w1 = np.array([remap[int(w)] for w in frags.w1], np.int64)
-    w2 = np.array([remap[int(w)] for w in frags.w2], np.int64)
-    row_of = {im["imgid"]: n for n, im in enumerate(ds.images)}
-    splits = {}
-    for split in ("train", "val", "test"):
-        imgs = [n for n, im in enumerate(ds.images) if im["split"] == split or (split == "train" and im["split"] == "restval")]
-        pos = {n: i for i, n in enumerate(imgs)}
-        sents = [j for j, s in enumerate(ds.sentences) if row_of[s["imgid"]] in pos]
-        sub = cache.subset(imgs)
-        rows = np.concatenate([np.arange(frags.offsets[j], frags.offsets[j + 1]) for j in sents]) if sents else np.zeros(0, np.int64)
-        counts = np.array([frags.offsets[j + 1] - frags.offsets[j] for j in sents], np.int64)
-        splits[split] = SplitData(
-            split, torch.from_numpy(sub.features).to(device), sub.offsets,
-            torch.from_numpy(frags.rel[rows].astype(np.int64)).to(device),
-            torch.from_numpy(w1[rows]).to(device), torch.from_numpy(w2[rows]).to(device),
-            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
-            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64))
-    info = {"dataset": ds.name, "relations": frags.relations, "fragment_mode": frags.mode, "detector": cfg.detector,
-            "cnn": cache.meta.get("cnn"), "words_used": len(used)}
-    return splits, words.to(device), len(frags.relations), info
+    ``train`` ← ``<dataset>.train`` ← ``systems.<s>`` ← ``<dataset>.systems.<s>`` ← ``runs.<run>`` ← ``extra``
 
-
-def make_batches(data: SplitData, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Shuffled sentence indices in batches of ``batch_size`` with no image twice in a batch.
-    Sentences without fragments, or whose image has none, are not trained on."""
-    rng = np.random.default_rng([seed, epoch])
-    has_s = np.diff(data.sent_off) > 0
-    has_i = np.diff(data.img_off)[data.sentence_image] > 0
-    pool = list(rng.permutation(np.nonzero(has_s & has_i)[0]))
-    batches = []
-    while pool:
-        batch, seen, rest = [], set(), []
-        for j in pool:
-            k = int(data.sentence_image[j])
-            if len(batch) < batch_size and k not in seen:
-                batch.append(j)
-                seen.add(k)
+    where ``s = runs.<run>.system``. Each key goes to the trainer or to the system by its name
+    (the two field sets are disjoint); a key known to neither is an error naming its layer."""
+    for sec in ("train", "systems", "runs"):
+        if not isinstance(params.get(sec), dict):
+            raise ConfigError(f"params: section '{sec}' missing (sections present: {', '.join(params)})")
+    runs = params["runs"]
+    if run not in runs:
+        raise ConfigError(f"runs.{run}: unknown run{did_you_mean(run, runs)}, known: {', '.join(runs)}")
+    entry = dict(runs[run] or {})
+    if "system" not in entry:
+        raise ConfigError(f"runs.{run}.system: missing (one of the registered systems)")
+    name = entry.pop("system")
+    cls = get_system(name, f"runs.{run}.system")
+    ds = {}
+    if dataset is not None:
+        if not isinstance(params.get(dataset), dict):
+            raise ConfigError(f"params: dataset section '{dataset}' missing")
+        ds = params[dataset]
+    if name not in params["systems"]:
+        raise ConfigError(f"systems.{name}: missing (every system used by a run needs an entry, may be {{}})")
+    t_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    s_fields = {f.name for f in dataclasses.fields(cls.Config)}
+    layers = [("train", params["train"], True), (f"{dataset}.train", ds.get("train"), True),
+              (f"systems.{name}", params["systems"][name], False),
+              (f"{dataset}.systems.{name}", (ds.get("systems") or {}).get(name), False),
+              (f"runs.{run}", entry, False), ("--set", extra, False)]
+    tvals: dict[str, Any] = {}
+    svals: dict[str, Any] = {}
+    base: dict[str, Any] = {}
+    for where, layer, trainer_only in layers:
+        if layer is None:
+            continue
+        if not isinstance(layer, dict):
+            raise ConfigError(f"{where}: expected a mapping of parameters, got {layer!r}")
+        for k, v in layer.items():
+            if k in t_fields:
+                tvals[k] = v
+            elif k in s_fields and not trainer_only:
+                svals[k] = v
             else:
-                rest.append(j)
-        if len(batch) < 2:
-            break  # a last pair alone carries no ranking signal
-        batches.append(np.array(batch, np.int64))
-        pool = rest
-    return batches
-
-
-# ----------------------------------------------------------------------------- model + cost
-def mean_rows(x: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
-    """(n, D) mean of the rows of ``x`` owned by each of n images (DeViSE's single image vector)."""
-    cnt = torch.bincount(owner, minlength=n).clamp_min(1).to(x.dtype)
-    return x.new_zeros((n, x.shape[1])).index_add_(0, owner, x) / cnt[:, None]
-
-
-def batch_cost(model: FragmentModel, data: SplitData, batch: np.ndarray, cfg: TrainConfig, dense: bool) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cost of one batch of pairs (sentences ``batch`` with their images): the objective terms
-    divided by the number of pairs B, plus ``alpha`` ||θ||²."""
-    dev = data.img_x.device
-    imgs = data.sentence_image[batch]
-    irows, v_owner = data.image_rows(imgs)
-    srows, s_owner = data.sentence_rows(batch)
-    x = data.img_x[torch.from_numpy(irows).to(dev)]
-    vo = torch.from_numpy(v_owner).to(dev)
-    so = torch.from_numpy(s_owner).to(dev)
-    sr = torch.from_numpy(srows).to(dev)
-    B = len(batch)
-    parts: dict[str, float] = {}
-    if cfg.devise:
-        V = model.embed_images(mean_rows(x, vo, B))
-        S = model.embed_devise_sentences(data.frag_w1[sr], so, B)
-        cg = global_ranking(devise_scores(V, S, cfg.similarity), cfg.margin)
-        parts["C_G"] = float(cg.detach())
-        cost = cfg.beta * cg if cfg.beta else cg
-    else:
-        V = model.embed_images(x)
-        S = model.embed_sentences(data.frag_rel[sr], data.frag_w1[sr], data.frag_w2[sr])
-        cost, parts = total_cost(V, S, vo, so, dense=dense, fragment_weight=cfg.fragment_weight, beta=cfg.beta,
-                                 margin=cfg.margin, smooth=cfg.smooth, accumulate=cfg.accumulate,
-                                 normalize=cfg.normalize)
-    cost = cost / B  # per pair: the learning rate does not depend on the batch size
-    if cfg.alpha:
-        reg = model.regularizer()
-        parts["reg"] = float(reg.detach())
-        cost = cost + cfg.alpha * reg
-    return cost, parts
-
-
-def devise_scores(V: torch.Tensor, S: torch.Tensor, similarity: str = "dot") -> torch.Tensor:
-    """(n_img, n_sent) DeViSE scores of image vectors V (n_img, h) and sentence vectors S (n_sent, h):
-    inner products, or cosines when ``similarity == "cosine"``."""
-    if similarity == "cosine":
-        V, S = torch.nn.functional.normalize(V, dim=1), torch.nn.functional.normalize(S, dim=1)
-    return V @ S.T
-
-
-@torch.no_grad()
-def score_matrix(model: FragmentModel | None, data: SplitData, cfg: TrainConfig) -> torch.Tensor:
-    """(n_images, n_sentences) scores, computed in chunks of ``eval_chunk`` images; sentences or
-    images without fragments score -inf."""
-    if cfg.random or model is None:
-        return torch.from_numpy(random_scores(data.n_images, data.n_sentences, cfg.seed))
-    model.eval()
-    dev = data.img_x.device
-    all_s = np.arange(data.n_sentences)
-    srows, s_owner = data.sentence_rows(all_s)
-    so = torch.from_numpy(s_owner).to(dev)
-    sr = torch.from_numpy(srows).to(dev)
-    if cfg.devise:
-        S = model.embed_devise_sentences(data.frag_w1[sr], so, data.n_sentences)
-    else:
-        S = model.embed_sentences(data.frag_rel[sr], data.frag_w1[sr], data.frag_w2[sr])
-    blocks = []
-    for a in range(0, data.n_images, cfg.eval_chunk):
-        imgs = np.arange(a, min(a + cfg.eval_chunk, data.n_images))
-        irows, v_owner = data.image_rows(imgs)
-        x = data.img_x[torch.from_numpy(irows).to(dev)]
-        vo = torch.from_numpy(v_owner).to(dev)
-        if cfg.devise:
-            blk = devise_scores(model.embed_images(mean_rows(x, vo, len(imgs))), S, cfg.similarity)
-        else:
-            M = model.embed_images(x) @ S.T
-            blk = pair_scores(M, vo, so, len(imgs), data.n_sentences, cfg.smooth, cfg.accumulate, inplace=True)
-        blocks.append(blk.float().cpu())
-    scores = torch.cat(blocks)
-    no_s = torch.from_numpy(np.diff(data.sent_off) == 0)
-    no_i = torch.from_numpy(np.diff(data.img_off) == 0)
-    scores[:, no_s] = float("-inf")
-    scores[no_i, :] = float("-inf")
-    return scores
-
-
-def evaluate_split(model: FragmentModel | None, data: SplitData, cfg: TrainConfig, n_boot: int | None = None) -> dict[str, Any]:
-    return evaluate_scores(score_matrix(model, data, cfg), data.sentence_image, n_boot or cfg.n_boot, cfg.seed)
+                known = t_fields if trainer_only else t_fields | s_fields
+                raise ConfigError(f"{where}.{k}: unknown parameter{did_you_mean(k, known)} "
+                                  f"(trainer keys: {', '.join(sorted(t_fields))}"
+                                  + ("" if trainer_only else f"; system {name}: {', '.join(sorted(s_fields))}") + ")")
+            if where in ("train", f"systems.{name}"):
+                base[k] = v
+    tc = from_dict("train", tvals, TrainConfig)
+    sc = from_dict(f"systems.{name}", svals, cls.Config)
+    plain_t = from_dict("train", {k: v for k, v in base.items() if k in t_fields}, TrainConfig)
+    plain_s = from_dict(f"systems.{name}", {k: v for k, v in base.items() if k in s_fields}, cls.Config)
+    now = {**dataclasses.asdict(tc), **dataclasses.asdict(sc)}
+    was = {**dataclasses.asdict(plain_t), **dataclasses.asdict(plain_s)}
+    return RunSpec(run, name, sc, tc, {k: v for k, v in now.items() if v != was[k] and k != "seed"})
 
 
 # ----------------------------------------------------------------------------- the loop
-def _lr_at(cfg: TrainConfig, epoch: int) -> float:
-    return cfg.lr * (cfg.lr_drop if epoch >= cfg.epochs - cfg.lr_drop_epochs else 1.0)
+def lr_at(tc: TrainConfig, epoch: int) -> float:
+    return tc.lr * (tc.lr_drop if epoch >= tc.epochs - tc.lr_drop_epochs else 1.0)
 
 
-def _save(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # atomic: a kill never leaves a half-written checkpoint
+def make_optimizer(tc: TrainConfig, params) -> torch.optim.Optimizer:
+    params = list(params)
+    if tc.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum)
+    return torch.optim.Adam(params, lr=tc.lr)
 
 
-def train(dataset_dir: str | Path, out_dir: str | Path, cfg: TrainConfig, device: torch.device | None = None,
-          progress: bool = True, stop_after: int | None = None, features_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train (or resume) and evaluate; returns the test metrics. ``stop_after`` ends the process's
-    work after that many epochs (used to test resumption)."""
+def check_usable(splits: dict[str, Any], where: str) -> None:
+    """Refuse data on which training or evaluation would be meaningless, naming the cause."""
+    for name, sp in splits.items():
+        if sp.n_images == 0 or sp.n_sentences == 0:
+            raise ValueError(f"{where}: the {name} split has {sp.n_images} images and {sp.n_sentences} sentences")
+        ok = sp.usable_sentences()
+        if ok.mean() < 0.5:
+            n_img = int((sp.images.counts() > 0).sum())
+            raise ValueError(f"{where}: only {int(ok.sum())} of {len(ok)} {name} sentences are usable "
+                             f"({n_img} of {sp.n_images} images have features; sentences need fragments) — "
+                             "check the image folder, the features stage and the fragments stage")
+
+
+def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: torch.device | None = None,
+          progress: bool = True, stop_after: int | None = None, features_dir: str | Path | None = None,
+          restart: bool = False) -> dict[str, Any]:
+    """Train (or resume) ``spec`` and evaluate it; returns the test metrics. ``stop_after`` ends the
+    process's work after that many epochs (used to test resumption); ``restart``: a checkpoint of
+    other settings or inputs is replaced instead of refused."""
     from tqdm.auto import tqdm
 
     from fraglib.device import select_device
 
-    cfg.validate()
+    tc, cls = spec.train_config.validate(), get_system(spec.system)
     device = device or select_device()[0]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    splits, words, n_rel, info = load_data(dataset_dir, cfg, device, features_dir)
-    if cfg.random:
-        test = evaluate_split(None, splits["test"], cfg)
-        return _finish(out, cfg, info, test, None, [], 0.0)
-    tr = splits["train"]
-    mean, std = tr.img_x.mean(0), tr.img_x.std(0)
-    model = FragmentModel(words, n_rel, mean, std, cfg.embed_dim, cfg.devise).to(device)
-    opt = (torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum) if cfg.optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=cfg.lr))
+    torch.manual_seed(tc.seed)
+    views = cls.views(spec.system_config)
+    splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
+    check_usable(splits, str(dataset_dir))
+    info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
+    system = cls(spec.system_config, dims, tc.seed).to(device)
+    identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
+                "train_config": dataclasses.asdict(tc), "model_args": dims,
+                "fingerprint": checkpoint.fingerprint(input_files(dataset_dir, views, features_dir))}
+    ck = checkpoint.resume(out, identity, restart)
+    trainable = cls.TRAINABLE and any(p.requires_grad for p in system.parameters())
+    opt = make_optimizer(tc, system.parameters()) if trainable else None
     history: list[dict[str, Any]] = []
-    start, best_rsum, t_train = 0, -1.0, 0.0
-    last = out / "last.pt"
-    if last.exists():
-        ck = torch.load(last, map_location=device, weights_only=False)
-        if ck["config"] != dataclasses.asdict(cfg):
-            raise ValueError(f"{last}: checkpoint was written with another configuration; delete {out} to restart")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        start, history, best_rsum, t_train = ck["epoch"], ck["history"], ck["best_rsum"], ck.get("train_seconds", 0.0)
+    start, best_rsum, best_epoch, t_train = 0, -1.0, None, 0.0
+    if ck is not None:
+        system.load_state_dict(ck["model"])
+        if opt is not None:
+            opt.load_state_dict(ck["optimizer"])
+        start, history, best_rsum, best_epoch, t_train = (ck["epoch"], ck["history"], ck["best_rsum"], ck["best_epoch"],
+                                                           ck["train_seconds"])
+    else:
+        system.prepare(splits["train"])
+        if not trainable:
+            system.fit(splits["train"])
+
+    def state(epoch: int) -> dict[str, Any]:
+        return {**identity, "run": spec.run, "model": system.state_dict(),
+                "optimizer": opt.state_dict() if opt else None, "epoch": epoch, "history": history,
+                "best_rsum": best_rsum, "best_epoch": best_epoch, "train_seconds": t_train, "info": info}
+
+    tr = splits["train"]
+    epochs = tc.epochs if trainable else 0
+    if not trainable and ck is None:
+        checkpoint.save(out / "best.pt", state(0))
     done = 0
-    for epoch in range(start, cfg.epochs):
+    for epoch in range(start, epochs):
         if stop_after is not None and done >= stop_after:
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
-        model.train()
+        system.train()
         for g in opt.param_groups:
-            g["lr"] = _lr_at(cfg, epoch)
-        dense = epoch < cfg.dense_epochs
+            g["lr"] = lr_at(tc, epoch)
+        phase = system.phase(epoch)
         sums: dict[str, float] = {}
-        batches = make_batches(tr, cfg.batch_size, cfg.seed, epoch)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs} ({'C_0' if dense else 'C_F'})", disable=not progress,
-                   leave=False, mininterval=2)
-        for batch in bar:
-            cost, parts = batch_cost(model, tr, batch, cfg, dense)
+        batches = make_batches(tr, tc.batch_size, tc.seed, epoch)
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs} ({phase})", disable=not progress, leave=False, mininterval=2)
+        for b in bar:
+            cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
+                                      system.encode_sentences(tr.sentences.take(b)), epoch)
             if not torch.isfinite(cost):
-                raise FloatingPointError(f"epoch {epoch + 1}: cost is {cost.item()} (lower train.lr, now {cfg.lr})")
+                raise FloatingPointError(f"run {spec.run}, epoch {epoch + 1}: cost is {cost.item()} "
+                                         f"(lower train.lr, now {tc.lr})")
             opt.zero_grad(set_to_none=True)
             cost.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if tc.grad_clip:
+                torch.nn.utils.clip_grad_norm_(system.parameters(), tc.grad_clip)
             opt.step()
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
             sums["cost"] = sums.get("cost", 0.0) + float(cost.detach())
             bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
         t_train += time.perf_counter() - t0
-        val = evaluate_split(model, splits["val"], cfg, n_boot=10)
-        row = {"epoch": epoch + 1, "lr": _lr_at(cfg, epoch), "phase": "dense" if dense else "mil",
+        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
+        row = {"epoch": epoch + 1, "lr": lr_at(tc, epoch), "phase": phase,
                **{f"train_{k}": v / max(len(batches), 1) for k, v in sums.items()},
-               "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in ("annotation", "search") for k in (1, 5, 10)}}
+               "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
         history.append(row)
         if progress:
-            print(f"epoch {epoch + 1}/{cfg.epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1, "history": history,
-                 "config": dataclasses.asdict(cfg), "info": info, "best_rsum": best_rsum, "train_seconds": t_train}
+            print(f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)
         if row["val_rsum"] > best_rsum:
-            best_rsum = state["best_rsum"] = row["val_rsum"]
-            _save(out / "best.pt", state)
-        _save(last, state)
+            best_rsum, best_epoch = row["val_rsum"], epoch + 1
+            checkpoint.save(out / "best.pt", state(epoch + 1))
+        checkpoint.save(out / "last.pt", state(epoch + 1))
         done += 1
-    best = torch.load(out / "best.pt", map_location=device, weights_only=False) if (out / "best.pt").exists() else None
-    if best is not None:
-        model.load_state_dict(best["model"])
-    test = evaluate_split(model, splits["test"], cfg)
-    return _finish(out, cfg, info, test, best["epoch"] if best else None, history, t_train)
+    if (out / "best.pt").exists():
+        system.load_state_dict(checkpoint.load(out / "best.pt", device)["model"])
+    test = evaluate_scores(score_matrix(system, splits["test"], tc.eval_chunk), splits["test"].sentence_image,
+                           tc.n_boot, tc.seed)
+    return write_outputs(out, spec, info, test, best_epoch, history)
 
 
-def _finish(out: Path, cfg: TrainConfig, info: dict[str, Any], test: dict[str, Any], best_epoch: int | None,
-            history: list[dict[str, Any]], t_train: float) -> dict[str, Any]:
+def write_outputs(out: Path, spec: RunSpec, info: dict[str, Any], test: dict[str, Any], best_epoch: int | None,
+                  history: list[dict[str, Any]]) -> dict[str, Any]:
+    """``metrics.json`` (no timings: identical runs give identical bytes), ``ranks.json``, ``history.csv``."""
     ranks = test.pop("ranks")
-    metrics = {"test": test, "best_epoch": best_epoch, "train_seconds": t_train, "config": dataclasses.asdict(cfg),
+    metrics = {"test": test, "best_epoch": best_epoch, "run": spec.run, "system": spec.system,
+               "system_config": dataclasses.asdict(spec.system_config), "train_config": dataclasses.asdict(spec.train_config),
                "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None)}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     (out / "ranks.json").write_text(json.dumps(ranks) + "\n")
@@ -389,25 +277,27 @@ def _finish(out: Path, cfg: TrainConfig, info: dict[str, Any], test: dict[str, A
     return metrics
 
 
-def config_from(params: str | Path, overrides: list[str]) -> TrainConfig:
-    """``train`` section of ``params`` with ``key=value`` overrides."""
-    return load_with_overrides(params, "train", TrainConfig, overrides)
-
-
 def main(argv: list[str] | None = None) -> None:
+    from fraglib.config import read_params
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", required=True, help="a name under params.yaml `runs`")
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--dataset", help="dataset section whose train/systems layers apply, e.g. pascal1k")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a train parameter")
+    ap.add_argument("--seed", type=int, help="training seed (default train.seed)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a trainer or system key")
+    ap.add_argument("--restart", action="store_true", help="replace a checkpoint of other settings or inputs")
     args = ap.parse_args(argv)
-    cfg = config_from(args.params, args.set)
-    m = train(args.dataset_dir, args.out, cfg, features_dir=args.features_dir)
+    spec = resolve_run(read_params(args.params), args.run, args.dataset, parse_overrides(args.set))
+    if args.seed is not None:
+        spec = spec.with_seed(args.seed)
+    m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart)
     t = m["test"]
-    print("test: annotation " + " ".join(f"R@{k} {t['annotation'][f'r{k}']:.1f}" for k in (1, 5, 10))
-          + f" med {t['annotation']['median_rank']:.0f} | search "
-          + " ".join(f"R@{k} {t['search'][f'r{k}']:.1f}" for k in (1, 5, 10)) + f" med {t['search']['median_rank']:.0f}")
+    print("test: " + " | ".join(f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in (1, 5, 10))
+                                + f" med {t[d]['median_rank']:.0f}" for d in DIRECTIONS))
 
 
 if __name__ == "__main__":

@@ -61,19 +61,34 @@ def tiny_full(tiny_text, tmp_path_factory):
     return out
 
 
-TINY_TRAIN = dict(embed_dim=32, epochs=4, dense_epochs=2, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
+TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
+TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {}}
+TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "random": {"system": "random"}}
+
+
+def tiny_params(**runs) -> dict:
+    """A params dict for the tiny benchmark: TINY_TRAIN, TINY_SYSTEMS and the runs given (default TINY_RUNS)."""
+    return {"train": dict(TINY_TRAIN), "systems": {k: dict(v) for k, v in TINY_SYSTEMS.items()},
+            "runs": runs or dict(TINY_RUNS), "study": {"seeds": [0], "jobs": 1}}
+
+
+def tiny_spec(run: str = "full", **overrides):
+    """The RunSpec of a tiny run, with trainer or system keys overridden."""
+    from fraglib.train import resolve_run
+
+    return resolve_run(tiny_params(), run, extra=overrides)
 
 
 @pytest.fixture(scope="session")
 def tiny_study(tiny_full, tmp_path_factory):
-    """Two variants x one seed trained for a few epochs on the tiny benchmark, plus a search table."""
-    from fraglib.study import run_variant
+    """Three runs (fragment, devise, random) x one seed trained for a few epochs on the tiny
+    benchmark, plus a search table."""
+    from fraglib.study import run_study
 
     runs = tmp_path_factory.mktemp("runs")
-    params = {"train": dict(TINY_TRAIN), "study": {"seeds": [0], "jobs": 1},
-              "variants": {"full": {}, "devise": {"devise": True, "fragment_weight": 0.0}, "random": {"random": True}}}
-    for v in params["variants"]:
-        run_variant(str(tiny_full), v, params, runs / v)
+    params = tiny_params()
+    for r in params["runs"]:
+        run_study(str(tiny_full), r, params, runs / r)
     table = runs / "search.csv"
     table.write_text("lr,margin,val_rsum_best\n0.01,0.3,100.0\n")
     table.with_suffix(".json").write_text('{"trials": 1, "epochs": 1, "seed": 0, "space": {}}')

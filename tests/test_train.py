@@ -5,9 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_TRAIN
+from conftest import tiny_params, tiny_spec
+from fraglib import checkpoint
+from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
-from fraglib.train import TrainConfig, load_data, make_batches, train
+from fraglib.inputs import load_splits, make_batches
+from fraglib.systems.base import Views
+from fraglib.train import resolve_run, train
 
 
 def _test_metrics(out):
@@ -15,48 +19,51 @@ def _test_metrics(out):
 
 
 def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_path):
-    cfg = TrainConfig(**TINY_TRAIN)
-    a = train(tiny_full, tmp_path / "a", cfg, device=torch.device("cpu"), progress=False)
-    train(tiny_full, tmp_path / "b", cfg, device=torch.device("cpu"), progress=False)
-    assert _test_metrics(tmp_path / "a") == _test_metrics(tmp_path / "b")
+    spec = tiny_spec()
+    cpu = torch.device("cpu")
+    a = train(tiny_full, tmp_path / "a", spec, device=cpu, progress=False)
+    train(tiny_full, tmp_path / "b", spec, device=cpu, progress=False)
+    assert (tmp_path / "a" / "metrics.json").read_text() == (tmp_path / "b" / "metrics.json").read_text()
     assert (tmp_path / "a" / "ranks.json").read_text() == (tmp_path / "b" / "ranks.json").read_text()
     # killed after 2 epochs (the process ends), then started again: resumes from last.pt
-    r = train(tiny_full, tmp_path / "c", cfg, device=torch.device("cpu"), progress=False, stop_after=2)
+    r = train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False, stop_after=2)
     assert r == {"stopped_at_epoch": 2}
-    assert torch.load(tmp_path / "c" / "last.pt", weights_only=False)["epoch"] == 2
-    train(tiny_full, tmp_path / "c", cfg, device=torch.device("cpu"), progress=False)
+    assert checkpoint.load(tmp_path / "c" / "last.pt")["epoch"] == 2
+    train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False)
     assert _test_metrics(tmp_path / "c") == _test_metrics(tmp_path / "a")
     assert (tmp_path / "c" / "history.csv").read_text() == (tmp_path / "a" / "history.csv").read_text()
     hist = (tmp_path / "a" / "history.csv").read_text().splitlines()
-    assert len(hist) == 1 + cfg.epochs and "train_C_0" in hist[0] and "train_C_F" in hist[0]
-    assert a["config"]["seed"] == 0 and a["best_epoch"] in range(1, cfg.epochs + 1)
+    assert len(hist) == 1 + spec.train_config.epochs and "train_C_0" in hist[0] and "train_C_F" in hist[0]
+    assert a["train_config"]["seed"] == 0 and a["best_epoch"] in range(1, spec.train_config.epochs + 1)
+    assert a["system"] == "fragment" and "train_seconds" not in json.dumps(a)
 
 
 def test_resume_refuses_another_configuration(tiny_full, tmp_path):
-    cfg = TrainConfig(**TINY_TRAIN)
-    train(tiny_full, tmp_path, cfg, device=torch.device("cpu"), progress=False, stop_after=1)
-    with pytest.raises(ValueError, match="another configuration"):
-        train(tiny_full, tmp_path, TrainConfig(**{**TINY_TRAIN, "lr": 0.5}), device=torch.device("cpu"), progress=False)
+    cpu = torch.device("cpu")
+    train(tiny_full, tmp_path, tiny_spec(), device=cpu, progress=False, stop_after=1)
+    with pytest.raises(CheckpointError, match="other train_config"):
+        train(tiny_full, tmp_path, tiny_spec(lr=0.5), device=cpu, progress=False)
+    with pytest.raises(CheckpointError, match="other system_config"):
+        train(tiny_full, tmp_path, tiny_spec(margin=0.5), device=cpu, progress=False)
 
 
-@pytest.mark.parametrize("override", [
-    {"devise": True, "fragment_weight": 0.0},
-    {"devise": True, "fragment_weight": 0.0, "similarity": "cosine", "optimizer": "adam", "lr": 1e-3},
-    {"random": True},
-    {"detector": "fullframe"},
-    {"detector": "groundtruth", "fragment_mode": "bow", "accumulate": "max"},
-    {"fragment_mode": "bigram", "beta": 0.0},
+@pytest.mark.parametrize("run,override", [
+    ("devise", {}),
+    ("devise", {"similarity": "cosine", "optimizer": "adam", "lr": 1e-3, "images": "fullframe"}),
+    ("random", {}),
+    ("full", {"images": "fullframe"}),
+    ("full", {"images": "groundtruth", "sentences": "bow", "accumulate": "max"}),
+    ("full", {"sentences": "bigram", "beta": 0.0}),
 ])
-def test_variants_run(tiny_full, tmp_path, override):
-    m = train(tiny_full, tmp_path, TrainConfig(**{**TINY_TRAIN, "epochs": 2, **override}), device=torch.device("cpu"),
-              progress=False)
+def test_runs_of_every_system(tiny_full, tmp_path, run, override):
+    m = train(tiny_full, tmp_path, tiny_spec(run, epochs=2, **override), device=torch.device("cpu"), progress=False)
     t = m["test"]
     assert 0 <= t["annotation"]["r1"] <= 100 and t["search"]["mean_rank"] >= 1
     assert t["annotation_ci"]["r1"][0] <= t["annotation"]["r1"] <= t["annotation_ci"]["r1"][1]
 
 
 def test_batches_never_repeat_an_image(tiny_full):
-    splits, _, _, _ = load_data(tiny_full, TrainConfig(), torch.device("cpu"))
+    splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), torch.device("cpu"))
     tr = splits["train"]
     batches = make_batches(tr, 7, seed=0, epoch=3)
     for b in batches:
@@ -68,10 +75,16 @@ def test_batches_never_repeat_an_image(tiny_full):
 
 
 def test_bad_train_parameters():
-    with pytest.raises(ConfigError, match=r"train\.detector='yolo'"):
-        TrainConfig(detector="yolo").validate()
+    with pytest.raises(ConfigError, match=r"systems\.fragment\.images='yolo'"):
+        tiny_spec(images="yolo")
     with pytest.raises(ConfigError, match="both 0"):
-        TrainConfig(fragment_weight=0.0, beta=0.0).validate()
+        tiny_spec(fragment_weight=0.0, beta=0.0)
+    with pytest.raises(ConfigError, match=r"train\.optimizer"):
+        tiny_spec(optimizer="rmsprop")
+    with pytest.raises(ConfigError, match=r"--set\.lrr: unknown parameter \(did you mean 'lr'\?\)"):
+        tiny_spec(lrr=0.1)
+    with pytest.raises(ConfigError, match=r"systems\.devise\.similarity"):
+        tiny_spec("devise", similarity="l2")
 
 
 def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
@@ -83,50 +96,54 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     for s in (0, 1):
         (tmp_path / f"split{s}").symlink_to(tiny_full, target_is_directory=True)
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"train": dict(TINY_TRAIN)}))
+    params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
-    search.main(["--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "1", "--params", str(params),
-                 "--set", "devise=true", "--set", "fragment_weight=0", "--trials", "2", "--epochs", "1",
-                 "--jobs", "1", "--out", str(out)])
+    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "1",
+                 "--params", str(params), "--set", "similarity=cosine", "--trials", "2", "--epochs", "1",
+                 "--jobs", "1", "--out", str(out), "--space", '{"lr": [0.01, 0.03], "margin": [0.1, 0.2]}'])
     lines = out.read_text().splitlines()
-    assert lines[0].split(",")[:5] == list(search.SPACE) and len(lines) == 3
-    crit = [float(line.split(",")[5]) for line in lines[1:]]
+    assert lines[0].split(",")[:2] == ["lr", "margin"] and len(lines) == 3
+    crit = [float(line.split(",")[2]) for line in lines[1:]]
     assert crit == sorted(crit, reverse=True) and all(c > 0 for c in crit)
     meta = json.loads(out.with_suffix(".json").read_text())
-    assert meta["splits"] == [0, 1] and meta["base"]["devise"] is True
+    assert meta["splits"] == [0, 1] and meta["run"] == "devise" and meta["fixed"] == {"similarity": "cosine"}
 
 
-def test_variant_config_layers_dataset_overrides():
-    """train <- dataset 'all' <- variant <- dataset '<variant>'; unknown names are refused."""
-    from fraglib.study import variant_config
-
-    params = {"train": {"lr": 0.01, "margin": 1.0, "embed_dim": 64},
-              "variants": {"full": {}, "devise": {"devise": True, "fragment_weight": 0.0, "margin": 0.5}}}
-    extra = {"all": {"lr": 0.1, "margin": 0.2}, "devise": {"lr": 0.3}}
-    full = variant_config(params, "full", 3, extra)
-    assert (full.lr, full.margin, full.embed_dim, full.seed) == (0.1, 0.2, 64, 3)
-    dev = variant_config(params, "devise", 0, extra)
-    assert (dev.lr, dev.margin, dev.devise) == (0.3, 0.5, True)       # the variant's own margin wins over 'all'
-    assert variant_config(params, "full", 0).lr == 0.01
-    with pytest.raises(ConfigError, match="neither 'all' nor a variant"):
-        variant_config(params, "full", 0, {"fulll": {"lr": 1.0}})
+def test_resolve_run_layers_and_routing():
+    """train <- <dataset>.train <- systems.<s> <- <dataset>.systems.<s> <- runs.<r>; keys routed by name."""
+    params = {"train": {"lr": 0.01, "epochs": 3}, "systems": {"fragment": {"margin": 1.0, "embed_dim": 64},
+                                                               "devise": {"margin": 0.5}},
+              "runs": {"full": {"system": "fragment"}, "fo": {"system": "fragment", "beta": 0.0},
+                       "devise": {"system": "devise", "lr": 0.2}},
+              "ds": {"train": {"epochs": 5}, "systems": {"fragment": {"lr": 0.1, "margin": 0.2}, "devise": {"lr": 0.3}}}}
+    full = resolve_run(params, "full", "ds")
+    assert (full.train_config.lr, full.train_config.epochs, full.system_config.margin, full.system_config.embed_dim) \
+        == (0.1, 5, 0.2, 64)
+    assert full.overrides == {"lr": 0.1, "epochs": 5, "margin": 0.2}
+    assert resolve_run(params, "fo", "ds").system_config.beta == 0.0
+    dev = resolve_run(params, "devise", "ds")
+    assert (dev.system, dev.train_config.lr, dev.system_config.margin) == ("devise", 0.2, 0.5)  # the run wins
+    assert resolve_run(params, "full").train_config.lr == 0.01
+    with pytest.raises(ConfigError, match="unknown run .*did you mean 'full'"):
+        resolve_run(params, "fulll")
+    with pytest.raises(ConfigError, match=r"runs\.x\.system='vse': unknown system, known: fragment, devise, random"):
+        resolve_run({**params, "runs": {"x": {"system": "vse"}}}, "x")
+    with pytest.raises(ConfigError, match=r"ds\.train\.margin: unknown parameter"):   # trainer layers take trainer keys
+        resolve_run({**params, "ds": {"train": {"margin": 1.0}}}, "full", "ds")
+    with pytest.raises(ConfigError, match="section 'runs' missing"):
+        resolve_run({"train": {}, "systems": {}}, "full")
 
 
 def test_devise_scores_cosine_by_hand():
-    from fraglib.train import devise_scores
+    from fraglib.systems.devise import Config, DeviseSystem
 
+    sys_ = DeviseSystem(Config(embed_dim=2), {"n_words": 1, "word_dim": 2, "img_dim": 2})
     V = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     S = torch.tensor([[0.0, 2.0], [1.0, 1.0]])
-    assert torch.allclose(devise_scores(V, S), torch.tensor([[8.0, 7.0], [0.0, 1.0]]))
+    assert torch.allclose(sys_.scores(V, S), torch.tensor([[8.0, 7.0], [0.0, 1.0]]))
     r = 2 ** -0.5
-    assert torch.allclose(devise_scores(V, S, "cosine"), torch.tensor([[0.8, 7 / 5 * r], [0.0, r]]))
-
-
-def test_cosine_is_refused_for_the_fragment_model():
-    with pytest.raises(ConfigError, match="DeViSE baseline only"):
-        TrainConfig(similarity="cosine").validate()
-    with pytest.raises(ConfigError, match="optimizer"):
-        TrainConfig(optimizer="rmsprop").validate()
+    cos = DeviseSystem(Config(embed_dim=2, similarity="cosine"), {"n_words": 1, "word_dim": 2, "img_dim": 2})
+    assert torch.allclose(cos.scores(V, S), torch.tensor([[0.8, 7 / 5 * r], [0.0, r]]))
 
 
 def test_seed_threads_give_idle_cores_to_the_last_round():

@@ -1,0 +1,131 @@
+"""Checkpoints that rebuild their system alone, and the one resume policy (docs/formats.md).
+
+A checkpoint (``last.pt`` after every epoch, ``best.pt`` at the best validation epoch) holds only
+tensors and plain containers, is written atomically and read with ``torch.load(weights_only=True)``:
+
+``format``, ``run``, ``system`` (registry name), ``system_config``, ``train_config``, ``model_args``
+(the sizes the system was built from), ``fingerprint`` (SHA-256 of every input file it was trained
+on), ``model``, ``optimizer``, ``epoch``, ``history``, ``best_rsum``, ``best_epoch``,
+``train_seconds``, ``info``.
+
+:func:`load_system` rebuilds the system from the checkpoint alone (no dataset, no GloVe).
+:func:`resume` returns a checkpoint only when its identity — system, both configs, model_args and
+input fingerprint — equals the current one; otherwise the run starts from scratch (``restart``)
+or stops with the differing fields named. A run whose ``best.pt`` has gone missing or does not
+belong to its ``last.pt`` is never finished silently from other weights.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "fraglib-checkpoint-1"
+IDENTITY = ("system", "system_config", "train_config", "model_args", "fingerprint")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is unreadable, not fraglib's, or does not belong to the run that reads it."""
+
+
+def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint(files: dict[str, Path]) -> dict[str, str]:
+    """{role: sha256} of the input files (a missing file is an error naming it)."""
+    out = {}
+    for role, p in files.items():
+        if not Path(p).is_file():
+            raise FileNotFoundError(f"{p}: input file ({role}) not found")
+        out[role] = file_sha256(p)
+    return out
+
+
+def save(path: str | Path, ck: dict[str, Any]) -> None:
+    """Write atomically: a kill never leaves a half-written checkpoint."""
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"format": FORMAT, **ck}, tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """A fraglib checkpoint, loaded without executing code; CheckpointError names the file otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        ck = torch.load(path, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable fraglib checkpoint ({first[:300]})") from None
+    if not isinstance(ck, dict) or ck.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a fraglib checkpoint (no format {FORMAT!r})")
+    return ck
+
+
+def load_system(path: str | Path, device: Any = "cpu"):
+    """(system in eval mode, checkpoint) rebuilt from ``path`` alone."""
+    from fraglib.config import from_dict
+    from fraglib.systems import get_system
+
+    ck = load(path, device)
+    cls = get_system(ck["system"], f"{path}: system")
+    cfg = from_dict(f"systems.{ck['system']}", ck["system_config"], cls.Config)
+    system = cls(cfg, ck["model_args"], seed=ck["train_config"]["seed"]).to(device)
+    system.load_state_dict(ck["model"])
+    system.eval()
+    return system, ck
+
+
+def _differs(ck: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    return [k for k in IDENTITY if ck.get(k) != identity[k]]
+
+
+def resume(out: Path, identity: dict[str, Any], restart: bool, log=print) -> dict[str, Any] | None:
+    """The ``last.pt`` of ``out`` to resume from, or None to start from scratch.
+
+    ``identity``: the :data:`IDENTITY` fields of the run about to train. A checkpoint with other
+    values (other inputs, settings or sizes), an unreadable one, or one whose ``best.pt`` is missing
+    or foreign, is removed when ``restart`` (with a message) and is an error otherwise."""
+    last, best = out / "last.pt", out / "best.pt"
+    if not last.exists():
+        if best.exists():
+            problem = f"{best} exists without {last}"
+        else:
+            return None
+    else:
+        try:
+            ck = load(last)
+            problem = ""
+        except CheckpointError as exc:
+            ck, problem = None, str(exc)
+        if ck is not None:
+            diff = _differs(ck, identity)
+            if diff:
+                problem = f"{last} was written for other {', '.join(diff)}"
+            elif ck.get("best_epoch") is not None:
+                try:
+                    b = load(best)
+                    if _differs(b, identity) or b.get("epoch") != ck["best_epoch"]:
+                        problem = f"{best} does not belong to {last} (best epoch {ck['best_epoch']})"
+                except CheckpointError as exc:
+                    problem = f"{exc}; {last} records best epoch {ck['best_epoch']}"
+            if not problem:
+                return ck
+    if not restart:
+        raise CheckpointError(f"{problem}: delete {out} (or pass --restart) to train from scratch")
+    log(f"{problem}: training from scratch")
+    for p in (last, best):
+        p.unlink(missing_ok=True)
+    return None

@@ -1,0 +1,152 @@
+"""Inputs of the systems: one dataset's splits as tensors, in the views a system asks for.
+
+The only reader of data files for training and evaluation (docs/formats.md describes the files):
+``dataset.json``, ``fragments/<sentence view>.npz`` and ``features/<image view>.npz``
+(``fullframe`` = the whole-image rows of ``rcnn.npz``). Word ids are remapped to a compact table
+holding only the GloVe rows the fragment file uses, in sorted order (:func:`compact_words`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fraglib.systems.base import Rows, Views
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass
+class Ragged:
+    """Items with a variable number of rows: ``data[key]`` (R, ...) tensors, item n owns rows
+    ``off[n]:off[n+1]``."""
+
+    data: dict[str, torch.Tensor]
+    off: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.off) - 1
+
+    def counts(self) -> np.ndarray:
+        return np.diff(self.off)
+
+    def take(self, items: np.ndarray) -> Rows:
+        """The rows of ``items`` (positions), owner = position in ``items``."""
+        items = np.asarray(items, np.int64)
+        starts, stops = self.off[items], self.off[items + 1]
+        rows = (np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(items)
+                else np.zeros(0, np.int64)).astype(np.int64)
+        owner = np.repeat(np.arange(len(items)), stops - starts)
+        dev = next(iter(self.data.values())).device
+        r = torch.from_numpy(rows).to(dev)
+        return Rows({k: v[r] for k, v in self.data.items()}, torch.from_numpy(owner).to(dev), len(items), items)
+
+
+@dataclasses.dataclass
+class Split:
+    """One split: ``images`` and ``sentences`` in the system's views, ``sentence_image`` (n_sent,)
+    the image position of each sentence, ``sentids``, and the compact ``words`` table (n_words, 50)."""
+
+    name: str
+    images: Ragged
+    sentences: Ragged
+    sentence_image: np.ndarray
+    sentids: np.ndarray
+    words: torch.Tensor
+
+    @property
+    def n_images(self) -> int:
+        return self.images.n
+
+    @property
+    def n_sentences(self) -> int:
+        return self.sentences.n
+
+    def usable_sentences(self) -> np.ndarray:
+        """(n_sent,) bool: the sentence and its image both have rows (only those are trained on)."""
+        return (self.sentences.counts() > 0) & (self.images.counts()[self.sentence_image] > 0)
+
+
+def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(used GloVe rows, sorted; w1 and w2 as rows of that compact table)."""
+    used = np.unique(np.concatenate([w1, w2]))
+    return used, np.searchsorted(used, w1).astype(np.int64), np.searchsorted(used, w2).astype(np.int64)
+
+
+def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path | None = None) -> dict[str, Path]:
+    """The files a run with ``views`` reads (the checkpoint fingerprints them)."""
+    d = Path(dataset_dir)
+    det = "rcnn" if views.images == "fullframe" else views.images
+    return {"dataset": d / "dataset.json", "sentences": d / "fragments" / f"{views.sentences}.npz",
+            "images": Path(features_dir or d / "features") / f"{det}.npz"}
+
+
+def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
+                features_dir: str | Path | None = None) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
+    """(splits train/val/test — ``restval`` images join train —, sizes for building a system
+    (n_words, word_dim, n_relations, img_dim), provenance info)."""
+    from fraglib.data import read_karpathy_json
+    from fraglib.features import FeatureCache
+    from fraglib.fragments import Fragments
+    from fraglib.vectors import load_glove
+
+    files = input_files(dataset_dir, views, features_dir)
+    ds = read_karpathy_json(files["dataset"])
+    frags = Fragments.load(files["sentences"])
+    if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
+        raise ValueError(f"{files['sentences']}: sentence order differs from {files['dataset']} "
+                         "(re-run the fragments stage)")
+    cache = FeatureCache.load(files["images"], ds)
+    if views.images == "fullframe":
+        cache = cache.fullframe()
+    used, w1, w2 = compact_words(frags.w1, frags.w2)
+    _, table = load_glove()
+    words = torch.from_numpy(np.ascontiguousarray(table[used])).to(device)
+    row_of = {im["imgid"]: n for n, im in enumerate(ds.images)}
+    splits = {}
+    for split in SPLITS:
+        imgs = [n for n, im in enumerate(ds.images) if im["split"] == split or (split == "train" and im["split"] == "restval")]
+        pos = {n: i for i, n in enumerate(imgs)}
+        sents = [j for j, s in enumerate(ds.sentences) if row_of[s["imgid"]] in pos]
+        sub = cache.subset(imgs)
+        rows = np.concatenate([np.arange(frags.offsets[j], frags.offsets[j + 1]) for j in sents]) if sents else np.zeros(0, np.int64)
+        counts = np.array([frags.offsets[j + 1] - frags.offsets[j] for j in sents], np.int64)
+        t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+        splits[split] = Split(
+            split, Ragged({"x": t(sub.features)}, sub.offsets),
+            Ragged({"rel": t(frags.rel[rows].astype(np.int64)), "w1": t(w1[rows]), "w2": t(w2[rows])},
+                   np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)),
+            np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
+            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words)
+    dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
+            "img_dim": int(cache.features.shape[1])}
+    info = {"dataset": ds.name, "relations": frags.relations, "sentences": frags.mode, "images": views.images,
+            "cnn": cache.meta.get("cnn"), "words_used": len(used)}
+    return splits, dims, info
+
+
+def make_batches(split: Split, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Shuffled sentence positions in batches of ``batch_size`` with no image twice in a batch.
+    Sentences without rows, or whose image has none, are not trained on; the order depends only
+    on (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    pool = list(rng.permutation(np.nonzero(split.usable_sentences())[0]))
+    batches = []
+    while pool:
+        batch, seen, rest = [], set(), []
+        for j in pool:
+            k = int(split.sentence_image[j])
+            if len(batch) < batch_size and k not in seen:
+                batch.append(j)
+                seen.add(k)
+            else:
+                rest.append(j)
+        if len(batch) < 2:
+            break  # a last pair alone carries no ranking signal
+        batches.append(np.array(batch, np.int64))
+        pool = rest
+    return batches

@@ -1,0 +1,25 @@
+"""The compared systems: one module each, behind the protocol of :mod:`fraglib.systems.base`.
+
+``SYSTEMS`` is the registry (name -> class); the name is also the module's file name, so a DVC
+stage of a run depends on ``fraglib/systems/<name>.py`` only. Adding a system: docs/adding_a_system.md.
+"""
+from __future__ import annotations
+
+from fraglib.config import ConfigError
+from fraglib.systems.base import System
+from fraglib.systems.devise import DeviseSystem
+from fraglib.systems.fragment import FragmentSystem
+from fraglib.systems.random import RandomSystem
+
+SYSTEMS: dict[str, type[System]] = {
+    "fragment": FragmentSystem,
+    "devise": DeviseSystem,
+    "random": RandomSystem,
+}
+
+
+def get_system(name: str, where: str = "system") -> type[System]:
+    """The class registered as ``name``; a ConfigError listing the known names otherwise."""
+    if name not in SYSTEMS:
+        raise ConfigError(f"{where}={name!r}: unknown system, known: {', '.join(SYSTEMS)}")
+    return SYSTEMS[name]

@@ -1,0 +1,105 @@
+"""The system protocol: what every compared system implements (docs/systems.md).
+
+A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` with a frozen
+``Config`` dataclass beside it. The trainer (``fraglib.train``) and the evaluator
+(``fraglib.evaluate.score_matrix``) know systems only through these members:
+
+=====================================  ======================================================================
+``NAME``, ``Config``                   registry name (= module name) and its checked settings (``systems.<NAME>``)
+``views(cfg) -> Views``                which inputs it reads: an image view and a sentence view
+``__init__(cfg, dims, seed)``          build from sizes read off the data (``dims``, stored in checkpoints as
+                                       ``model_args``) — never from the data itself
+``prepare(train)``                     constants taken from the training split (word table, standardisation);
+                                       called once before training from scratch, never on reload
+``encode_images(rows) -> enc``         ``rows``: :class:`Rows` of n images
+``encode_sentences(rows) -> enc``      ``rows``: :class:`Rows` of m sentences
+``scores(img_enc, sent_enc)``          (n, m) image–sentence scores: the one function both the loss and the
+                                       evaluator use
+``loss(img_enc, sent_enc, epoch)``     (cost, parts) for n = m corresponding pairs (pair k = image k, sentence k),
+                                       the system's own regulariser included; ``parts`` are floats for the log
+``phase(epoch) -> str``                a label of the training phase (history column ``phase``)
+``TRAINABLE``                          False for systems without parameters (never stepped)
+=====================================  ======================================================================
+
+A closed-form system (kCCA) overrides ``fit(train)`` and sets ``TRAINABLE = False``; the trainer calls
+``fit`` once instead of stepping.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe")      # detections + full frame | VOC/synthetic boxes | whole image
+SENTENCE_VIEWS = ("dependency", "bow", "bigram")          # fragment files written by the fragments stage
+
+
+@dataclasses.dataclass(frozen=True)
+class Views:
+    """Inputs a system reads: ``images`` in :data:`IMAGE_VIEWS`, ``sentences`` in :data:`SENTENCE_VIEWS`."""
+
+    images: str
+    sentences: str
+
+
+@dataclasses.dataclass
+class Rows:
+    """A batch of n items with a variable number of rows each (CSR): ``data[key]`` (R, ...) tensors,
+    ``owner`` (R,) int64 in [0, n), ``index`` (n,) the items' positions in their split."""
+
+    data: dict[str, torch.Tensor]
+    owner: torch.Tensor
+    n: int
+    index: np.ndarray
+
+
+class System(nn.Module):
+    """Base class of every system (see the module docstring for the protocol)."""
+
+    NAME: ClassVar[str] = ""
+    Config: ClassVar[type] = object
+    TRAINABLE: ClassVar[bool] = True
+
+    @staticmethod
+    def views(cfg: Any) -> Views:
+        raise NotImplementedError
+
+    def prepare(self, train: Any) -> None:
+        """Constants from the training split (default: none)."""
+
+    def fit(self, train: Any) -> None:
+        """Closed-form fitting on the training split (default: none)."""
+
+    def phase(self, epoch: int) -> str:
+        return "train"
+
+    def encode_images(self, rows: Rows) -> Any:
+        raise NotImplementedError
+
+    def encode_sentences(self, rows: Rows) -> Any:
+        raise NotImplementedError
+
+    def scores(self, images: Any, sentences: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def loss(self, images: Any, sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------- helpers shared by systems
+def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
+    """Linear map of standardised CNN descriptors, weights U(±1/sqrt(img_dim)), zero bias."""
+    lin = nn.Linear(img_dim, embed_dim)
+    nn.init.uniform_(lin.weight, -1.0 / math.sqrt(img_dim), 1.0 / math.sqrt(img_dim))
+    nn.init.zeros_(lin.bias)
+    return lin
+
+
+def mean_rows(x: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
+    """(n, D) mean of the rows of ``x`` (R, D) owned by each of n items (0 for an item without rows)."""
+    cnt = torch.bincount(owner, minlength=n).clamp_min(1).to(x.dtype)
+    return x.new_zeros((n, x.shape[1])).index_add_(0, owner, x) / cnt[:, None]

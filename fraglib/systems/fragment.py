@@ -1,0 +1,145 @@
+"""The fragment embedding model of Karpathy, Joulin & Fei-Fei (2014) and its ablations (docs/method.md).
+
+* sentence fragment: ``s = ReLU(W_R [W_e w1 ; W_e w2] + b_R)``, one ``(W_R, b_R)`` per relation type
+  (the BOW and bigram views have a single type), ``W_e`` fixed GloVe vectors;
+* image fragment: ``v = W_m x + b_m`` on the standardised CNN descriptor ``x`` of a detection;
+* image–sentence score ``S_kl`` and the objectives C_0 / C_F (MIL) / C_G: :mod:`fraglib.systems.objectives`.
+
+Every ablation of the paper's Table 2 is a setting of :class:`Config` (docs/systems.md lists them).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from fraglib.config import ConfigError, check_choice, check_range
+from fraglib.systems.base import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, image_map
+from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """``params.yaml: systems.fragment``."""
+
+    images: str = "rcnn"                # rcnn | groundtruth | fullframe (the image view)
+    sentences: str = "dependency"       # dependency | bow | bigram (the sentence view)
+    embed_dim: int = 1000               # h: dimension of the joint space
+    dense_epochs: int = 10              # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
+    fragment_weight: float = 1.0        # weight of C_0 / C_F; 0: global objective only
+    beta: float = 1.0                   # weight of C_G; 0: fragment objective only
+    alpha: float = 1e-5                 # weight of ||θ||² (weight matrices, not biases)
+    margin: float = 1.0                 # Δ of C_G
+    smooth: float = 5.0                 # n of S_kl
+    accumulate: str = "sum"             # sum (paper) | max (released code)
+    normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
+
+    def validate(self) -> "Config":
+        p = "systems.fragment"
+        check_choice(f"{p}.images", self.images, IMAGE_VIEWS)
+        check_choice(f"{p}.sentences", self.sentences, SENTENCE_VIEWS)
+        check_choice(f"{p}.accumulate", self.accumulate, ("sum", "max"))
+        check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
+        check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
+        for name in ("fragment_weight", "beta", "alpha", "margin", "smooth"):
+            check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
+        if not isinstance(self.normalize, bool):
+            raise ConfigError(f"{p}.normalize={self.normalize!r}: expected true or false")
+        if self.fragment_weight == 0 and self.beta == 0:
+            raise ConfigError(f"{p}.fragment_weight and {p}.beta are both 0: nothing to train")
+        return self
+
+
+class Fragments:
+    """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n)."""
+
+    __slots__ = ("x", "owner", "n")
+
+    def __init__(self, x: torch.Tensor, owner: torch.Tensor, n: int) -> None:
+        self.x, self.owner, self.n = x, owner, n
+
+
+class FragmentSystem(System):
+    """The fragment model. ``dims``: n_words, word_dim, n_relations, img_dim (docs/systems.md)."""
+
+    NAME = "fragment"
+    Config = Config
+
+    @staticmethod
+    def views(cfg: Config) -> Views:
+        return Views(cfg.images, cfg.sentences)
+
+    def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        wd, img_dim = dims["word_dim"], dims["img_dim"]
+        self.register_buffer("words", torch.zeros(dims["n_words"], wd))
+        self.register_buffer("img_mean", torch.zeros(img_dim))
+        self.register_buffer("img_std", torch.ones(img_dim))
+        bound = 1.0 / math.sqrt(2 * wd)
+        self.W_R = nn.Parameter(torch.empty(dims["n_relations"], cfg.embed_dim, 2 * wd).uniform_(-bound, bound))
+        self.b_R = nn.Parameter(torch.zeros(dims["n_relations"], cfg.embed_dim))
+        self.img = image_map(img_dim, cfg.embed_dim)
+
+    def prepare(self, train: Any) -> None:
+        x = train.images.data["x"]
+        self.words.copy_(train.words)
+        self.img_mean.copy_(x.mean(0))
+        self.img_std.copy_(x.std(0).clamp_min(1e-6))
+
+    def phase(self, epoch: int) -> str:
+        return "dense" if epoch < self.cfg.dense_epochs else "mil"
+
+    # ----------------------------------------------------------------- encoders
+    def embed_images(self, x: torch.Tensor) -> torch.Tensor:
+        """(R, img_dim) CNN descriptors -> (R, h) image-fragment embeddings."""
+        return self.img((x - self.img_mean) / self.img_std)
+
+    def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings (a loop over
+        the relation types, never over fragments)."""
+        x = torch.cat([self.words[w1], self.words[w2]], dim=1)
+        if self.W_R.shape[0] == 1:
+            return torch.relu(x @ self.W_R[0].T + self.b_R[0])
+        order = torch.argsort(rel, stable=True)
+        counts = torch.bincount(rel, minlength=self.W_R.shape[0]).tolist()
+        pieces = [torch.relu(part @ self.W_R[r].T + self.b_R[r])
+                  for r, part in enumerate(torch.split(x[order], counts)) if len(part)]
+        out = torch.cat(pieces) if pieces else x.new_zeros((0, self.W_R.shape[1]))
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(len(order), device=order.device)
+        return out[inv]
+
+    def encode_images(self, rows: Rows) -> Fragments:
+        return Fragments(self.embed_images(rows.data["x"]), rows.owner, rows.n)
+
+    def encode_sentences(self, rows: Rows) -> Fragments:
+        d = rows.data
+        return Fragments(self.embed_sentences(d["rel"], d["w1"], d["w2"]), rows.owner, rows.n)
+
+    # ----------------------------------------------------------------- scores and loss
+    def scores(self, images: Fragments, sentences: Fragments) -> torch.Tensor:
+        M = fragment_scores(images.x, sentences.x)
+        return pair_scores(M, images.owner, sentences.owner, images.n, sentences.n, self.cfg.smooth,
+                           self.cfg.accumulate)
+
+    def regularizer(self) -> torch.Tensor:
+        """||θ||² over the weight matrices (biases are not regularised)."""
+        return (self.W_R ** 2).sum() + (self.img.weight ** 2).sum()
+
+    def loss(self, images: Fragments, sentences: Fragments, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(w_F C_{0|F} + β C_G) / B + α ||θ||²`` for B pairs: per pair, so the learning rate does not
+        depend on the batch size."""
+        c = self.cfg
+        cost, parts = total_cost(images.x, sentences.x, images.owner, sentences.owner,
+                                 dense=self.phase(epoch) == "dense", fragment_weight=c.fragment_weight, beta=c.beta,
+                                 margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize)
+        cost = cost / images.n
+        if c.alpha:
+            reg = self.regularizer()
+            parts["reg"] = float(reg.detach())
+            cost = cost + c.alpha * reg
+        return cost, parts
