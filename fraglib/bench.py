@@ -117,25 +117,26 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     of 4096-d, 10 sentence fragments of 2 x 200-d words, embedding 1000, 16 relation types."""
     import torch
 
-    from fraglib.model import FragmentModel
-    from fraglib.objectives import dense_alignment, global_ranking, mil_alignment, pair_scores
+    import numpy as np
+
+    from fraglib.systems.base import Rows
+    from fraglib.systems.fragment import Config, FragmentSystem
 
     g = torch.Generator().manual_seed(0)
     B, Fi, Fs, D, wd, h, R = 100, 20, 10, 4096, 200, 1000, 16
-    words = torch.randn(5000, wd, generator=g)
-    model = FragmentModel(words, R, torch.zeros(D), torch.ones(D), h)
+    model = FragmentSystem(Config(embed_dim=h, dense_epochs=1, beta=1.0, alpha=1e-5),
+                           {"n_words": 5000, "word_dim": wd, "n_relations": R, "img_dim": D})
+    model.words.copy_(torch.randn(5000, wd, generator=g))
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     x = torch.randn(B * Fi, D, generator=g)
     rel = torch.randint(0, R, (B * Fs,), generator=g)
     w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g)
     vo, so = torch.arange(B).repeat_interleave(Fi), torch.arange(B).repeat_interleave(Fs)
+    imgs = Rows({"x": x}, vo, B, np.arange(B))
+    sents = Rows({"rel": rel, "w1": w1, "w2": w2}, so, B, np.arange(B))
 
-    def step(mil: bool):
-        V = model.embed_images(x)
-        S = model.embed_sentences(rel, w1, w2)
-        M = V @ S.T
-        c = (mil_alignment if mil else dense_alignment)(M, vo, so) + \
-            global_ranking(pair_scores(M, vo, so, B, B), 1.0) + 1e-5 * model.regularizer()
+    def step(mil: bool):   # the trainer's step: the system's loss (C_0 or C_F, + C_G + α||θ||²), SGD
+        c, _ = model.loss(model.encode_images(imgs), model.encode_sentences(sents), epoch=1 if mil else 0)
         opt.zero_grad(set_to_none=True)
         c.backward()
         opt.step()
@@ -168,7 +169,7 @@ def _eval_child(q) -> None:  # runs in a fresh process so its peak memory is its
     import torch
 
     from fraglib.evaluate import annotation_ranks, search_ranks
-    from fraglib.objectives import pair_scores
+    from fraglib.systems.objectives import pair_scores
 
     torch.manual_seed(0)
     n_img, n_sent, Fi, Fs, h, chunk = 1000, 5000, 20, 10, 1000, 64

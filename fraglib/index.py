@@ -65,9 +65,13 @@ def build(out: str | Path = "reports/index.html") -> Path:
         else:
             parts.append(f"<tr><td>{html.escape(title)}</td><td><i>not built</i></td></tr>")
     parts.append("</table><h2>Headline numbers (test split, mean over seeds)</h2><table>"
-                 "<tr><th>study</th><th>variant</th><th>annotation R@1</th><th>search R@1</th></tr>")
+                 "<tr><th>study</th><th>run</th><th>annotation R@1</th><th>search R@1</th></tr>")
+    from fraglib.config import read_params
+    from fraglib.results import run_names
+
+    names = run_names(read_params("params.yaml")) if Path("params.yaml").exists() else []
     for study in sorted(Path("runs").glob("*")) if Path("runs").exists() else []:
-        for v in ("full", "devise", "fullframe", "random"):
+        for v in names:
             m = study / v / "metrics.json"
             if m.exists():
                 s = json.loads(m.read_text())

@@ -75,3 +75,21 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (default: the working folder) holding ``params.yaml``
+    and ``dvc.yaml``; the working folder itself when there is none."""
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "params.yaml").is_file() and (p / "dvc.yaml").is_file():
+            return p
+    return here
+
+
+def at_project_root() -> Path:
+    """Make the project root the working folder, so a notebook's default parameters (paths relative
+    to the root) work when JupyterLab starts its kernel in ``notebooks/``."""
+    root = project_root()
+    os.chdir(root)
+    return root

@@ -47,3 +47,83 @@ def synthetic_samples(records: list[dict[str, Any]], image_dir: str | Path, ncol
         ax.text(0, -0.02, "\n".join(lines), transform=ax.transAxes, va="top", fontsize=7.5, family="monospace")
     fig.subplots_adjust(hspace=0.95, wspace=0.08, top=0.98, bottom=0.02)
     return fig
+
+
+PALETTE = ["#ffe119", "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#ffffff"]
+
+
+def differences_figure(diffs) -> plt.Figure:
+    """Paired differences (``results.differences_from``) as points with CIs, one panel per direction;
+    red where the CI excludes 0."""
+    n = diffs.groupby("direction").size().max()
+    fig, axes = plt.subplots(1, 2, figsize=(15, 0.45 * n + 1), sharey=True)
+    for ax, d in zip(axes, ("annotation", "search")):
+        sub = diffs[diffs.direction == d].reset_index(drop=True)
+        for y, r in sub.iterrows():
+            ax.errorbar(r["diff"], y, xerr=[[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]], fmt="o",
+                        color="C3" if r["excludes_zero"] else "grey", capsize=3)
+        ax.axvline(0, color="k", lw=1)
+        ax.set_yticks(range(len(sub)), [f"{r['run']}  {r['metric']}" for _, r in sub.iterrows()], fontsize=8)
+        ax.set(title=f"image {d}: run − base (points)", xlabel="difference with 95% CI (red: excludes 0)")
+    fig.tight_layout()
+    return fig
+
+
+def breakdown_figure(sub, base_label: str, order: list[str], direction: str, by: str) -> plt.Figure:
+    """Left: the metric per group for each run; right: base minus each other run."""
+    import pandas as pd
+    import seaborn as sns
+
+    wide = sub.pivot(index="group", columns="run", values="value")
+    diff = pd.DataFrame({f"base − {c}": wide[base_label] - wide[c] for c in wide.columns if c != base_label})
+    fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 * len(order) + 2.0), sharey=True)
+    sns.barplot(data=sub, y="group", x="value", hue="run", order=order, ax=axes[0], orient="h")
+    axes[0].set(xlabel=f"{direction} R@5 (%)", ylabel=by, title=f"{direction}: R@5 by {by}")
+    axes[0].legend(fontsize=7, loc="best", framealpha=0.85)
+    diff.loc[order].plot.barh(ax=axes[1])
+    axes[1].axvline(0, color="k", lw=0.8)
+    axes[1].set(xlabel="difference (points)", title=f"base ({base_label}) minus each run")
+    axes[1].legend(fontsize=7, loc="best", framealpha=0.85)
+    fig.tight_layout()
+    return fig
+
+
+def curves_figure(hist) -> plt.Figure:
+    """Validation R-sum and training cost per epoch, one line per run (mean ± sd over seeds)."""
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4))
+    sns.lineplot(data=hist, x="epoch", y="val_rsum", hue="run", ax=axes[0], errorbar="sd")
+    axes[0].set(ylabel="val R@1+5+10, both directions")
+    axes[0].legend(fontsize=7)
+    if "train_cost" in hist:
+        sns.lineplot(data=hist, x="epoch", y="train_cost", hue="run", ax=axes[1], legend=False, errorbar="sd")
+        axes[1].set(yscale="log", ylabel="training cost per pair")
+    fig.tight_layout()
+    return fig
+
+
+def retrieval_figure(panels: list[dict[str, Any]]) -> plt.Figure:
+    """One column per test image: the image (with labelled boxes if any) and its top sentences.
+    ``panels``: dicts with ``image`` (array), ``title``, ``lines`` (text), ``boxes``, ``labels``."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 8), squeeze=False)
+    for ax, p in zip(axes[0], panels):
+        draw_boxes(ax, p["image"], p.get("boxes", []), p.get("labels", []), PALETTE)
+        ax.text(0, -0.02, "\n".join(textwrap.fill(t, 62, subsequent_indent="     ") for t in p["lines"]),
+                transform=ax.transAxes, va="top", fontsize=8, family="monospace")
+        ax.set_title(p["title"], fontsize=9)
+    fig.subplots_adjust(bottom=0.3, wspace=0.08)
+    return fig
+
+
+def crops_figure(crops: list[tuple[np.ndarray, str]], title: str) -> plt.Figure:
+    """A row of image crops with captions (scores)."""
+    fig, axes = plt.subplots(1, max(1, len(crops)), figsize=(2.6 * max(1, len(crops)), 2.9), squeeze=False)
+    for ax, (img, label) in zip(axes[0], crops):
+        ax.imshow(img)
+        ax.set_title(label, fontsize=9)
+    for ax in axes[0]:
+        ax.set_axis_off()
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -1,9 +1,9 @@
-"""Reading an ablation study back: tables with uncertainty, paired differences, alignment accuracy.
+"""Reading a study back: tables with uncertainty, paired differences, breakdowns (any system).
 
 Uncertainty has two sources and both are shown: seed-to-seed spread (mean ± sd over seeds) and
 test-query sampling (95% percentile bootstrap over the test queries; each resample draws the same
 queries for every seed and averages the metric over seeds). Paired differences between two
-variants resample the same queries for both, seed s of one paired with seed s of the other.
+runs resample the same queries for both, seed s of one paired with seed s of the other.
 """
 from __future__ import annotations
 
@@ -17,20 +17,22 @@ import pandas as pd
 from fraglib.evaluate import KS
 
 DIRECTIONS = ("annotation", "search")
-LABELS = {
-    "full": "Our model: full (fragment MIL + global)", "fragment_only": "Our model: fragment objective only",
-    "global_only": "Our model: global objective only", "no_mil": "Our model: fragment + global, no MIL",
-    "fullframe": "Our model: images full frame only", "bow": "Our model: sentences BOW",
-    "bigram": "Our model: sentences bigrams", "devise": "DeViSE (our implementation)", "random": "Random ranking",
-    "oracle_boxes": "Our model: degraded true boxes (oracle)",
-}
-PAPER_ROWS = {"random": "random", "devise": "devise", "fragment_only": "fragment_only", "global_only": "global_only",
-              "no_mil": "fragment_global", "fullframe": "fullframe_only", "bow": "bow", "bigram": "bigrams",
-              "full": "full_model"}
 
 
-def load_variant(run_dir: str | Path) -> dict[str, Any]:
-    """Summary and per-seed per-query ranks (arrays, seeds x queries) of one variant."""
+def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> list[str]:
+    """The runs of ``params.yaml: runs`` in their order (with ``runs_dir``: only those that have a
+    ``metrics.json`` there)."""
+    names = list(params.get("runs") or {})
+    return [r for r in names if runs_dir is None or (Path(runs_dir) / r / "metrics.json").exists()]
+
+
+def run_labels(params: dict[str, Any]) -> dict[str, str]:
+    """Run -> label for tables: the run's ``label`` key, else "<system>: <run name>"."""
+    return {r: (e or {}).get("label") or f"{(e or {}).get('system', '?')}: {r}" for r, e in (params.get("runs") or {}).items()}
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """Summary and per-seed per-query ranks (arrays, seeds x queries) of one run (``fraglib.study``)."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
     ranks = {d: [] for d in DIRECTIONS}
@@ -69,8 +71,9 @@ def paired_difference(a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 100
     return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
-def results_table(study: dict[str, dict[str, Any]], rank: str = "median_rank", n_boot: int = 1000) -> pd.DataFrame:
-    """Rows = variants; columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""
+def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, rank: str = "median_rank",
+                  n_boot: int = 1000) -> pd.DataFrame:
+    """Rows = runs (labelled by ``labels``); columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""
     rows = {}
     for v, s in study.items():
         row = {}
@@ -79,7 +82,7 @@ def results_table(study: dict[str, dict[str, Any]], rank: str = "median_rank", n
                 lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot)
                 row[(d, m.replace("_rank", " r").replace("r1", "R@1").replace("r5", "R@5").replace("r10", "R@10"))] = \
                     f"{s[d][m]:.1f} ± {s[d + '_sd'][m]:.1f} [{lo:.1f}, {hi:.1f}]"
-        rows[LABELS.get(v, v)] = row
+        rows[(labels or {}).get(v, v)] = row
     df = pd.DataFrame(rows).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
     return df
@@ -100,8 +103,9 @@ def published_table(dataset: str = "flickr8k") -> pd.DataFrame:
     return df
 
 
-def differences_from(study: dict[str, dict[str, Any]], base: str = "full", n_boot: int = 1000) -> pd.DataFrame:
-    """Paired-bootstrap difference (variant - base) of R@1/5/10 both ways, with CIs."""
+def differences_from(study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None,
+                     n_boot: int = 1000) -> pd.DataFrame:
+    """Paired-bootstrap difference (run - base) of R@1/5/10 both ways, with CIs."""
     rows = []
     for v, s in study.items():
         if v == base:
@@ -109,125 +113,8 @@ def differences_from(study: dict[str, dict[str, Any]], base: str = "full", n_boo
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS]:
                 r = paired_difference(s["ranks"][d], study[base]["ranks"][d], m, n_boot)
-                rows.append({"variant": LABELS.get(v, v), "direction": d, "metric": m.replace("r", "R@"), **r})
+                rows.append({"run": (labels or {}).get(v, v), "direction": d, "metric": m.replace("r", "R@"), **r})
     return pd.DataFrame(rows)
-
-
-# ----------------------------------------------------------------------------- alignment vs ground truth
-def mention_triplets(frag_words: list[tuple[str, str, str]], obj: dict[str, Any], caption_shapes: list[str]) -> list[int]:
-    """Indices of the caption's fragments that belong to one noun-phrase mention: those whose
-    head word is the mention's shape noun (e.g. ``amod(circle, red)``, ``det(circle, a)``).
-    Empty when the caption names that shape twice (ambiguous without token positions)."""
-    shape = obj["shape"]
-    if caption_shapes.count(shape) != 1:
-        return []
-    return [i for i, (_, h, _) in enumerate(frag_words) if h == shape]
-
-
-def load_model(seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None = None):
-    """(model, config, splits) rebuilt from a run's ``best.pt`` alone (its configuration is inside)."""
-    import torch
-
-    from fraglib.model import FragmentModel
-    from fraglib.train import TrainConfig, load_data
-
-    ck = torch.load(Path(seed_dir) / "best.pt", map_location="cpu", weights_only=False)
-    cfg = TrainConfig(**ck["config"])
-    splits, words, n_rel, _ = load_data(dataset_dir, cfg, torch.device("cpu"), features_dir)
-    tr = splits["train"]
-    model = FragmentModel(words, n_rel, tr.img_x.mean(0), tr.img_x.std(0), cfg.embed_dim, cfg.devise)
-    model.load_state_dict(ck["model"])
-    model.eval()
-    return model, cfg, splits
-
-
-def glove_words() -> list[str]:
-    """GloVe row -> word."""
-    from fraglib.vectors import load_glove
-
-    index, table = load_glove()
-    words = [""] * table.shape[0]
-    for w, i in index.items():
-        words[i] = w
-    return words
-
-
-def test_fragments(dataset_dir: str | Path, cfg, features_dir: str | Path | None = None) -> tuple[list[dict[str, Any]], Any, Any]:
-    """Test images (dataset rows), their feature cache and the test sentences' fragments as words."""
-    from fraglib.data import read_karpathy_json
-    from fraglib.features import FeatureCache
-    from fraglib.fragments import Fragments
-
-    d = Path(dataset_dir)
-    ds = read_karpathy_json(d / "dataset.json")
-    frags = Fragments.load(d / "fragments" / f"{'bow' if cfg.devise else cfg.fragment_mode}.npz")
-    det = "rcnn" if cfg.detector == "fullframe" else cfg.detector
-    cache = FeatureCache.load(Path(features_dir or d / "features") / f"{det}.npz", ds)
-    if cfg.detector == "fullframe":
-        cache = cache.fullframe()
-    rows = [n for n, im in enumerate(ds.images) if im["split"] == "test"]
-    return [ds.images[n] for n in rows], cache.subset(rows), (ds, frags)
-
-
-def embed_glove_fragments(model, frags, rows: np.ndarray):
-    """Sentence-fragment embeddings of rows ``rows`` of a Fragments file (GloVe word ids are mapped
-    to the model's compact word table, which holds the fragment file's words in sorted order)."""
-    import torch
-
-    used = np.unique(np.concatenate([frags.w1, frags.w2]))
-    w1 = np.searchsorted(used, frags.w1[rows])
-    w2 = np.searchsorted(used, frags.w2[rows])
-    to = lambda a: torch.from_numpy(np.asarray(a, np.int64))
-    return model.embed_sentences(to(frags.rel[rows]), to(w1), to(w2))
-
-
-def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file: str | Path) -> dict[str, float]:
-    """How often a mention's fragments (triplets headed by its noun) score highest on a box that
-    overlaps the mentioned object (IoU >= 0.5), over the test split; with the chance level (a
-    uniformly random image fragment) and the number of fragments counted."""
-    import torch
-
-    from fraglib.vision import box_iou
-
-    if not (Path(seed_dir) / "best.pt").exists():  # random ranking: nothing was trained
-        return {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}
-    model, cfg, _ = load_model(seed_dir, dataset_dir)
-    if cfg.devise or cfg.random or cfg.detector == "fullframe":
-        return {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}
-    images, cache, (ds, frags) = test_fragments(dataset_dir, cfg)
-    truth = {r["imgid"]: r for r in json.loads(Path(truth_file).read_text())["images"]}
-    vocab = glove_words()
-    by_sentid = {s["sentid"]: j for j, s in enumerate(ds.sentences)}
-    hits, chance, n = 0, 0.0, 0
-    with torch.no_grad():
-        for n_img, im in enumerate(images):
-            r = cache.rows(n_img)
-            if r.stop == r.start:
-                continue
-            V = model.embed_images(torch.from_numpy(cache.features[r]))
-            boxes = cache.boxes[r]
-            rec = truth[im["imgid"]]
-            for cap in rec["captions"]:
-                j = by_sentid[cap["sentid"]]
-                a, b = int(frags.offsets[j]), int(frags.offsets[j + 1])
-                words = [(frags.relations[x], vocab[w1], vocab[w2])
-                         for x, w1, w2 in zip(frags.rel[a:b], frags.w1[a:b], frags.w2[a:b])]
-                shapes = [rec["objects"][m["object"]]["shape"] for m in cap["mentions"]]
-                used: dict[int, dict[str, Any]] = {}
-                for m in cap["mentions"]:
-                    obj = rec["objects"][m["object"]]
-                    for f in mention_triplets(words, obj, shapes):
-                        used[f] = obj
-                if not used:
-                    continue
-                idx = np.array(sorted(used))
-                best = (V @ embed_glove_fragments(model, frags, a + idx).T).argmax(dim=0).numpy()
-                for k, f in enumerate(idx):
-                    iou = box_iou(np.array([used[f]["box"]]), boxes)[0]
-                    hits += bool(iou[best[k]] >= 0.5)
-                    chance += float((iou >= 0.5).mean())
-                    n += 1
-    return {"accuracy": hits / n if n else float("nan"), "chance": chance / n if n else float("nan"), "fragments": n}
 
 
 # ----------------------------------------------------------------------------- where a model wins or loses
@@ -254,12 +141,13 @@ def test_groups(dataset_dir: str | Path) -> dict[str, np.ndarray]:
             "search_length": np.array([LENGTH_NAMES[b] for b in bins])}
 
 
-def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, variants: list[str], metric: str = "r5") -> pd.DataFrame:
-    """``metric`` of each variant per group of test queries (image category for annotation and
+def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str], metric: str = "r5",
+              labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """``metric`` of each run per group of test queries (image category for annotation and
     search, caption length for search), averaged over seeds (= splits; ``dataset_dir`` may hold
-    ``{seed}``). Long format: variant, direction, by, group, value, queries (per split, mean)."""
+    ``{seed}``). Long format: run, direction, by, group, value, queries (per split, mean)."""
     rows = []
-    for v in variants:
+    for v in runs:
         s = study[v]
         for k, seed in enumerate(s["seeds"]):
             groups = test_groups(str(dataset_dir).format(seed=seed))
@@ -270,7 +158,72 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, variants: list
                     raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(labels)} test queries in {dataset_dir}")
                 for g in np.unique(labels):
                     m = labels == g
-                    rows.append({"variant": LABELS.get(v, v), "direction": d, "by": by, "group": g,
+                    rows.append({"run": (labels or {}).get(v, v), "direction": d, "by": by, "group": g,
                                  "seed": seed, "value": float(_metric(r[m], metric)), "queries": int(m.sum())})
     df = pd.DataFrame(rows)
-    return df.groupby(["variant", "direction", "by", "group"], as_index=False).agg(value=("value", "mean"), queries=("queries", "mean"))
+    return df.groupby(["run", "direction", "by", "group"], as_index=False).agg(value=("value", "mean"), queries=("queries", "mean"))
+
+
+# ----------------------------------------------------------------------------- any trained run, reloaded
+def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
+                 split: str = "test"):
+    """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
+    split read in the system's own views (default: the data it was trained on)."""
+    import torch
+
+    from fraglib.checkpoint import load_system
+    from fraglib.inputs import load_splits
+
+    system, ck = load_system(Path(seed_dir) / "best.pt")
+    info = ck["info"]
+    splits, _, _ = load_splits(dataset_dir or info["dataset_dir"], system.views(system.cfg), torch.device("cpu"),
+                               features_dir or info.get("features_dir"))
+    return system, ck, splits[split]
+
+
+def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
+    """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
+    one of the image's own."""
+    order = np.argsort(-scores[image], kind="stable")[:k]
+    return [(int(j), bool(sentence_image[j] == image)) for j in order]
+
+
+def run_histories(runs_dir: str | Path, names: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per-epoch histories of the runs (all seeds), with a ``run`` column; runs never trained are left out."""
+    parts = []
+    for r in names:
+        h = pd.read_csv(Path(runs_dir) / r / "history.csv")
+        if len(h) and "val_rsum" in h:
+            parts.append(h.assign(run=(labels or {}).get(r, r)))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int,
+                     k: int = 5) -> list[dict[str, Any]]:
+    """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
+    for a fragment-system run with boxes the best box of each fragment of the top sentence."""
+    from fraglib.evaluate import score_matrix
+    from fraglib.vision import load_image
+
+    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir)
+    S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()
+    view = None
+    if ck["system"] == "fragment" and system.cfg.images != "fullframe":
+        from fraglib.alignment import FragmentView, fragment_boxes, glove_words
+
+        view, vocab = FragmentView(system, dataset_dir, features_dir), glove_words()
+    from fraglib.data import read_karpathy_json
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    test_rows = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
+    raw = {s["sentid"]: s["raw"] for s in ds.sentences}
+    pick = sorted(np.random.default_rng(seed).choice(split.n_images, size=min(n, split.n_images), replace=False).tolist())
+    panels = []
+    for img in pick:
+        top = top_sentences(S, split.sentence_image, img, k)
+        p = {"image": load_image(ds.image_path(test_rows[img]))[0], "title": ds.images[test_rows[img]]["filename"],
+             "lines": [f"{'✓' if ok else '✗'} {r + 1}. {raw[int(split.sentids[j])]}" for r, (j, ok) in enumerate(top)]}
+        if view is not None and top:
+            p["boxes"], p["labels"] = fragment_boxes(view, img, int(split.sentids[top[0][0]]), vocab)
+        panels.append(p)
+    return panels

@@ -99,6 +99,7 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
     if "system" not in entry:
         raise ConfigError(f"runs.{run}.system: missing (one of the registered systems)")
     name = entry.pop("system")
+    entry.pop("label", None)                                        # for the reports only
     cls = get_system(name, f"runs.{run}.system")
     ds = {}
     if dataset is not None:

@@ -85,8 +85,11 @@ def tiny_study(tiny_full, tmp_path_factory):
     benchmark, plus a search table."""
     from fraglib.study import run_study
 
+    import yaml
+
     runs = tmp_path_factory.mktemp("runs")
     params = tiny_params()
+    (runs / "params.yaml").write_text(yaml.safe_dump(params))   # what the reports read run order and labels from
     for r in params["runs"]:
         run_study(str(tiny_full), r, params, runs / r)
     table = runs / "search.csv"

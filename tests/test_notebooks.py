@@ -19,7 +19,8 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
                             "truth_file": str(synth / "ground_truth.json"), "search_table": str(runs / "search.csv"),
                             "n_boot": 50},
         "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
-                           "variants": "full,devise,random", "n_boot": 50, "n_examples": 1},
+                           "params_file": str(runs / "params.yaml"), "breakdown_runs": "devise", "n_boot": 50,
+                           "n_examples": 1},
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
     return table[name]

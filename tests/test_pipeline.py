@@ -23,9 +23,10 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["synthetic"].update(n_train=12, n_val=3, n_test=3)
     params["data_report"]["n_show"] = 2
     params["vision"].update(max_proposals=60, num_workers=0)
-    params["train"].update(epochs=2, dense_epochs=1, embed_dim=16, batch_size=10, n_boot=20, lr_drop_epochs=1)
+    params["train"].update(epochs=2, batch_size=10, n_boot=20, lr_drop_epochs=1)
+    params["systems"]["fragment"].update(dense_epochs=1, embed_dim=16)
     params["study"] = {"seeds": [0], "jobs": 1}
-    params["variants"] = {"full": {}, "random": {"random": True}}
+    params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
     params["results_report"]["n_examples"] = 1
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
@@ -47,7 +48,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     env.update(git_env)
     run("git", "add", "-A")
     run("git", "commit", "-qm", "baseline")
-    exp = run("dvc", "exp", "run", "-S", "+variants.full.lr=0.02")   # "+": the entry has no lr key yet
+    exp = run("dvc", "exp", "run", "-S", "+runs.full.lr=0.02")   # "+": the entry has no lr key yet
     assert "Running stage 'train_synthetic@full'" in exp
     assert "train_synthetic@random" not in exp.replace("Stage 'train_synthetic@random' didn't change", "")
     assert "Running stage 'features_synthetic'" not in exp

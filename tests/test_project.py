@@ -60,3 +60,44 @@ def test_bench_merge_keeps_other_entries(tmp_path):
     merge([{"name": "a", "value": 1}, {"name": "b", "value": 2}], out)
     merged = merge([{"name": "a", "value": 3}], out)
     assert merged == [{"name": "a", "value": 3}, {"name": "b", "value": 2}]
+
+
+def test_runs_name_registered_systems_and_configs_are_disjoint():
+    import dataclasses
+
+    from fraglib.systems import SYSTEMS
+    from fraglib.train import TrainConfig, resolve_run
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for run, entry in params["runs"].items():
+        assert entry["system"] in SYSTEMS, f"runs.{run}.system"
+        resolve_run(params, run)
+        resolve_run(params, run, "pascal1k")
+    trainer = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name, cls in SYSTEMS.items():
+        assert name in params["systems"] and name in params["pascal1k"]["systems"], f"systems.{name} / pascal1k.systems.{name}"
+        assert not trainer & {f.name for f in dataclasses.fields(cls.Config)}, f"{name}: keys shared with the trainer"
+        assert (ROOT / "fraglib" / "systems" / f"{name}.py").exists(), "a system's module is named after it (DVC deps)"
+
+
+def test_no_run_names_written_outside_params():
+    """Reports and code take run names from params.yaml `runs` (the one list)."""
+    from fraglib.systems import SYSTEMS
+    from fraglib.systems.base import IMAGE_VIEWS, SENTENCE_VIEWS
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    # run names that are also system or view names, and the report's default base run, are fine
+    names = set(params["runs"]) - set(SYSTEMS) - set(IMAGE_VIEWS) - set(SENTENCE_VIEWS) - {"full"}
+    for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb")):
+        text = p.read_text()
+        hits = [n for n in names if re.search(rf"[\"']{n}[\"']", text)]
+        assert not hits, f"{p.name} names runs {hits}"
+
+
+def test_notebooks_have_no_functions_and_short_cells():
+    for p in (ROOT / "notebooks").glob("*.ipynb"):
+        for c in json.loads(p.read_text())["cells"]:
+            if c["cell_type"] != "code":
+                continue
+            src = "".join(c["source"])
+            assert not re.search(r"^\s*def |lambda", src, re.M), f"{p.name}: define functions in fraglib"

@@ -36,13 +36,13 @@ def test_published_table_layout():
 
 def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     from fraglib.index import build
-    from fraglib.results import load_variant, results_table
+    from fraglib.results import load_run, results_table
 
-    full = load_variant(tiny_study / "full")
+    full = load_run(tiny_study / "full")
     assert full["seeds"] == [0] and full["ranks"]["search"].shape[0] == 1
     summary = json.loads((tiny_study / "full" / "metrics.json").read_text())
     assert "train_seconds" not in json.dumps(summary)  # nothing timing-dependent in the DVC metric
-    table = results_table({"full": full, "random": load_variant(tiny_study / "random")}, n_boot=20)
+    table = results_table({"full": full, "random": load_run(tiny_study / "random")}, n_boot=20)
     assert table.shape == (2, 8)
     monkeypatch.chdir(tmp_path)
     page = build(tmp_path / "reports" / "index.html").read_text()

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from fraglib.objectives import (bag_entries, dense_alignment, global_ranking, mil_alignment, mil_labels,
-                                pair_scores, total_cost)
+from fraglib.systems.objectives import (bag_entries, dense_alignment, global_ranking, mil_alignment, mil_labels,
+                                        pair_scores, total_cost)
 
 
 def random_batch(seed=0, B=4, h=6, dtype=torch.float64):

@@ -1,0 +1,70 @@
+"""The contract every registered system keeps (parametrized over the registry, like open_clip's
+test over ``list_models()``): it builds from sizes, scores finite, its loss is finite with
+non-zero gradients when trainable, a one-epoch run writes metrics, and the checkpoint alone
+rebuilds a system that reproduces the score matrix exactly."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY_SYSTEMS, tiny_params
+from fraglib.checkpoint import load_system
+from fraglib.config import ConfigError
+from fraglib.evaluate import score_matrix
+from fraglib.inputs import load_splits, make_batches
+from fraglib.systems import SYSTEMS, get_system
+from fraglib.train import resolve_run, train
+
+CPU = torch.device("cpu")
+
+
+def test_every_system_has_a_tiny_configuration():
+    assert set(TINY_SYSTEMS) == set(SYSTEMS), "add a TINY_SYSTEMS entry in tests/conftest.py for every system"
+
+
+def test_unknown_system_names_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random"):
+        get_system("vsepp")
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_system_contract(name, tiny_full, tmp_path):
+    params = tiny_params(r={"system": name})
+    spec = resolve_run(params, "r", extra={"epochs": 1})
+    cls = SYSTEMS[name]
+    assert cls.NAME == name and dataclasses.is_dataclass(cls.Config)
+    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), CPU)
+    torch.manual_seed(0)
+    system = cls(spec.system_config, dims, 0)
+    system.prepare(splits["train"])
+    te = splits["test"]
+    S = score_matrix(system, te, chunk=3)
+    assert S.shape == (te.n_images, te.n_sentences)
+    usable = torch.from_numpy(te.sentences.counts() > 0)
+    assert torch.isfinite(S[:, usable]).all()
+    # tiling changes only BLAS rounding
+    torch.testing.assert_close(S, score_matrix(system, te, chunk=100), rtol=1e-5, atol=1e-5)
+    tr = splits["train"]
+    if cls.TRAINABLE:
+        b = make_batches(tr, 8, seed=0, epoch=0)[0]
+        cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
+                                  system.encode_sentences(tr.sentences.take(b)), epoch=0)
+        assert torch.isfinite(cost) and all(np.isfinite(v) for v in parts.values())
+        cost.backward()
+        grads = [p.grad for p in system.parameters() if p.requires_grad]
+        assert grads and all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    else:
+        assert not any(p.requires_grad for p in system.parameters())
+    m = train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    assert json.loads((tmp_path / "metrics.json").read_text())["system"] == name
+    assert 0 <= m["test"]["annotation"]["r1"] <= 100
+    reloaded, ck = load_system(tmp_path / "best.pt")
+    assert ck["system"] == name and ck["model_args"] == dims
+    trained_splits, _, _ = load_splits(tiny_full, reloaded.views(reloaded.cfg), CPU)
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    from fraglib.evaluate import evaluate_scores
+    again = evaluate_scores(score_matrix(reloaded, trained_splits["test"], spec.train_config.eval_chunk),
+                            trained_splits["test"].sentence_image, 10)
+    assert again["ranks"] == ranks, "the checkpoint alone must reproduce the test ranks"
