@@ -23,7 +23,7 @@ from fraglib.inputs import compact_words, input_files
 
 def glove_words() -> list[str]:
     """GloVe row -> word."""
-    from fraglib.vectors import load_glove
+    from fraglib.text.vectors import load_glove
 
     index, table = load_glove()
     words = [""] * table.shape[0]
@@ -38,8 +38,8 @@ class FragmentView:
 
     def __init__(self, system, dataset_dir: str | Path, features_dir: str | Path | None = None) -> None:
         from fraglib.data import read_karpathy_json
-        from fraglib.features import FeatureCache
-        from fraglib.fragments import Fragments
+        from fraglib.vision.features import FeatureCache
+        from fraglib.text.fragments import Fragments
 
         views = system.views(system.cfg)
         files = input_files(dataset_dir, views, features_dir)
@@ -121,8 +121,8 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
     (IoU >= 0.5), over the test split; with the chance level (a uniformly random image fragment)
     and the number of fragments counted. NaN for runs without boxes (full frame) — the caller
     passes only fragment-system runs."""
-    from fraglib.results import load_trained
-    from fraglib.vision import box_iou
+    from fraglib.evaluate import load_trained
+    from fraglib.vision.rcnn import box_iou
 
     system, _, _ = load_trained(seed_dir, dataset_dir)
     nan = {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}
@@ -162,8 +162,8 @@ def triplet_crops(seed_dir: str | Path, dataset_dir: str | Path, features_dir: s
                   top: int = 6) -> list[tuple[str, list[tuple[np.ndarray, str]] | str]]:
     """For each query ``"rel w1 w2"`` of ``queries`` (";"-separated): (title, [(crop, score label)])
     from :func:`triplet_search`, or (title, reason) when the run cannot express it."""
-    from fraglib.results import load_trained
-    from fraglib.vision import load_image
+    from fraglib.evaluate import load_trained
+    from fraglib.vision.rcnn import load_image
 
     system, _, _ = load_trained(seed_dir, dataset_dir, features_dir)
     view = FragmentView(system, dataset_dir, features_dir)

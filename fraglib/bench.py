@@ -42,7 +42,7 @@ def entry(name: str, value: float, unit: str, reference: float | None = None, ra
 
 def bench_synthetic(repeats: int = 3, n_images: int = 60) -> list[dict[str, Any]]:
     """Synthetic generator throughput (images/s incl. PNG writing), median of ``repeats`` runs."""
-    from fraglib.synthetic import SynthConfig, write_benchmark
+    from fraglib.data.synthetic import SynthConfig, write_benchmark
 
     cfg = SynthConfig(n_train=n_images - 20, n_val=10, n_test=10, seed=0)
     rates = []
@@ -62,7 +62,7 @@ def _caption_corpus() -> tuple[list[str], str]:
     if pascal.exists():
         raw = json.loads(pascal.read_text())
         return [s for v in raw.values() for s in v["sentences"]], "pascal1k sentences"
-    from fraglib.synthetic import SynthConfig, generate
+    from fraglib.data.synthetic import SynthConfig, generate
 
     cfg = SynthConfig(n_train=980, n_val=10, n_test=10)
     return [c["raw"] for _, _, r in generate(cfg, progress=False) for c in r["captions"]], "synthetic captions"
@@ -70,8 +70,8 @@ def _caption_corpus() -> tuple[list[str], str]:
 
 def bench_parse(repeats: int = 3) -> list[dict[str, Any]]:
     """Parse + triplet extraction throughput (spaCy; stanza too where its models exist)."""
-    from fraglib.fragments import triplets
-    from fraglib.parse import SpacyParser, StanzaParser, parse_captions
+    from fraglib.text.fragments import triplets
+    from fraglib.text.parse import SpacyParser, StanzaParser, parse_captions
 
     texts, corpus = _caption_corpus()
     ids = list(range(len(texts)))
@@ -304,7 +304,7 @@ def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
             ddir, corpus, sets = tmp, "pascal1k", ["--set", "image_size=512", "--set", "proposal_size=300"]
         else:
             ddir, corpus, sets = "data/synthetic", "synthetic", []
-        subprocess.run([sys.executable, "-m", "fraglib.features", "--dataset-dir", ddir, "--out-dir", f"{tmp}/f",
+        subprocess.run([sys.executable, "-m", "fraglib.vision.features", "--dataset-dir", ddir, "--out-dir", f"{tmp}/f",
                         "--limit", str(n_images), *sets], check=True, capture_output=True)
         st = json.loads((Path(tmp) / "f" / "features_stats.json").read_text())
     med = st["seconds_per_image_median"]
@@ -325,9 +325,9 @@ def bench_rcnn_recall() -> list[dict[str, Any]]:
     import yaml
 
     from fraglib.data import read_karpathy_json
-    from fraglib.features import FeatureCache
-    from fraglib.vision import recall_at_iou
-    from fraglib.voc import voc_truth
+    from fraglib.vision.features import FeatureCache
+    from fraglib.vision.rcnn import recall_at_iou
+    from fraglib.data.voc import voc_truth
 
     params = yaml.safe_load(Path("params.yaml").read_text())["pascal1k"]
     ds = read_karpathy_json("data/pascal1k/dataset.json")

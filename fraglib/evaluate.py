@@ -1,4 +1,4 @@
-"""Bidirectional retrieval evaluation over a precomputed image x sentence score matrix (DESIGN.md §1.5).
+"""Bidirectional retrieval evaluation over a precomputed image x sentence score matrix (docs/evaluation.md).
 
 The interface follows SCAN's: scores first, then ranks, so any model (or a random one) is
 evaluated by the same code. ``sentence_image[j]`` is the row of sentence j's image — explicit
@@ -128,21 +128,27 @@ def score_matrix(system, split, chunk: int = 64) -> torch.Tensor:
     return scores
 
 
-def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None,
-                 device=None) -> dict[str, Any]:
-    """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
-    metrics of ``split`` as the trainer computes them."""
+def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
+                 split: str = "test"):
+    """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
+    split read in the system's own views (default: the data it was trained on)."""
     from pathlib import Path
 
     from fraglib.checkpoint import load_system
     from fraglib.inputs import load_splits
 
-    device = device or torch.device("cpu")
-    system, ck = load_system(Path(seed_dir) / "best.pt", device)
-    info, tc = ck["info"], ck["train_config"]
-    splits, _, _ = load_splits(dataset_dir or info["dataset_dir"], system.views(system.cfg), device,
+    system, ck = load_system(Path(seed_dir) / "best.pt")
+    info = ck["info"]
+    splits, _, _ = load_splits(dataset_dir or info["dataset_dir"], system.views(system.cfg), torch.device("cpu"),
                                features_dir or info.get("features_dir"))
-    sp = splits[split]
+    return system, ck, splits[split]
+
+
+def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None) -> dict[str, Any]:
+    """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
+    metrics of ``split`` as the trainer computes them."""
+    system, ck, sp = load_trained(seed_dir, dataset_dir, features_dir, split)
+    tc = ck["train_config"]
     return evaluate_scores(score_matrix(system, sp, tc["eval_chunk"]), sp.sentence_image, n_boot or tc["n_boot"], tc["seed"])
 
 

@@ -90,9 +90,9 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
     """(splits train/val/test — ``restval`` images join train —, sizes for building a system
     (n_words, word_dim, n_relations, img_dim), provenance info)."""
     from fraglib.data import read_karpathy_json
-    from fraglib.features import FeatureCache
-    from fraglib.fragments import Fragments
-    from fraglib.vectors import load_glove
+    from fraglib.vision.features import FeatureCache
+    from fraglib.text.fragments import Fragments
+    from fraglib.text.vectors import load_glove
 
     files = input_files(dataset_dir, views, features_dir)
     ds = read_karpathy_json(files["dataset"])

@@ -151,13 +151,13 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
         s = study[v]
         for k, seed in enumerate(s["seeds"]):
             groups = test_groups(str(dataset_dir).format(seed=seed))
-            for key, labels in groups.items():
+            for key, group_of in groups.items():
                 d, by = key.split("_")
                 r = s["ranks"][d][k]
-                if len(r) != len(labels):
-                    raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(labels)} test queries in {dataset_dir}")
-                for g in np.unique(labels):
-                    m = labels == g
+                if len(r) != len(group_of):
+                    raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(group_of)} test queries in {dataset_dir}")
+                for g in np.unique(group_of):
+                    m = group_of == g
                     rows.append({"run": (labels or {}).get(v, v), "direction": d, "by": by, "group": g,
                                  "seed": seed, "value": float(_metric(r[m], metric)), "queries": int(m.sum())})
     df = pd.DataFrame(rows)
@@ -165,22 +165,6 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
 
 
 # ----------------------------------------------------------------------------- any trained run, reloaded
-def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
-                 split: str = "test"):
-    """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
-    split read in the system's own views (default: the data it was trained on)."""
-    import torch
-
-    from fraglib.checkpoint import load_system
-    from fraglib.inputs import load_splits
-
-    system, ck = load_system(Path(seed_dir) / "best.pt")
-    info = ck["info"]
-    splits, _, _ = load_splits(dataset_dir or info["dataset_dir"], system.views(system.cfg), torch.device("cpu"),
-                               features_dir or info.get("features_dir"))
-    return system, ck, splits[split]
-
-
 def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
     """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
     one of the image's own."""
@@ -202,8 +186,8 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
                      k: int = 5) -> list[dict[str, Any]]:
     """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
     for a fragment-system run with boxes the best box of each fragment of the top sentence."""
-    from fraglib.evaluate import score_matrix
-    from fraglib.vision import load_image
+    from fraglib.evaluate import load_trained, score_matrix
+    from fraglib.vision.rcnn import load_image
 
     system, ck, split = load_trained(seed_dir, dataset_dir, features_dir)
     S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()

@@ -12,7 +12,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 @pytest.fixture(scope="session")
 def tiny_synth(tmp_path_factory):
     """A 24-image synthetic benchmark (written once per test session)."""
-    from fraglib.synthetic import SynthConfig, write_benchmark
+    from fraglib.data.synthetic import SynthConfig, write_benchmark
 
     cfg = SynthConfig(n_train=16, n_val=4, n_test=4, seed=3, twin_fraction=0.5)
     out = tmp_path_factory.mktemp("synth")
@@ -25,7 +25,7 @@ def tiny_text(tiny_synth, tmp_path_factory):
     """A copy of the tiny benchmark with its spaCy parse and fragments (once per session)."""
     import shutil
 
-    from fraglib.text import TextConfig, run_fragments, run_parse
+    from fraglib.text.build import TextConfig, run_fragments, run_parse
 
     src, _ = tiny_synth
     out = tmp_path_factory.mktemp("text") / "synth"
@@ -49,8 +49,9 @@ def tiny_full(tiny_text, tmp_path_factory):
     import shutil
 
     from fraglib.data import read_karpathy_json
-    from fraglib.features import extract, synthetic_truth
-    from fraglib.vision import VisionConfig
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import extract
+    from fraglib.vision.rcnn import VisionConfig
 
     src, _ = tiny_text
     out = tmp_path_factory.mktemp("full") / "synth"

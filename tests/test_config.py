@@ -1,8 +1,7 @@
 import pytest
 
 from fraglib.config import ConfigError, load_section
-from fraglib.data import load_dataset
-from fraglib.synthetic import SynthConfig
+from fraglib.data.synthetic import SynthConfig
 
 
 def test_project_params_load():
@@ -11,7 +10,7 @@ def test_project_params_load():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("synthetic:\n  n_trian: 5\n", r"synthetic\.n_trian: unknown parameter, allowed: seed"),
+    ("synthetic:\n  n_trian: 5\n", r"synthetic\.n_trian: unknown parameter \(did you mean 'n_train'\?\), allowed: seed"),
     ("synthetic:\n  seed: -1\n", r"synthetic\.seed=-1"),
     ("synthetic:\n  seed: [1\n", r"malformed YAML"),
     ("other: {}\n", r"section 'synthetic' missing"),
@@ -28,7 +27,3 @@ def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="parameter file not found"):
         load_section(tmp_path / "nope.yaml", "synthetic", SynthConfig)
 
-
-def test_unknown_dataset_lists_allowed():
-    with pytest.raises(ConfigError, match=r"dataset='coco': unknown value, allowed: synthetic"):
-        load_dataset("coco")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from fraglib.download import download_pascal1k, parse_page, sha256
+from fraglib.data.download import download_pascal1k, parse_page, sha256
 
 PAGE = """<html><body><table>
 <tr><td><img src="cat/2008_000001.jpg"/></td><td><table>
@@ -49,7 +49,7 @@ def test_checksum_mismatch_stops_with_names(tmp_path):
 
 def test_manifest_matches_the_shared_copy():
     from conftest import shared_data
-    from fraglib.download import MANIFEST
+    from fraglib.data.download import MANIFEST
 
     root = shared_data("pascal1k")
     known = json.loads(MANIFEST.read_text())

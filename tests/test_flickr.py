@@ -5,8 +5,9 @@ from collections import Counter
 import pytest
 
 from conftest import shared_data
-from fraglib.data import main as data_main, read_karpathy_json
-from fraglib.flickr import read_flickr30k, read_flickr8k
+from fraglib.data import read_karpathy_json
+from fraglib.data.__main__ import main as data_main
+from fraglib.data.flickr import read_flickr30k, read_flickr8k
 
 
 def _fixture(tmp_path, n_images=12):

@@ -4,8 +4,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fraglib.fragments import Fragments, encode, frequent_relations, triplets
-from fraglib.parse import ParsedCaption, Token, read_conllu, stanza_tokens, write_conllu
+from fraglib.text.fragments import Fragments, encode, frequent_relations, triplets
+from fraglib.text.parse import ParsedCaption, Token, read_conllu, stanza_tokens, write_conllu
 
 
 def conllu_tokens(block: str) -> list[Token]:
@@ -153,7 +153,7 @@ def test_both_schemes_agree_on_the_passive():
 
 
 def test_spacy_backend_on_real_parses():
-    from fraglib.parse import SpacyParser
+    from fraglib.text.parse import SpacyParser
 
     p = SpacyParser()
     toks = list(p.parse(["A red circle is in front of a brick wall.", "A dog runs next to a cat."]))
@@ -211,15 +211,15 @@ def test_conllu_roundtrip_keeps_header_and_empty_captions(tmp_path):
 
 
 def test_stanza_without_models_says_how_to_get_them(tmp_path):
-    from fraglib.parse import StanzaParser
+    from fraglib.text.parse import StanzaParser
 
     with pytest.raises(RuntimeError, match=r"stanza\.download\('en'"):
         StanzaParser(model_dir=tmp_path / "none")
 
 
 def test_messy_captions_do_not_crash():
-    from fraglib.parse import SpacyParser, parse_captions
-    from fraglib.vectors import load_glove
+    from fraglib.text.parse import SpacyParser, parse_captions
+    from fraglib.text.vectors import load_glove
 
     raws = ["", "   ", "Un café près de la fenêtre — naïve façade.", " ".join(["dog"] * 250), "A", "!!!"]
     parsed = parse_captions(SpacyParser(), list(range(len(raws))), raws, progress=False)

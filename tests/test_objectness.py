@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from fraglib.config import ConfigError
-from fraglib.objectness import Objectness, enlarge, fit, geometry
-from fraglib.vision import VisionConfig
+from fraglib.vision.objectness import Objectness, enlarge, fit, geometry
+from fraglib.vision.rcnn import VisionConfig
 
 
 def test_geometry_by_hand():
@@ -48,8 +48,9 @@ def test_learned_score_needs_a_model(tmp_path):
 
 def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     from fraglib.data import Dataset, read_karpathy_json
-    from fraglib.features import FeatureCache, extract, synthetic_truth
-    from fraglib.objectness import collect
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import FeatureCache, extract
+    from fraglib.vision.objectness import collect
 
     ds = read_karpathy_json(tiny_full / "dataset.json")
     truth = synthetic_truth(tiny_full / "ground_truth.json")
@@ -58,14 +59,14 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     data = collect(train, truth, cfg, progress=False)
     assert data["X"].shape[1] == 2565 and 0 < (data["iou"] >= 0.5).sum() < len(data["iou"])
     assert data["annotated"].sum() == sum(len(truth[int(im["imgid"])]) for im in train.images)
-    from fraglib.regions import Regions, build  # the same examples from a regions cache (no CNN pass)
+    from fraglib.vision.regions import Regions, build  # the same examples from a regions cache (no CNN pass)
     build(ds, cfg, tmp_path / "regions.npz", progress=False)
     again = collect(train, truth, cfg, progress=False, regions=Regions.load(tmp_path / "regions.npz"))
     np.testing.assert_array_equal(again["iou"], data["iou"])
     np.testing.assert_allclose(again["X"].astype(np.float32), data["X"].astype(np.float32), rtol=0.02, atol=0.02)
     model = fit(data["X"], data["iou"], epochs=2)
     model.save(tmp_path / "obj.npz")
-    from fraglib.objectness import cross_validate
+    from fraglib.vision.objectness import cross_validate
     cv = cross_validate(data, [truth[int(im["imgid"])] for im in train.images], [0.3, 0.5], 5, epochs=2)
     assert set(cv["recall_by_nms_iou"]) == {"0.3", "0.5"} and all(0 <= r <= 1 for r in cv["recall_by_nms_iou"].values())
     test = Dataset(ds.name, ds.image_dir, [im for im in ds.images if im["split"] == "test"], [])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fraglib.config import ConfigError
-from fraglib.synthetic import (RELATION_PHRASES, SynthConfig, spatial_relation, tokenize,
+from fraglib.data.synthetic import (RELATION_PHRASES, SynthConfig, spatial_relation, tokenize,
                                write_benchmark)
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from fraglib.config import ConfigError
 from fraglib.data import read_karpathy_json, read_pascal1k, stratified_split, write_karpathy_json
-from fraglib.fragments import MODES, Fragments
-from fraglib.parse import read_conllu
-from fraglib.text import TextConfig
+from fraglib.text.fragments import MODES, Fragments
+from fraglib.text.parse import read_conllu
+from fraglib.text.build import TextConfig
 
 from conftest import shared_data
 

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from fraglib.data import read_karpathy_json
-from fraglib.vision import (BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k,
+from fraglib.vision.rcnn import (BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k,
                             recall_at_iou)
 
 
@@ -85,7 +85,8 @@ def test_degradation_knobs():
 @pytest.fixture(scope="module")
 def tiny_features(tiny_synth, tmp_path_factory):
     """Features of the tiny benchmark with one image deleted and one corrupted."""
-    from fraglib.features import extract, synthetic_truth
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import extract
 
     src, _ = tiny_synth
     root = tmp_path_factory.mktemp("vis") / "synth"
@@ -99,7 +100,7 @@ def tiny_features(tiny_synth, tmp_path_factory):
 
 
 def test_cache_layout_and_skips(tiny_features):
-    from fraglib.features import FeatureCache
+    from fraglib.vision.features import FeatureCache
 
     root, ds, cfg, stats = tiny_features
     assert stats["skipped"] == {"missing": 1, "corrupt": 1}
@@ -118,7 +119,7 @@ def test_cache_layout_and_skips(tiny_features):
 
 def test_cache_refuses_other_row_order(tiny_features):
     from fraglib.data import Dataset
-    from fraglib.features import FeatureCache
+    from fraglib.vision.features import FeatureCache
 
     root, ds, _, _ = tiny_features
     shuffled = Dataset(ds.name, ds.image_dir, ds.images[::-1], ds.sentences)
@@ -128,7 +129,7 @@ def test_cache_refuses_other_row_order(tiny_features):
 
 def test_same_input_same_bytes(tiny_features, tmp_path):
     from fraglib.data import Dataset
-    from fraglib.features import extract
+    from fraglib.vision.features import extract
 
     root, ds, cfg, _ = tiny_features
     small = Dataset(ds.name, ds.image_dir, ds.images[:4], [])
@@ -142,7 +143,7 @@ def test_same_input_same_bytes(tiny_features, tmp_path):
 
 
 def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
-    from fraglib.features import extract
+    from fraglib.vision.features import extract
 
     root, ds, cfg, _ = tiny_features
     from fraglib.data import Dataset
@@ -158,7 +159,7 @@ def test_backbone_keeps_the_lite_relu6(variant):
     by swish — what the package's ``set_swish`` does — silently ruins every descriptor.)"""
     import torch
 
-    from fraglib.vision import Backbone
+    from fraglib.vision.rcnn import Backbone
 
     bb = Backbone(variant)
     x = Backbone.to_input(_photo(96, 64), torch.device("cpu"))
@@ -175,7 +176,7 @@ def test_backbone_recognises_pascal_photographs():
 
     from conftest import shared_data
     from fraglib.data import read_pascal1k
-    from fraglib.vision import Backbone
+    from fraglib.vision.rcnn import Backbone
 
     ds = read_pascal1k(shared_data("pascal1k"))
     bb = Backbone(0)
@@ -199,8 +200,9 @@ def test_backbone_recognises_pascal_photographs():
 def test_features_from_regions_cache_match_direct(tiny_features, tmp_path):
     """A regions cache (skips kept in place) gives the same boxes as computing from the images,
     and descriptors within float16 rounding of them."""
-    from fraglib.features import FeatureCache, extract, synthetic_truth
-    from fraglib.regions import Regions, build
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import FeatureCache, extract
+    from fraglib.vision.regions import Regions, build
 
     root, ds, cfg, _ = tiny_features
     meta = build(ds, cfg, tmp_path / "regions.npz", progress=False)
@@ -224,8 +226,8 @@ def test_regions_cache_refuses_other_settings_and_images(tiny_features, tmp_path
     import dataclasses
 
     from fraglib.data import Dataset
-    from fraglib.features import extract
-    from fraglib.regions import Regions, build
+    from fraglib.vision.features import extract
+    from fraglib.vision.regions import Regions, build
 
     root, ds, cfg, _ = tiny_features
     small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
@@ -244,7 +246,7 @@ def test_regions_cache_refuses_other_settings_and_images(tiny_features, tmp_path
 def test_selective_search_depends_on_the_image_alone(tiny_synth):
     """OpenCV ranks regions with C rand(): without reseeding, an image's proposals (their order and
     which survive max_boxes) changed with the calls made before it in the process."""
-    from fraglib.vision import load_image, selective_search
+    from fraglib.vision.rcnn import load_image, selective_search
 
     root, _ = tiny_synth
     a, b = load_image(root / "images" / "000000.png")[0], load_image(root / "images" / "000001.png")[0]
@@ -259,7 +261,7 @@ def test_roi_descriptors_equal_torchvision_roi_align():
     import torch
     from torchvision.ops import roi_align
 
-    from fraglib.vision import roi_descriptors
+    from fraglib.vision.rcnn import roi_descriptors
 
     g = torch.Generator().manual_seed(0)
     fmap = torch.randn(1, 7, 9, 13, generator=g)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from conftest import shared_data
-from fraglib.voc import read_voc, voc_truth
+from fraglib.data.voc import read_voc, voc_truth
 
 XML = """<annotation><filename>x.jpg</filename>
 <object><name>person</name><truncated>1</truncated><difficult>0</difficult>

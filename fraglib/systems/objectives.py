@@ -1,4 +1,4 @@
-"""The objectives of the paper (DESIGN.md §1.3) as pure, vectorised functions.
+"""The objectives of the paper (docs/method.md, "Objectives") as pure, vectorised functions.
 
 Inputs for a batch of B image–sentence pairs (pair k = image k with sentence k):
 

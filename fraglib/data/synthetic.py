@@ -1,4 +1,4 @@
-"""The embedded synthetic benchmark (DESIGN.md §7): real pixels, real sentences, known alignment.
+"""The embedded synthetic benchmark (docs/synthetic.md): real pixels, real sentences, known alignment.
 
 Each image is a procedurally textured *scene* (grass, sand, snow, water, brick wall, night sky,
 wooden floor) holding ``min_objects``..``max_objects`` non-overlapping *objects*. An object has a
@@ -26,7 +26,7 @@ explicit, not a device to favour any model: their share is a difficulty knob lik
 Outputs (``write_benchmark``), all byte-identical for the same seed and configuration:
 
 * ``images/NNNNNN.png``          RGB, ``image_size`` x ``image_size`` px
-* ``dataset.json``               Karpathy format (DESIGN.md §2), splits train / val / test
+* ``dataset.json``               Karpathy format (docs/formats.md), splits train / val / test
 * ``ground_truth.json``          per image: scene, objects (box ``[x0, y0, x1, y1]`` in px, exclusive
                                  right/bottom, attributes), twin link; per caption: which character
                                  span refers to which object (``mentions``), the scene span and
@@ -40,7 +40,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from fraglib.config import ConfigError, check_range
+from fraglib.data.dataset import tokenize
 
 # ----------------------------------------------------------------------------- vocabulary
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -516,11 +516,6 @@ def make_caption(rng: np.random.Generator, scene: str, objects: list[dict[str, A
     return cap.finish()
 
 
-def tokenize(raw: str) -> list[str]:
-    """Karpathy-style tokens: lower-cased alphanumeric runs."""
-    return re.findall(r"[a-z0-9]+", raw.lower())
-
-
 # ----------------------------------------------------------------------------- whole benchmark
 def generate_image_record(cfg: SynthConfig, index: int, previous: dict[str, Any] | None) -> tuple[Image.Image, dict[str, Any]]:
     """Image ``index`` and its ground truth. ``previous`` is the record of image ``index - 1``."""
@@ -651,3 +646,9 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
+    """imgid -> true boxes (float32 (M, 4)) from a synthetic ``ground_truth.json``."""
+    gt = json.loads(Path(path).read_text())
+    return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}

@@ -4,7 +4,7 @@
     python -m fraglib.text fragments --dataset-dir data/synthetic            # -> fragments/*.npz
 
 ``fragments`` writes, into ``<dataset-dir>/fragments/``: ``dependency.npz``, ``bow.npz``,
-``bigram.npz`` (see :class:`fraglib.fragments.Fragments`), ``relations.json`` (the inventory
+``bigram.npz`` (see :class:`fraglib.text.fragments.Fragments`), ``relations.json`` (the inventory
 before and after the frequency filter, with counts) and ``text_stats.json`` (a DVC metric).
 The relation filter is computed on the *train* split only and applied to every split.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
-from fraglib.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
-from fraglib.parse import PARSERS, make_parser, parse_captions, read_conllu, write_conllu
+from fraglib.text.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
+from fraglib.text.parse import PARSERS, make_parser, parse_captions, read_conllu, write_conllu
 
 LONG_CAPTION = 200  # tokens
 
@@ -59,7 +59,7 @@ def run_parse(dataset_dir: str | Path, cfg: TextConfig, out: str | Path | None =
 def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
                   out_dir: str | Path | None = None) -> dict[str, Any]:
     """Encode all three fragment modes; write npz files, relations.json and text_stats.json."""
-    from fraglib.vectors import load_glove
+    from fraglib.text.vectors import load_glove
 
     dataset_dir = Path(dataset_dir)
     ds = read_karpathy_json(dataset_dir / "dataset.json")

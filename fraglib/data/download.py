@@ -1,6 +1,6 @@
 """Download Pascal1K from the official UIUC page, verified against known checksums.
 
-    python -m fraglib.download pascal1k --out ~/data/pascal1k        # needs the internet, once
+    python -m fraglib.data.download pascal1k --out ~/data/pascal1k        # needs the internet, once
 
 The page (``http://vision.cs.uiuc.edu/pascal-sentences/``) lists every image
 (``<category>/<file>.jpg``) followed by its sentences. This writes the project's layout —
@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 PASCAL_URL = "http://vision.cs.uiuc.edu/pascal-sentences/"
-MANIFEST = Path(__file__).parent / "reference" / "pascal1k_sha256.json"
+MANIFEST = Path(__file__).parents[1] / "reference" / "pascal1k_sha256.json"
 
 
 class _PageParser(HTMLParser):

@@ -1,11 +1,11 @@
 """Proposals and backbone feature maps of every image, computed once (real photographs).
 
-    python -m fraglib.regions --dataset-dir data/pascal1k --out data/pascal1k/regions.npz \
+    python -m fraglib.vision.regions --dataset-dir data/pascal1k --out data/pascal1k/regions.npz \
         --set image_size=512 --set proposal_size=300
 
 Selective search and the CNN pass are the whole cost of image fragments (~0.8 s per Pascal1K
 photograph on 2 cores). The Pascal1K study needs both twice — to train the objectness score
-(:mod:`fraglib.objectness`) and to pick each image's detections (:mod:`fraglib.features`) — so
+(:mod:`fraglib.vision.objectness`) and to pick each image's detections (:mod:`fraglib.vision.features`) — so
 this stage computes them once and both read this file (``--regions``): everything after it
 (RoI descriptors, scores, NMS) costs milliseconds per image.
 
@@ -21,7 +21,7 @@ proposals       float32 (P, 4)       selective-search boxes ``[x0, y0, x1, y1]``
 prop_offsets    int64 (N+1,)         image ``n`` owns ``proposals[prop_offsets[n]:...]``
 sizes           int64 (N, 2)         original (width, height) px
 scales          float32 (N,)         backbone-input px per original px
-imgids, filenames, status            as in :mod:`fraglib.features` (status '' or the skip reason)
+imgids, filenames, status            as in :mod:`fraglib.vision.features` (status '' or the skip reason)
 meta            str ()               JSON: CNN, settings, timings
 ==============  ===================  =========================================================
 
@@ -42,7 +42,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
-from fraglib.vision import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
+from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
                             selective_search)
 
 KEYS = ("fmaps", "fmap_shapes", "fmap_offsets", "proposals", "prop_offsets", "sizes", "scales", "imgids",
@@ -129,7 +129,7 @@ class Regions:
 
     @classmethod
     def load(cls, path: str | Path) -> "Regions":
-        z, meta = open_npz(path, "regions cache not found (run python -m fraglib.regions)")
+        z, meta = open_npz(path, "regions cache not found (run python -m fraglib.vision.regions)")
         return cls({k: z[k] for k in KEYS}, meta)
 
     def positions(self, dataset: Dataset) -> list[int]:
@@ -138,7 +138,7 @@ class Regions:
         missing = [im["filename"] for im in dataset.images if (int(im["imgid"]), im["filename"]) not in where]
         if missing:
             raise ValueError(f"regions cache lacks {len(missing)} image(s) of dataset {dataset.name}, "
-                             f"e.g. {missing[:3]} (rebuild it with python -m fraglib.regions)")
+                             f"e.g. {missing[:3]} (rebuild it with python -m fraglib.vision.regions)")
         return [where[(int(im["imgid"]), im["filename"])] for im in dataset.images]
 
     def check(self, cfg: VisionConfig) -> None:
@@ -147,7 +147,7 @@ class Regions:
         for key in ("cnn_variant", "image_size", "proposal_size", "max_proposals", "min_box"):
             if built[key] != getattr(cfg, key):
                 raise ValueError(f"vision.{key}={getattr(cfg, key)} but the regions cache was built with "
-                                 f"{built[key]}: rebuild it (python -m fraglib.regions) or use its value")
+                                 f"{built[key]}: rebuild it (python -m fraglib.vision.regions) or use its value")
 
     def item(self, p: int) -> dict[str, Any]:
         a = self.a

@@ -1,4 +1,4 @@
-"""Image fragments: images in, boxes and 1280-d CNN descriptors out (DESIGN.md §1.2).
+"""Image fragments: images in, boxes and 1280-d CNN descriptors out (docs/method.md, "Image fragments").
 
 The R-CNN recipe, rebuilt from parts that install offline:
 
@@ -13,7 +13,7 @@ The R-CNN recipe, rebuilt from parts that install offline:
    R-CNN analogue), ``entropy`` = negative entropy of those probabilities, ``learned`` = a
    class-agnostic score (a small MLP on the descriptor, its surroundings' descriptor and the box
    geometry) trained on annotated boxes of images outside every test split
-   (:mod:`fraglib.objectness`, the analogue of R-CNN's SVMs);
+   (:mod:`fraglib.vision.objectness`, the analogue of R-CNN's SVMs);
 4. **class-agnostic NMS** at IoU ``nms_iou``, top ``k`` boxes (padded with the best suppressed
    boxes when fewer survive), plus the full image;
 5. **descriptors** of the kept boxes: RoI-aligned from the shared map (``region_features="roi"``,
@@ -53,7 +53,7 @@ class VisionConfig:
     max_proposals: int = 600         # first proposals (selective-search order) that are scored
     min_box: int = 12                # px at full scale; smaller proposals are dropped
     score: str = "max_prob"          # proposal score, see module docstring
-    objectness_file: str = ""        # score=learned: the model written by fraglib.objectness
+    objectness_file: str = ""        # score=learned: the model written by fraglib.vision.objectness
     nms_iou: float = 0.3
     k: int = 19                      # detections per image (plus the full image)
     region_features: str = "roi"     # roi | crop
@@ -76,7 +76,7 @@ class VisionConfig:
         check_range(f"{p}.min_box", self.min_box, 1, 1000, int)
         check_choice(f"{p}.score", self.score, SCORES)
         if self.score == "learned" and not self.objectness_file:
-            raise ConfigError(f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.objectness)")
+            raise ConfigError(f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.vision.objectness)")
         check_range(f"{p}.nms_iou", self.nms_iou, 0.0, 1.0, float)
         check_range(f"{p}.k", self.k, 0, 1000, int)
         check_choice(f"{p}.region_features", self.region_features, ("roi", "crop"))
@@ -287,7 +287,7 @@ def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: in
 
 def proposal_scores(backbone: Backbone, desc: torch.Tensor, kind: str) -> np.ndarray:
     """Objectness of each region descriptor (higher = more object-like)."""
-    check_choice("vision.score", kind, ("max_prob", "entropy"))  # learned: fraglib.objectness
+    check_choice("vision.score", kind, ("max_prob", "entropy"))  # learned: fraglib.vision.objectness
     p = torch.softmax(backbone.classify(desc), dim=1)
     if kind == "max_prob":
         s = p.max(dim=1).values

@@ -181,5 +181,5 @@ def read_conllu(path: str | Path) -> tuple[dict[str, str], list[ParsedCaption]]:
                 continue  # multiword-token ranges and empty nodes carry no edge
             cur.tokens.append(Token(int(c[0]), c[1], c[2], c[3], c[4], int(c[6]), c[7]))
     if "scheme" not in header:
-        raise ValueError(f"{path}: missing '# scheme = ...' header (not written by fraglib.parse?)")
+        raise ValueError(f"{path}: missing '# scheme = ...' header (not written by fraglib.text.parse?)")
     return header, out

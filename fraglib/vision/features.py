@@ -1,6 +1,6 @@
 """The image-fragment feature cache: one backbone pass per image, every detector's boxes.
 
-    python -m fraglib.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
+    python -m fraglib.vision.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
 
 writes ``<dataset-dir>/features/rcnn.npz`` (and ``groundtruth.npz`` when true boxes are given)
 plus ``features_stats.json``. The ``fullframe`` detector needs no file of its own: it is the
@@ -43,8 +43,8 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
-from fraglib.regions import region_items
-from fraglib.vision import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
+from fraglib.vision.regions import region_items
+from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
 
 
@@ -116,7 +116,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
             device: torch.device | None = None, progress: bool = True, regions: Any = None) -> dict[str, Any]:
     """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
     true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats.
-    ``regions``: a :class:`fraglib.regions.Regions` cache of the same images (no CNN pass here)."""
+    ``regions``: a :class:`fraglib.vision.regions.Regions` cache of the same images (no CNN pass here)."""
     from tqdm.auto import tqdm
 
     from fraglib.device import select_device
@@ -128,7 +128,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     backbone = Backbone(cfg.cnn_variant).to(device).to(memory_format=torch.channels_last)
     objectness = None
     if cfg.score == "learned":
-        from fraglib.objectness import Objectness
+        from fraglib.vision.objectness import Objectness
 
         objectness = Objectness.load(cfg.objectness_file)
     detectors = ["rcnn"] + (["groundtruth"] if truth is not None else [])
@@ -230,12 +230,6 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     return stats
 
 
-def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
-    """imgid -> true boxes (float32 (M, 4)) from a synthetic ``ground_truth.json``."""
-    gt = json.loads(Path(path).read_text())
-    return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
@@ -244,9 +238,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", help="default <dataset-dir>/features")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
-    ap.add_argument("--regions", help="a fraglib.regions cache of these images: no image is read, no CNN pass")
+    ap.add_argument("--regions", help="a fraglib.vision.regions cache of these images: no image is read, no CNN pass")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     args = ap.parse_args(argv)
+    from fraglib.data.synthetic import synthetic_truth
+
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
     if args.limit:
@@ -254,12 +250,12 @@ def main(argv: list[str] | None = None) -> None:
                      [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}])
     truth = synthetic_truth(args.truth) if args.truth else None
     if args.voc:
-        from fraglib.voc import voc_truth
+        from fraglib.data.voc import voc_truth
 
         truth = voc_truth(args.voc, ds.images)
     regions = None
     if args.regions:
-        from fraglib.regions import Regions
+        from fraglib.vision.regions import Regions
 
         regions = Regions.load(args.regions)
     s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions)

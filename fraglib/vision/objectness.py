@@ -8,7 +8,7 @@ layer perceptron (``model: mlp``) or logistic regression (``model: linear``). Pr
 labelled by IoU with the annotated boxes (positive ≥ 0.5 — the annotated boxes themselves
 included, as in R-CNN — negative < 0.3, in between ignored), classes weighted to balance.
 
-    python -m fraglib.objectness --dataset-dir data/pascal1k --annotations ROOT/annotations \
+    python -m fraglib.vision.objectness --dataset-dir data/pascal1k --annotations ROOT/annotations \
         --exclude-test-of data/pascal1k/split0 ... --out data/pascal1k/objectness.npz \
         [--regions data/pascal1k/regions.npz] [--cv-out data/pascal1k/objectness_cv.json]
 
@@ -29,7 +29,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
-from fraglib.vision import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
+from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3   # IoU thresholds of the labels
 
@@ -91,10 +91,10 @@ class Objectness:
 
     @classmethod
     def load(cls, path: str | Path) -> "Objectness":
-        z, meta = open_npz(path, "objectness model not found (vision.objectness_file; run fraglib.objectness)")
+        z, meta = open_npz(path, "objectness model not found (vision.objectness_file; run fraglib.vision.objectness)")
         n = sum(1 for k in z.files if k.startswith("W"))
         if n == 0:
-            raise ValueError(f"{path}: an objectness model of an older format; re-run fraglib.objectness")
+            raise ValueError(f"{path}: an objectness model of an older format; re-run fraglib.vision.objectness")
         return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], meta)
 
 
@@ -103,10 +103,10 @@ def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, p
     """Every proposal of every image of ``dataset``, plus its annotated boxes (the positives R-CNN
     adds), as arrays: ``X`` (N, D) float16 inputs, ``iou`` (N,) best IoU with an annotated box,
     ``image`` (N,) position in ``dataset``, ``boxes`` (N, 4), ``annotated`` (N,) bool.
-    ``regions``: a :class:`fraglib.regions.Regions` cache holding these images (no CNN pass)."""
+    ``regions``: a :class:`fraglib.vision.regions.Regions` cache holding these images (no CNN pass)."""
     from tqdm.auto import tqdm
 
-    from fraglib.regions import region_items
+    from fraglib.vision.regions import region_items
 
     device = torch.device("cpu")
     backbone = Backbone(cfg.cnn_variant) if regions is None else None
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--l2", type=float, default=1e-3, help="linear model only")
-    ap.add_argument("--regions", help="a fraglib.regions cache of the dataset's images (no CNN pass)")
+    ap.add_argument("--regions", help="a fraglib.vision.regions cache of the dataset's images (no CNN pass)")
     ap.add_argument("--cv-out", help="also write a 2-fold cross-validation (recall per NMS threshold) here")
     ap.add_argument("--cv-nms", type=float, nargs="+", default=[0.3, 0.4, 0.5, 0.6])
     args = ap.parse_args(argv)
@@ -236,19 +236,19 @@ def main(argv: list[str] | None = None) -> None:
     for d in args.exclude_test_of:
         excluded |= {im["filename"] for im in read_karpathy_json(Path(d) / "dataset.json").images if im["split"] == "test"}
     if args.truth:
-        from fraglib.features import synthetic_truth
+        from fraglib.data.synthetic import synthetic_truth
 
         images = [im for im in ds.images if im["split"] == "train" and im["filename"] not in excluded]
         truth = synthetic_truth(args.truth)
     else:
-        from fraglib.voc import voc_truth
+        from fraglib.data.voc import voc_truth
 
         images = [im for im in ds.images if im["filename"] not in excluded]
         truth = voc_truth(args.annotations, images)
     sub = Dataset(ds.name, ds.image_dir, images, [])
     regions = None
     if args.regions:
-        from fraglib.regions import Regions
+        from fraglib.vision.regions import Regions
 
         regions = Regions.load(args.regions)
     data = collect(sub, truth, cfg, regions=regions, context=not args.no_context)

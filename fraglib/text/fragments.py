@@ -1,6 +1,6 @@
 """Sentence fragments: dependency triplets in one relation inventory, BOW and bigram fragments.
 
-**Relation inventory** (DESIGN.md §4), modelled on Stanford's *collapsed* dependencies. Both label
+**Relation inventory** (docs/method.md, "Sentence fragments"), modelled on Stanford's *collapsed* dependencies. Both label
 schemes are normalised by the rules below, then the same multiword-preposition pass runs:
 
 =====================  ================================  =====================================
@@ -49,7 +49,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fraglib.config import check_choice, check_range
-from fraglib.parse import ParsedCaption, Token
+from fraglib.text.parse import ParsedCaption, Token
 
 MODES = ("dependency", "bow", "bigram")
 SCHEMES = ("clearnlp", "ud")

@@ -1,4 +1,4 @@
-"""Datasets in one internal form, read from Karpathy's ``dataset.json`` format (DESIGN.md §2).
+"""Datasets in one internal form, read from Karpathy's ``dataset.json`` format (docs/formats.md).
 
 Like neuraltalk's data provider: one small object per dataset holding images, sentences and the
 explicit sentence -> image index that every evaluation uses (never a positional 5-per-image rule).
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from fraglib.config import check_choice
 
 SPLITS = ("train", "val", "test")
 # name -> default location (relative to the project root) of its dataset.json and images/
-DATASETS = {"synthetic": "data/synthetic"}
 
 
 @dataclasses.dataclass
@@ -88,57 +88,6 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
     return Dataset(data.get("dataset", path.stem), Path(image_dir), images, sentences)
 
 
-def load_dataset(name: str, root: str | Path | None = None) -> Dataset:
-    """Dataset ``name`` from ``root`` (default: its location under ``data/``)."""
-    check_choice("dataset", name, tuple(DATASETS))
-    root = Path(root or DATASETS[name])
-    return read_karpathy_json(root / "dataset.json")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Convert a dataset to the internal (Karpathy) format::
-
-        python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
-        python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
-        python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
-        python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
-    """
-    import argparse
-
-    ap = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dataset", choices=["pascal1k", "flickr8k", "flickr30k", "karpathy"])
-    ap.add_argument("--root", help="pascal1k: folder with sentences.json and images/; flickr8k: the text release")
-    ap.add_argument("--images", help="image folder (flickr8k, flickr30k, karpathy)")
-    ap.add_argument("--token", help="flickr30k: the results token file")
-    ap.add_argument("--json", help="karpathy: a dataset_*.json file")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--split-seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    need = {"pascal1k": ["root"], "flickr8k": ["root", "images"], "flickr30k": ["token", "images"],
-            "karpathy": ["json", "images"]}[args.dataset]
-    for n in need:
-        if not getattr(args, n):
-            ap.error(f"{args.dataset} needs --{n}")
-    report: dict[str, Any] = {}
-    if args.dataset == "pascal1k":
-        ds = read_pascal1k(args.root, args.split_seed)
-        image_root = Path(args.root).resolve() / "images"
-    elif args.dataset == "karpathy":
-        ds = read_karpathy_json(args.json, args.images)
-        image_root = Path(args.images).resolve()
-    else:
-        from fraglib.flickr import read_flickr8k, read_flickr30k
-
-        ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
-                      else read_flickr30k(args.token, args.images, args.split_seed))
-        image_root = Path(args.images).resolve()
-    write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
-    if report:
-        (Path(args.out) / "conversion.json").write_text(json.dumps(report, indent=1) + "\n")
-        print("skipped/counted: " + ", ".join(f"{k}={v}" for k, v in report.items()))
-    print(f"wrote {ds} to {args.out}/dataset.json")
-
-
 def write_karpathy_json(ds: Dataset, path: str | Path, image_root: str | Path | None = None) -> None:
     """Write ``ds`` in Karpathy's format (plus ``image_root``, the folder its filenames live in)."""
     by_img: dict[Any, list[dict[str, Any]]] = {}
@@ -175,8 +124,6 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
     """Pascal1K from ``root/sentences.json`` (``{file: {"category", "sentences"}}``) and
     ``root/images/``; split 800/100/100 stratified by category from ``split_seed`` (the paper's
     split was never published). Images are sorted by file name; sentids follow that order."""
-    from fraglib.synthetic import tokenize
-
     root = Path(root)
     path = root / "sentences.json"
     if not path.exists():
@@ -194,3 +141,8 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
 
 if __name__ == "__main__":
     main()
+
+
+def tokenize(raw: str) -> list[str]:
+    """Karpathy-style tokens: lower-cased alphanumeric runs."""
+    return re.findall(r"[a-z0-9]+", raw.lower())

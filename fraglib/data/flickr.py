@@ -46,7 +46,7 @@ def read_token_file(path: str | Path) -> tuple[dict[str, list[tuple[int, str]]],
 def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_files: dict[str, str | Path] | None = None,
                 split_seed: int = 0, n_val: int = 1000, n_test: int = 1000) -> tuple[Dataset, dict[str, Any]]:
     """A Flickr dataset in the internal form, and the report of what was skipped."""
-    from fraglib.synthetic import tokenize
+    from fraglib.data.synthetic import tokenize
 
     caps, report = read_token_file(token_file)
     image_dir = Path(image_dir)

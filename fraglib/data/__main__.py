@@ -1,0 +1,56 @@
+"""``python -m fraglib.data``: convert a dataset to the internal (Karpathy) format."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Convert a dataset to the internal (Karpathy) format::
+
+        python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
+        python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
+        python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
+        python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", choices=["pascal1k", "flickr8k", "flickr30k", "karpathy"])
+    ap.add_argument("--root", help="pascal1k: folder with sentences.json and images/; flickr8k: the text release")
+    ap.add_argument("--images", help="image folder (flickr8k, flickr30k, karpathy)")
+    ap.add_argument("--token", help="flickr30k: the results token file")
+    ap.add_argument("--json", help="karpathy: a dataset_*.json file")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--split-seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    need = {"pascal1k": ["root"], "flickr8k": ["root", "images"], "flickr30k": ["token", "images"],
+            "karpathy": ["json", "images"]}[args.dataset]
+    for n in need:
+        if not getattr(args, n):
+            ap.error(f"{args.dataset} needs --{n}")
+    report: dict[str, Any] = {}
+    if args.dataset == "pascal1k":
+        ds = read_pascal1k(args.root, args.split_seed)
+        image_root = Path(args.root).resolve() / "images"
+    elif args.dataset == "karpathy":
+        ds = read_karpathy_json(args.json, args.images)
+        image_root = Path(args.images).resolve()
+    else:
+        from fraglib.data.flickr import read_flickr8k, read_flickr30k
+
+        ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
+                      else read_flickr30k(args.token, args.images, args.split_seed))
+        image_root = Path(args.images).resolve()
+    write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
+    if report:
+        (Path(args.out) / "conversion.json").write_text(json.dumps(report, indent=1) + "\n")
+        print("skipped/counted: " + ", ".join(f"{k}={v}" for k, v in report.items()))
+    print(f"wrote {ds} to {args.out}/dataset.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Captions -> parses -> sentence fragments (``python -m fraglib.text parse|fragments``)."""

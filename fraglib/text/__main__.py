@@ -1,0 +1,3 @@
+from fraglib.text.build import main
+
+main()

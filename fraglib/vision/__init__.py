@@ -1,0 +1,1 @@
+"""Images -> proposals -> detections -> CNN descriptors (the image fragments), and their recall."""
