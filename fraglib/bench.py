@@ -7,6 +7,7 @@ medians over repeats, measured in one run; nothing here is asserted on — tests
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -98,16 +99,19 @@ def bench_parse(repeats: int = 3) -> list[dict[str, Any]]:
     return out
 
 
-def _matmul_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
-    """Median GFLOP/s of a plain float32 ``torch.matmul`` (m x k) @ (k x n) on this machine now."""
+def _matmul_gflops(m: int, k: int, n: int, repeats: int = 5, device=None) -> float:
     import torch
 
-    a, b = torch.randn(m, k), torch.randn(k, n)
+    device = device or torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
     a @ b
     ts = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         a @ b
+        sync()
         ts.append(time.perf_counter() - t0)
     return 2 * m * k * n / statistics.median(ts) / 1e9
 
@@ -119,19 +123,23 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
 
     import numpy as np
 
+    from fraglib.device import select_device
     from fraglib.systems.base import Rows
     from fraglib.systems.fragment import Config, FragmentSystem
 
+    dev, dev_name = select_device()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     g = torch.Generator().manual_seed(0)
     B, Fi, Fs, D, wd, h, R = 100, 20, 10, 4096, 200, 1000, 16
     model = FragmentSystem(Config(embed_dim=h, dense_epochs=1, beta=1.0, alpha=1e-5),
                            {"n_words": 5000, "word_dim": wd, "n_relations": R, "img_dim": D})
     model.words.copy_(torch.randn(5000, wd, generator=g))
+    model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-    x = torch.randn(B * Fi, D, generator=g)
-    rel = torch.randint(0, R, (B * Fs,), generator=g)
-    w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g)
-    vo, so = torch.arange(B).repeat_interleave(Fi), torch.arange(B).repeat_interleave(Fs)
+    x = torch.randn(B * Fi, D, generator=g).to(dev)
+    rel = torch.randint(0, R, (B * Fs,), generator=g).to(dev)
+    w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g).to(dev)
+    vo, so = torch.arange(B).repeat_interleave(Fi).to(dev), torch.arange(B).repeat_interleave(Fs).to(dev)
     imgs = Rows({"x": x}, vo, B, np.arange(B))
     sents = Rows({"rel": rel, "w1": w1, "w2": w2}, so, B, np.arange(B))
 
@@ -140,11 +148,12 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
         opt.zero_grad(set_to_none=True)
         c.backward()
         opt.step()
+        sync()
 
     out = []
     # useful FLOPs: image map fwd + weight grad, sentence maps fwd + weight grad, M fwd + 2 grads
     flops = 2 * (2 * B * Fi * D * h) + 2 * (2 * B * Fs * 2 * wd * h) + 3 * (2 * B * Fi * h * B * Fs)
-    ref = _matmul_gflops(B * Fi, D, h)
+    ref = _matmul_gflops(B * Fi, D, h, device=dev)
     for mil in (False, True):
         step(mil)
         ts = []
@@ -154,7 +163,8 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
             ts.append(time.perf_counter() - t0)
         ms = statistics.median(ts) * 1000
         rate = flops / (ms / 1000) / 1e9
-        out.append(entry("train_step_ms" + ("_mil" if mil else ""), round(ms, 1), "ms", reference=round(ref, 1),
+        suffix = ("_mil" if mil else "") + ("" if dev.type == "cpu" else f"_{dev.type}")
+        out.append(entry("train_step_ms" + suffix, round(ms, 2), "ms", device=dev_name, reference=round(ref, 1),
                          ratio=round(rate / ref, 3), achieved_gflops=round(rate, 1), gflop_per_step=round(flops / 1e9, 1),
                          reference_is="GFLOP/s of torch.matmul (2000x4096)@(4096x1000), same run",
                          objective="C_0 + C_G" if not mil else "C_F (MIL) + C_G", repeats=repeats,
@@ -357,7 +367,72 @@ def bench_rcnn_recall() -> list[dict[str, Any]]:
                        "study_s_per_image: wall time per image of the Pascal1K regions + features stages")]
 
 
-OPT_IN = {"rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
+def bench_systems_device() -> list[dict[str, Any]]:
+    """Every registered system on the selected device (a GPU when there is one) with random inputs:
+    loss, backward and a step; the score matrix; a checkpoint round trip that must reproduce it
+    exactly. One entry per system: milliseconds of a training step and of scoring 1000 x 5000."""
+    import numpy as np
+    import torch
+
+    from fraglib import checkpoint
+    from fraglib.device import make_deterministic, select_device
+    from fraglib.evaluate import score_matrix
+    from fraglib.inputs import Ragged, Split
+    from fraglib.systems import SYSTEMS
+
+    dev, dev_name = select_device()
+    make_deterministic(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    g = torch.Generator().manual_seed(0)
+    n_img, n_sent, Fi, Fs, D, wd, R = 1000, 5000, 20, 10, 1280, 50, 16
+    words = torch.randn(4000, wd, generator=g)
+    img = Ragged({"x": torch.rand(n_img * Fi, D, generator=g).to(dev)}, np.arange(0, n_img * Fi + 1, Fi))
+    sent = Ragged({"rel": torch.randint(0, R, (n_sent * Fs,), generator=g).to(dev),
+                   "w1": torch.randint(0, 4000, (n_sent * Fs,), generator=g).to(dev),
+                   "w2": torch.randint(0, 4000, (n_sent * Fs,), generator=g).to(dev)}, np.arange(0, n_sent * Fs + 1, Fs))
+    split = Split("test", img, sent, np.repeat(np.arange(n_img), 5), np.arange(n_sent), words.to(dev))
+    dims = {"n_words": 4000, "word_dim": wd, "n_relations": R, "img_dim": D}
+    out = []
+    for name, cls in SYSTEMS.items():
+        cfg = cls.Config(**({"embed_dim": 1000} if "embed_dim" in cls.Config.__dataclass_fields__ else {}))
+        system = cls(cfg, dims, 0).to(dev)
+        system.prepare(split)
+        step_ms = None
+        if cls.TRAINABLE:
+            opt = torch.optim.SGD(system.parameters(), lr=1e-4, momentum=0.9)
+            b = np.arange(100)
+            ts = []
+            for _ in range(6):
+                sync()
+                t0 = time.perf_counter()
+                cost, _ = system.loss(system.encode_images(img.take(split.sentence_image[b * 5])),
+                                      system.encode_sentences(sent.take(b * 5)), epoch=0)
+                opt.zero_grad(set_to_none=True)
+                cost.backward()
+                opt.step()
+                sync()
+                ts.append(time.perf_counter() - t0)
+            step_ms = round(statistics.median(ts[1:]) * 1000, 2)
+        sync()
+        t0 = time.perf_counter()
+        S = score_matrix(system, split, chunk=256)
+        sync()
+        eval_s = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint.save(Path(tmp) / "best.pt", {"system": name, "system_config": dataclasses.asdict(cfg),
+                                                    "train_config": {"seed": 0}, "model_args": dims,
+                                                    "model": system.state_dict()})
+            again, _ = checkpoint.load_system(Path(tmp) / "best.pt", dev)
+        S2 = score_matrix(again, split, chunk=256)
+        same, diff = bool(torch.equal(S, S2)), float((S - S2).abs().max())
+        out.append(entry(f"system_{name}_{dev.type}", step_ms if step_ms is not None else round(eval_s, 3),
+                         "ms per training step (100 pairs, h=1000)" if step_ms is not None else "s",
+                         device=dev_name, eval_seconds_1000x5000=round(eval_s, 3), finite=bool(torch.isfinite(S).all()),
+                         reload_reproduces_scores=same, reload_max_abs_diff=diff))
+    return out
+
+
+OPT_IN = {"systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
           "repro_pascal1k": bench_repro_pascal1k}
 
 BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,17 +37,45 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
         raise ConfigError(f"{name}={value!r}: unknown value, allowed: {', '.join(map(str, allowed))}")
 
 
+SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "vision", "vision_report", "train",
+            "systems", "study", "runs", "results_report")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML with two fixes for parameter files: a key given twice is an error (not the last one
+    silently winning), and ``1e-3`` is a float (YAML 1.1 reads it as a string)."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        dup = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ConfigError(f"line {node.start_mark.line + 1}: key {dup[0]!r} given twice")
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """The whole params file as a dict (error names the file when missing or malformed)."""
+    """The whole params file as a dict (error names the file when missing or malformed, a
+    duplicated key, or an unknown top-level section, with a "did you mean")."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: parameter file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: malformed YAML: {exc}") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    unknown = [k for k in data if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
+                          f"sections: {', '.join(SECTIONS)}")
     return data
 
 
@@ -82,7 +111,10 @@ def load_section(path: str | Path, section: str, cls: type[T]) -> T:
 def load_with_overrides(path: str | Path, section: str, cls: type[T], overrides: list[str]) -> T:
     """``cls`` from ``section`` of the params file, with command-line ``key=value`` overrides
     (values read as YAML: numbers, true/false, lists), checked like the file's own values."""
-    values = dict(read_params(path).get(section) or {})
+    data = read_params(path)
+    if not isinstance(data.get(section), dict):
+        raise ConfigError(f"{path}: section '{section}' missing or empty (sections present: {', '.join(data)})")
+    values = dict(data[section])
     values.update(parse_overrides(overrides))
     return from_dict(section, values, cls)
 
@@ -94,5 +126,5 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         k, v = item.split("=", 1)
-        out[k] = yaml.safe_load(v)
+        out[k] = yaml.load(v, Loader=_StrictLoader)
     return out

@@ -176,10 +176,11 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     other settings or inputs is replaced instead of refused."""
     from tqdm.auto import tqdm
 
-    from fraglib.device import select_device
+    from fraglib.device import make_deterministic, select_device
 
     tc, cls = spec.train_config.validate(), get_system(spec.system)
     device = device or select_device()[0]
+    make_deterministic(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tc.seed)

@@ -38,3 +38,23 @@ def test_missing_file_and_bad_split(tmp_path):
         {"imgid": 0, "filename": "x.jpg", "split": "holdout", "sentences": []}]}))
     with pytest.raises(ValueError, match="unknown split 'holdout'"):
         read_karpathy_json(tmp_path / "d.json")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["images"][1].update(imgid=d["images"][0]["imgid"]), "duplicate imgid"),
+    (lambda d: d["images"][1]["sentences"][0].update(sentid=d["images"][0]["sentences"][0]["sentid"]), "duplicate sentid"),
+    (lambda d: d["images"][0].update(imgid="7"), r"images\[0\]\.imgid='7': expected an integer"),
+    (lambda d: d["images"][0].pop("filename"), r"images\[0\] has no filename"),
+])
+def test_malformed_dataset_json_names_the_field(tmp_path, mutate, message):
+    import json
+
+    from fraglib.data import read_karpathy_json
+
+    d = {"images": [{"imgid": i, "filename": f"{i}.png", "split": "train",
+                     "sentences": [{"sentid": 2 * i, "raw": "a dog", "tokens": ["a", "dog"]}]} for i in range(2)]}
+    mutate(d)
+    p = tmp_path / "dataset.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=message):
+        read_karpathy_json(p)

@@ -101,3 +101,17 @@ def test_notebooks_have_no_functions_and_short_cells():
                 continue
             src = "".join(c["source"])
             assert not re.search(r"^\s*def |lambda", src, re.M), f"{p.name}: define functions in fraglib"
+
+
+def test_readme_layout_names_every_module_and_docs_exist():
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):readme.index("## Device")]
+    for p in (ROOT / "fraglib").rglob("*.py"):
+        if p.name != "__init__.py" or p.parent.name != "fraglib":
+            name = p.stem if p.name not in ("__init__.py", "__main__.py") else p.parent.name
+            assert name in layout, f"README layout does not name {p.relative_to(ROOT)}"
+    cited = set(re.findall(r"docs/(\w+\.md)", " ".join(p.read_text() for p in (ROOT / "fraglib").rglob("*.py"))))
+    cited |= set(re.findall(r"docs/(\w+\.md)", readme + (ROOT / "params.yaml").read_text()))
+    missing = [c for c in cited if not (ROOT / "docs" / c).exists()]
+    assert not missing, f"cited but missing: {missing}"
+    assert "DESIGN.md" not in " ".join(p.read_text() for p in (ROOT / "fraglib").rglob("*.py"))

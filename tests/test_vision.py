@@ -276,3 +276,38 @@ def test_roi_descriptors_equal_torchvision_roi_align():
     ref = roi_align(fmap, [torch.from_numpy(boxes) * scale], output_size=(3, 3), spatial_scale=1 / 32,
                     sampling_ratio=2, aligned=True).mean(dim=(2, 3))
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_report_recall_functions_on_fake_voc_boxes(tiny_full, tmp_path):
+    """The vision report's recall tables (fraglib.vision.recall) on the tiny benchmark, its true boxes
+    written as VOC files: every object is found by the groundtruth detector's cache at IoU >= 0.5
+    only if a kept box overlaps it, and the floor never beats the ceiling."""
+    import json
+    from pathlib import Path
+
+    from fraglib.data import read_karpathy_json
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import FeatureCache
+    from fraglib.vision.recall import floor_and_ceiling, recall_by_size, recall_curve, voc_per_class
+
+    ds = read_karpathy_json(tiny_full / "dataset.json")
+    truth = synthetic_truth(tiny_full / "ground_truth.json")
+    rec = {r["imgid"]: r for r in json.loads((tiny_full / "ground_truth.json").read_text())["images"]}
+    for im in ds.images:
+        objs = "".join(f"<object><name>{o['shape']}</name><difficult>0</difficult><bndbox><xmin>{o['box'][0]}</xmin>"
+                       f"<ymin>{o['box'][1]}</ymin><xmax>{o['box'][2]}</xmax><ymax>{o['box'][3]}</ymax></bndbox></object>"
+                       for o in rec[im["imgid"]]["objects"])
+        (tmp_path / (Path(im["filename"]).stem + ".xml")).write_text(f"<annotation>{objs}</annotation>")
+    caches = {d: FeatureCache.load(tiny_full / "features" / f"{d}.npz", ds) for d in ("rcnn", "groundtruth")}
+    curve = recall_curve(caches, ds.images, truth, range(1, 4))
+    assert list(curve.k.unique()) == [1, 2, 3] and curve.recall.between(0, 1).all()
+    assert curve.groupby("detector").recall.is_monotonic_increasing.all()
+    per_class = voc_per_class(caches["rcnn"], ds.images, tmp_path)
+    assert per_class["objects"].sum() == sum(len(truth[im["imgid"]]) for im in ds.images)
+    settings = caches["rcnn"].meta["settings"]
+    summary, sample = floor_and_ceiling(ds, caches["rcnn"], truth, settings, "", n_sample=3)
+    assert len(sample) == 3 and summary.between(0, 1).all()
+    floor = summary[[k for k in summary.index if k.startswith("floor")][0]]
+    ceiling = summary[[k for k in summary.index if k.startswith("ceiling")][0]]
+    assert floor <= ceiling
+    assert set(recall_by_size(caches, tiny_full / "ground_truth.json").columns) == {"rcnn", "groundtruth"}

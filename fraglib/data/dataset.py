@@ -72,17 +72,35 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: dataset file not found")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise ValueError(f"{path}: expected an object with an 'images' list (Karpathy's format)")
     images, sentences = [], []
-    for im in data["images"]:
+    for n, im in enumerate(data["images"]):
+        missing = [k for k in ("imgid", "filename", "sentences") if k not in im]
+        if missing:
+            raise ValueError(f"{path}: images[{n}] has no {', '.join(missing)}")
+        if not isinstance(im["imgid"], int) or isinstance(im["imgid"], bool):
+            raise ValueError(f"{path}: images[{n}].imgid={im['imgid']!r}: expected an integer")
         split = im.get("split", "train")
         if split not in SPLITS + ("restval",):
             raise ValueError(f"{path}: image {im.get('filename')} has unknown split {split!r}")
         images.append({"imgid": im["imgid"], "filename": im["filename"], "split": split,
                        **({"category": im["category"]} if "category" in im else {})})
-        for s in im["sentences"]:
+        for k, s in enumerate(im["sentences"]):
+            if "sentid" not in s or "raw" not in s or not isinstance(s["sentid"], int):
+                raise ValueError(f"{path}: images[{n}].sentences[{k}] needs an integer sentid and a raw caption")
             sentences.append({"sentid": s["sentid"], "imgid": im["imgid"], "raw": s["raw"],
                               "tokens": list(s.get("tokens", []))})
+    for key, rows in (("imgid", images), ("sentid", sentences)):
+        seen: set[int] = set()
+        dup = sorted({r[key] for r in rows if r[key] in seen or seen.add(r[key])})
+        if dup:
+            raise ValueError(f"{path}: duplicate {key} {', '.join(map(str, dup[:10]))}"
+                             + (f" (+{len(dup) - 10} more)" if len(dup) > 10 else ""))
     if image_dir is None:
         image_dir = data.get("image_root") or path.parent / "images"
     return Dataset(data.get("dataset", path.stem), Path(image_dir), images, sentences)
