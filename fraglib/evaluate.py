@@ -14,6 +14,7 @@ the authors' code) ranks last, and a constant score matrix gives every query the
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,8 +133,6 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
                  split: str = "test"):
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
     split read in the system's own views (default: the data it was trained on)."""
-    from pathlib import Path
-
     from fraglib.checkpoint import load_system
     from fraglib.inputs import load_splits
 

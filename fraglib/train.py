@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from fraglib import checkpoint

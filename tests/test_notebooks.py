@@ -41,3 +41,20 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     assert any("fraglib runs on" in "".join(o.get("text", "")) for o in outputs), "device line missing"
     page = html.read_text()
     assert "<details" in page and "data:image/png;base64" in page  # code folded, figures embedded
+
+
+@pytest.mark.slow
+def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_full, tmp_path, monkeypatch):
+    """JupyterLab starts a kernel in notebooks/: parameters written relative to the project root
+    (as every default is) must still resolve (fraglib.notebook.at_project_root)."""
+    import os
+
+    from fraglib.notebook import project_root, run_notebook
+
+    assert project_root(ROOT / "notebooks") == ROOT
+    monkeypatch.chdir(ROOT / "notebooks")
+    rel = os.path.relpath(tiny_full, ROOT)          # relative to the root, not to notebooks/
+    run_notebook(ROOT / "notebooks" / "data_report.ipynb", tmp_path / "d.html", {"data_dir": rel, "n_show": 2},
+                 executed=tmp_path / "d.ipynb")
+    nb = json.loads((tmp_path / "d.ipynb").read_text())
+    assert not [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"] if o["output_type"] == "error"]

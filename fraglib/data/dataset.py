@@ -157,9 +157,6 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
     return Dataset("pascal1k", root / "images", images, sentences)
 
 
-if __name__ == "__main__":
-    main()
-
 
 def tokenize(raw: str) -> list[str]:
     """Karpathy-style tokens: lower-cased alphanumeric runs."""

@@ -99,6 +99,22 @@ def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
     return lin
 
 
+def add_input_buffers(module: nn.Module, dims: dict[str, int]) -> None:
+    """Register the buffers of systems reading GloVe rows and CNN descriptors: ``words``
+    (n_words, word_dim), ``img_mean`` and ``img_std`` (img_dim,); filled by :func:`fill_input_buffers`."""
+    module.register_buffer("words", torch.zeros(dims["n_words"], dims["word_dim"]))
+    module.register_buffer("img_mean", torch.zeros(dims["img_dim"]))
+    module.register_buffer("img_std", torch.ones(dims["img_dim"]))
+
+
+def fill_input_buffers(module: nn.Module, train: Any) -> None:
+    """The compact word table and the descriptor standardisation (training-split rows)."""
+    x = train.images.data["x"]
+    module.words.copy_(train.words)
+    module.img_mean.copy_(x.mean(0))
+    module.img_std.copy_(x.std(0).clamp_min(1e-6))
+
+
 def mean_rows(x: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
     """(n, D) mean of the rows of ``x`` (R, D) owned by each of n items (0 for an item without rows)."""
     cnt = torch.bincount(owner, minlength=n).clamp_min(1).to(x.dtype)

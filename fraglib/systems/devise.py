@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from fraglib.config import check_choice, check_range
-from fraglib.systems.base import IMAGE_VIEWS, Rows, System, Views, image_map, mean_rows
+from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
+                                  image_map, mean_rows)
 from fraglib.systems.objectives import global_ranking
 
 
@@ -60,19 +61,14 @@ class DeviseSystem(System):
         super().__init__()
         self.cfg = cfg
         wd, img_dim = dims["word_dim"], dims["img_dim"]
-        self.register_buffer("words", torch.zeros(dims["n_words"], wd))
-        self.register_buffer("img_mean", torch.zeros(img_dim))
-        self.register_buffer("img_std", torch.ones(img_dim))
+        add_input_buffers(self, dims)
         bound = 1.0 / math.sqrt(wd)
         self.W_s = nn.Parameter(torch.empty(cfg.embed_dim, wd).uniform_(-bound, bound))
         self.b_s = nn.Parameter(torch.zeros(cfg.embed_dim))
         self.img = image_map(img_dim, cfg.embed_dim)
 
     def prepare(self, train: Any) -> None:
-        x = train.images.data["x"]
-        self.words.copy_(train.words)
-        self.img_mean.copy_(x.mean(0))
-        self.img_std.copy_(x.std(0).clamp_min(1e-6))
+        fill_input_buffers(self, train)
 
     def encode_images(self, rows: Rows) -> torch.Tensor:
         """(n, h): the mean of each image's descriptors, standardised, mapped."""

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.systems.base import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, image_map
+from fraglib.systems.base import (IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, add_input_buffers,
+                                  fill_input_buffers, image_map)
 from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
 
 
@@ -76,19 +77,14 @@ class FragmentSystem(System):
         super().__init__()
         self.cfg = cfg
         wd, img_dim = dims["word_dim"], dims["img_dim"]
-        self.register_buffer("words", torch.zeros(dims["n_words"], wd))
-        self.register_buffer("img_mean", torch.zeros(img_dim))
-        self.register_buffer("img_std", torch.ones(img_dim))
+        add_input_buffers(self, dims)
         bound = 1.0 / math.sqrt(2 * wd)
         self.W_R = nn.Parameter(torch.empty(dims["n_relations"], cfg.embed_dim, 2 * wd).uniform_(-bound, bound))
         self.b_R = nn.Parameter(torch.zeros(dims["n_relations"], cfg.embed_dim))
         self.img = image_map(img_dim, cfg.embed_dim)
 
     def prepare(self, train: Any) -> None:
-        x = train.images.data["x"]
-        self.words.copy_(train.words)
-        self.img_mean.copy_(x.mean(0))
-        self.img_std.copy_(x.std(0).clamp_min(1e-6))
+        fill_input_buffers(self, train)
 
     def phase(self, epoch: int) -> str:
         return "dense" if epoch < self.cfg.dense_epochs else "mil"
