@@ -1,0 +1,88 @@
+"""Checkpoints: no code runs on load, a checkpoint is resumed only for the very inputs and settings
+it was trained on, and a finished run never silently changes (issue "Reliability", items 1, 2, 6)."""
+import json
+import os
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_spec
+from fraglib import checkpoint
+from fraglib.checkpoint import CheckpointError
+from fraglib.config import ConfigError
+from fraglib.train import check_usable, train
+
+CPU = torch.device("cpu")
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/fraglib_pwned",))
+
+
+def test_a_crafted_checkpoint_runs_no_code(tmp_path):
+    bad = tmp_path / "last.pt"
+    with open(bad, "wb") as f:
+        pickle.dump({"format": checkpoint.FORMAT, "x": _Boom()}, f)
+    if os.path.exists("/tmp/fraglib_pwned"):
+        os.remove("/tmp/fraglib_pwned")
+    with pytest.raises(CheckpointError, match=f"{bad}: not a readable fraglib checkpoint"):
+        checkpoint.load(bad)
+    assert not os.path.exists("/tmp/fraglib_pwned")
+    torch.save({"model": {}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a fraglib checkpoint"):
+        checkpoint.load(tmp_path / "other.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "other.pt").read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="cut.pt: not a readable"):
+        checkpoint.load(tmp_path / "cut.pt")
+
+
+def test_changed_inputs_are_never_resumed(tiny_full, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_full, data)
+    out = tmp_path / "run"
+    spec = tiny_spec(epochs=2)
+    train(data, out, spec, device=CPU, progress=False, stop_after=1)
+    # the features change (as after `vision.k` 19 -> 3): the old model must not be resumed
+    z = dict(np.load(data / "features" / "rcnn.npz"))
+    z["features"] = z["features"] * 1.5
+    np.savez(data / "features" / "rcnn.npz", **z)
+    with pytest.raises(CheckpointError, match="other fingerprint"):
+        train(data, out, spec, device=CPU, progress=False)
+    fresh = train(data, tmp_path / "fresh", spec, device=CPU, progress=False)
+    restarted = train(data, out, spec, device=CPU, progress=False, restart=True)
+    assert restarted["test"] == fresh["test"]
+
+
+def test_a_deleted_best_checkpoint_is_not_replaced_by_other_weights(tiny_full, tmp_path):
+    spec = tiny_spec(epochs=2)
+    done = train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    (tmp_path / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match="best.pt: checkpoint not found"):
+        train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    again = train(tiny_full, tmp_path, spec, device=CPU, progress=False, restart=True)
+    assert again["test"] == done["test"] and again["best_epoch"] == done["best_epoch"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["best_epoch"] is not None
+
+
+def test_duplicate_seeds_are_refused():
+    from fraglib.study import study_seeds
+
+    with pytest.raises(ConfigError, match=r"study.seeds=\[0, 0\]: duplicate seeds"):
+        study_seeds({"study": {"seeds": [0, 0]}})
+    with pytest.raises(ConfigError, match="pascal1k.splits"):
+        study_seeds({"pascal1k": {"splits": []}}, "pascal1k")
+
+
+def test_unusable_data_stops_before_training(tiny_full):
+    from fraglib.inputs import load_splits
+    from fraglib.systems.base import Views
+
+    splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
+    te = splits["test"]
+    te.images.off = np.zeros_like(te.images.off)            # every test image without features
+    with pytest.raises(ValueError, match=r"only 0 of \d+ test sentences are usable \(0 of \d+ images have features"):
+        check_usable(splits, "somewhere")
