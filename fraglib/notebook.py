@@ -48,14 +48,25 @@ def render_html(executed: str | Path, html: str | Path) -> Path:
 
 def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, Any] | None = None,
                  executed: str | Path | None = None, kernel: str | None = None, progress: bool = False) -> Path:
-    """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``."""
+    """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``.
+
+    An earlier page at ``html`` is removed first; when a cell fails, the page written is the failed
+    run (papermill's red "An Exception was encountered" banner on top, the traceback in place) and
+    the error is raised, so no page ever looks current after a failed run.
+    """
     import papermill as pm
 
     html = Path(html)
     executed = Path(executed) if executed else html.parent / "executed" / (Path(notebook).stem + ".ipynb")
     executed.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(notebook), str(executed), parameters=parameters or {},
-                        kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
+    html.unlink(missing_ok=True)
+    executed.unlink(missing_ok=True)
+    try:
+        pm.execute_notebook(str(notebook), str(executed), parameters=parameters or {},
+                            kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
+    except pm.PapermillExecutionError:
+        render_html(executed, html)
+        raise
     return render_html(executed, html)
 
 

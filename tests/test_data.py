@@ -58,3 +58,30 @@ def test_malformed_dataset_json_names_the_field(tmp_path, mutate, message):
     p.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=message):
         read_karpathy_json(p)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
+def test_damaged_npz_is_named(tmp_path, damage):
+    """A truncated or bit-flipped feature cache was a bare BadZipFile / zlib traceback."""
+    from fraglib.data import open_npz
+
+    path = tmp_path / "rcnn.npz"
+    np.savez(path, features=np.arange(4096, dtype=np.float32), meta=np.array('{"detector": "rcnn"}'))
+    z, meta = open_npz(path, "run the features stage")
+    assert meta == {"detector": "rcnn"} and z["features"].sum() == np.arange(4096).sum()
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ValueError, match=r"rcnn.npz: not a readable .npz archive.*run the features stage"):
+            open_npz(path, "run the features stage")
+    elif damage == "flip":
+        data[len(data) // 3] ^= 0x10                     # inside the features array
+        path.write_bytes(bytes(data))
+        z, _ = open_npz(path, "run the features stage")
+        with pytest.raises(ValueError, match=r"rcnn.npz: array 'features' is damaged.*run the features stage"):
+            z["features"]
+    else:
+        np.savez(path, something=np.zeros(2))
+        z, meta = open_npz(path, "run the features stage")
+        with pytest.raises(ValueError, match=r"rcnn.npz: no array 'features' \(has something\)"):
+            z["features"]

@@ -1,11 +1,13 @@
 """Every notebook executes top to bottom with tiny parameters (papermill, kernel `fraglib`)."""
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+REMOTE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"']?(?:https?:)?//", re.I)
 
 
 def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
@@ -41,6 +43,7 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     assert any("fraglib runs on" in "".join(o.get("text", "")) for o in outputs), "device line missing"
     page = html.read_text()
     assert "<details" in page and "data:image/png;base64" in page  # code folded, figures embedded
+    assert not REMOTE.findall(page), "the page must open offline"
 
 
 @pytest.mark.slow
@@ -58,3 +61,39 @@ def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_f
                  executed=tmp_path / "d.ipynb")
     nb = json.loads((tmp_path / "d.ipynb").read_text())
     assert not [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"] if o["output_type"] == "error"]
+
+
+@pytest.mark.slow
+def test_a_failed_notebook_never_leaves_a_page_that_looks_current(tmp_path):
+    """A failing run once left the previous HTML in place, looking valid."""
+    import nbformat
+    import papermill as pm
+
+    from fraglib.notebook import run_notebook
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("raise ValueError(f'no usable data, x={x}')")]
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    html = tmp_path / "n.html"
+    html.write_text("<p>yesterday's results</p>")
+    with pytest.raises(pm.PapermillExecutionError, match="no usable data, x=7"):
+        run_notebook(tmp_path / "n.ipynb", html, {"x": 7}, executed=tmp_path / "n.out.ipynb")
+    page = html.read_text()
+    assert "yesterday" not in page and "An Exception was encountered" in page and "no usable data, x=7" in page
+
+
+def test_report_template_loads_nothing_remote():
+    """The HTML template is offline: the lab template's CDN scripts (require.js, MathJax, Mermaid)."""
+    import nbformat
+
+    from fraglib.notebook import render_html
+
+    assert REMOTE.findall('<script src="https://cdnjs.cloudflare.com/x.js"></script>')   # the check can fail
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("1 + 1")]
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        nbformat.write(nb, f"{d}/n.ipynb")
+        page = render_html(f"{d}/n.ipynb", f"{d}/n.html").read_text()
+    assert "<details" in page and not REMOTE.findall(page)

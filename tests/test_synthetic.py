@@ -27,10 +27,20 @@ def test_same_seed_same_bytes_other_seed_other_data(tmp_path, tiny_synth):
     assert a["dataset.json"] != b["dataset.json"]
 
 
-def test_rewrite_removes_stale_images(tmp_path):
+def test_existing_benchmark_never_replaced_without_overwrite(tmp_path):
     write_benchmark(SynthConfig(n_train=6, n_val=1, n_test=1), tmp_path, progress=False)
-    write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False)
-    assert len(list((tmp_path / "images").glob("*.png"))) == 5
+    before = _digest(tmp_path)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False)
+    assert _digest(tmp_path) == before                       # nothing deleted, nothing rewritten
+    mine = tmp_path / "user" / "images"
+    mine.mkdir(parents=True)
+    (mine / "holiday.png").write_bytes(b"not ours")
+    with pytest.raises(FileExistsError, match="holiday.png"):
+        write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path / "user", progress=False)
+    assert (mine / "holiday.png").read_bytes() == b"not ours"
+    write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False, overwrite=True)
+    assert len(list((tmp_path / "images").glob("*.png"))) == 5   # the explicit flag replaces it completely
 
 
 def test_karpathy_format_and_splits(tiny_synth):

@@ -40,6 +40,26 @@ def test_relation_filter_uses_train_split_only(tiny_text):
     assert all(dep.relations[r] in rels["kept"] for r in np.unique(dep.rel))
 
 
+def test_fragments_refuse_a_stale_parse(tiny_text, tmp_path):
+    """Captions edited after parsing once gave fragments of the old captions, silently."""
+    import shutil
+
+    from fraglib.text.build import run_fragments
+
+    out, _ = tiny_text
+    copy = tmp_path / "synth"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("images", "fragments"))
+    d = json.loads((copy / "dataset.json").read_text())
+    d["images"][1]["sentences"][0]["raw"] = "a completely different caption"
+    (copy / "dataset.json").write_text(json.dumps(d))
+    sid = d["images"][1]["sentences"][0]["sentid"]
+    with pytest.raises(ValueError, match=rf"parse.conllu is stale: 1 caption.*sentid {sid}: 'a completely different"):
+        run_fragments(copy, TextConfig())
+    (copy / "parse.conllu").unlink()
+    with pytest.raises(FileNotFoundError, match="parse.conllu"):
+        run_fragments(copy, TextConfig())
+
+
 def test_text_config_errors():
     with pytest.raises(ConfigError, match=r"text\.parser='corenlp': unknown value, allowed: spacy, stanza"):
         TextConfig(parser="corenlp").validate()
@@ -68,6 +88,19 @@ def test_pascal1k_reader_on_a_fixture(tmp_path):
     back = read_karpathy_json(tmp_path / "out" / "dataset.json")
     assert back.image_dir == tmp_path / "images" and len(back.sentences) == 502
     assert [im["category"] for im in back.images] == [im["category"] for im in ds.images]
+
+
+def test_pascal1k_reader_names_bad_entries(tmp_path):
+    """An entry without `category` was a bare KeyError."""
+    for entry, match in [({"sentences": ["a dog"]}, "'b.jpg' has no 'category'"),
+                         ({"category": "dog", "sentences": "a dog"}, "'b.jpg': 'sentences' must be a list")]:
+        (tmp_path / "sentences.json").write_text(json.dumps({"a.jpg": {"category": "dog", "sentences": ["x"]},
+                                                             "b.jpg": entry}))
+        with pytest.raises(ValueError, match=match):
+            read_pascal1k(tmp_path)
+    (tmp_path / "sentences.json").write_text("{not json")
+    with pytest.raises(ValueError, match="sentences.json: not valid JSON"):
+        read_pascal1k(tmp_path)
 
 
 def test_real_pascal1k_sentences():

@@ -44,7 +44,38 @@ def test_bad_images_raise_with_reason(tmp_path):
 def test_huge_image_is_reduced(tmp_path):
     Image.new("RGB", (4800, 300), (10, 200, 30)).save(tmp_path / "wide.png")
     arr, note = load_image(tmp_path / "wide.png")
-    assert max(arr.shape[:2]) == 4000 and "reduced" in note or max(arr.shape[:2]) == 4000
+    assert arr.shape == (250, 4000, 3) and note == "reduced from 4800x300"
+
+
+def test_valid_but_unusual_images_decode_correctly(tmp_path):
+    """16-bit grayscale once came out all white, EXIF rotation was ignored, and a 20000 x 100 panorama
+    was shrunk to 4000 x 20 and then rejected as too small."""
+    import torch
+
+    from fraglib.vision.rcnn import Backbone, resize_longer
+
+    ramp = np.tile(np.linspace(0, 65535, 64).astype(np.uint16), (48, 1))
+    Image.fromarray(ramp).save(tmp_path / "gray16.png")
+    arr, note = load_image(tmp_path / "gray16.png")
+    assert "converted from I" in note and arr[0, 0].tolist() == [0, 0, 0] and arr[0, -1].tolist() == [255, 255, 255]
+    np.testing.assert_allclose(arr[0, :, 0], np.rint(np.linspace(0, 255, 64)), atol=1)   # a ramp, not white
+
+    upright = np.zeros((40, 64, 3), np.uint8)
+    upright[:10] = 255                                           # white band on top when shown upright
+    exif = Image.Exif()
+    exif[0x0112] = 6                                             # stored rotated: "rotate 90 CW to view"
+    Image.fromarray(np.rot90(upright, 1).copy()).save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    arr, note = load_image(tmp_path / "phone.jpg")
+    assert arr.shape == (40, 64, 3) and "EXIF orientation 6" in note
+    assert arr[:8].mean() > 200 and arr[12:].mean() < 50
+
+    Image.new("RGB", (20000, 100), (90, 90, 200)).save(tmp_path / "panorama.png")
+    arr, note = load_image(tmp_path / "panorama.png")
+    assert arr.shape == (32, 6400, 3) and "reduced from 20000x100" in note
+    small, scale = resize_longer(arr, 512)
+    assert small.shape == (32, 6400, 3) and scale == 1.0          # the CNN input keeps 32 px
+    fmap = Backbone(0).feature_map(Backbone.to_input(small, torch.device("cpu")))
+    assert fmap.shape[2] >= 1 and torch.isfinite(fmap).all()
 
 
 # ------------------------------------------------------------------ geometry
@@ -140,6 +171,24 @@ def test_same_input_same_bytes(tiny_features, tmp_path):
         assert hashlib.sha256(za[key].tobytes()).hexdigest() == hashlib.sha256(zb[key].tobytes()).hexdigest(), key
     # (another thread count changes the float summation order, hence near-tied proposal scores and
     # possibly the boxes kept: byte identity holds for the same settings, which is what is promised)
+
+
+def test_existing_caches_never_replaced_without_overwrite(tiny_features, tmp_path):
+    """`features --limit 2` once replaced the full cache in the default folder, and a run without
+    truth left an old groundtruth.npz beside a new rcnn.npz."""
+    from fraglib.data import Dataset
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import extract
+
+    root, ds, cfg, _ = tiny_features
+    small = Dataset(ds.name, ds.image_dir, ds.images[:4], [])
+    extract(small, cfg, tmp_path, synthetic_truth(root / "ground_truth.json"), progress=False)
+    full = (tmp_path / "rcnn.npz").read_bytes()
+    with pytest.raises(FileExistsError, match="rcnn.npz.*--overwrite"):
+        extract(Dataset(ds.name, ds.image_dir, ds.images[:2], []), cfg, tmp_path, progress=False)
+    assert (tmp_path / "rcnn.npz").read_bytes() == full
+    extract(Dataset(ds.name, ds.image_dir, ds.images[:2], []), cfg, tmp_path, progress=False, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features_stats.json", "rcnn.npz"]  # no stale groundtruth
 
 
 def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +57,47 @@ class Dataset:
         return f"Dataset({self.name!r}, {len(self.images)} images, {len(self.sentences)} sentences)"
 
 
-def open_npz(path: str | Path, missing: str) -> tuple[Any, dict[str, Any]]:
-    """(arrays, meta) of one of fraglib's ``.npz`` files (features, regions, objectness): the
-    lazily read archive (no pickles) and its JSON ``meta``; a missing file raises
-    FileNotFoundError naming it, with ``missing`` saying what writes it."""
+class NpzArrays:
+    """Read-only view of an opened ``.npz``: ``z[key]``, ``key in z``, ``z.files``. A damaged
+    member (truncated file, flipped bit: the ZIP CRC check fails) raises ValueError naming the file,
+    the array and the stage to re-run, never a bare ``BadZipFile``."""
+
+    def __init__(self, z: Any, path: Path, missing: str) -> None:
+        self._z, self.path, self._missing, self.files = z, path, missing, list(z.files)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.files
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.files:
+            raise ValueError(f"{self.path}: no array {key!r} (has {', '.join(self.files)}); "
+                             f"not the file expected here ({self._missing})")
+        try:
+            return self._z[key]
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{self.path}: array {key!r} is damaged ({exc}); delete the file and re-run "
+                             f"what writes it ({self._missing})") from None
+
+
+def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]:
+    """(arrays, meta) of one of fraglib's ``.npz`` files (features, regions, objectness, fragments):
+    the lazily read archive (no pickles) and its JSON ``meta`` ({} when it has none). A missing file
+    raises FileNotFoundError, an unreadable one ValueError, each naming the file, with ``missing``
+    saying what writes it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing}")
-    z = np.load(path, allow_pickle=False)
-    return z, json.loads(str(z["meta"]))
+    try:
+        z = NpzArrays(np.load(path, allow_pickle=False), path, missing)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npz archive ({exc}); delete it and re-run what writes it "
+                         f"({missing})") from None
+    if "meta" not in z:
+        return z, {}
+    try:
+        return z, json.loads(str(z["meta"]))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: its 'meta' is not valid JSON ({exc}); re-run what writes it ({missing})") from None
 
 
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
@@ -146,7 +180,17 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
     path = root / "sentences.json"
     if not path.exists():
         raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Data')")
-    raw = json.loads(path.read_text())
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected an object {{file name: {{category, sentences}}}}")
+    for f, entry in raw.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("category"), str) or not entry["category"]:
+            raise ValueError(f"{path}: entry {f!r} has no 'category' (a non-empty string)")
+        if not isinstance(entry.get("sentences"), list) or not all(isinstance(t, str) for t in entry["sentences"]):
+            raise ValueError(f"{path}: entry {f!r}: 'sentences' must be a list of strings")
     files = sorted(raw)
     split = stratified_split([raw[f]["category"] for f in files], split_seed)
     images, sentences = [], []

@@ -49,6 +49,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from fraglib.config import ConfigError, check_range
 from fraglib.data.dataset import tokenize
+from fraglib.outputs import OVERWRITE_HELP, claim
 
 # ----------------------------------------------------------------------------- vocabulary
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -593,13 +594,20 @@ def summarize(records: list[dict[str, Any]], dataset: dict[str, Any]) -> dict[st
     }
 
 
-def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
-    """Generate the benchmark into ``out_dir`` (rewritten completely). Returns the statistics."""
+OUTPUT_FILES = ("dataset.json", "ground_truth.json", "stats.json", "caption_lengths.csv")
+
+
+def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """Generate the benchmark into ``out_dir``; returns the statistics.
+
+    An earlier benchmark there (``images/*.png``, :data:`OUTPUT_FILES`) is an error unless
+    ``overwrite``, which replaces it completely (see :mod:`fraglib.outputs`).
+    """
     out = Path(out_dir)
     img_dir = out / "images"
+    outputs = [out / f for f in OUTPUT_FILES]
+    claim(outputs + sorted(img_dir.glob("*.png")), outputs, overwrite, f"synthetic benchmark in {out}")
     img_dir.mkdir(parents=True, exist_ok=True)
-    for stale in img_dir.glob("*.png"):
-        stale.unlink()
     records: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []
     sentid = 0
@@ -637,9 +645,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Generate the synthetic benchmark from params.yaml's `synthetic` section.")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="data/synthetic")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     cfg = load_section(args.params, "synthetic", SynthConfig)
-    stats = write_benchmark(cfg, args.out)
+    stats = write_benchmark(cfg, args.out, overwrite=args.overwrite)
     print(f"wrote {stats['images']} images, {stats['captions']} captions to {args.out} "
           f"in {stats['_seconds']:.1f} s")
 

@@ -22,7 +22,7 @@ from typing import Any
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
 from fraglib.text.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
-from fraglib.text.parse import PARSERS, make_parser, parse_captions, read_conllu, write_conllu
+from fraglib.text.parse import PARSERS, clean_text, make_parser, parse_captions, read_conllu, write_conllu
 
 LONG_CAPTION = 200  # tokens
 
@@ -63,12 +63,18 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
 
     dataset_dir = Path(dataset_dir)
     ds = read_karpathy_json(dataset_dir / "dataset.json")
-    header, parsed = read_conllu(parse_file or dataset_dir / "parse.conllu")
+    parse_file = Path(parse_file or dataset_dir / "parse.conllu")
+    header, parsed = read_conllu(parse_file)
     by_sentid = {p.sentid: p for p in parsed}
     missing = [s["sentid"] for s in ds.sentences if s["sentid"] not in by_sentid]
     if missing:
         raise ValueError(f"{parse_file}: no parse for sentids {missing[:5]} (re-run the parse stage)")
     parsed = [by_sentid[s["sentid"]] for s in ds.sentences]  # dataset order, always
+    stale = [(s["sentid"], clean_text(s["raw"]), p.text) for s, p in zip(ds.sentences, parsed) if clean_text(s["raw"]) != p.text]
+    if stale:
+        sid, now, then = stale[0]
+        raise ValueError(f"{parse_file} is stale: {len(stale)} caption(s) of {dataset_dir / 'dataset.json'} changed since "
+                         f"it was parsed (sentid {sid}: {now!r} now, {then!r} parsed); re-run the parse stage")
     scheme = header["scheme"]
     word_index, _ = load_glove()
     train_imgs = {im["imgid"] for im in ds.split("train").images}

@@ -49,6 +49,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fraglib.config import check_choice, check_range
+from fraglib.data.dataset import open_npz
 from fraglib.text.parse import ParsedCaption, Token
 
 MODES = ("dependency", "bow", "bigram")
@@ -209,7 +210,7 @@ class Fragments:
 
     @classmethod
     def load(cls, path: str | Path) -> "Fragments":
-        z = np.load(path, allow_pickle=False)
+        z, _ = open_npz(path, "text fragments not found (run python -m fraglib.text fragments)")
         return cls(str(z["mode"]), z["rel"], z["w1"], z["w2"], z["offsets"], z["sentid"],
                    [str(r) for r in z["relations"]], [str(r) for r in z["reasons"]])
 

@@ -43,6 +43,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
+from fraglib.outputs import OVERWRITE_HELP, claim
 from fraglib.vision.regions import region_items
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
@@ -113,10 +114,13 @@ def _to_np(t: torch.Tensor) -> np.ndarray:
 
 
 def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
-            device: torch.device | None = None, progress: bool = True, regions: Any = None) -> dict[str, Any]:
+            device: torch.device | None = None, progress: bool = True, regions: Any = None,
+            overwrite: bool = False) -> dict[str, Any]:
     """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
     true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats.
-    ``regions``: a :class:`fraglib.vision.regions.Regions` cache of the same images (no CNN pass here)."""
+    ``regions``: a :class:`fraglib.vision.regions.Regions` cache of the same images (no CNN pass here).
+    Caches already in ``out_dir`` are an error unless ``overwrite`` (then a ``groundtruth.npz`` this
+    run does not rewrite is removed rather than left stale)."""
     from tqdm.auto import tqdm
 
     from fraglib.device import select_device
@@ -132,6 +136,9 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
 
         objectness = Objectness.load(cfg.objectness_file)
     detectors = ["rcnn"] + (["groundtruth"] if truth is not None else [])
+    out_dir = Path(out_dir)
+    family = [out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth")] + [out_dir / "features_stats.json"]
+    claim(family, [out_dir / f"{d}.npz" for d in detectors] + [family[-1]], overwrite, f"feature caches in {out_dir}")
     acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
                                        for d in detectors}
     status = [""] * len(dataset.images)
@@ -189,7 +196,6 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
             times[key].append(t)
         times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = backbone.dim
     meta_base = {"cnn": backbone.name, "weights": backbone.weights, "dim": dim, "settings": describe_detector(cfg)}
@@ -240,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=0, help="only the first N images (quick looks)")
     ap.add_argument("--regions", help="a fraglib.vision.regions cache of these images: no image is read, no CNN pass")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     from fraglib.data.synthetic import synthetic_truth
 
@@ -258,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         from fraglib.vision.regions import Regions
 
         regions = Regions.load(args.regions)
-    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions)
+    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions,
+                overwrite=args.overwrite)
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))
 

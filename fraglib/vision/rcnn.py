@@ -103,49 +103,61 @@ class BadImage(Exception):
 def load_image(path: str | Path) -> tuple[np.ndarray, str]:
     """RGB uint8 array (H, W, 3) and a note of any conversion made.
 
-    Grayscale, palette, CMYK and 16-bit images are converted to RGB; an alpha channel is composited
-    onto mid-grey; images over 4000 px are reduced (JPEG draft mode, then resampled) to 4000 px on
-    the longer side. Raises :class:`BadImage` for a missing file, a corrupt or truncated file, or an
-    image under 32 px on a side.
+    The EXIF orientation is applied (phone photos come out upright). 16-bit and 32-bit grayscale
+    (PNG ``I;16``/``I``) is scaled from 0..65535 to 0..255; float grayscale is clipped to 0..255;
+    palette, CMYK and other modes are converted to RGB; an alpha channel is composited onto
+    mid-grey. An image over 4000 px on its longer side is reduced (JPEG draft mode, then
+    resampled), never below 32 px on its shorter side. Raises :class:`BadImage` for a missing file,
+    a corrupt or truncated file, or an image under 32 px on a side *as stored*.
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     path = Path(path)
     if not path.is_file():
         raise BadImage(path, "missing")
-    note = ""
+    notes = []
     try:
         with Image.open(path) as im:
+            if min(im.size) < MIN_SIDE:
+                raise BadImage(path, "too_small", f"{im.size[0]}x{im.size[1]} px")
             if max(im.size) > MAX_SIDE:
                 im.draft("RGB", (MAX_SIDE, MAX_SIDE))
-                note = f"reduced from {im.size}"
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 im.load()
-            if im.mode not in ("RGB",):
-                note = (note + f"; converted from {im.mode}").lstrip("; ")
+            orientation = im.getexif().get(0x0112, 1)
+            if orientation not in (0, 1):
+                im = ImageOps.exif_transpose(im)
+                notes.append(f"rotated by EXIF orientation {orientation}")
+            if im.mode != "RGB":
+                notes.append(f"converted from {im.mode}")
+                if im.mode.startswith("I") or im.mode == "F":
+                    g = np.asarray(im, dtype=np.float64)
+                    g = g / 257.0 if im.mode != "F" else g
+                    im = Image.fromarray(np.clip(np.rint(g), 0, 255).astype(np.uint8), "L")
                 if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
                     im = im.convert("RGBA")
                     bg = Image.new("RGBA", im.size, (128, 128, 128, 255))
                     im = Image.alpha_composite(bg, im)
                 im = im.convert("RGB")
             if max(im.size) > MAX_SIDE:
-                s = MAX_SIDE / max(im.size)
+                s = max(MAX_SIDE / max(im.size), min(1.0, MIN_SIDE / min(im.size)))
+                notes.append(f"reduced from {im.size[0]}x{im.size[1]}")
                 im = im.resize((max(1, round(im.width * s)), max(1, round(im.height * s))), Image.BILINEAR)
             arr = np.asarray(im, dtype=np.uint8).copy()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise BadImage(path, "corrupt", str(exc)) from exc
-    if min(arr.shape[:2]) < MIN_SIDE:
-        raise BadImage(path, "too_small", f"{arr.shape[1]}x{arr.shape[0]} px")
-    return arr, note
+    return arr, "; ".join(notes)
 
 
-def resize_longer(arr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
-    """Image scaled so its longer side is ``side`` px; returns (image, scale factor)."""
+def resize_longer(arr: np.ndarray, side: int, min_short: int = MIN_SIDE) -> tuple[np.ndarray, float]:
+    """Image scaled so its longer side is ``side`` px — or more, where that would bring the shorter
+    side under ``min_short`` px (a 6400 x 32 panorama stays 32 px tall, so the CNN can read it);
+    returns (image, scale factor)."""
     import cv2
 
     h, w = arr.shape[:2]
-    s = side / max(h, w)
+    s = max(side / max(h, w), min(1.0, min_short / min(h, w)))
     out = cv2.resize(arr, (max(1, round(w * s)), max(1, round(h * s))),
                      interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
     return out, s

@@ -1,0 +1,35 @@
+"""Command-line outputs are never overwritten or deleted without ``--overwrite``.
+
+A command that writes a *family* of files (the synthetic benchmark: ``images/*.png`` and its JSON
+files; the feature stage: one ``.npz`` per detector and ``features_stats.json``) first calls
+:func:`claim`. When any member of the family already exists, it stops with the list unless the user
+passed ``--overwrite``; with it, members this run will not rewrite are removed, so no stale file
+(an old ``groundtruth.npz`` beside a new ``rcnn.npz``) survives as if current. DVC deletes a stage's
+outputs before it runs, so pipeline stages never meet an existing family.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+OVERWRITE_HELP = "replace outputs already in the target folder (they are otherwise never touched)"
+
+
+def claim(family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str) -> None:
+    """Check the files of ``family`` before a command writes ``writes`` (a subset of it).
+
+    Raises FileExistsError naming up to five existing members when ``overwrite`` is False; with
+    ``overwrite`` deletes the existing members not in ``writes``.
+    """
+    family = [Path(p) for p in family]
+    writes = {Path(p) for p in writes}
+    existing = [p for p in family if p.exists()]
+    if not existing:
+        return
+    if not overwrite:
+        shown = ", ".join(str(p) for p in existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
+        raise FileExistsError(f"{what}: refusing to replace {len(existing)} existing file(s): {shown}. "
+                              "Pass --overwrite to replace them, or write somewhere else.")
+    for p in existing:
+        if p not in writes:
+            p.unlink()
