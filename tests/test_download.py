@@ -34,7 +34,7 @@ def test_parse_page():
 def test_download_writes_the_project_layout_and_verifies(tmp_path):
     site, manifest = _site(tmp_path)
     rep = download_pascal1k(tmp_path / "out", f"file://{site}/", manifest)
-    assert rep == {"images": 2, "downloaded": 2, "verified": 2, "not_in_manifest": 0}
+    assert rep == {"images": 2, "downloaded": 2, "verified": 2, "not_in_manifest": 0, "manifest_not_on_page": 0}
     data = json.loads((tmp_path / "out" / "sentences.json").read_text())
     assert data["2008_000001.jpg"]["category"] == "cat"
     assert (tmp_path / "out" / "images" / "2008_000002.jpg").read_bytes() == b"dog-bytes"
@@ -56,3 +56,17 @@ def test_manifest_matches_the_shared_copy():
     assert len(known) == 1000
     for name in sorted(known)[:20]:
         assert sha256(root / "images" / name) == known[name]
+
+
+def test_duplicate_names_and_unlisted_images_refused(tmp_path):
+    """A file name listed twice kept only its last captions; an image missing from the checksum
+    manifest was accepted silently."""
+    with pytest.raises(ValueError, match="2008_000001.jpg.*twice.*cat/2008_000001.jpg and dog/2008_000001.jpg"):
+        parse_page(PAGE.replace("dog/2008_000002.jpg", "dog/2008_000001.jpg"))
+    site, manifest = _site(tmp_path)
+    manifest.write_text(json.dumps({"2008_000001.jpg": sha256(site / "cat" / "2008_000001.jpg")}))
+    with pytest.raises(RuntimeError, match=r"1 image\(s\).*not in the checksum manifest.*2008_000002.jpg"):
+        download_pascal1k(tmp_path / "out", f"file://{site}/", manifest)
+    assert not (tmp_path / "out").exists()                              # refused before writing anything
+    rep = download_pascal1k(tmp_path / "out", f"file://{site}/", manifest, allow_unverified=True)
+    assert rep["not_in_manifest"] == 1 and rep["verified"] == 1

@@ -46,15 +46,30 @@ def test_flickr8k_fixture_counts_every_skip(tmp_path):
 def test_flickr30k_seeded_split_and_cli(tmp_path):
     text, images = _fixture(tmp_path, n_images=30)
     token = text / "Flickr8k.token.txt"
-    ds, rep = read_flickr30k(token, images, split_seed=1)
+    ds, rep = read_flickr30k(token, images, split_seed=1, n_val=5, n_test=5)
     assert rep["images_missing_on_disk"] == 1
-    ds2, _ = read_flickr30k(token, images, split_seed=1)
+    ds2, _ = read_flickr30k(token, images, split_seed=1, n_val=5, n_test=5)
     assert [im["split"] for im in ds.images] == [im["split"] for im in ds2.images]
-    # 30 images is fewer than 1000 + 1000: all go to val
-    assert set(im["split"] for im in ds.images) == {"val"}
+    assert Counter(im["split"] for im in ds.images) == {"train": 19, "val": 5, "test": 5}  # one image not on disk
+    # 30 images cannot hold the default 1000 + 1000: once every image silently went to val
+    with pytest.raises(ValueError, match="30 images, too few for 1000 val"):
+        read_flickr30k(token, images)
     data_main(["flickr8k", "--root", str(text), "--images", str(images), "--out", str(tmp_path / "out")])
     back = read_karpathy_json(tmp_path / "out" / "dataset.json")
     assert len(back.images) == 10 and json.loads((tmp_path / "out" / "conversion.json").read_text())["lines_skipped"] == 2
+
+
+def test_bom_and_duplicate_caption_index(tmp_path):
+    """A UTF-8 byte-order mark lost the first caption; a repeated `file#n` was accepted."""
+    text, images = _fixture(tmp_path)
+    token = text / "Flickr8k.token.txt"
+    token.write_bytes(b"\xef\xbb\xbf" + token.read_bytes())
+    ds, rep = read_flickr8k(text, images)
+    assert rep["lines_skipped"] == 2 and len(ds.sentences) == 50          # the same as without the BOM
+    assert ds.sentences[0]["raw"].startswith("A dog number 1 ")
+    token.write_text(token.read_text(encoding="utf-8-sig") + "1003_abc.jpg#2\tAnother caption two .\n")
+    with pytest.raises(ValueError, match=r"Flickr8k.token.txt:\d+: caption 1003_abc.jpg#2 appears twice \(first on line \d+\)"):
+        read_flickr8k(text, images)
 
 
 def test_missing_files_are_named(tmp_path):

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", help="karpathy: a dataset_*.json file")
     ap.add_argument("--out", required=True)
     ap.add_argument("--split-seed", type=int, default=0)
+    ap.add_argument("--n-val", type=int, default=1000, help="flickr30k from the token file: val images")
+    ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
     args = ap.parse_args(argv)
     need = {"pascal1k": ["root"], "flickr8k": ["root", "images"], "flickr30k": ["token", "images"],
             "karpathy": ["json", "images"]}[args.dataset]
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         from fraglib.data.flickr import read_flickr8k, read_flickr30k
 
         ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
-                      else read_flickr30k(args.token, args.images, args.split_seed))
+                      else read_flickr30k(args.token, args.images, args.split_seed, args.n_val, args.n_test))
         image_root = Path(args.images).resolve()
     write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
     if report:

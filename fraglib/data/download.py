@@ -57,9 +57,12 @@ def parse_page(page: str) -> dict[str, dict]:
     """``{file: {"category", "sentences", "src"}}`` from the page's HTML."""
     p = _PageParser()
     p.feed(page)
-    out = {}
+    out: dict[str, dict] = {}
     for src, sentences in p.items:
         parts = src.strip("/").split("/")
+        if parts[-1] in out:
+            raise ValueError(f"the page lists the image {parts[-1]!r} twice ({out[parts[-1]]['src']} and {src}): "
+                             "its captions would be ambiguous")
         out[parts[-1]] = {"category": parts[-2] if len(parts) > 1 else "", "sentences": sentences, "src": src}
     return out
 
@@ -68,14 +71,23 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = MANIFEST) -> dict[str, int]:
+def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = MANIFEST,
+                      allow_unverified: bool = False) -> dict[str, int]:
+    """Fetch the page and its images into ``out``; every image must be in ``manifest`` with the
+    right SHA-256 (``allow_unverified`` accepts, and counts, images the manifest does not know)."""
     out = Path(out)
-    (out / "images").mkdir(parents=True, exist_ok=True)
+    if not manifest.exists():
+        raise FileNotFoundError(f"{manifest}: checksum manifest not found (it ships with fraglib)")
+    known = json.loads(manifest.read_text())
     with urllib.request.urlopen(url if not url.endswith("/") else urljoin(url, "index.html")) as r:  # offline-ok
         items = parse_page(r.read().decode("utf-8", errors="replace"))
     if not items:
         raise RuntimeError(f"{url}: no images found on the page (has its layout changed?)")
-    known = json.loads(manifest.read_text()) if manifest.exists() else {}
+    unlisted = sorted(k for k in items if k not in known)
+    if unlisted and not allow_unverified:
+        raise RuntimeError(f"{len(unlisted)} image(s) on the page are not in the checksum manifest {manifest.name}, "
+                           f"e.g. {unlisted[:5]}: not the expected Pascal1K (pass --allow-unverified to take them anyway)")
+    (out / "images").mkdir(parents=True, exist_ok=True)
     bad, fetched = [], 0
     for name, item in items.items():
         dest = out / "images" / name
@@ -88,8 +100,8 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
         raise RuntimeError(f"checksum mismatch for {len(bad)} images, e.g. {bad[:5]} (re-run, or check the source)")
     (out / "sentences.json").write_text(json.dumps(
         {k: {"category": v["category"], "sentences": v["sentences"]} for k, v in sorted(items.items())}, indent=1) + "\n")
-    unknown = sum(1 for k in items if k not in known)
-    return {"images": len(items), "downloaded": fetched, "verified": len(items) - unknown, "not_in_manifest": unknown}
+    return {"images": len(items), "downloaded": fetched, "verified": len(items) - len(unlisted),
+            "not_in_manifest": len(unlisted), "manifest_not_on_page": len(set(known) - set(items))}
 
 
 def write_manifest(image_dir: str | Path, path: Path = MANIFEST) -> None:
@@ -103,8 +115,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("dataset", choices=["pascal1k"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--url", default=PASCAL_URL)
+    ap.add_argument("--allow-unverified", action="store_true", help="accept images the checksum manifest does not list")
     args = ap.parse_args(argv)
-    print(download_pascal1k(args.out, args.url))
+    print(download_pascal1k(args.out, args.url, allow_unverified=args.allow_unverified))
 
 
 if __name__ == "__main__":

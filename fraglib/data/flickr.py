@@ -31,16 +31,25 @@ def read_token_file(path: str | Path) -> tuple[dict[str, list[tuple[int, str]]],
     if not path.exists():
         raise FileNotFoundError(f"{path}: caption token file not found")
     caps: dict[str, list[tuple[int, str]]] = {}
+    seen: dict[tuple[str, int], int] = {}
     bad: list[int] = []
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    undecodable = 0
+    # utf-8-sig: a byte-order mark once glued itself to the first file name and lost that caption
+    for i, line in enumerate(path.read_text(encoding="utf-8-sig", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         m = LINE.match(line.rstrip("\r"))
         if not m:
             bad.append(i)
             continue
+        key = (m["file"], int(m["n"]))
+        if key in seen:
+            raise ValueError(f"{path}:{i}: caption {m['file']}#{m['n']} appears twice (first on line {seen[key]})")
+        seen[key] = i
+        undecodable += "\ufffd" in m["caption"]
         caps.setdefault(m["file"], []).append((int(m["n"]), m["caption"].strip()))
-    return caps, {"lines_skipped": len(bad), "first_skipped_lines": bad[:10]}
+    return caps, {"lines_skipped": len(bad), "first_skipped_lines": bad[:10],
+                  "captions_with_undecodable_bytes": undecodable}
 
 
 def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_files: dict[str, str | Path] | None = None,
@@ -62,6 +71,9 @@ def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_
         listed_missing = sorted(set(split_of) - set(caps))
         report["listed_without_captions"] = len(listed_missing)
     else:
+        if len(files) <= n_val + n_test:
+            raise ValueError(f"{token_file}: {len(files)} images, too few for {n_val} val + {n_test} test images "
+                             "and a train split; pass smaller n_val / n_test")
         rng = np.random.default_rng(split_seed)
         order = rng.permutation(len(files))
         split_of = {files[i]: "val" for i in order[:n_val]}
@@ -96,6 +108,7 @@ def read_flickr8k(root: str | Path, image_dir: str | Path) -> tuple[Dataset, dic
     return read_flickr("flickr8k", root / "Flickr8k.token.txt", image_dir, lists)
 
 
-def read_flickr30k(token_file: str | Path, image_dir: str | Path, split_seed: int = 0) -> tuple[Dataset, dict[str, Any]]:
-    """Flickr30K from its results token file; a seeded 1000/1000 val/test split (see module doc)."""
-    return read_flickr("flickr30k", token_file, image_dir, None, split_seed)
+def read_flickr30k(token_file: str | Path, image_dir: str | Path, split_seed: int = 0, n_val: int = 1000,
+                   n_test: int = 1000) -> tuple[Dataset, dict[str, Any]]:
+    """Flickr30K from its results token file; a seeded ``n_val``/``n_test`` split (see module doc)."""
+    return read_flickr("flickr30k", token_file, image_dir, None, split_seed, n_val, n_test)
