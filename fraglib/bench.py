@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -433,7 +434,66 @@ def bench_systems_device() -> list[dict[str, Any]]:
 
 
 OPT_IN = {"systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
-          "repro_pascal1k": bench_repro_pascal1k}
+          "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": lambda: bench_kernel_bits()}
+
+
+KERNEL_ENVS = {  # how another CPU can pick other float kernels for the same code
+    "default": {},
+    "2_threads": {"OMP_NUM_THREADS": "2"},
+    "1_thread": {"OMP_NUM_THREADS": "1"},
+    "aten_no_simd": {"ATEN_CPU_CAPABILITY": "default"},     # ATen's element-wise / reduction kernels
+    "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},        # convolutions (the CNN)
+    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},           # matrix products (the embeddings)
+}
+
+
+def _kernel_child() -> None:  # python -c entry: hashes of the three kinds of float work in fraglib
+    import hashlib
+
+    import numpy as np
+    import torch
+
+    from fraglib.vision.rcnn import Backbone
+
+    g = torch.Generator().manual_seed(0)
+    out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
+    a, b = torch.randn(100, 1280, generator=g), torch.randn(1280, 1000, generator=g)
+    x = torch.randn(64, 4096, generator=g)
+    img = (torch.rand(256, 256, 3, generator=g) * 255).to(torch.uint8).numpy()
+    net = Backbone(0)
+    t0 = time.perf_counter()
+    work = {"gemm": a @ b, "softmax_sum": torch.softmax(x, 1).sum(0),
+            "cnn": net.feature_map(Backbone.to_input(img, torch.device("cpu")))}
+    out["seconds"] = time.perf_counter() - t0
+    out.update({k: hashlib.sha256(np.ascontiguousarray(v.detach().numpy()).tobytes()).hexdigest()[:16]
+                for k, v in work.items()})
+    print(json.dumps(out))
+
+
+def bench_kernel_bits() -> list[dict[str, Any]]:
+    """Which settings change the bits of fraglib's float work on this CPU (each in a fresh process):
+    the number of settings under which the GEMM, the softmax/sum and the CNN feature map are not
+    byte-identical to the default. Evidence for README "Reproducibility": kernels chosen by thread
+    count or instruction set change the last bits, so another CPU gives other features and metrics."""
+    import subprocess
+
+    results = {}
+    for name, extra in KERNEL_ENVS.items():
+        env = {**os.environ, **extra}
+        res = subprocess.run([sys.executable, "-c", "from fraglib.bench import _kernel_child; _kernel_child()"],
+                             env=env, capture_output=True, text=True, check=True)
+        results[name] = json.loads(res.stdout.strip().splitlines()[-1])
+    base = results["default"]
+    entries = []
+    for name, r in results.items():
+        if name == "default":
+            continue
+        changed = [k for k in ("gemm", "softmax_sum", "cnn") if r[k] != base[k]]
+        entries.append(entry(f"kernel_bits_{name}", len(changed), "outputs changed of 3",
+                             note=f"changed: {', '.join(changed) or 'none'}; capability {r['capability']}, "
+                                  f"{r['threads']} threads (default: {base['capability']}, {base['threads']} threads)"))
+    return entries
+
 
 BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "train_step": bench_train_step,

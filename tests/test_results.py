@@ -76,3 +76,26 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     study["full"]["ranks"]["search"] = study["full"]["ranks"]["search"][:, :2]
     with pytest.raises(ValueError, match="test queries"):
         breakdown(study, str(tmp_path / "s{seed}"), ["full"])
+
+
+def test_rerun_agreement_by_hand():
+    """The cross-machine check: z = diff / (pooled seed sd * sqrt(2 / n))."""
+    from fraglib.rerun import agreement
+
+    def run(a1, sd_a1, s1=10.0, sd=1.0):
+        flat = {"r1": 50.0, "r5": 70.0, "r10": 80.0}
+        return {"seeds": [0, 1], "annotation": {**flat, "r1": a1}, "search": {**flat, "r1": s1},
+                "annotation_sd": {"r1": sd_a1, "r5": sd, "r10": sd}, "search_sd": {"r1": sd, "r5": sd, "r10": sd}}
+
+    ref = {"a": run(40.0, 3.0), "b": run(30.0, 4.0)}
+    new = {"a": run(43.0, 3.0), "b": run(30.0, 4.0), "c": run(1.0, 1.0)}      # c: not in the reference
+    rows = {(r["run"], r["direction"], r["metric"]): r for r in agreement(ref, new)}
+    assert len(rows) == 12
+    pooled = ((9 + 16) / 2) ** 0.5                                             # RMS of the two runs' sd
+    assert rows["a", "annotation", "r1"]["z"] == pytest.approx(3.0 / (pooled * (2 / 2) ** 0.5))
+    assert rows["a", "annotation", "r1"]["ok"] and rows["b", "annotation", "r1"]["z"] == 0
+    rows = agreement(ref, {**new, "a": run(52.0, 3.0)})
+    bad = [r for r in rows if not r["ok"]]
+    assert [(r["run"], r["metric"]) for r in bad] == [("a", "r1")] and bad[0]["z"] == pytest.approx(12 / pooled)
+    with pytest.raises(ValueError, match="no run is in both"):
+        agreement(ref, {"z": run(1.0, 1.0)})
