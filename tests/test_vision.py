@@ -191,6 +191,25 @@ def test_existing_caches_never_replaced_without_overwrite(tiny_features, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["features_stats.json", "rcnn.npz"]  # no stale groundtruth
 
 
+def test_no_usable_images_stop_the_stage(tiny_features, tmp_path):
+    """A wrong image folder once gave an empty cache (every image "missing") and exit 0."""
+    from fraglib.data import Dataset
+    from fraglib.vision.features import extract
+    from fraglib.vision.regions import check_images_usable
+
+    root, ds, cfg, _ = tiny_features
+    with pytest.raises(FileNotFoundError, match="nowhere: image folder of dataset"):
+        extract(Dataset(ds.name, tmp_path / "nowhere", ds.images[:3], []), cfg, tmp_path / "f", progress=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"only 0 of 3 images .* usable \(missing 3\).*nothing was written"):
+        extract(Dataset(ds.name, empty, ds.images[:3], []), cfg, tmp_path / "f", progress=False)
+    assert not (tmp_path / "f").exists()
+    check_images_usable(["", "", "corrupt", "missing"], ds)              # half usable: a counted skip
+    with pytest.raises(ValueError, match="corrupt 2, missing 1"):
+        check_images_usable(["", "corrupt", "corrupt", "missing"], ds)
+
+
 def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
     from fraglib.vision.features import extract
 

@@ -44,7 +44,7 @@ import torch
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
 from fraglib.outputs import OVERWRITE_HELP, claim
-from fraglib.vision.regions import region_items
+from fraglib.vision.regions import check_images_usable, region_items
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
 
@@ -196,6 +196,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
             times[key].append(t)
         times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
+    check_images_usable(status, dataset)
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = backbone.dim
     meta_base = {"cnn": backbone.name, "weights": backbone.weights, "dim": dim, "settings": describe_detector(cfg)}

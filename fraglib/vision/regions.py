@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -70,6 +71,16 @@ class _Images(torch.utils.data.Dataset):
                 "t_load": t1 - t0, "t_proposals": time.perf_counter() - t1}
 
 
+def check_images_usable(status: list[str], dataset: Dataset, min_share: float = 0.5) -> None:
+    """Stop (ValueError naming the folder and the reasons) when fewer than ``min_share`` of the
+    images could be read: a cache of skipped images would only train and score nothing."""
+    usable = sum(not s for s in status)
+    if status and usable < min_share * len(status):
+        reasons = ", ".join(f"{k} {v}" for k, v in Counter(s for s in status if s).most_common())
+        raise ValueError(f"{dataset.image_dir}: only {usable} of {len(status)} images of dataset {dataset.name} "
+                         f"are usable ({reasons}); check the image folder — nothing was written")
+
+
 def _identity(x):
     return x
 
@@ -82,6 +93,9 @@ def image_loader(dataset: Dataset, cfg: VisionConfig) -> Iterator[torch.utils.da
     more than it gives."""
     import os
 
+    if dataset.images and not Path(dataset.image_dir).is_dir():
+        raise FileNotFoundError(f"{dataset.image_dir}: image folder of dataset {dataset.name} not found "
+                                "(dataset.json's images are looked up there)")
     threads = torch.get_num_threads()
     if cfg.num_workers:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - cfg.num_workers))
@@ -162,8 +176,6 @@ class Regions:
 def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.device | None = None,
           progress: bool = True) -> dict[str, Any]:
     """Compute and write the cache of ``dataset`` (see the module docstring). Returns its meta."""
-    from collections import Counter
-
     from tqdm.auto import tqdm
 
     from fraglib.device import select_device
@@ -191,6 +203,7 @@ def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.de
         fmaps[n] = fmap.contiguous().numpy().astype(np.float16).ravel()
         shapes[n], props[n], sizes[n], scales[n] = fmap.shape, item["proposals"], item["size"], item["scale"]
     wall = time.perf_counter() - t0
+    check_images_usable(status, dataset)
     offsets = lambda parts: np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
     meta = {"cnn": backbone.name, "weights": backbone.weights, "settings": describe_detector(cfg),
             "device": str(device), "wall_seconds": wall, "wall_seconds_per_image": wall / max(n_img, 1),
