@@ -86,3 +86,16 @@ def test_unusable_data_stops_before_training(tiny_full):
     te.images.off = np.zeros_like(te.images.off)            # every test image without features
     with pytest.raises(ValueError, match=r"only 0 of \d+ test sentences are usable \(0 of \d+ images have features"):
         check_usable(splits, "somewhere")
+
+
+def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, tmp_path):
+    """No val (or no test) split once crashed only after every epoch had been trained."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_full, data, ignore=shutil.ignore_patterns("images"))
+    d = json.loads((data / "dataset.json").read_text())
+    for im in d["images"]:
+        im["split"] = "train" if im["split"] == "val" else im["split"]
+    (data / "dataset.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="the val split has 0 images and 0 sentences"):
+        train(data, tmp_path / "run", tiny_spec(epochs=2), device=CPU, progress=False)
+    assert not list((tmp_path / "run").rglob("*.pt"))          # stopped before any training
