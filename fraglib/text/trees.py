@@ -1,0 +1,165 @@
+"""Sentence trees for the recursive sentence encoders of Socher et al. 2014 (docs/systems.md).
+
+One tree per caption, built from the cached CoNLL-U parse:
+
+* **basic** (DT-RNN; every word a node): the parse without punctuation; a punctuation token's
+  children are re-attached to its head; a caption the parser split into several sentences keeps
+  its first root, and every later root becomes that root's rightmost child (relation ``dep``).
+* **collapsed** (SDT-RNN): the edges of the project's relation inventory
+  (:func:`fraglib.text.fragments.triplets` — ``prep_<p>``, ``agent``, ``conj_<cc>`` ...), so
+  prepositions, conjunctions and case markers are labels, not nodes. Words that no edge reaches from
+  the root are dropped (counted by the caller).
+
+A tree is a :class:`Tree`: nodes in sentence order, ``parent`` (-1 at the root), ``rel`` labels.
+Pure functions give what the encoders need: each child's *slot* (side and nearest-first rank among
+same-side siblings: ``l1``, ``r2`` ...), subtree sizes ℓ (Eq. 4 of the paper), node heights (the
+level-batched encoder's schedule), and a head-outward binarisation for the CT-RNN.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from fraglib.text.fragments import PUNCT, _collapse_multiword, _edges_clearnlp, _edges_ud, _lower
+from fraglib.text.parse import Token
+
+
+@dataclasses.dataclass
+class Tree:
+    """``words`` (lower-cased), ``parent`` (int, -1 for the root; exactly one root), ``rel``
+    (the label of the edge to the parent; ``root`` at the root). Nodes in sentence order."""
+
+    words: list[str]
+    parent: np.ndarray
+    rel: list[str]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+def _is_punct(t: Token) -> bool:
+    return t.deprel in PUNCT or t.upos == "PUNCT" or not any(ch.isalnum() for ch in t.form)
+
+
+def basic_tree(tokens: Sequence[Token]) -> Tree | None:
+    """The basic dependency tree without punctuation (module docstring); None when no word is left."""
+    by_id = {t.id: t for t in tokens}
+    keep = [t for t in tokens if not _is_punct(t)]
+    if not keep:
+        return None
+    pos = {t.id: n for n, t in enumerate(keep)}
+
+    def head_of(t: Token) -> int:
+        seen = set()
+        h = t.head
+        while h in by_id and h not in pos and h not in seen:  # through punctuation to a word
+            seen.add(h)
+            h = by_id[h].head
+        return pos.get(h, -1)
+
+    parent = np.array([head_of(t) for t in keep], np.int64)
+    rel = [t.deprel.lower() if parent[n] >= 0 else "root" for n, t in enumerate(keep)]
+    roots = np.nonzero(parent < 0)[0]
+    for r in roots[1:]:                      # a caption split into sentences: one tree per caption
+        parent[r], rel[r] = roots[0], "dep"
+    return Tree([_lower(t) for t in keep], parent, rel)
+
+
+def collapsed_tree(tokens: Sequence[Token], scheme: str) -> Tree | None:
+    """The collapsed tree in the project's relation inventory (module docstring); None when empty."""
+    keep = [t for t in tokens if not _is_punct(t)]
+    if not keep:
+        return None
+    words = {t.id: _lower(t) for t in tokens}
+    edges = _collapse_multiword(_edges_clearnlp(tokens) if scheme == "clearnlp" else _edges_ud(tokens), words)
+    root = next((t.id for t in keep if t.head == 0), keep[0].id)
+    head = {d: (h, r) for r, h, d in edges if d != root}
+    children: dict[int, list[int]] = {}
+    for d, (h, _) in head.items():
+        children.setdefault(h, []).append(d)
+    nodes, stack = {root}, [root]
+    while stack:                              # the words reached from the root
+        for c in children.get(stack.pop(), []):
+            if c not in nodes:
+                nodes.add(c)
+                stack.append(c)
+    order = sorted(nodes)
+    pos = {i: n for n, i in enumerate(order)}
+    parent = np.array([pos[head[i][0]] if i != root else -1 for i in order], np.int64)
+    return Tree([words[i] for i in order], parent, [head[i][1] if i != root else "root" for i in order])
+
+
+def slots(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(side, rank) of every node: side 0 = left of its parent, 1 = right; rank 0 = nearest
+    same-side sibling ... (the paper's l1 = (0, 0), r2 = (1, 1)); (-1, -1) at the root."""
+    n = len(parent)
+    side, rank = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    for p in range(n):
+        kids = np.nonzero(parent == p)[0]
+        left, right = sorted(kids[kids < p], reverse=True), sorted(kids[kids > p])
+        for s, group in ((0, left), (1, right)):
+            for k, c in enumerate(group):
+                side[c], rank[c] = s, k
+    return side, rank
+
+
+def subtree_sizes(parent: np.ndarray) -> np.ndarray:
+    """ℓ(i): the number of nodes in the subtree of i (itself included)."""
+    ell = np.ones(len(parent), np.int64)
+    for i in np.argsort(-depths(parent), kind="stable"):   # deepest first
+        if parent[i] >= 0:
+            ell[parent[i]] += ell[i]
+    return ell
+
+
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Distance of every node from the root (root 0). Raises ValueError on a cycle."""
+    d = np.full(len(parent), -1, np.int64)
+    for i in range(len(parent)):
+        path, j = [], i
+        while j >= 0 and d[j] < 0:
+            if j in path:
+                raise ValueError(f"parent array {parent.tolist()} has a cycle")
+            path.append(j)
+            j = parent[j]
+        base = d[j] if j >= 0 else -1
+        for k, node in enumerate(reversed(path), 1):
+            d[node] = base + k
+    return d
+
+
+def heights(parent: np.ndarray) -> np.ndarray:
+    """Height of every node (leaves 0, a parent one more than its highest child): nodes of equal
+    height can be computed together once all lower ones are."""
+    h = np.zeros(len(parent), np.int64)
+    for i in np.argsort(-depths(parent), kind="stable"):
+        if parent[i] >= 0:
+            h[parent[i]] = max(h[parent[i]], h[i] + 1)
+    return h
+
+
+def binarize_head_outward(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A binary tree over the words for the CT-RNN: the head joins its right dependents nearest
+    first, then its left dependents nearest first ("A man rides a bike" -> ((A man) (rides (a bike)))).
+    Returns ``(left, right)`` (n - 1,) of the internal nodes in bottom-up order; a child id < n is
+    word i, id n + k is internal node k; the last internal node is the root (none for one word)."""
+    n = len(parent)
+    left, right = [], []
+
+    def build(h: int) -> int:
+        node = h
+        kids = np.nonzero(parent == h)[0]
+        for r in sorted(kids[kids > h]):
+            sub = build(int(r))
+            left.append(node), right.append(sub)
+            node = n + len(left) - 1
+        for lft in sorted(kids[kids < h], reverse=True):
+            sub = build(int(lft))
+            left.append(sub), right.append(node)
+            node = n + len(left) - 1
+        return node
+
+    build(int(np.nonzero(parent < 0)[0][0]))
+    return np.array(left, np.int64), np.array(right, np.int64)

@@ -1,0 +1,138 @@
+"""Socher et al. 2014's trees, level-batched encoders and Eq. 5 (fraglib/text/trees.py,
+fraglib/systems/recursive.py): the paper's worked example, a recursive reference, gradcheck, loops."""
+import numpy as np
+import pytest
+import torch
+
+from fraglib.systems.recursive import (compose, compose_reference, hinge_all_negatives, hinge_all_negatives_reference,
+                                       levels, squared_loss)
+from fraglib.text.parse import Token
+from fraglib.text.trees import basic_tree, binarize_head_outward, collapsed_tree, heights, slots, subtree_sizes
+
+
+def _tokens(spec):
+    """[(form, head, deprel, upos)] with 1-based heads, 0 = root."""
+    return [Token(i, f, f.lower(), u, u, h, r) for i, (f, h, r, u) in enumerate(spec, 1)]
+
+
+# Students_1 ride_2 bikes_3 at_4 night_5 (SYSTEMS A2; spaCy/ClearNLP labels)
+EXAMPLE = _tokens([("Students", 2, "nsubj", "NOUN"), ("ride", 0, "ROOT", "VERB"), ("bikes", 2, "dobj", "NOUN"),
+                   ("at", 2, "prep", "ADP"), ("night", 4, "pobj", "NOUN")])
+
+
+def test_worked_example_basic_tree_slots_and_lengths():
+    t = basic_tree(EXAMPLE)
+    assert t.words == ["students", "ride", "bikes", "at", "night"] and t.parent.tolist() == [1, -1, 1, 1, 3]
+    side, rank = slots(t.parent)
+    # Students = l1 of ride, bikes = r1, at = r2, night = r1 of at
+    assert list(zip(side.tolist(), rank.tolist())) == [(0, 0), (-1, -1), (1, 0), (1, 1), (1, 0)]
+    assert subtree_sizes(t.parent).tolist() == [1, 5, 1, 2, 1]
+    assert heights(t.parent).tolist() == [0, 2, 0, 1, 0]
+
+
+def test_worked_example_composition_by_hand():
+    """h4 = f(½(W_v x4 + W_r1 h5)); h2 = f(⅕(W_v x2 + W_l1 h1 + W_r1 h3 + 2 W_r2 h4))."""
+    g = torch.Generator().manual_seed(0)
+    n = 4
+    x = torch.randn(5, n, generator=g, dtype=torch.float64)
+    Wv = torch.randn(n, n, generator=g, dtype=torch.float64)
+    W = torch.randn(4, n, n, generator=g, dtype=torch.float64)       # l1, l2, r1, r2
+    t = basic_tree(EXAMPLE)
+    side, rank = slots(t.parent)
+    ell = torch.from_numpy(subtree_sizes(t.parent)).double()
+    h = compose(x @ Wv.T, t.parent, side * 2 + rank, W, weight=ell, scale=1 / ell)
+    f = torch.tanh
+    l1, r1, r2 = W[0], W[2], W[3]
+    h1, h3, h5 = f(Wv @ x[0]), f(Wv @ x[2]), f(Wv @ x[4])
+    h4 = f(0.5 * (Wv @ x[3] + r1 @ h5))
+    h2 = f(0.2 * (Wv @ x[1] + l1 @ h1 + r1 @ h3 + 2 * r2 @ h4))
+    torch.testing.assert_close(h, torch.stack([h1, h2, h3, h4, h5]))
+
+
+def test_collapsed_example_and_punctuation_and_two_roots():
+    t = collapsed_tree(EXAMPLE, "clearnlp")
+    assert t.words == ["students", "ride", "bikes", "night"] and t.parent.tolist() == [1, -1, 1, 1]
+    assert t.rel == ["nsubj", "root", "dobj", "prep_at"]
+    assert subtree_sizes(t.parent).tolist() == [1, 4, 1, 1]
+    # "dogs run . cats sleep ," : punctuation dropped (its child re-attached), second root under the first
+    toks = _tokens([("dogs", 2, "nsubj", "NOUN"), ("run", 0, "ROOT", "VERB"), (".", 2, "punct", "PUNCT"),
+                    ("cats", 5, "nsubj", "NOUN"), ("sleep", 0, "ROOT", "VERB"), (",", 5, "punct", "PUNCT")])
+    b = basic_tree(toks)
+    assert b.words == ["dogs", "run", "cats", "sleep"] and b.parent.tolist() == [1, -1, 3, 1]
+    assert b.rel == ["nsubj", "root", "nsubj", "dep"]
+    assert basic_tree(_tokens([(".", 0, "ROOT", "PUNCT")])) is None
+
+
+def test_head_outward_binarisation():
+    """"A man rides a bike" -> ((A man) (rides (a bike))); leaves in sentence order."""
+    toks = _tokens([("A", 2, "det", "DET"), ("man", 3, "nsubj", "NOUN"), ("rides", 0, "ROOT", "VERB"),
+                    ("a", 5, "det", "DET"), ("bike", 3, "dobj", "NOUN")])
+    t = basic_tree(toks)
+    left, right = binarize_head_outward(t.parent)
+    n = len(t)
+
+    def show(i):
+        return t.words[i] if i < n else f"({show(left[i - n])} {show(right[i - n])})"
+
+    assert show(n + len(left) - 1) == "((a man) (rides (a bike)))"
+    assert len(left) == n - 1
+
+
+def _random_forest(rng, n_trees=6, max_nodes=9, k=5):
+    parent, off = [], 0
+    for _ in range(n_trees):
+        m = int(rng.integers(1, max_nodes + 1))
+        order = rng.permutation(m)                   # random tree: each node's parent comes earlier in `order`
+        par = np.full(m, -1)
+        for a in range(1, m):
+            par[order[a]] = order[rng.integers(0, a)]
+        parent.extend([p + off if p >= 0 else -1 for p in par])
+        off += m
+    parent = np.array(parent, np.int64)
+    return parent, rng.integers(0, k, len(parent)), k
+
+
+def test_level_batched_equals_recursive_reference_on_random_trees():
+    rng = np.random.default_rng(0)
+    g = torch.Generator().manual_seed(1)
+    for trial in range(5):
+        parent, slot, k = _random_forest(rng)
+        N, n = len(parent), 3
+        base = torch.randn(N, n, generator=g, dtype=torch.float64)
+        W = torch.randn(k, n, n, generator=g, dtype=torch.float64) * 0.5
+        ell = torch.from_numpy(subtree_sizes(parent)).double()
+        raw = rng.random(N) < 0.3 if trial % 2 else None
+        for weight, scale in ((None, None), (ell, 1 / ell)):
+            torch.testing.assert_close(compose(base, parent, slot, W, weight, scale, raw),
+                                       compose_reference(base, parent, slot, W, weight, scale, raw))
+    assert sorted(np.concatenate(levels(parent)).tolist()) == list(range(len(parent)))
+
+
+def test_compose_gradcheck():
+    rng = np.random.default_rng(3)
+    parent, slot, k = _random_forest(rng, n_trees=3, max_nodes=5, k=3)
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(len(parent), 3, generator=g, dtype=torch.float64, requires_grad=True)
+    W = (torch.randn(k, 3, 3, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
+    ell = torch.from_numpy(subtree_sizes(parent)).double()
+    assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, ell, 1 / ell), (base, W))
+
+
+def test_levels_refuse_a_cycle():
+    with pytest.raises(ValueError, match="cycle"):
+        levels(np.array([1, 2, 1, -1]))
+
+
+def test_eq5_all_negatives_against_loops():
+    g = torch.Generator().manual_seed(4)
+    v_all = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    y_all = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    img_of = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4])
+    pairs = [(0, 1), (1, 4), (3, 7), (4, 11)]
+    k = torch.tensor([p[0] for p in pairs])
+    j = torch.tensor([p[1] for p in pairs])
+    for margin in (0.5, 3.0):
+        got = hinge_all_negatives(v_all[k], y_all[j], v_all, y_all, k, img_of, margin)
+        assert float(got) == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, margin))
+    assert float(squared_loss(v_all[k], y_all[j])) == pytest.approx(
+        sum(float(((v_all[a] - y_all[b]) ** 2).sum()) for a, b in pairs) / len(pairs))
