@@ -72,9 +72,12 @@ class Split:
 
 
 def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(used GloVe rows, sorted; w1 and w2 as rows of that compact table)."""
+    """(used GloVe rows, sorted; w1 and w2 as rows of that compact table). A row -1 (a tree node
+    out of the dictionary) becomes ``len(used)``: the caller appends a zero vector there."""
     used = np.unique(np.concatenate([w1, w2]))
-    return used, np.searchsorted(used, w1).astype(np.int64), np.searchsorted(used, w2).astype(np.int64)
+    used = used[used >= 0]
+    m = lambda w: np.where(w < 0, len(used), np.searchsorted(used, w)).astype(np.int64)  # noqa: E731
+    return used, m(w1), m(w2)
 
 
 def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path | None = None) -> dict[str, Path]:
@@ -105,7 +108,10 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
         cache = cache.fullframe()
     used, w1, w2 = compact_words(frags.w1, frags.w2)
     _, table = load_glove()
-    words = torch.from_numpy(np.ascontiguousarray(table[used])).to(device)
+    table = table[used]
+    if (frags.w1 < 0).any() or (frags.w2 < 0).any():
+        table = np.concatenate([table, np.zeros((1, table.shape[1]), table.dtype)])
+    words = torch.from_numpy(np.ascontiguousarray(table)).to(device)
     row_of = {im["imgid"]: n for n, im in enumerate(ds.images)}
     splits = {}
     for split in SPLITS:
@@ -118,12 +124,15 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
         t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
         splits[split] = Split(
             split, Ragged({"x": t(sub.features)}, sub.offsets),
-            Ragged({"rel": t(frags.rel[rows].astype(np.int64)), "w1": t(w1[rows]), "w2": t(w2[rows])},
+            Ragged({"rel": t(frags.rel[rows].astype(np.int64)), "w1": t(w1[rows]), "w2": t(w2[rows]),
+                    **{k: t(c[rows].astype(np.int64)) for k, c in frags.columns.items()}},
                    np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)),
             np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
             np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words)
     dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
             "img_dim": int(cache.features.shape[1])}
+    if "rank" in frags.columns:                       # tree views: children per side, from the data (text only)
+        dims["max_rank"] = int(frags.columns["rank"].max(initial=0)) + 1
     info = {"dataset": ds.name, "relations": frags.relations, "sentences": frags.mode, "images": views.images,
             "cnn": cache.meta.get("cnn"), "words_used": len(used)}
     return splits, dims, info

@@ -41,9 +41,10 @@ class TrainConfig:
     seed: int = 0
     epochs: int = 20
     batch_size: int = 100               # image–sentence pairs
-    optimizer: str = "sgd"              # sgd (paper; momentum) | adam
+    optimizer: str = "sgd"              # sgd (paper; momentum) | adam | adagrad
     lr: float = 1e-3
     momentum: float = 0.9               # sgd only
+    adagrad_reset: int = 0              # adagrad only: reset the squared-gradient sums to 1 every N epochs (0 = never)
     lr_drop: float = 0.1
     lr_drop_epochs: int = 2
     grad_clip: float = 0.0              # max global gradient norm; 0 = off
@@ -53,7 +54,8 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         p = "train"
         check_range(f"{p}.seed", self.seed, 0, 2**31 - 1, int)
-        check_choice(f"{p}.optimizer", self.optimizer, ("sgd", "adam"))
+        check_choice(f"{p}.optimizer", self.optimizer, ("sgd", "adam", "adagrad"))
+        check_range(f"{p}.adagrad_reset", self.adagrad_reset, 0, 10_000, int)
         check_range(f"{p}.epochs", self.epochs, 0, 10_000, int)
         check_range(f"{p}.batch_size", self.batch_size, 2, 100_000, int)
         check_range(f"{p}.lr", self.lr, 0.0, 100.0, float)
@@ -151,7 +153,17 @@ def make_optimizer(tc: TrainConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     if tc.optimizer == "sgd":
         return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum)
+    if tc.optimizer == "adagrad":       # Socher et al. 2014: sums start at 1 (reset_adagrad)
+        return torch.optim.Adagrad(params, lr=tc.lr, initial_accumulator_value=1.0)
     return torch.optim.Adam(params, lr=tc.lr)
+
+
+def reset_adagrad(tc: TrainConfig, opt: torch.optim.Optimizer, epoch: int) -> None:
+    """Socher et al.'s modified AdaGrad: every ``adagrad_reset`` epochs the squared-gradient sums
+    go back to 1 (at the start of epochs N, 2N, ...)."""
+    if tc.optimizer == "adagrad" and tc.adagrad_reset and epoch and epoch % tc.adagrad_reset == 0:
+        for st in opt.state.values():
+            st["sum"].fill_(1.0)
 
 
 def check_usable(splits: dict[str, Any], where: str) -> None:
@@ -213,6 +225,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
                 "best_rsum": best_rsum, "best_epoch": best_epoch, "train_seconds": t_train, "info": info}
 
     tr = splits["train"]
+    system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
     if not trainable and ck is None:
         checkpoint.save(out / "best.pt", state(0))
@@ -224,6 +237,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         system.train()
         for g in opt.param_groups:
             g["lr"] = lr_at(tc, epoch)
+        reset_adagrad(tc, opt, epoch)
         phase = system.phase(epoch)
         sums: dict[str, float] = {}
         batches = make_batches(tr, tc.batch_size, tc.seed, epoch)

@@ -136,3 +136,96 @@ def test_eq5_all_negatives_against_loops():
         assert float(got) == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, margin))
     assert float(squared_loss(v_all[k], y_all[j])) == pytest.approx(
         sum(float(((v_all[a] - y_all[b]) ** 2).sum()) for a, b in pairs) / len(pairs))
+
+
+def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
+    from fraglib.inputs import compact_words
+    from fraglib.text.parse import ParsedCaption
+    from fraglib.text.trees import encode_trees
+
+    parsed = [ParsedCaption(7, "students ride bikes at night", EXAMPLE), ParsedCaption(8, "", [])]
+    index = {"ride": 10, "bikes": 3, "at": 5, "night": 8}                   # "students" unknown
+    f = encode_trees(parsed, "clearnlp", "tree_basic", index)
+    assert f.w1.tolist() == [-1, 10, 3, 5, 8] and f.offsets.tolist() == [0, 5, 5] and f.reasons == ["", "empty"]
+    c = f.columns
+    assert c["parent"].tolist() == [1, -1, 1, 1, 3] and c["ell"].tolist() == [1, 5, 1, 2, 1]
+    assert c["side"].tolist() == [0, -1, 1, 1, 1] and c["rank"].tolist() == [0, -1, 0, 1, 0]
+    assert [f.relations[r] for r in f.rel] == ["nsubj", "root", "dobj", "prep", "pobj"]
+    used, w1, _ = compact_words(f.w1, f.w2)
+    assert used.tolist() == [3, 5, 8, 10] and w1.tolist() == [4, 3, 0, 1, 2]   # -1 -> the appended zero row
+    g = encode_trees(parsed, "clearnlp", "tree_collapsed", index)
+    assert g.w1.tolist() == [-1, 10, 3, 8] and [g.relations[r] for r in g.rel] == ["nsubj", "root", "dobj", "prep_at"]
+
+
+def test_adagrad_sums_reset_every_n_epochs():
+    from fraglib.train import TrainConfig, make_optimizer, reset_adagrad
+
+    tc = TrainConfig(optimizer="adagrad", adagrad_reset=5, lr=0.1)
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = make_optimizer(tc, [w])
+    assert float(opt.state[w]["sum"][0]) == 1.0                             # sums start at 1
+    (w ** 2).sum().backward()
+    opt.step()
+    assert float(opt.state[w]["sum"][0]) == pytest.approx(5.0)              # 1 + 2²
+    for epoch in (1, 4):
+        reset_adagrad(tc, opt, epoch)
+        assert float(opt.state[w]["sum"][0]) == pytest.approx(5.0)
+    reset_adagrad(tc, opt, 5)
+    assert opt.state[w]["sum"].tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("encoder", ["chain", "ctrnn", "dtrnn", "sdtrnn"])
+def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
+    """The system's batched encoders (global ids, slots, binarisation) against a per-sentence
+    recursion written from the definitions, and its loss against Eq. 5 by loops."""
+    from conftest import tiny_params
+    from fraglib.inputs import load_splits, make_batches
+    from fraglib.systems import SYSTEMS
+    from fraglib.train import resolve_run
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": encoder, "init_noise": 0.3}), "r")
+    cls = SYSTEMS["socher"]
+    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    system = cls(spec.system_config, dims, 0).double()
+    tr = splits["train"]
+    system.prepare(tr)
+    items = np.arange(min(12, tr.n_sentences))
+    with torch.no_grad():
+        got = system.encode_sentences(tr.sentences.take(items)).vec
+        for k, j in enumerate(items):
+            rows = tr.sentences.take(np.array([j]))
+            d = {key: v.numpy() for key, v in rows.data.items()}
+            x = system.words[rows.data["w1"]] / system.word_scale
+            m = len(d["w1"])
+            if m == 0:
+                assert got[k].abs().sum() == 0
+                continue
+            if encoder == "ctrnn":
+                left, right = binarize_head_outward(d["parent"])
+                node = {i: x[i] for i in range(m)}
+                for q, (a, b) in enumerate(zip(left, right)):
+                    node[m + q] = torch.tanh(system.W[0] @ node[int(a)] + system.W[1] @ node[int(b)])
+                want = node[m + len(left) - 1] if m > 1 else x[0]
+            else:
+                if encoder == "chain":
+                    parent, slot, ell = np.append(np.arange(1, m), -1), np.zeros(m, np.int64), None
+                else:
+                    parent = d["parent"]
+                    slot = d["side"] * system.max_rank + d["rank"] if encoder == "dtrnn" else d["rel"]
+                    ell = torch.from_numpy(subtree_sizes(parent)).double()
+                    assert ell.tolist() == d["ell"].tolist()
+                h = compose_reference(x @ system.W_v.T, parent, np.maximum(slot, 0), system.W, ell,
+                                      None if ell is None else 1 / ell)
+                want = h[int(np.nonzero(parent < 0)[0][0])]
+            torch.testing.assert_close(got[k], want)
+    b = make_batches(tr, 4, seed=0, epoch=0)[0]
+    system.use_training_split(tr)
+    imgs, all_img, all_sent, img_of = system._negatives
+    cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
+                              system.encode_sentences(tr.sentences.take(b)), epoch=0)
+    with torch.no_grad():
+        v_all, y_all = system.encode_images(all_img).vec, system.encode_sentences(all_sent).vec
+    ok = list(all_sent.index)
+    pairs = [(int(np.searchsorted(imgs, tr.sentence_image[j])), ok.index(int(j))) for j in b]
+    assert parts["hinge"] == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, 3.0))
+    assert float(cost.detach()) == pytest.approx(parts["hinge"] + 0.08 * parts["reg"])

@@ -10,11 +10,13 @@ from fraglib.systems.base import System
 from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem
 from fraglib.systems.random import RandomSystem
+from fraglib.systems.socher import SocherSystem
 
 SYSTEMS: dict[str, type[System]] = {
     "fragment": FragmentSystem,
     "devise": DeviseSystem,
     "random": RandomSystem,
+    "socher": SocherSystem,
 }
 
 

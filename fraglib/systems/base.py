@@ -18,6 +18,8 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``loss(img_enc, sent_enc, epoch)``     (cost, parts) for n = m corresponding pairs (pair k = image k, sentence k),
                                        the system's own regulariser included; ``parts`` are floats for the log
 ``phase(epoch) -> str``                a label of the training phase (history column ``phase``)
+``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
+                                       against the whole training split (Socher's Eq. 5) keeps it; default none
 ``TRAINABLE``                          False for systems without parameters (never stepped)
 =====================================  ======================================================================
 
@@ -35,7 +37,8 @@ import torch
 from torch import nn
 
 IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe")      # detections + full frame | VOC/synthetic boxes | whole image
-SENTENCE_VIEWS = ("dependency", "bow", "bigram")          # fragment files written by the fragments stage
+SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
+                  "tree_basic", "tree_collapsed")           # one tree per caption (fraglib.text.trees)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +76,9 @@ class System(nn.Module):
 
     def fit(self, train: Any) -> None:
         """Closed-form fitting on the training split (default: none)."""
+
+    def use_training_split(self, train: Any) -> None:
+        """The training split, for losses over all of it (default: not kept)."""
 
     def phase(self, epoch: int) -> str:
         return "train"

@@ -22,6 +22,7 @@ from typing import Any
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
 from fraglib.text.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
+from fraglib.text.trees import TREE_VIEWS, encode_trees
 from fraglib.text.parse import PARSERS, clean_text, make_parser, parse_captions, read_conllu, write_conllu
 
 LONG_CAPTION = 200  # tokens
@@ -58,7 +59,7 @@ def run_parse(dataset_dir: str | Path, cfg: TextConfig, out: str | Path | None =
 
 def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
                   out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Encode all three fragment modes; write npz files, relations.json and text_stats.json."""
+    """Encode the three fragment modes and the two tree views; write npz files, relations.json and text_stats.json."""
     from fraglib.text.vectors import load_glove
 
     dataset_dir = Path(dataset_dir)
@@ -93,6 +94,17 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
         stats[mode] = {"fragments_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
                        "fragments_per_caption_max": int(counts.max()) if len(counts) else 0,
                        "captions_without_fragments": int((counts == 0).sum()),
+                       "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
+    for view in TREE_VIEWS:
+        frags = encode_trees(parsed, scheme, view, word_index)
+        frags.save(out_dir / f"{view}.npz")
+        counts, c = frags.counts(), frags.columns
+        stats[view] = {"nodes_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
+                       "nodes_per_caption_max": int(counts.max()) if len(counts) else 0,
+                       "captions_without_tree": int((counts == 0).sum()),
+                       "nodes_out_of_dictionary": int((frags.w1 < 0).sum()),
+                       "relation_types": len(frags.relations),
+                       "max_children_per_side": int(c["rank"].max()) + 1 if len(counts) and c["rank"].max() >= 0 else 0,
                        "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
     tokens = [words_of(p.tokens) for p in parsed]
     n_tok = sum(map(len, tokens))

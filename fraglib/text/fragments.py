@@ -185,7 +185,8 @@ def words_of(tokens: Sequence[Token]) -> list[str]:
 class Fragments:
     """Fragments of N captions. ``rel, w1, w2``: int32 (F,); ``offsets``: int64 (N+1,), caption
     ``n`` owns rows ``offsets[n]:offsets[n+1]``; ``sentid``: int64 (N,); ``relations``: names of
-    ``rel`` ids; ``reasons[n]``: why caption n has no fragment ('' when it has some)."""
+    ``rel`` ids; ``reasons[n]``: why caption n has no fragment ('' when it has some); ``columns``:
+    further int arrays (F,) of a mode (the tree views: ``parent``, ``side`` ... — fraglib.text.trees)."""
 
     mode: str
     rel: np.ndarray
@@ -195,6 +196,7 @@ class Fragments:
     sentid: np.ndarray
     relations: list[str]
     reasons: list[str]
+    columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -206,13 +208,14 @@ class Fragments:
     def save(self, path: str | Path) -> None:
         np.savez(path, mode=np.array(self.mode), rel=self.rel, w1=self.w1, w2=self.w2, offsets=self.offsets,
                  sentid=self.sentid, relations=np.array(self.relations, dtype=str),
-                 reasons=np.array(self.reasons, dtype=str))
+                 reasons=np.array(self.reasons, dtype=str), **{f"col_{k}": v for k, v in self.columns.items()})
 
     @classmethod
     def load(cls, path: str | Path) -> "Fragments":
         z, _ = open_npz(path, "text fragments not found (run python -m fraglib.text fragments)")
         return cls(str(z["mode"]), z["rel"], z["w1"], z["w2"], z["offsets"], z["sentid"],
-                   [str(r) for r in z["relations"]], [str(r) for r in z["reasons"]])
+                   [str(r) for r in z["relations"]], [str(r) for r in z["reasons"]],
+                   {k[4:]: z[k] for k in z.files if k.startswith("col_")})
 
 
 def relation_inventory(triplet_lists: Iterable[Sequence[Triplet]]) -> Counter:

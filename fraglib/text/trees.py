@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fraglib.text.fragments import PUNCT, _collapse_multiword, _edges_clearnlp, _edges_ud, _lower
-from fraglib.text.parse import Token
+from fraglib.text.fragments import PUNCT, Fragments, _collapse_multiword, _edges_clearnlp, _edges_ud, _lower
+from fraglib.text.parse import ParsedCaption, Token
 
 
 @dataclasses.dataclass
@@ -163,3 +163,44 @@ def binarize_head_outward(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     build(int(np.nonzero(parent < 0)[0][0]))
     return np.array(left, np.int64), np.array(right, np.int64)
+
+
+TREE_VIEWS = ("tree_basic", "tree_collapsed")
+COLUMNS = ("parent", "side", "rank", "ell", "bin_left", "bin_right")
+
+
+def encode_trees(parsed: Sequence[ParsedCaption], scheme: str, view: str, word_index: dict[str, int]) -> Fragments:
+    """One tree per caption as rows of a fragment file (one row per node, in sentence order):
+    ``w1 = w2`` the node's GloVe row (-1: out of the dictionary — the node stays, with a zero vector),
+    ``rel`` its label id (``relations``: every label of the dataset's trees, text only), and the
+    columns ``parent`` (row within the caption, -1 at the root), ``side``/``rank`` (:func:`slots`),
+    ``ell`` (:func:`subtree_sizes`) and the head-outward binarisation: row k < n - 1 holds internal
+    node k's ``bin_left``/``bin_right`` (:func:`binarize_head_outward`), the last row -1."""
+    from fraglib.config import check_choice
+
+    check_choice("sentence view", view, TREE_VIEWS)
+    trees = [(basic_tree(p.tokens) if view == "tree_basic" else collapsed_tree(p.tokens, scheme)) if p.tokens else None
+             for p in parsed]
+    labels = sorted({r for t in trees if t is not None for r in t.rel})
+    rel_id = {r: i for i, r in enumerate(labels)}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in COLUMNS}
+    rel, words, offsets, reasons = [], [], [0], []
+    for p, t in zip(parsed, trees):
+        if t is None:
+            reasons.append("empty" if not p.tokens else "no_words")
+            offsets.append(offsets[-1])
+            continue
+        n = len(t)
+        side, rank = slots(t.parent)
+        left, right = binarize_head_outward(t.parent)
+        for k, v in (("parent", t.parent), ("side", side), ("rank", rank), ("ell", subtree_sizes(t.parent)),
+                     ("bin_left", np.concatenate([left, [-1]])), ("bin_right", np.concatenate([right, [-1]]))):
+            cols[k].append(np.asarray(v, np.int32))
+        rel.extend(rel_id[r] for r in t.rel)
+        words.extend(word_index.get(w, -1) for w in t.words)
+        reasons.append("")
+        offsets.append(offsets[-1] + n)
+    w = np.array(words, np.int32)
+    return Fragments(view, np.array(rel, np.int32), w, w.copy(), np.array(offsets, np.int64),
+                     np.array([p.sentid for p in parsed], np.int64), labels, reasons,
+                     {k: np.concatenate(v) if v else np.zeros(0, np.int32) for k, v in cols.items()})

@@ -1,0 +1,185 @@
+"""Socher et al. 2014 (TACL), *Grounded Compositional Semantics*: the DT-RNN, the SDT-RNN and the
+paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (docs/systems.md).
+
+* **Sentence side** (``encoder``), on fixed 50-d GloVe vectors divided by one global scalar (the
+  table's standard deviation) so that tanh does not saturate at the leaves; out-of-dictionary words
+  stay as nodes with a zero vector. The hidden size is the word size (50, as in the paper):
+  ``bow`` — mean of the word vectors (no sentence parameters); ``chain`` — ``h_t = tanh(W_x x_t +
+  W_h h_{t-1})``, the last state; ``ctrnn`` — ``h = tanh(W_l c_1 + W_r c_2)`` over the head-outward
+  binarisation of the parse, the word vectors as leaves; ``dtrnn`` — Eq. 4 on the basic tree, one
+  matrix per child slot (side × nearest-first rank; ranks counted on the whole dataset's parses);
+  ``sdtrnn`` — Eq. 4 on the collapsed tree, one matrix per relation of the project's inventory
+  (no frequency filter). ``length_weighting: false`` drops ℓ (the paper's ablation). All
+  composition matrices start at identity + N(0, ``init_noise``²). The math:
+  :mod:`fraglib.systems.recursive`.
+* **Image side**: ``v = W_I z``, z the standardised full-frame CNN descriptor (1280-d EfficientNet-Lite
+  instead of the paper's 4,096-d network) or the mean of the detections (``images: rcnn``);
+  ``W_I ~ N(0, 1/dim z)``, no bias.
+* **Objective**: Eq. 5 with *all* training sentences and images as negatives (margin Δ), the mean
+  over the batch's pairs, ``+ λ (‖θ‖² + ‖W_I‖²)`` with θ the composition matrices; scores are inner
+  products. Train with ``train.optimizer: adagrad`` and ``adagrad_reset: 5`` (the paper's AdaGrad
+  with the squared-gradient sums reset every 5 epochs).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fraglib.config import check_choice, check_range
+from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
+from fraglib.systems.recursive import compose, hinge_all_negatives
+
+ENCODERS = ("bow", "chain", "ctrnn", "dtrnn", "sdtrnn")
+SENTENCE_VIEW = {"bow": "bow", "chain": "tree_basic", "ctrnn": "tree_basic", "dtrnn": "tree_basic",
+                 "sdtrnn": "tree_collapsed"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """``params.yaml: systems.socher``."""
+
+    encoder: str = "dtrnn"        # bow | chain | ctrnn | dtrnn | sdtrnn
+    images: str = "fullframe"     # fullframe (paper: one global descriptor) | rcnn (mean of detections)
+    margin: float = 3.0           # Δ of Eq. 5
+    lam: float = 0.08             # λ on ‖θ‖² + ‖W_I‖²
+    length_weighting: bool = True  # Eq. 4's ℓ (dtrnn, sdtrnn)
+    init_noise: float = 0.01      # σ of the noise on the identity initialisation
+
+    def validate(self) -> "Config":
+        p = "systems.socher"
+        check_choice(f"{p}.encoder", self.encoder, ENCODERS)
+        check_choice(f"{p}.images", self.images, ("fullframe", "rcnn", "groundtruth"))
+        check_range(f"{p}.margin", self.margin, 0.0, 1e6, float)
+        check_range(f"{p}.lam", self.lam, 0.0, 1e6, float)
+        check_choice(f"{p}.length_weighting", self.length_weighting, (True, False))
+        check_range(f"{p}.init_noise", self.init_noise, 0.0, 10.0, float)
+        return self
+
+
+@dataclasses.dataclass
+class Encoded:
+    """Vectors (n, 50) of n items and their positions in the split (the loss finds the negatives)."""
+
+    vec: torch.Tensor
+    index: np.ndarray
+
+
+def _identity_plus_noise(k: int, n: int, sigma: float, g: torch.Generator) -> torch.Tensor:
+    return torch.eye(n).expand(k, n, n) + sigma * torch.randn(k, n, n, generator=g)
+
+
+class SocherSystem(System):
+    """``dims``: n_words, word_dim, img_dim, n_relations and (tree views) max_rank."""
+
+    NAME = "socher"
+    Config = Config
+
+    @staticmethod
+    def views(cfg: Config) -> Views:
+        return Views(cfg.images, SENTENCE_VIEW[cfg.encoder])
+
+    def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n, img_dim = dims["word_dim"], dims["img_dim"]
+        g = torch.Generator().manual_seed(seed)
+        add_input_buffers(self, dims)
+        self.register_buffer("word_scale", torch.ones(()))
+        self.W_I = nn.Parameter(torch.randn(n, img_dim, generator=g) / img_dim ** 0.5)
+        n_mats = {"bow": 0, "chain": 1, "ctrnn": 2, "dtrnn": 2 * dims.get("max_rank", 1),
+                  "sdtrnn": dims["n_relations"]}[cfg.encoder]
+        if cfg.encoder in ("chain", "dtrnn", "sdtrnn"):
+            self.W_v = nn.Parameter(_identity_plus_noise(1, n, cfg.init_noise, g)[0])
+        if n_mats:
+            self.W = nn.Parameter(_identity_plus_noise(n_mats, n, cfg.init_noise, g))
+        self.max_rank = dims.get("max_rank", 1)
+        self._negatives: tuple[np.ndarray, Rows, Rows, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ inputs
+    def prepare(self, train: Any) -> None:
+        fill_input_buffers(self, train)
+        self.word_scale.copy_(train.words.std().clamp_min(1e-6))
+
+    def use_training_split(self, train: Any) -> None:
+        """Keep every usable training image and sentence: Eq. 5's negatives."""
+        ok = np.nonzero(train.usable_sentences())[0]
+        imgs = np.unique(train.sentence_image[ok])
+        self._negatives = (imgs, train.images.take(imgs), train.sentences.take(ok),
+                           torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])))
+
+    # ------------------------------------------------------------------ encoders
+    def encode_images(self, rows: Rows) -> Encoded:
+        z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
+        return Encoded(z @ self.W_I.T, rows.index)
+
+    def encode_sentences(self, rows: Rows) -> Encoded:
+        """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
+        x = self.words[rows.data["w1"]] / self.word_scale
+        if self.cfg.encoder == "bow":
+            return Encoded(mean_rows(x, rows.owner, rows.n), rows.index)
+        owner = rows.owner.cpu().numpy()
+        counts = np.bincount(owner, minlength=rows.n)
+        start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        col = {k: v.cpu().numpy() for k, v in rows.data.items() if k not in ("w1", "w2")}
+        if self.cfg.encoder == "ctrnn":
+            h, parent, node_owner = self._ctrnn(x, owner, counts, start, col)
+        else:
+            if self.cfg.encoder == "chain":                   # each word's parent is the next word
+                parent = np.append(np.where(owner[1:] == owner[:-1], np.arange(1, len(owner)), -1), -1)[:len(owner)]
+                slot, weight, scale = np.zeros(len(owner), np.int64), None, None
+            else:
+                parent = np.where(col["parent"] >= 0, col["parent"] + start[owner], -1)
+                slot = col["side"] * self.max_rank + col["rank"] if self.cfg.encoder == "dtrnn" else col["rel"]
+                weight = torch.from_numpy(col["ell"]).to(x) if self.cfg.length_weighting else None
+                scale = 1.0 / weight if weight is not None else None
+            h = compose(x @ self.W_v.T, parent, np.maximum(slot, 0), self.W, weight, scale)
+            node_owner = owner
+        roots = np.nonzero(parent < 0)[0]
+        vec = x.new_zeros((rows.n, x.shape[1])).index_copy(
+            0, torch.from_numpy(node_owner[roots]).to(x.device), h[torch.from_numpy(roots).to(x.device)])
+        return Encoded(vec, rows.index)
+
+    def _ctrnn(self, x: torch.Tensor, owner: np.ndarray, counts: np.ndarray, start: np.ndarray,
+               col: dict[str, np.ndarray]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """CT-RNN node vectors over the words (raw leaves, rows 0..R-1) followed by the binary
+        nodes (item by item); returns (h, parent, owner) over all nodes."""
+        R = len(owner)
+        inner = col["bin_left"] >= 0                          # row k < m - 1 of an item holds internal node k
+        n_inner = np.maximum(counts - 1, 0)
+        istart = R + np.concatenate([[0], np.cumsum(n_inner)[:-1]]).astype(np.int64)
+        node = istart[owner] + (np.arange(R) - start[owner])  # the internal node a row describes
+        m = counts[owner]
+
+        def glob(ids: np.ndarray) -> np.ndarray:             # local child id -> global node id
+            return np.where(ids < m, start[owner] + ids, istart[owner] + ids - m)
+
+        N = R + int(n_inner.sum())
+        parent, slot = np.full(N, -1, np.int64), np.zeros(N, np.int64)
+        left, right = glob(col["bin_left"])[inner], glob(col["bin_right"])[inner]
+        parent[left], parent[right], slot[right] = node[inner], node[inner], 1
+        raw = np.arange(N) < R
+        h = compose(torch.cat([x, x.new_zeros((N - R, x.shape[1]))]), parent, slot, self.W, raw=raw)
+        return h, parent, np.concatenate([owner, np.repeat(np.arange(len(counts)), n_inner)])
+
+    # ------------------------------------------------------------------ scores and loss
+    def scores(self, images: Encoded, sentences: Encoded) -> torch.Tensor:
+        return images.vec @ sentences.vec.T
+
+    def regulariser(self) -> torch.Tensor:
+        return sum((p ** 2).sum() for p in self.parameters())
+
+    def loss(self, images: Encoded, sentences: Encoded, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        if self._negatives is None:
+            raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
+        imgs, all_img, all_sent, img_of = self._negatives
+        v_all, y_all = self.encode_images(all_img), self.encode_sentences(all_sent)
+        dev = v_all.vec.device
+        hinge = hinge_all_negatives(images.vec, sentences.vec, v_all.vec, y_all.vec,
+                                    torch.from_numpy(np.searchsorted(imgs, images.index)).to(dev), img_of.to(dev),
+                                    self.cfg.margin)
+        reg = self.regulariser()
+        return hinge + self.cfg.lam * reg, {"hinge": float(hinge.detach()), "reg": float(reg.detach())}
