@@ -40,7 +40,7 @@ def test_worked_example_composition_by_hand():
     t = basic_tree(EXAMPLE)
     side, rank = slots(t.parent)
     ell = torch.from_numpy(subtree_sizes(t.parent)).double()
-    h = compose(x @ Wv.T, t.parent, side * 2 + rank, W, weight=ell, scale=1 / ell)
+    h = compose(x, t.parent, side * 2 + rank, W, W_in=Wv, weight=ell, scale=1 / ell)
     f = torch.tanh
     l1, r1, r2 = W[0], W[2], W[3]
     h1, h3, h5 = f(Wv @ x[0]), f(Wv @ x[2]), f(Wv @ x[4])
@@ -103,8 +103,11 @@ def test_level_batched_equals_recursive_reference_on_random_trees():
         ell = torch.from_numpy(subtree_sizes(parent)).double()
         raw = rng.random(N) < 0.3 if trial % 2 else None
         for weight, scale in ((None, None), (ell, 1 / ell)):
-            torch.testing.assert_close(compose(base, parent, slot, W, weight, scale, raw),
-                                       compose_reference(base, parent, slot, W, weight, scale, raw))
+            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw),
+                                       compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw))
+            roots = np.nonzero(parent < 0)[0]
+            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw, nodes=roots),
+                                       compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw)[roots])
     assert sorted(np.concatenate(levels(parent)).tolist()) == list(range(len(parent)))
 
 
@@ -115,7 +118,10 @@ def test_compose_gradcheck():
     base = torch.randn(len(parent), 3, generator=g, dtype=torch.float64, requires_grad=True)
     W = (torch.randn(k, 3, 3, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
     ell = torch.from_numpy(subtree_sizes(parent)).double()
-    assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, ell, 1 / ell), (base, W))
+    Win = (torch.eye(3, dtype=torch.float64) + 0.1 * torch.randn(3, 3, generator=g, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, weight=ell, scale=1 / ell), (base, W))
+    assert torch.autograd.gradcheck(lambda w, wi: compose(base.detach(), parent, slot, w, W_in=wi, weight=ell,
+                                                          scale=1 / ell, nodes=np.nonzero(parent < 0)[0]), (W, Win))
 
 
 def test_levels_refuse_a_cycle():
@@ -214,13 +220,13 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
                     slot = d["side"] * system.max_rank + d["rank"] if encoder == "dtrnn" else d["rel"]
                     ell = torch.from_numpy(subtree_sizes(parent)).double()
                     assert ell.tolist() == d["ell"].tolist()
-                h = compose_reference(x @ system.W_v.T, parent, np.maximum(slot, 0), system.W, ell,
+                h = compose_reference(x, parent, np.maximum(slot, 0), system.W, system.W_v, ell,
                                       None if ell is None else 1 / ell)
                 want = h[int(np.nonzero(parent < 0)[0][0])]
             torch.testing.assert_close(got[k], want)
     b = make_batches(tr, 4, seed=0, epoch=0)[0]
     system.use_training_split(tr)
-    imgs, all_img, all_sent, img_of = system._negatives
+    imgs, ok_pos, all_img, all_sent, _, img_of = system._negatives
     cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
                               system.encode_sentences(tr.sentences.take(b)), epoch=0)
     with torch.no_grad():

@@ -34,6 +34,7 @@ regulariser λ(‖θ‖² + ‖W_I‖²) is added by the system.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -58,52 +59,98 @@ def levels(parent: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def compose(base: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
+@dataclasses.dataclass
+class Level:
+    """One level of a :class:`Plan`: its nodes ``idx``; ``child`` = positions (in ``idx``) of the
+    nodes with a parent; ``by_matrix`` = [(k, positions in ``child``)]; ``msg_order`` puts the
+    per-matrix messages back in ``child`` order; ``to_level`` = [(target level, positions in
+    ``child``, parents' positions in the target level)]."""
+
+    idx: torch.Tensor
+    child: torch.Tensor
+    by_matrix: list[tuple[int, torch.Tensor]]
+    msg_order: torch.Tensor
+    to_level: list[tuple[int, torch.Tensor, torch.Tensor]]
+
+
+@dataclasses.dataclass
+class Plan:
+    """The schedule of one forest for :func:`compose` as index tensors, built once per structure
+    (:func:`plan`); ``where`` (N, 2) = (level, position in level) of every node."""
+
+    levels: list[Level]
+    where: np.ndarray
+
+
+def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu") -> Plan:
+    """The :class:`Plan` of a forest (``slot`` ignored at roots)."""
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
+    lv = levels(parent)
+    where = np.zeros((len(parent), 2), np.int64)
+    for L, idx in enumerate(lv):
+        where[idx, 0], where[idx, 1] = L, np.arange(len(idx))
+    out = []
+    for idx in lv:
+        child = np.nonzero(parent[idx] >= 0)[0]
+        sl, par = slot[idx][child], parent[idx][child]
+        groups = [(int(k), np.nonzero(sl == k)[0]) for k in np.unique(sl)]
+        cat = np.concatenate([g for _, g in groups]) if groups else np.zeros(0, np.int64)
+        tl = where[par, 0]
+        out.append(Level(t(idx), t(child), [(k, t(g)) for k, g in groups], t(np.argsort(cat)),
+                         [(int(T), t(np.nonzero(tl == T)[0]), t(where[par[tl == T], 1])) for T in np.unique(tl)]))
+    return Plan(out, where)
+
+
+def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor, W_in: torch.Tensor | None = None,
             weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
             raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
-            schedule: list[np.ndarray] | None = None) -> torch.Tensor:
-    """(N, n) node vectors of a forest (module docstring), level by level.
+            schedule: Plan | None = None, nodes: np.ndarray | None = None) -> torch.Tensor:
+    """Node vectors of a forest (module docstring), level by level: (N, n), or (len(nodes), n)
+    for the nodes asked for (e.g. the roots).
 
-    ``base`` (N, n); ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n);
-    ``weight``, ``scale`` (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` =
-    :func:`levels` of ``parent`` when already known."""
-    N = base.shape[0]
-    dev = base.device
-    schedule = levels(parent) if schedule is None else schedule
-    acc = torch.zeros_like(base)
-    parts, order = [], []
-    for idx_np in schedule:
-        idx = torch.from_numpy(idx_np).to(dev)
-        pre = base[idx] + acc[idx]
+    ``x`` (N, d) node inputs, ``base = x @ W_in.T`` (``x`` itself when ``W_in`` is None);
+    ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
+    (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` = :func:`plan` of (parent, slot)
+    when already known. Each level keeps its own small accumulator, so the backward pass never
+    touches an (N, n) tensor per level; gathers are ``index_select`` (their backward is a fast
+    ``index_add``, where plain indexing's is a slow accumulating ``index_put``)."""
+    if x.shape[0] == 0:
+        return x if W_in is None else x @ W_in.T
+    schedule = plan(parent, slot, x.device) if schedule is None else schedule
+    raw_t = torch.from_numpy(raw).to(x.device) if raw is not None else None
+    n = W.shape[1] if W_in is None else W_in.shape[0]
+    acc = [x.new_zeros((len(lv.idx), n)) for lv in schedule.levels]
+    parts = []
+    for L, lv in enumerate(schedule.levels):
+        xs = x.index_select(0, lv.idx)
+        base = xs if W_in is None else xs @ W_in.T
+        pre = base + acc[L]
         if scale is not None:
-            pre = pre * scale[idx, None]
+            pre = pre * scale.index_select(0, lv.idx)[:, None]
         h = f(pre)
-        if raw is not None and raw[idx_np].any():
-            h = torch.where(torch.from_numpy(raw[idx_np]).to(dev)[:, None], base[idx], h)
+        if raw_t is not None:
+            h = torch.where(raw_t.index_select(0, lv.idx)[:, None], base, h)
         parts.append(h)
-        order.append(idx_np)
-        child = parent[idx_np] >= 0
-        if not child.any():
+        if not len(lv.child):
             continue
-        hc = h[torch.from_numpy(child).to(dev)]
+        hc = h.index_select(0, lv.child)
         if weight is not None:
-            hc = hc * weight[idx[torch.from_numpy(child).to(dev)], None]
-        sl, par = slot[idx_np][child], parent[idx_np][child]
-        msgs, targets = [], []
-        for k in np.unique(sl):                                     # one matmul per matrix per level
-            sel = np.nonzero(sl == k)[0]
-            msgs.append(hc[torch.from_numpy(sel).to(dev)] @ W[int(k)].T)
-            targets.append(par[sel])
-        acc = acc.index_add(0, torch.from_numpy(np.concatenate(targets)).to(dev), torch.cat(msgs))
-    perm = np.concatenate(order)
-    inv = torch.from_numpy(np.argsort(perm)).to(dev)
-    return torch.cat(parts)[inv] if N else base
+            hc = hc * weight.index_select(0, lv.idx.index_select(0, lv.child))[:, None]
+        msg = torch.cat([hc.index_select(0, sel) @ W[k].T for k, sel in lv.by_matrix]).index_select(0, lv.msg_order)
+        for T, sel, target in lv.to_level:
+            acc[T].index_add_(0, target, msg.index_select(0, sel))
+    flat = torch.cat(parts)
+    starts = np.concatenate([[0], np.cumsum([len(lv.idx) for lv in schedule.levels])[:-1]])
+    w = schedule.where if nodes is None else schedule.where[nodes]
+    return flat.index_select(0, torch.from_numpy(starts[w[:, 0]] + w[:, 1]).to(x.device))
 
 
-def compose_reference(base: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
-                      weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-                      raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> torch.Tensor:
-    """The same as :func:`compose` by plain recursion, one node at a time (tests only)."""
+def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
+                      W_in: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                      scale: torch.Tensor | None = None, raw: np.ndarray | None = None,
+                      f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> torch.Tensor:
+    """The same as :func:`compose` by plain recursion, one node at a time (tests and benchmark)."""
+    base = x if W_in is None else x @ W_in.T
     children: dict[int, list[int]] = {}
     for i, p in enumerate(parent):
         if p >= 0:

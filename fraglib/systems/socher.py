@@ -31,7 +31,7 @@ from torch import nn
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
-from fraglib.systems.recursive import compose, hinge_all_negatives
+from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, plan
 
 ENCODERS = ("bow", "chain", "ctrnn", "dtrnn", "sdtrnn")
 SENTENCE_VIEW = {"bow": "bow", "chain": "tree_basic", "ctrnn": "tree_basic", "dtrnn": "tree_basic",
@@ -60,12 +60,35 @@ class Config:
         return self
 
 
-@dataclasses.dataclass
 class Encoded:
-    """Vectors (n, 50) of n items and their positions in the split (the loss finds the negatives)."""
+    """n items' positions in their split (``index``; the loss finds the negatives with them) and
+    their vectors (n, 50), computed on first use: in training the loss takes the batch's rows
+    from its encoding of the whole training split, so the trainer's batch encoding is never run."""
 
-    vec: torch.Tensor
-    index: np.ndarray
+    def __init__(self, index: np.ndarray, compute) -> None:
+        self.index, self._compute, self._vec = index, compute, None
+
+    @property
+    def vec(self) -> torch.Tensor:
+        if self._vec is None:
+            self._vec = self._compute()
+        return self._vec
+
+
+@dataclasses.dataclass
+class Structure:
+    """What an encoder needs besides parameters, for one batch of sentences: the forest
+    (``parent``, ``slot``, its :class:`Plan`), Eq. 4 weights, CT-RNN raw leaves and extra nodes,
+    and the root node of each item (``roots``, at items ``root_items``)."""
+
+    parent: np.ndarray
+    slot: np.ndarray
+    plan: Plan
+    ell: torch.Tensor | None
+    raw: np.ndarray | None
+    n_extra: int
+    roots: np.ndarray
+    root_items: torch.Tensor
 
 
 def _identity_plus_noise(k: int, n: int, sigma: float, g: torch.Generator) -> torch.Tensor:
@@ -97,7 +120,7 @@ class SocherSystem(System):
         if n_mats:
             self.W = nn.Parameter(_identity_plus_noise(n_mats, n, cfg.init_noise, g))
         self.max_rank = dims.get("max_rank", 1)
-        self._negatives: tuple[np.ndarray, Rows, Rows, torch.Tensor] | None = None
+        self._negatives: tuple | None = None
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, train: Any) -> None:
@@ -105,65 +128,73 @@ class SocherSystem(System):
         self.word_scale.copy_(train.words.std().clamp_min(1e-6))
 
     def use_training_split(self, train: Any) -> None:
-        """Keep every usable training image and sentence: Eq. 5's negatives."""
+        """Keep every usable training image and sentence (Eq. 5's negatives), with the sentences'
+        tree structure computed once."""
         ok = np.nonzero(train.usable_sentences())[0]
         imgs = np.unique(train.sentence_image[ok])
-        self._negatives = (imgs, train.images.take(imgs), train.sentences.take(ok),
+        sents = train.sentences.take(ok)
+        self._negatives = (imgs, ok, train.images.take(imgs), sents,
+                           None if self.cfg.encoder == "bow" else self.structure(sents),
                            torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])))
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
-        z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
-        return Encoded(z @ self.W_I.T, rows.index)
+        def compute() -> torch.Tensor:
+            z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
+            return z @ self.W_I.T
+        return Encoded(rows.index, compute)
 
-    def encode_sentences(self, rows: Rows) -> Encoded:
+    def encode_sentences(self, rows: Rows, structure: Structure | None = None) -> Encoded:
         """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
+        return Encoded(rows.index, lambda: self._sentence_vectors(rows, structure))
+
+    def _sentence_vectors(self, rows: Rows, st: Structure | None) -> torch.Tensor:
         x = self.words[rows.data["w1"]] / self.word_scale
         if self.cfg.encoder == "bow":
-            return Encoded(mean_rows(x, rows.owner, rows.n), rows.index)
+            return mean_rows(x, rows.owner, rows.n)
+        st = st or self.structure(rows)
+        if self.cfg.encoder == "ctrnn":                       # raw word leaves, zero input at binary nodes
+            x, W_in = torch.cat([x, x.new_zeros((st.n_extra, x.shape[1]))]), None
+        else:
+            W_in = self.W_v
+        weight = st.ell.to(x) if st.ell is not None else None
+        h = compose(x, st.parent, st.slot, self.W, W_in, weight, None if weight is None else 1.0 / weight, st.raw,
+                    schedule=st.plan, nodes=st.roots)
+        return x.new_zeros((rows.n, x.shape[1])).index_copy(0, st.root_items, h)
+
+    def structure(self, rows: Rows) -> Structure:
+        """The forest of ``rows`` for this system's encoder (no parameters involved)."""
+        dev = rows.owner.device
         owner = rows.owner.cpu().numpy()
+        R = len(owner)
         counts = np.bincount(owner, minlength=rows.n)
         start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         col = {k: v.cpu().numpy() for k, v in rows.data.items() if k not in ("w1", "w2")}
-        if self.cfg.encoder == "ctrnn":
-            h, parent, node_owner = self._ctrnn(x, owner, counts, start, col)
+        ell, raw, n_extra, node_owner = None, None, 0, owner
+        if self.cfg.encoder == "chain":                       # each word's parent is the next word
+            parent = np.append(np.where(owner[1:] == owner[:-1], np.arange(1, R), -1), -1)[:R]
+            slot = np.zeros(R, np.int64)
+        elif self.cfg.encoder == "ctrnn":                     # words (raw leaves), then the binary nodes
+            inner = col["bin_left"] >= 0                      # row k < m - 1 of an item holds internal node k
+            n_inner = np.maximum(counts - 1, 0)
+            istart = R + np.concatenate([[0], np.cumsum(n_inner)[:-1]]).astype(np.int64)
+            node = istart[owner] + (np.arange(R) - start[owner])
+            m = counts[owner]
+            glob = lambda ids: np.where(ids < m, start[owner] + ids, istart[owner] + ids - m)  # noqa: E731
+            n_extra = int(n_inner.sum())
+            parent, slot = np.full(R + n_extra, -1, np.int64), np.zeros(R + n_extra, np.int64)
+            left, right = glob(col["bin_left"])[inner], glob(col["bin_right"])[inner]
+            parent[left], parent[right], slot[right] = node[inner], node[inner], 1
+            raw = np.arange(R + n_extra) < R
+            node_owner = np.concatenate([owner, np.repeat(np.arange(rows.n), n_inner)])
         else:
-            if self.cfg.encoder == "chain":                   # each word's parent is the next word
-                parent = np.append(np.where(owner[1:] == owner[:-1], np.arange(1, len(owner)), -1), -1)[:len(owner)]
-                slot, weight, scale = np.zeros(len(owner), np.int64), None, None
-            else:
-                parent = np.where(col["parent"] >= 0, col["parent"] + start[owner], -1)
-                slot = col["side"] * self.max_rank + col["rank"] if self.cfg.encoder == "dtrnn" else col["rel"]
-                weight = torch.from_numpy(col["ell"]).to(x) if self.cfg.length_weighting else None
-                scale = 1.0 / weight if weight is not None else None
-            h = compose(x @ self.W_v.T, parent, np.maximum(slot, 0), self.W, weight, scale)
-            node_owner = owner
+            parent = np.where(col["parent"] >= 0, col["parent"] + start[owner], -1)
+            slot = np.maximum(col["side"] * self.max_rank + col["rank"] if self.cfg.encoder == "dtrnn" else col["rel"], 0)
+            if self.cfg.length_weighting:
+                ell = torch.from_numpy(col["ell"]).to(dev)
         roots = np.nonzero(parent < 0)[0]
-        vec = x.new_zeros((rows.n, x.shape[1])).index_copy(
-            0, torch.from_numpy(node_owner[roots]).to(x.device), h[torch.from_numpy(roots).to(x.device)])
-        return Encoded(vec, rows.index)
-
-    def _ctrnn(self, x: torch.Tensor, owner: np.ndarray, counts: np.ndarray, start: np.ndarray,
-               col: dict[str, np.ndarray]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-        """CT-RNN node vectors over the words (raw leaves, rows 0..R-1) followed by the binary
-        nodes (item by item); returns (h, parent, owner) over all nodes."""
-        R = len(owner)
-        inner = col["bin_left"] >= 0                          # row k < m - 1 of an item holds internal node k
-        n_inner = np.maximum(counts - 1, 0)
-        istart = R + np.concatenate([[0], np.cumsum(n_inner)[:-1]]).astype(np.int64)
-        node = istart[owner] + (np.arange(R) - start[owner])  # the internal node a row describes
-        m = counts[owner]
-
-        def glob(ids: np.ndarray) -> np.ndarray:             # local child id -> global node id
-            return np.where(ids < m, start[owner] + ids, istart[owner] + ids - m)
-
-        N = R + int(n_inner.sum())
-        parent, slot = np.full(N, -1, np.int64), np.zeros(N, np.int64)
-        left, right = glob(col["bin_left"])[inner], glob(col["bin_right"])[inner]
-        parent[left], parent[right], slot[right] = node[inner], node[inner], 1
-        raw = np.arange(N) < R
-        h = compose(torch.cat([x, x.new_zeros((N - R, x.shape[1]))]), parent, slot, self.W, raw=raw)
-        return h, parent, np.concatenate([owner, np.repeat(np.arange(len(counts)), n_inner)])
+        return Structure(parent, slot, plan(parent, slot, dev), ell, raw, n_extra, roots,
+                         torch.from_numpy(node_owner[roots]).to(dev))
 
     # ------------------------------------------------------------------ scores and loss
     def scores(self, images: Encoded, sentences: Encoded) -> torch.Tensor:
@@ -173,13 +204,15 @@ class SocherSystem(System):
         return sum((p ** 2).sum() for p in self.parameters())
 
     def loss(self, images: Encoded, sentences: Encoded, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 5 for the batch's pairs against every training image and sentence, + λ R."""
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
-        imgs, all_img, all_sent, img_of = self._negatives
-        v_all, y_all = self.encode_images(all_img), self.encode_sentences(all_sent)
-        dev = v_all.vec.device
-        hinge = hinge_all_negatives(images.vec, sentences.vec, v_all.vec, y_all.vec,
-                                    torch.from_numpy(np.searchsorted(imgs, images.index)).to(dev), img_of.to(dev),
-                                    self.cfg.margin)
+        imgs, ok, all_img, all_sent, st, img_of = self._negatives
+        v_all, y_all = self.encode_images(all_img).vec, self.encode_sentences(all_sent, st).vec
+        dev = v_all.device
+        k = torch.from_numpy(np.searchsorted(imgs, images.index)).to(dev)
+        j = torch.from_numpy(np.searchsorted(ok, sentences.index)).to(dev)
+        hinge = hinge_all_negatives(v_all.index_select(0, k), y_all.index_select(0, j), v_all, y_all, k,
+                                    img_of.to(dev), self.cfg.margin)
         reg = self.regulariser()
         return hinge + self.cfg.lam * reg, {"hinge": float(hinge.detach()), "reg": float(reg.detach())}
