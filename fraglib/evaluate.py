@@ -10,7 +10,9 @@ the authors' code) ranks last, and a constant score matrix gives every query the
 
 * image annotation (image -> sentences): rank of the best-ranked of the image's sentences,
   ``1 + #{non-matching sentences j : S[k, j] >= max_{j' of k} S[k, j']}``;
-* image search (sentence -> images): ``1 + #{other images k' : S[k', j] >= S[k_j, j]}``.
+* image search (sentence -> images): ``1 + #{other images k' : S[k', j] >= S[k_j, j]}``;
+* sentence similarity (systems with a sentence space, Socher et al. 2014): each sentence ranks
+  the other sentences; rank of the best-ranked one of the same image (:func:`similarity_ranks`).
 """
 from __future__ import annotations
 
@@ -55,6 +57,27 @@ def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, 
         other = rows[:, None] != si[None, :]
         count += ((blk >= own[None, :]) & other).sum(dim=0)
     return (1 + count).cpu().numpy()
+
+
+def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
+    all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
+    (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
+    S = torch.as_tensor(sim)
+    si = torch.as_tensor(sentence_image, dtype=torch.long, device=S.device)
+    n = S.shape[0]
+    ranks = np.zeros(n, np.int64)
+    for a in range(0, n, chunk):
+        blk = S[a:a + chunk]
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        cols = torch.arange(n, device=S.device)
+        self_ = rows[:, None] == cols[None, :]
+        gt = (si[rows][:, None] == si[None, :]) & ~self_
+        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
+        r = (1 + ((blk >= best[:, None]) & ~gt & ~self_).sum(dim=1)).cpu().numpy()
+        r[~gt.any(dim=1).cpu().numpy()] = 0
+        ranks[a:a + blk.shape[0]] = r
+    return ranks
 
 
 def recall_table(ranks: np.ndarray) -> dict[str, float]:
@@ -127,6 +150,22 @@ def score_matrix(system, split, chunk: int = 64) -> torch.Tensor:
     scores[:, torch.from_numpy(split.sentences.counts() == 0)] = float("-inf")
     scores[torch.from_numpy(split.images.counts() == 0), :] = float("-inf")
     return scores
+
+
+@torch.no_grad()
+def similarity_matrix(system, split) -> torch.Tensor | None:
+    """(n_sentences, n_sentences) sentence–sentence scores of a system with a sentence space
+    (``SENTENCE_SPACE``), else None. Sentences without rows score -inf."""
+    import numpy as np
+
+    if not getattr(system, "SENTENCE_SPACE", False):
+        return None
+    system.eval()
+    enc = system.encode_sentences(split.sentences.take(np.arange(split.n_sentences)))
+    sim = system.sentence_scores(enc, enc).float().cpu()
+    empty = torch.from_numpy(split.sentences.counts() == 0)
+    sim[:, empty] = float("-inf")
+    return sim
 
 
 def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,

@@ -86,9 +86,10 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
             results = list(ex.map(_run_seed, work))
     else:
         results = [_run_seed(w) for w in work]
-    per_seed = {str(s): {d: r["test"][d] for d in DIRECTIONS} for s, r in zip(seeds, results)}
+    dirs = DIRECTIONS + (("similarity",) if all("similarity" in r["test"] for r in results) else ())
+    per_seed = {str(s): {d: r["test"][d] for d in dirs} for s, r in zip(seeds, results)}
     summary: dict[str, Any] = {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides}
-    for d in DIRECTIONS:
+    for d in dirs:
         summary[d] = {m: float(np.mean([per_seed[str(s)][d][m] for s in seeds])) for m in METRICS}
         summary[f"{d}_sd"] = {m: float(np.std([per_seed[str(s)][d][m] for s in seeds], ddof=1)) if len(seeds) > 1 else 0.0
                               for m in METRICS}

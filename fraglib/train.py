@@ -27,7 +27,8 @@ import torch
 
 from fraglib import checkpoint
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
-from fraglib.evaluate import evaluate_scores, rsum, score_matrix
+from fraglib.evaluate import (bootstrap_ci, evaluate_scores, recall_table, rsum, score_matrix, similarity_matrix,
+                              similarity_ranks)
 from fraglib.inputs import input_files, load_splits, make_batches
 from fraglib.systems import get_system
 
@@ -272,8 +273,13 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         done += 1
     if (out / "best.pt").exists():
         system.load_state_dict(checkpoint.load(out / "best.pt", device)["model"])
-    test = evaluate_scores(score_matrix(system, splits["test"], tc.eval_chunk), splits["test"].sentence_image,
-                           tc.n_boot, tc.seed)
+    te = splits["test"]
+    test = evaluate_scores(score_matrix(system, te, tc.eval_chunk), te.sentence_image, tc.n_boot, tc.seed)
+    sim = similarity_matrix(system, te)
+    if sim is not None:
+        r = similarity_ranks(sim, te.sentence_image)
+        test["similarity"], test["similarity_ci"] = recall_table(r), bootstrap_ci(r, tc.n_boot, tc.seed + 2)
+        test["ranks"]["similarity"] = r.tolist()
     return write_outputs(out, spec, info, test, best_epoch, history)
 
 

@@ -73,4 +73,9 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     from fraglib.evaluate import evaluate_scores
     again = evaluate_scores(score_matrix(reloaded, trained_splits["test"], spec.train_config.eval_chunk),
                             trained_splits["test"].sentence_image, 10)
+    from fraglib.evaluate import similarity_matrix, similarity_ranks
+    sim = similarity_matrix(reloaded, trained_splits["test"])
+    if sim is not None:                                   # systems with a sentence space rank sentences too
+        again["ranks"]["similarity"] = similarity_ranks(sim, trained_splits["test"].sentence_image).tolist()
+    assert ("similarity" in ranks) == cls.SENTENCE_SPACE
     assert again["ranks"] == ranks, "the checkpoint alone must reproduce the test ranks"

@@ -21,6 +21,9 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
 ``TRAINABLE``                          False for systems without parameters (never stepped)
+``SENTENCE_SPACE``, ``sentence_scores``  True for systems embedding sentences in one space; then
+                                       ``sentence_scores(a, b)`` (m_a, m_b) ranks sentences against sentences
+                                       (the sentence-similarity task of Socher et al.)
 =====================================  ======================================================================
 
 A closed-form system (kCCA) overrides ``fit(train)`` and sets ``TRAINABLE = False``; the trainer calls
@@ -66,6 +69,7 @@ class System(nn.Module):
     NAME: ClassVar[str] = ""
     Config: ClassVar[type] = object
     TRAINABLE: ClassVar[bool] = True
+    SENTENCE_SPACE: ClassVar[bool] = False
 
     @staticmethod
     def views(cfg: Any) -> Views:
@@ -94,6 +98,9 @@ class System(nn.Module):
 
     def loss(self, images: Any, sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
+
+    def sentence_scores(self, a: Any, b: Any) -> torch.Tensor:
+        raise NotImplementedError(f"system {self.NAME} has no sentence space")
 
 
 # ----------------------------------------------------------------------------- helpers shared by systems

@@ -100,6 +100,7 @@ class SocherSystem(System):
 
     NAME = "socher"
     Config = Config
+    SENTENCE_SPACE = True
 
     @staticmethod
     def views(cfg: Config) -> Views:
@@ -199,6 +200,10 @@ class SocherSystem(System):
     # ------------------------------------------------------------------ scores and loss
     def scores(self, images: Encoded, sentences: Encoded) -> torch.Tensor:
         return images.vec @ sentences.vec.T
+
+    def sentence_scores(self, a: Encoded, b: Encoded) -> torch.Tensor:
+        """Inner products of sentence vectors (the paper's nearest neighbours)."""
+        return a.vec @ b.vec.T
 
     def regulariser(self) -> torch.Tensor:
         return sum((p ** 2).sum() for p in self.parameters())
