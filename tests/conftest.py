@@ -65,7 +65,8 @@ def tiny_full(tiny_text, tmp_path_factory):
 TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
 TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {},
                 "socher": {}}
-TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "random": {"system": "random"}}
+TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "random": {"system": "random"},
+             "dtrnn": {"system": "socher"}}
 
 
 def tiny_params(**runs) -> dict:
@@ -83,8 +84,8 @@ def tiny_spec(run: str = "full", **overrides):
 
 @pytest.fixture(scope="session")
 def tiny_study(tiny_full, tmp_path_factory):
-    """Three runs (fragment, devise, random) x one seed trained for a few epochs on the tiny
-    benchmark, plus a search table."""
+    """Four runs (fragment, devise, random, socher) x one seed trained for a few epochs on the
+    tiny benchmark, plus a search table."""
     from fraglib.study import run_study
 
     import yaml
