@@ -235,3 +235,23 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
     pairs = [(int(np.searchsorted(imgs, tr.sentence_image[j])), ok.index(int(j))) for j in b]
     assert parts["hinge"] == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, 3.0))
     assert float(cost.detach()) == pytest.approx(parts["hinge"] + 0.08 * parts["reg"])
+
+
+def test_cca_recovers_known_canonical_correlations():
+    """x1 ~ N(0,1), y1 = ρ1 x1 + sqrt(1-ρ1²) e; x2, y2 likewise with ρ2; other dimensions
+    independent noise: the canonical correlations are ρ1 > ρ2 > 0 (in that order)."""
+    from fraglib.systems.kcca import cca
+
+    rng = np.random.default_rng(0)
+    n, r1, r2 = 20000, 0.9, 0.5
+    x = rng.standard_normal((n, 5))
+    y = rng.standard_normal((n, 4))
+    y[:, 0] = r1 * x[:, 0] + np.sqrt(1 - r1 ** 2) * rng.standard_normal(n)
+    y[:, 1] = r2 * x[:, 1] + np.sqrt(1 - r2 ** 2) * rng.standard_normal(n)
+    mix_x, mix_y = rng.standard_normal((5, 5)), rng.standard_normal((4, 4))      # CCA is invariant to these
+    A, B, rho = cca(x @ mix_x, y @ mix_y, reg=1e-8, p=3)
+    np.testing.assert_allclose(rho[:2], [r1, r2], atol=0.01)
+    assert rho[2] < 0.05
+    u, v = (x @ mix_x - (x @ mix_x).mean(0)) @ A, (y @ mix_y - (y @ mix_y).mean(0)) @ B
+    np.testing.assert_allclose(np.corrcoef(u[:, 0], v[:, 0])[0, 1], r1, atol=0.01)
+    np.testing.assert_allclose(u.T @ u / n, np.eye(3), atol=0.02)                  # unit variance, uncorrelated

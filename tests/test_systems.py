@@ -25,12 +25,13 @@ def test_every_system_has_a_tiny_configuration():
 
 
 def test_unknown_system_names_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher"):
+    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca"):
         get_system("vsepp")
 
 
 # every system with its tiny settings, and the other settings of a system that change its code path
-CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")]
+CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")] \
+    + [("kcca", {"kernel": "linear"})]
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])

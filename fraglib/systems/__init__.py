@@ -9,6 +9,7 @@ from fraglib.config import ConfigError
 from fraglib.systems.base import System
 from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem
+from fraglib.systems.kcca import KccaSystem
 from fraglib.systems.random import RandomSystem
 from fraglib.systems.socher import SocherSystem
 
@@ -17,6 +18,7 @@ SYSTEMS: dict[str, type[System]] = {
     "devise": DeviseSystem,
     "random": RandomSystem,
     "socher": SocherSystem,
+    "kcca": KccaSystem,
 }
 
 
