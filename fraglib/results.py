@@ -17,6 +17,9 @@ import pandas as pd
 from fraglib.evaluate import KS
 
 DIRECTIONS = ("annotation", "search")
+# Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
+# against sentences (systems with a sentence space only)
+PAPER_TASKS = {"sentence_similarity": "similarity", "image_search": "search", "describing_images": "annotation"}
 
 
 def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> list[str]:
@@ -32,16 +35,19 @@ def run_labels(params: dict[str, Any]) -> dict[str, str]:
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """Summary and per-seed per-query ranks (arrays, seeds x queries) of one run (``fraglib.study``)."""
+    """Summary and per-seed per-query ranks (arrays, seeds x queries) of one run (``fraglib.study``):
+    ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
-    ranks = {d: [] for d in DIRECTIONS}
-    for s in summary["seeds"]:
-        r = json.loads((run_dir / "seeds" / f"seed{s}" / "ranks.json").read_text())
-        for d in DIRECTIONS:
-            ranks[d].append(np.asarray(r[d]))
-    summary["ranks"] = {d: np.stack(v) for d, v in ranks.items()}
+    per_seed = [json.loads((run_dir / "seeds" / f"seed{s}" / "ranks.json").read_text()) for s in summary["seeds"]]
+    tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
+    summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
     return summary
+
+
+def metric_label(name: str) -> str:
+    """Column label of a metric: r1 -> R@1, mean_rank -> mean r, median_rank -> med r."""
+    return {"mean_rank": "mean r", "median_rank": "med r"}.get(name, name.replace("r", "R@", 1))
 
 
 def _metric(r: np.ndarray, name: str) -> np.ndarray:
@@ -80,7 +86,7 @@ def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
                 lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot)
-                row[(d, m.replace("_rank", " r").replace("r1", "R@1").replace("r5", "R@5").replace("r10", "R@10"))] = \
+                row[(d, metric_label(m))] = \
                     f"{s[d][m]:.1f} ± {s[d + '_sd'][m]:.1f} [{lo:.1f}, {hi:.1f}]"
         rows[(labels or {}).get(v, v)] = row
     df = pd.DataFrame(rows).T
@@ -103,18 +109,57 @@ def published_table(dataset: str = "flickr8k") -> pd.DataFrame:
     return df
 
 
+def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], tasks=DIRECTIONS,
+                       metrics=tuple(f"r{k}" for k in KS), labels: dict[str, str] | None = None,
+                       n_boot: int = 1000) -> pd.DataFrame:
+    """Paired-bootstrap difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task
+    (``direction`` column) and metric, with CIs. Long format."""
+    rows = []
+    for a, b in pairs:
+        for d in tasks:
+            if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
+                continue
+            for m in metrics:
+                r = paired_difference(study[a]["ranks"][d], study[b]["ranks"][d], m, n_boot)
+                rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
+                             "metric": metric_label(m), **r})
+    return pd.DataFrame(rows)
+
+
 def differences_from(study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None,
                      n_boot: int = 1000) -> pd.DataFrame:
     """Paired-bootstrap difference (run - base) of R@1/5/10 both ways, with CIs."""
-    rows = []
-    for v, s in study.items():
-        if v == base:
-            continue
-        for d in DIRECTIONS:
-            for m in [f"r{k}" for k in KS]:
-                r = paired_difference(s["ranks"][d], study[base]["ranks"][d], m, n_boot)
-                rows.append({"run": (labels or {}).get(v, v), "direction": d, "metric": m.replace("r", "R@"), **r})
-    return pd.DataFrame(rows)
+    return paired_differences(study, [(v, base) for v in study if v != base], labels=labels, n_boot=n_boot)
+
+
+def paper_table(study: dict[str, dict[str, Any]], rows: dict[str, str], published: dict[str, Any] | None,
+                tasks: tuple[str, ...], metrics: tuple[str, ...] = ("mean_rank",), labels: dict[str, str] | None = None,
+                n_boot: int = 1000) -> pd.DataFrame:
+    """A published table laid out with ours beside it. ``rows``: the paper's row key -> our run
+    (rows whose run is not in ``study`` read "not run"); ``tasks``: the paper's task keys
+    (:data:`PAPER_TASKS`); ``published[task][row]`` a number (one metric) or {metric: number}, or
+    None for no paper column. Cells: seed-mean [95% bootstrap CI] of ours, the paper's as printed."""
+    out = {}
+    for key, run in rows.items():
+        row = {}
+        for task in tasks:
+            ours = PAPER_TASKS[task]
+            for m in metrics:
+                name = metric_label(m)
+                r = study[run]["ranks"].get(ours) if run in study else None
+                if r is None:
+                    row[(task, name, "ours")] = "not run" if run not in study else "—"
+                else:
+                    lo, hi = bootstrap_seed_mean(r, m, n_boot)
+                    row[(task, name, "ours")] = f"{_metric(r, m).mean():.1f} [{lo:.1f}, {hi:.1f}]"
+                if published is not None:
+                    p = (published.get(task) or {}).get(key)
+                    row[(task, name, "paper")] = "—" if p is None else (p if len(metrics) == 1 and not isinstance(p, dict)
+                                                                        else p.get(m))
+        out[f"{key} ({(labels or {}).get(run, run)})"] = row
+    df = pd.DataFrame(out).T
+    df.columns = pd.MultiIndex.from_tuples(df.columns)
+    return df
 
 
 # ----------------------------------------------------------------------------- where a model wins or loses
@@ -123,11 +168,25 @@ LENGTH_NAMES = [f"<= {LENGTH_BINS[1]} words"] + [f"{a + 1}-{b} words" for a, b i
     + [f"> {LENGTH_BINS[-2]} words"]
 
 
-def test_groups(dataset_dir: str | Path) -> dict[str, np.ndarray]:
+def verb_groups(has_verb: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """Socher et al. §6.6's split of sentence queries: whether each has a verb, and whether that
+    agrees with most of the other sentences of its image ("like the others" / "unlike the
+    others"; a tie counts as unlike). ``has_verb`` (m,) bool, ``image`` (m,) image ids."""
+    out = []
+    for j in range(len(has_verb)):
+        others = has_verb[(image == image[j]) & (np.arange(len(image)) != j)]
+        like = len(others) > 0 and (others == has_verb[j]).mean() > 0.5
+        out.append(f"{'verb' if has_verb[j] else 'no verb'}, {'like' if like else 'unlike'} the others")
+    return np.array(out)
+
+
+def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -> dict[str, np.ndarray]:
     """Per-query group labels of one split's test queries, in the order of ``ranks.json``:
     ``annotation_category`` (one per test image; its dataset ``category`` or "-"),
     ``search_category`` (one per test sentence: its image's category) and ``search_length``
-    (one per test sentence: token-count bin, e.g. "9-10 words")."""
+    (one per test sentence: token-count bin, e.g. "9-10 words"); with the parse
+    (``parse_file``, CoNLL-U) also ``similarity_verb`` (:func:`verb_groups`; a verb = a token
+    tagged VERB)."""
     from fraglib.data import read_karpathy_json
 
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
@@ -136,23 +195,37 @@ def test_groups(dataset_dir: str | Path) -> dict[str, np.ndarray]:
     sents = [s for s in ds.sentences if s["imgid"] in cat]
     lengths = np.array([len(s["tokens"]) for s in sents])
     bins = np.clip(np.searchsorted(np.array(LENGTH_BINS), lengths, side="left") - 1, 0, len(LENGTH_NAMES) - 1)
-    return {"annotation_category": np.array([cat[im["imgid"]] for im in test]),
-            "search_category": np.array([cat[s["imgid"]] for s in sents]),
-            "search_length": np.array([LENGTH_NAMES[b] for b in bins])}
+    out = {"annotation_category": np.array([cat[im["imgid"]] for im in test]),
+           "search_category": np.array([cat[s["imgid"]] for s in sents]),
+           "search_length": np.array([LENGTH_NAMES[b] for b in bins])}
+    if parse_file:
+        from fraglib.text.parse import read_conllu
+
+        verb = {p.sentid: any(t.upos == "VERB" for t in p.tokens) for p in read_conllu(parse_file)[1]}
+        missing = [s["sentid"] for s in sents if s["sentid"] not in verb]
+        if missing:
+            raise ValueError(f"{parse_file}: {len(missing)} test sentences of {dataset_dir} are not in the parse "
+                             f"(e.g. sentid {missing[0]}); re-run the parse stage")
+        out["similarity_verb"] = verb_groups(np.array([verb[s["sentid"]] for s in sents]),
+                                             np.array([s["imgid"] for s in sents]))
+    return out
 
 
 def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str], metric: str = "r5",
-              labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """``metric`` of each run per group of test queries (image category for annotation and
-    search, caption length for search), averaged over seeds (= splits; ``dataset_dir`` may hold
-    ``{seed}``). Long format: run, direction, by, group, value, queries (per split, mean)."""
+              labels: dict[str, str] | None = None, parse_file: str | Path | None = None) -> pd.DataFrame:
+    """``metric`` of each run per group of test queries (:func:`test_groups`: image category,
+    caption length, with ``parse_file`` the verb split of sentence similarity), averaged over seeds
+    (= splits; ``dataset_dir`` may hold ``{seed}``). Long format: run, direction, by, group,
+    value, queries (per split, mean)."""
     rows = []
     for v in runs:
         s = study[v]
         for k, seed in enumerate(s["seeds"]):
-            groups = test_groups(str(dataset_dir).format(seed=seed))
+            groups = test_groups(str(dataset_dir).format(seed=seed), parse_file)
             for key, group_of in groups.items():
                 d, by = key.split("_")
+                if d not in s["ranks"]:
+                    continue
                 r = s["ranks"][d][k]
                 if len(r) != len(group_of):
                     raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(group_of)} test queries in {dataset_dir}")
@@ -165,6 +238,25 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
 
 
 # ----------------------------------------------------------------------------- any trained run, reloaded
+def relation_norms(seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
+                   ) -> pd.DataFrame:
+    """Socher et al. §6.7: the Frobenius norm of each relation matrix of trained SDT-RNNs (one seed
+    dir per split, each with its dataset dir), with the relation's count among that split's
+    training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
+    from fraglib.evaluate import load_trained
+
+    rows = []
+    for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
+        system, ck, train = load_trained(seed_dir, dataset_dir, features_dir, "train")
+        if getattr(system.cfg, "encoder", None) != "sdtrnn":
+            raise ValueError(f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn")
+        names = ck["info"]["relations"]
+        counts = np.bincount(train.sentences.data["rel"].numpy(), minlength=len(names))
+        norms = system.W.detach().flatten(1).norm(dim=1).numpy()
+        rows += [{"relation": r, "norm": float(norms[k]), "train_edges": int(counts[k])} for k, r in enumerate(names)]
+    df = pd.DataFrame(rows).groupby("relation", as_index=False).agg(
+        norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
+    return df.sort_values("norm", ascending=False, ignore_index=True)
 def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
     """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
     one of the image's own."""

@@ -22,7 +22,7 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
                             "n_boot": 50},
         "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
                            "params_file": str(runs / "params.yaml"), "breakdown_runs": "devise", "n_boot": 50,
-                           "n_examples": 1},
+                           "n_examples": 1, "parse_file": str(synth / "parse.conllu"), "published_dataset": "pascal1k"},
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
     return table[name]

@@ -1,5 +1,7 @@
 """Socher et al. 2014's trees, level-batched encoders and Eq. 5 (fraglib/text/trees.py,
 fraglib/systems/recursive.py): the paper's worked example, a recursive reference, gradcheck, loops."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -255,3 +257,44 @@ def test_cca_recovers_known_canonical_correlations():
     u, v = (x @ mix_x - (x @ mix_x).mean(0)) @ A, (y @ mix_y - (y @ mix_y).mean(0)) @ B
     np.testing.assert_allclose(np.corrcoef(u[:, 0], v[:, 0])[0, 1], r1, atol=0.01)
     np.testing.assert_allclose(u.T @ u / n, np.eye(3), atol=0.02)                  # unit variance, uncorrelated
+
+
+def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(tiny_full):
+    """Table 2's scheme: W_I alone in even epochs (sentence vectors fixed), θ alone in odd ones;
+    the loss is the batch's mean ‖v − y‖² + λ‖trained part‖², scores are −‖v − y‖."""
+    from conftest import tiny_params
+    from fraglib.inputs import load_splits, make_batches
+    from fraglib.systems import SYSTEMS
+    from fraglib.train import TrainConfig, make_optimizer, resolve_run
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared",
+                                      "alternate_epochs": 2, "lam": 0.5}), "r")
+    cls = SYSTEMS["socher"]
+    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    system = cls(spec.system_config, dims, 0).double()
+    tr = splits["train"]
+    system.prepare(tr)
+    system.use_training_split(tr)
+    assert [system.phase(e) for e in range(5)] == ["image map", "image map", "sentence model", "sentence model",
+                                                   "image map"]
+    b = make_batches(tr, 6, seed=0, epoch=0)[0]
+    opt = make_optimizer(TrainConfig(optimizer="adagrad", lr=0.1), system.parameters())
+    for epoch, moved, kept in ((0, ["W_I"], ["W", "W_v"]), (2, ["W", "W_v"], ["W_I"])):
+        before = {n: p.detach().clone() for n, p in system.named_parameters()}
+        imgs, sents = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
+        cost, parts = system.loss(imgs, sents, epoch)
+        v, y = imgs.vec.detach(), sents.vec.detach()
+        want_sq = sum(float(((v[p] - y[p]) ** 2).sum()) for p in range(len(b))) / len(b)
+        want_reg = sum(float((before[n] ** 2).sum()) for n in moved)
+        assert parts["squared"] == pytest.approx(want_sq) and parts["reg"] == pytest.approx(want_reg)
+        assert float(cost.detach()) == pytest.approx(want_sq + 0.5 * want_reg)
+        opt.zero_grad(set_to_none=True)
+        cost.backward()
+        opt.step()
+        after = dict(system.named_parameters())
+        assert all(not torch.equal(after[n], before[n]) for n in moved)
+        assert all(torch.equal(after[n], before[n]) for n in kept)
+        S = system.scores(imgs, sents)
+        assert float(S.detach()[1, 2]) == pytest.approx(-float((v[1] - y[2]).norm()))
+    bow = cls(dataclasses.replace(spec.system_config, encoder="bow"), dims, 0)
+    assert {bow.phase(e) for e in range(6)} == {"image map"}                  # θ is empty for BoW

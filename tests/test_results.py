@@ -99,3 +99,65 @@ def test_rerun_agreement_by_hand():
     assert [(r["run"], r["metric"]) for r in bad] == [("a", "r1")] and bad[0]["z"] == pytest.approx(12 / pooled)
     with pytest.raises(ValueError, match="no run is in both"):
         agreement(ref, {"z": run(1.0, 1.0)})
+
+
+def test_verb_groups_by_hand():
+    from fraglib.results import verb_groups
+
+    has_verb = np.array([1, 1, 1, 0, 0, 0, 0, 1, 1, 0], bool)
+    image = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    got = verb_groups(has_verb, image).tolist()
+    assert got == ["verb, like the others"] * 3 + ["no verb, unlike the others"] \
+        + ["no verb, like the others"] * 3 + ["verb, unlike the others"] + ["verb, unlike the others",
+                                                                            "no verb, unlike the others"]
+
+
+def test_paper_table_by_hand():
+    from fraglib.results import paper_table
+
+    study = {"a": {"ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}}
+    pub = {"image_search": {"bow": 14.6, "dt_rnn": 13.6}, "describing_images": {"bow": 21.1}}
+    t = paper_table(study, {"bow": "a", "dt_rnn": "b"}, pub, ("image_search", "describing_images"),
+                    labels={"a": "run A"}, n_boot=50)
+    assert list(t.index) == ["bow (run A)", "dt_rnn (b)"]
+    assert t.loc["bow (run A)", ("image_search", "mean r", "ours")].startswith("2.0 [")
+    assert t.loc["bow (run A)", ("describing_images", "mean r", "ours")] == "5.0 [5.0, 5.0]"
+    assert t.loc["bow (run A)", ("image_search", "mean r", "paper")] == 14.6
+    assert t.loc["dt_rnn (b)", ("image_search", "mean r", "ours")] == "not run"
+    assert t.loc["dt_rnn (b)", ("describing_images", "mean r", "paper")] == "—"
+    t3 = paper_table(study, {"bow": "a"}, {"image_search": {"bow": {"mean_rank": 14.6, "r1": 15.8}}},
+                     ("image_search",), ("mean_rank", "r1"), n_boot=20)
+    assert t3.loc["bow (a)", ("image_search", "R@1", "ours")].startswith("25.0 [")    # seeds: 50 and 0
+    assert t3.loc["bow (a)", ("image_search", "R@1", "paper")] == 15.8
+    no_paper = paper_table(study, {"bow": "a"}, None, ("image_search",), n_boot=20)
+    assert list(no_paper.columns) == [("image_search", "mean r", "ours")]
+
+
+def test_study_keeps_sentence_similarity_ranks(tiny_study):
+    from fraglib.results import load_run, paired_differences
+
+    runs = {r: load_run(tiny_study / r) for r in ("dtrnn", "random", "full")}
+    assert "similarity" in runs["dtrnn"]["ranks"] and "similarity" in runs["random"]["ranks"]
+    assert "similarity" not in runs["full"]["ranks"]                     # the fragment model has no sentence space
+    d = paired_differences(runs, [("dtrnn", "random"), ("full", "random")], ("similarity",), ("mean_rank",), n_boot=20)
+    assert d.run.tolist() == ["dtrnn"] and d.metric.tolist() == ["mean r"]
+
+
+def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
+    import torch
+
+    from conftest import tiny_params
+    from fraglib.checkpoint import load_system
+    from fraglib.results import relation_norms
+    from fraglib.train import resolve_run, train
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "sdtrnn"}), "r", extra={"epochs": 1})
+    train(tiny_full, tmp_path, spec, device=torch.device("cpu"), progress=False)
+    df = relation_norms([tmp_path], [tiny_full])
+    system, ck = load_system(tmp_path / "best.pt")
+    want = dict(zip(ck["info"]["relations"], system.W.detach().flatten(1).norm(dim=1).tolist()))
+    assert df.norm.is_monotonic_decreasing and len(df) == len(want)
+    assert all(abs(n - want[r]) < 1e-6 for r, n in zip(df.relation, df.norm))
+    assert df.loc[df.relation == "root", "train_edges"].item() > 0
+    with pytest.raises(ValueError, match="not an SDT-RNN"):
+        relation_norms([tiny_study / "dtrnn" / "seeds" / "seed0"], [tiny_full])

@@ -12,7 +12,9 @@ in closed form:
     C_xx^{-1/2} C_xy C_yy^{-1/2} = U diag(ρ) Vᵀ,   A = C_xx^{-1/2} U_p,   B = C_yy^{-1/2} V_p
 
 with κ = ``reg`` (relative to the mean feature variance) and p = ``components``. Scores are inner
-products of the projections ``(Φx A) diag(ρ)^w`` and ``Φy B`` (``weight_by_rho``: w = 1, else 0).
+products of the projections ``(Φx A) diag(ρ)^w`` and ``Φy B`` (``weight_by_rho``: w = 1, else 0),
+or ``−‖·‖`` of their difference (``distance: euclidean``, the kCCA row of Socher's Table 2; with w = 1
+the image projection is the least-squares prediction of the sentence's canonical variates).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class Config:
     rbf_scale: float = 1.0        # Gaussian width = rbf_scale x median pairwise distance (train)
     weight_by_rho: bool = True    # weigh the image projection by the canonical correlations
     images: str = "fullframe"     # fullframe | rcnn (mean of detections)
+    distance: str = "inner"       # inner (Table 1) | euclidean (Table 2: −‖a − b‖)
 
     def validate(self) -> "Config":
         p = "systems.kcca"
@@ -49,6 +52,7 @@ class Config:
         check_range(f"{p}.rbf_scale", self.rbf_scale, 1e-6, 1e6, float)
         check_choice(f"{p}.weight_by_rho", self.weight_by_rho, (True, False))
         check_choice(f"{p}.images", self.images, ("fullframe", "rcnn", "groundtruth"))
+        check_choice(f"{p}.distance", self.distance, ("inner", "euclidean"))
         return self
 
 
@@ -148,10 +152,10 @@ class KccaSystem(System):
         return (self._features(self._sentence_inputs(rows), 1) - self.mean_y) @ self.B
 
     def scores(self, images: torch.Tensor, sentences: torch.Tensor) -> torch.Tensor:
-        return images @ sentences.T
+        return images @ sentences.T if self.cfg.distance == "inner" else -torch.cdist(images, sentences)
 
     def sentence_scores(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return a @ b.T
+        return self.scores(a, b)
 
     def loss(self, images: Any, sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         raise RuntimeError("kcca is fitted in closed form (fit), never stepped")

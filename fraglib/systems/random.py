@@ -3,6 +3,8 @@
 The score of image k against sentence j (their positions in the split) is a hash of
 ``(seed, k, j)`` mapped to [0, 1): independent of how the evaluator tiles the matrix.
 Images or sentences without rows in the chosen views still rank last, as for every system.
+Sentences ranked against sentences (Socher et al.'s sentence similarity) get their own stream,
+``(seed + 2**32, j, l)``, so adding that task left the image–sentence draws unchanged.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ class RandomSystem(System):
     NAME = "random"
     Config = Config
     TRAINABLE = False
+    SENTENCE_SPACE = True
 
     @staticmethod
     def views(cfg: Config) -> Views:
@@ -63,6 +66,9 @@ class RandomSystem(System):
 
     def scores(self, images: np.ndarray, sentences: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(uniform_hash(self.seed, images, sentences))
+
+    def sentence_scores(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(uniform_hash(self.seed + 2 ** 32, a, b))
 
     def loss(self, images, sentences, epoch):
         raise RuntimeError("the random system has nothing to train")

@@ -19,6 +19,11 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
   over the batch's pairs, ``+ λ (‖θ‖² + ‖W_I‖²)`` with θ the composition matrices; scores are inner
   products. Train with ``train.optimizer: adagrad`` and ``adagrad_reset: 5`` (the paper's AdaGrad
   with the squared-gradient sums reset every 5 epochs).
+* **Table 2 variant** (``loss: squared``): ``(1/b) Σ_p ‖v_p − y_p‖²`` over the batch's pairs, scored
+  by ``−‖v − y‖`` (also between sentences), trained by the paper's alternation: ``alternate_epochs``
+  epochs of ``W_I`` alone (sentence vectors held fixed), then as many of θ alone (image vectors
+  held fixed), and so on; λ applies to the parameters being trained. For ``bow`` θ is empty and
+  every epoch trains ``W_I`` (a ridge regression onto the mean word vector, by AdaGrad).
 """
 from __future__ import annotations
 
@@ -31,9 +36,10 @@ from torch import nn
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
-from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, plan
+from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, neg_euclidean, plan, squared_loss
 
 ENCODERS = ("bow", "chain", "ctrnn", "dtrnn", "sdtrnn")
+LOSSES = ("margin", "squared")
 SENTENCE_VIEW = {"bow": "bow", "chain": "tree_basic", "ctrnn": "tree_basic", "dtrnn": "tree_basic",
                  "sdtrnn": "tree_collapsed"}
 
@@ -48,6 +54,8 @@ class Config:
     lam: float = 0.08             # λ on ‖θ‖² + ‖W_I‖²
     length_weighting: bool = True  # Eq. 4's ℓ (dtrnn, sdtrnn)
     init_noise: float = 0.01      # σ of the noise on the identity initialisation
+    loss: str = "margin"          # margin (Eq. 5, inner products) | squared (Table 2: ‖v − y‖², −Euclidean)
+    alternate_epochs: int = 1     # squared: epochs per phase of the W_I / θ alternation
 
     def validate(self) -> "Config":
         p = "systems.socher"
@@ -57,6 +65,8 @@ class Config:
         check_range(f"{p}.lam", self.lam, 0.0, 1e6, float)
         check_choice(f"{p}.length_weighting", self.length_weighting, (True, False))
         check_range(f"{p}.init_noise", self.init_noise, 0.0, 10.0, float)
+        check_choice(f"{p}.loss", self.loss, LOSSES)
+        check_range(f"{p}.alternate_epochs", self.alternate_epochs, 1, 10_000, int)
         return self
 
 
@@ -130,7 +140,9 @@ class SocherSystem(System):
 
     def use_training_split(self, train: Any) -> None:
         """Keep every usable training image and sentence (Eq. 5's negatives), with the sentences'
-        tree structure computed once."""
+        tree structure computed once (the squared loss needs only the batch)."""
+        if self.cfg.loss != "margin":
+            return
         ok = np.nonzero(train.usable_sentences())[0]
         imgs = np.unique(train.sentence_image[ok])
         sents = train.sentences.take(ok)
@@ -198,18 +210,40 @@ class SocherSystem(System):
                          torch.from_numpy(node_owner[roots]).to(dev))
 
     # ------------------------------------------------------------------ scores and loss
+    def _similarity(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b.T if self.cfg.loss == "margin" else neg_euclidean(a, b)
+
     def scores(self, images: Encoded, sentences: Encoded) -> torch.Tensor:
-        return images.vec @ sentences.vec.T
+        """(n, m) inner products, or −‖v − y‖ under the squared loss."""
+        return self._similarity(images.vec, sentences.vec)
 
     def sentence_scores(self, a: Encoded, b: Encoded) -> torch.Tensor:
-        """Inner products of sentence vectors (the paper's nearest neighbours)."""
-        return a.vec @ b.vec.T
+        """The same measure between sentence vectors (the paper's nearest neighbours)."""
+        return self._similarity(a.vec, b.vec)
 
-    def regulariser(self) -> torch.Tensor:
-        return sum((p ** 2).sum() for p in self.parameters())
+    def phase(self, epoch: int) -> str:
+        """``train`` (margin); under the squared loss ``image map`` or ``sentence model`` (θ)."""
+        if self.cfg.loss == "margin":
+            return "train"
+        theta = self.cfg.encoder != "bow" and (epoch // self.cfg.alternate_epochs) % 2 == 1
+        return "sentence model" if theta else "image map"
+
+    def regulariser(self, params=None) -> torch.Tensor:
+        return sum((p ** 2).sum() for p in (self.parameters() if params is None else params))
 
     def loss(self, images: Encoded, sentences: Encoded, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 5 for the batch's pairs against every training image and sentence, + λ R."""
+        """Eq. 5 for the batch's pairs against every training image and sentence, + λ R; or the
+        squared loss of the batch's pairs for the side trained in this epoch's phase, + λ R of it."""
+        if self.cfg.loss == "squared":
+            v, y = images.vec, sentences.vec
+            if self.phase(epoch) == "image map":
+                y, params = y.detach(), [self.W_I]
+            else:
+                v, params = v.detach(), [p for name, p in self.named_parameters() if name != "W_I"]
+            sq, reg = squared_loss(v, y), self.regulariser(params)
+            return sq + self.cfg.lam * reg, {"squared": float(sq.detach()), "reg": float(reg.detach()),
+                                             "norm_v": float(v.detach().norm(dim=1).mean()),
+                                             "norm_y": float(y.detach().norm(dim=1).mean())}
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
         imgs, ok, all_img, all_sent, st, img_of = self._negatives
