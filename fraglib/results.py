@@ -23,10 +23,12 @@ PAPER_TASKS = {"sentence_similarity": "similarity", "image_search": "search", "d
 
 
 def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> list[str]:
-    """The runs of ``params.yaml: runs`` in their order (with ``runs_dir``: only those that have a
-    ``metrics.json`` there)."""
+    """The runs of ``params.yaml: runs`` in their order (with ``runs_dir``: only those trained
+    there — a ``metrics.json`` and the ``seeds`` folder with the per-query ranks; a fresh clone has
+    the former from git but the latter only after ``dvc repro`` or ``dvc pull``)."""
     names = list(params.get("runs") or {})
-    return [r for r in names if runs_dir is None or (Path(runs_dir) / r / "metrics.json").exists()]
+    return [r for r in names if runs_dir is None
+            or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())]
 
 
 def run_labels(params: dict[str, Any]) -> dict[str, str]:
@@ -168,6 +170,12 @@ LENGTH_NAMES = [f"<= {LENGTH_BINS[1]} words"] + [f"{a + 1}-{b} words" for a, b i
     + [f"> {LENGTH_BINS[-2]} words"]
 
 
+def has_verb(tokens) -> bool:
+    """Whether a parsed caption has a verb: a token tagged VERB / AUX (universal tags, stanza) or
+    VB* (Penn tags, spaCy's cache leaves the universal column empty), auxiliaries included."""
+    return any(t.upos in ("VERB", "AUX") or t.xpos.startswith("VB") for t in tokens)
+
+
 def verb_groups(has_verb: np.ndarray, image: np.ndarray) -> np.ndarray:
     """Socher et al. §6.6's split of sentence queries: whether each has a verb, and whether that
     agrees with most of the other sentences of its image ("like the others" / "unlike the
@@ -185,8 +193,7 @@ def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -
     ``annotation_category`` (one per test image; its dataset ``category`` or "-"),
     ``search_category`` (one per test sentence: its image's category) and ``search_length``
     (one per test sentence: token-count bin, e.g. "9-10 words"); with the parse
-    (``parse_file``, CoNLL-U) also ``similarity_verb`` (:func:`verb_groups`; a verb = a token
-    tagged VERB)."""
+    (``parse_file``, CoNLL-U) also ``similarity_verb`` (:func:`verb_groups`, :func:`has_verb`)."""
     from fraglib.data import read_karpathy_json
 
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
@@ -201,7 +208,7 @@ def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -
     if parse_file:
         from fraglib.text.parse import read_conllu
 
-        verb = {p.sentid: any(t.upos == "VERB" for t in p.tokens) for p in read_conllu(parse_file)[1]}
+        verb = {p.sentid: has_verb(p.tokens) for p in read_conllu(parse_file)[1]}
         missing = [s["sentid"] for s in sents if s["sentid"] not in verb]
         if missing:
             raise ValueError(f"{parse_file}: {len(missing)} test sentences of {dataset_dir} are not in the parse "

@@ -102,7 +102,12 @@ def test_rerun_agreement_by_hand():
 
 
 def test_verb_groups_by_hand():
-    from fraglib.results import verb_groups
+    from fraglib.results import has_verb, verb_groups
+    from fraglib.text.parse import Token
+
+    tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")                # noqa: E731
+    assert has_verb([tok("_", "NN"), tok("_", "VBG")]) and has_verb([tok("VERB", "_")]) and has_verb([tok("AUX", "_")])
+    assert not has_verb([tok("_", "NN"), tok("_", "IN")]) and not has_verb([tok("NOUN", "NN")])
 
     has_verb = np.array([1, 1, 1, 0, 0, 0, 0, 1, 1, 0], bool)
     image = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
@@ -161,3 +166,14 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
     assert df.loc[df.relation == "root", "train_edges"].item() > 0
     with pytest.raises(ValueError, match="not an SDT-RNN"):
         relation_norms([tiny_study / "dtrnn" / "seeds" / "seed0"], [tiny_full])
+
+
+def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
+    from fraglib.results import run_names
+
+    params = {"runs": {"a": {}, "b": {}, "c": {}}}
+    for r in ("a", "b"):
+        (tmp_path / r).mkdir()
+        (tmp_path / r / "metrics.json").write_text("{}")
+    (tmp_path / "a" / "seeds").mkdir()                   # b: metrics from git, ranks never checked out
+    assert run_names(params) == ["a", "b", "c"] and run_names(params, tmp_path) == ["a"]
