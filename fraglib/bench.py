@@ -210,19 +210,26 @@ def _eval_child(q) -> None:  # runs in a fresh process so its peak memory is its
     q.put((t_eval, t_mm, peak / 1024, (peak - base) / 1024))
 
 
-def bench_eval(repeats: int = 3) -> list[dict[str, Any]]:
-    """Score matrix + ranks for 1,000 images x 5,000 sentences (20 and 10 fragments, embedding
-    1000), chunked; against the fragment-score matmul it contains, same process."""
+def _in_fresh_processes(target: Callable, repeats: int) -> list[Any]:
+    """What ``target(queue)`` puts, from ``repeats`` fresh (spawned) processes one after another, so
+    that each one's peak memory is its own."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    runs = []
+    out = []
     for _ in range(repeats):
         q = ctx.Queue()
-        p = ctx.Process(target=_eval_child, args=(q,))
+        p = ctx.Process(target=target, args=(q,))
         p.start()
-        runs.append(q.get())
+        out.append(q.get())
         p.join()
+    return out
+
+
+def bench_eval(repeats: int = 3) -> list[dict[str, Any]]:
+    """Score matrix + ranks for 1,000 images x 5,000 sentences (20 and 10 fragments, embedding
+    1000), chunked; against the fragment-score matmul it contains, same process."""
+    runs = _in_fresh_processes(_eval_child, repeats)
     t_eval = statistics.median(r[0] for r in runs)
     t_mm = statistics.median(r[1] for r in runs)
     peak = max(r[2] for r in runs)
@@ -435,7 +442,7 @@ def bench_systems_device() -> list[dict[str, Any]]:
 
 OPT_IN = {"systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
           "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": lambda: bench_kernel_bits(),
-          "socher": lambda: bench_socher()}
+          "socher": lambda: bench_socher(), "peri": lambda: bench_peri()}
 
 
 
@@ -523,6 +530,96 @@ def bench_socher(epochs: int = 3) -> list[dict[str, Any]]:
                      ratio=round(plain / batched / 20.0, 2), reference_is="the issue's aim: >= 20x",
                      batched_ms=round(batched * 1000, 1), recursive_ms=round(plain * 1000, 1), trees=200,
                      nodes=int(len(st.parent))))
+    return out
+
+
+def _attention_child(q) -> None:  # a fresh process, so that its peak memory is its own
+    import resource
+
+    import torch
+
+    from fraglib.systems.attention import attention_scores
+
+    torch.manual_seed(0)
+    n_img, n_sent, R, L, D = 1000, 5000, 20, 13, 1024          # the synthetic test-set sizes of the issue
+    V = torch.nn.functional.normalize(torch.randn(n_img, R, D), dim=2)
+    E = torch.nn.functional.normalize(torch.randn(n_sent, L, D), dim=2)
+    vm = torch.ones(n_img, R, dtype=torch.bool)
+    em = torch.arange(L)[None] < torch.randint(6, L + 1, (n_sent,))[:, None]
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    flat_v, flat_e = V.reshape(-1, D), E.reshape(-1, D)
+    step = max(1, (1 << 24) // (n_img * R * L))
+    t0 = time.perf_counter()                                    # the matmul it contains, in the same tiles
+    for a in range(0, n_sent, step):
+        flat_v @ flat_e[a * L:(a + step) * L].T
+    t_mm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        attention_scores(V, vm, E, em, 4.0)
+    t_att = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    q.put((t_att, t_mm, peak / 1024, (peak - base) / 1024, 2 * n_img * R * n_sent * L * D))
+
+
+def _token_split(n_images: int = 800, per_image: int = 5, n_vocab: int = 1000, img_dim: int = 1280, seed: int = 0):
+    """A training split of Pascal1K's size in the tokens view: 4,000 captions of 5-20 tokens (mean ≈ 11,
+    as Pascal1K's), a vocabulary of ~1,000 words (count >= 4), random full-frame descriptors."""
+    import numpy as np
+    import torch
+
+    from fraglib.inputs import Ragged, Split
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 18, n_images * per_image)
+    rel = torch.from_numpy(rng.integers(0, n_vocab, lengths.sum()))
+    sent = Ragged({"rel": rel, "w1": torch.zeros_like(rel)}, np.concatenate([[0], np.cumsum(lengths)]))
+    imgs = Ragged({"x": torch.from_numpy(rng.standard_normal((n_images, img_dim)).astype(np.float32))},
+                  np.arange(n_images + 1))
+    split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image),
+                  torch.zeros(1, 50))
+    return split, {"n_relations": n_vocab, "n_words": 1, "word_dim": 50, "img_dim": img_dim}
+
+
+def bench_peri(epochs: int = 2, repeats: int = 2) -> list[dict[str, Any]]:
+    """Peri's systems: seconds per VSE++ training epoch at a Pascal1K split's size (Adam, batches of
+    128, hardest negative), Peri's sizes and the smaller ones chosen on validation; and the attention
+    score matrix for 1,000 images x 5,000 captions (20 regions, <= 13 words, D = 1024): time, its ratio
+    to the matmul it contains (same tiles, same process) and the process's peak memory."""
+    import torch
+
+    from fraglib.inputs import make_batches
+    from fraglib.systems.vse import Config, VseSystem
+
+    split, dims = _token_split()
+    out = []
+    for label, sizes in (("peri", dict(word_dim=300, hidden=1024, embed_dim=1024)),
+                         ("small", dict(word_dim=100, hidden=256, embed_dim=256))):
+        system = VseSystem(Config(**sizes), dims, 0)
+        system.prepare(split)
+        opt = torch.optim.Adam(system.parameters(), lr=2e-4)
+        ts = []
+        for epoch in range(epochs):
+            t0 = time.perf_counter()
+            for b in make_batches(split, 128, 0, epoch, distinct=False):
+                c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
+                                   system.encode_sentences(split.sentences.take(b)), epoch)
+                opt.zero_grad(set_to_none=True)
+                c.backward()
+                torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
+                opt.step()
+            ts.append(time.perf_counter() - t0)
+        out.append(entry(f"vsepp_epoch_s_{label}", round(statistics.median(ts), 2), "s", captions=split.n_sentences,
+                         sizes=sizes, batch=128, repeats=epochs, all_runs=[round(t, 2) for t in ts]))
+    runs = _in_fresh_processes(_attention_child, repeats)
+    t_att, t_mm = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+    out.append(entry("attention_1000x5000_s", round(t_att, 2), "s", reference=round(t_mm, 2), ratio=round(t_att / t_mm, 2),
+                     reference_is="seconds of the (20000 x 1024) @ (1024 x 65000) region-word matmul it contains, "
+                                  "same tiles; the issue's aim: ratio <= 3",
+                     tflop=round(runs[0][4] / 1e12, 2), all_runs=[[round(x, 2) for x in r[:2]] for r in runs]))
+    out.append(entry("attention_peak_mem_mb", round(max(r[2] for r in runs), 0), "MB", reference=4096,
+                     ratio=round(max(r[2] for r in runs) / 4096, 2),
+                     reference_is="the issue's aim: <= 4 GB; peak RSS of the scoring process, inputs (350 MB) included",
+                     growth_during_scoring_mb=round(max(r[3] for r in runs), 0)))
     return out
 
 

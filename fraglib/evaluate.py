@@ -90,6 +90,14 @@ def recall_table(ranks: np.ndarray) -> dict[str, float]:
     return out
 
 
+def median_rank_vsepp(ranks: np.ndarray) -> float:
+    """VSE++'s (and Peri's) median rank ``floor(median(rank − 1)) + 1``: an integer, which differs from
+    the median of 1-based ranks when the query count is even and the middle pair differ."""
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    return float(np.floor(np.median(r - 1)) + 1)
+
+
 def bootstrap_ci(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
     """Percentile bootstrap CIs of every :func:`recall_table` entry, resampling queries."""
     r = np.asarray(ranks)

@@ -138,12 +138,15 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
     return splits, dims, info
 
 
-def make_batches(split: Split, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Shuffled sentence positions in batches of ``batch_size`` with no image twice in a batch.
-    Sentences without rows, or whose image has none, are not trained on; the order depends only
-    on (seed, epoch)."""
+def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct: bool = True) -> list[np.ndarray]:
+    """Shuffled sentence positions in batches of ``batch_size``, with no image twice in a batch when
+    ``distinct`` (else plain consecutive slices of the permutation, as VSE++ draws them). Sentences
+    without rows, or whose image has none, are not trained on; the order depends only on (seed, epoch)."""
     rng = np.random.default_rng([seed, epoch])
-    pool = list(rng.permutation(np.nonzero(split.usable_sentences())[0]))
+    perm = rng.permutation(np.nonzero(split.usable_sentences())[0])
+    if not distinct:
+        return [perm[a:a + batch_size] for a in range(0, len(perm), batch_size) if len(perm) - a >= 2]
+    pool = list(perm)
     batches = []
     while pool:
         batch, seen, rest = [], set(), []

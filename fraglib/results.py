@@ -48,14 +48,18 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
 
 
 def metric_label(name: str) -> str:
-    """Column label of a metric: r1 -> R@1, mean_rank -> mean r, median_rank -> med r."""
-    return {"mean_rank": "mean r", "median_rank": "med r"}.get(name, name.replace("r", "R@", 1))
+    """Column label of a metric: r1 -> R@1, mean_rank -> mean r, median_rank -> med r, median_rank_vsepp ->
+    med r (VSE++) (:func:`fraglib.evaluate.median_rank_vsepp`)."""
+    return {"mean_rank": "mean r", "median_rank": "med r", "median_rank_vsepp": "med r (VSE++)"}.get(
+        name, name.replace("r", "R@", 1))
 
 
 def _metric(r: np.ndarray, name: str) -> np.ndarray:
     """Metric over the last axis of a (..., queries) rank array."""
     if name.startswith("r"):
         return 100.0 * (r <= int(name[1:])).mean(axis=-1)
+    if name == "median_rank_vsepp":                      # floor(median(rank - 1)) + 1
+        return np.floor(np.median(r - 1, axis=-1)) + 1
     return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
 
 
@@ -88,8 +92,10 @@ def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
                 lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot)
-                row[(d, metric_label(m))] = \
-                    f"{s[d][m]:.1f} ± {s[d + '_sd'][m]:.1f} [{lo:.1f}, {hi:.1f}]"
+                per_seed = _metric(s["ranks"][d], m)         # metrics.json holds the trainer's metrics only
+                mean, sd = (s[d][m], s[d + "_sd"][m]) if m in s[d] else \
+                    (per_seed.mean(), per_seed.std(ddof=1) if len(per_seed) > 1 else 0.0)
+                row[(d, metric_label(m))] = f"{mean:.1f} ± {sd:.1f} [{lo:.1f}, {hi:.1f}]"
         rows[(labels or {}).get(v, v)] = row
     df = pd.DataFrame(rows).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
@@ -106,6 +112,23 @@ def published_table(dataset: str = "flickr8k") -> pd.DataFrame:
     for name, r in t["rows"].items():
         rows[f"paper: {name}"] = {(d, m): r[d][k] for d in DIRECTIONS
                                   for m, k in (("R@1", "r1"), ("R@5", "r5"), ("R@10", "r10"), (rank, "rank"))}
+    df = pd.DataFrame(rows).T
+    df.columns = pd.MultiIndex.from_tuples(df.columns)
+    return df
+
+
+def peri_published_table() -> pd.DataFrame:
+    """Peri's (2018) retrieval rows as printed, on MSCOCO and Flickr30K (data we do not have: never
+    comparable with our rows). Columns: (direction, metric) with annotation = Peri's sentence retrieval."""
+    from fraglib.reference import published
+
+    t = published()["peri2018_thesis"]
+    rows = {}
+    for data in ("mscoco_5k_test", "flickr30k_1k_test"):
+        for name, r in t[data].items():
+            rows[f"{data}: {name}"] = {(d, m): r[k][key] for d, k in (("annotation", "i2t"), ("search", "t2i"))
+                                       for m, key in (("R@1", "r1"), ("R@5", "r5"), ("R@10", "r10"),
+                                                      ("med r (VSE++)", "med"), ("mean r", "mean"))}
     df = pd.DataFrame(rows).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
     return df

@@ -4,7 +4,7 @@
 
 The loop knows no system by name: it builds the system of a run (``runs.<name>.system``) from
 sizes read off the data, then per epoch draws batches of ``batch_size`` image–sentence pairs
-with no image twice (the order depends only on (seed, epoch)), steps the system's ``loss`` with
+(by default no image twice; the order depends only on (seed, epoch)), steps the system's ``loss`` with
 SGD + momentum or Adam (learning rate × ``lr_drop`` for the last ``lr_drop_epochs`` epochs),
 validates (R@K sum, both directions) and checkpoints (:mod:`fraglib.checkpoint`): a killed run
 resumes from ``last.pt`` and ends exactly as an uninterrupted one. The best validation epoch
@@ -42,6 +42,7 @@ class TrainConfig:
     seed: int = 0
     epochs: int = 20
     batch_size: int = 100               # image–sentence pairs
+    distinct_images: bool = True        # no image twice in a batch (false: plain shuffled slices, as VSE++)
     optimizer: str = "sgd"              # sgd (paper; momentum) | adam | adagrad
     lr: float = 1e-3
     momentum: float = 0.9               # sgd only
@@ -59,6 +60,7 @@ class TrainConfig:
         check_range(f"{p}.adagrad_reset", self.adagrad_reset, 0, 10_000, int)
         check_range(f"{p}.epochs", self.epochs, 0, 10_000, int)
         check_range(f"{p}.batch_size", self.batch_size, 2, 100_000, int)
+        check_choice(f"{p}.distinct_images", self.distinct_images, (True, False))
         check_range(f"{p}.lr", self.lr, 0.0, 100.0, float)
         check_range(f"{p}.momentum", self.momentum, 0.0, 1.0, float)
         check_range(f"{p}.lr_drop", self.lr_drop, 0.0, 1.0, float)
@@ -241,7 +243,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         reset_adagrad(tc, opt, epoch)
         phase = system.phase(epoch)
         sums: dict[str, float] = {}
-        batches = make_batches(tr, tc.batch_size, tc.seed, epoch)
+        batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
         bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs} ({phase})", disable=not progress, leave=False, mininterval=2)
         for b in bar:
             cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),

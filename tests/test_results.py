@@ -177,3 +177,16 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
         (tmp_path / r / "metrics.json").write_text("{}")
     (tmp_path / "a" / "seeds").mkdir()                   # b: metrics from git, ranks never checked out
     assert run_names(params) == ["a", "b", "c"] and run_names(params, tmp_path) == ["a"]
+
+
+def test_vsepp_median_and_peri_table():
+    """The VSE++ median per seed in the results table, and Peri's rows in their own table."""
+    from fraglib.results import peri_published_table, results_table
+
+    ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])     # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
+    run = {"ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
+    cell = results_table({"x": run}, rank="median_rank_vsepp", n_boot=20).loc["x", ("search", "med r (VSE++)")]
+    assert cell.startswith("2.5 ± 0.7 ")                # mean of (2, 3), sd with ddof=1
+    t = peri_published_table()
+    assert t.loc["mscoco_5k_test: vse_baseline_1024", ("annotation", "R@1")] == 55.5
+    assert t.loc["flickr30k_1k_test: stt_att_1024", ("search", "mean r")] == 18.3

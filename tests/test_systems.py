@@ -25,13 +25,15 @@ def test_every_system_has_a_tiny_configuration():
 
 
 def test_unknown_system_names_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca"):
+    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca, vse, attention"):
         get_system("vsepp")
 
 
 # every system with its tiny settings, and the other settings of a system that change its code path
 CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")] \
-    + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})]
+    + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})] \
+    + [("vse", {"similarity": "order", "negatives": "sum"}), ("vse", {"word_init": "glove", "word_dim": 50}),
+       ("attention", {"clipped_l2norm": True, "images": "groundtruth"})]
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])

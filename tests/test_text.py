@@ -111,3 +111,27 @@ def test_real_pascal1k_sentences():
     assert sorted(Counter(per_image.values()).items()) == [(4, 3), (5, 996), (6, 1)]
     for cat in {im["category"] for im in ds.images}:
         assert Counter(im["split"] for im in ds.images if im["category"] == cat) == {"train": 40, "val": 5, "test": 5}
+
+
+def test_tokens_view_vocabulary_from_train_split(tiny_text):
+    """The GRU encoders' view: one row per token in order, vocabulary = train words seen >= 4 times."""
+    from fraglib.text.fragments import UNK, vocabulary, words_of
+
+    out, stats = tiny_text
+    ds = read_karpathy_json(out / "dataset.json")
+    _, parsed = read_conllu(out / "parse.conllu")
+    tok = Fragments.load(out / "fragments" / "tokens.npz")
+    train = {im["imgid"] for im in ds.split("train").images}
+    counts = Counter(w for p, s in zip(parsed, ds.sentences) if s["imgid"] in train for w in words_of(p.tokens))
+    assert tok.relations[0] == UNK and set(tok.relations[1:]) == {w for w, c in counts.items() if c >= 4}
+    assert stats["tokens"]["vocabulary_size"] == len(tok.relations)
+    for n in (0, len(parsed) // 2, len(parsed) - 1):      # caption order and ids, <unk> for rare words
+        a, b = tok.offsets[n], tok.offsets[n + 1]
+        assert [tok.relations[r] if r else None for r in tok.rel[a:b]] == \
+            [w if counts[w] >= 4 else None for w in words_of(parsed[n].tokens)]
+    assert vocabulary([["b", "a", "b"], ["c", "a", "b"]], 2) == [UNK, "b", "a"]   # most frequent first
+
+
+def test_min_word_count_is_checked():
+    with pytest.raises(ConfigError, match="text.min_word_count"):
+        TextConfig(min_word_count=0).validate()

@@ -6,12 +6,14 @@ stage of a run depends on ``fraglib/systems/<name>.py`` only. Adding a system: d
 from __future__ import annotations
 
 from fraglib.config import ConfigError
+from fraglib.systems.attention import AttentionSystem
 from fraglib.systems.base import System
 from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem
 from fraglib.systems.kcca import KccaSystem
 from fraglib.systems.random import RandomSystem
 from fraglib.systems.socher import SocherSystem
+from fraglib.systems.vse import VseSystem
 
 SYSTEMS: dict[str, type[System]] = {
     "fragment": FragmentSystem,
@@ -19,6 +21,8 @@ SYSTEMS: dict[str, type[System]] = {
     "random": RandomSystem,
     "socher": SocherSystem,
     "kcca": KccaSystem,
+    "vse": VseSystem,
+    "attention": AttentionSystem,
 }
 
 

@@ -41,7 +41,8 @@ from torch import nn
 
 IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe")      # detections + full frame | VOC/synthetic boxes | whole image
 SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
-                  "tree_basic", "tree_collapsed")           # one tree per caption (fraglib.text.trees)
+                  "tree_basic", "tree_collapsed",           # one tree per caption (fraglib.text.trees)
+                  "tokens")                                 # one row per token, train-split vocabulary ids
 
 
 @dataclasses.dataclass(frozen=True)

@@ -172,3 +172,32 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
         cost = cost + alpha * reg
         parts["reg"] = float(reg.detach())
     return cost, parts
+
+
+# ----------------------------------------------------------------------------- Peri 2018 / VSE++ (docs/systems.md)
+def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool, same: torch.Tensor | None = None) -> torch.Tensor:
+    """Eq. 7 of Peri (2018), VSE++'s loss, summed over the batch. ``S`` (B, B): image b (row) against
+    sentence b' (column), pairs on the diagonal. Caption retrieval hinges ``[α − S_bb + S_bb']_+`` (row
+    b) and image retrieval hinges ``[α − S_bb + S_b'b]_+`` (column b) over the negatives b' ≠ b, summed
+    (``hardest=False``, VSE0) or only the largest of each (VSE++). ``same`` (B, B) bool marks pairs
+    b ≠ b' sharing an image: not negatives (masked) when given."""
+    d = S.diagonal()
+    off = torch.eye(S.shape[0], dtype=torch.bool, device=S.device)
+    if same is not None:
+        off = off | same
+    cap = (margin - d[:, None] + S).clamp(min=0).masked_fill(off, 0.0)     # row b: captions b' for image b
+    img = (margin - d[None, :] + S).clamp(min=0).masked_fill(off, 0.0)     # column b: images b' for caption b
+    if hardest:
+        return cap.amax(dim=1).sum() + img.amax(dim=0).sum()
+    return cap.sum() + img.sum()
+
+
+def order_scores(images: torch.Tensor, sentences: torch.Tensor, max_elems: int = 1 << 24) -> torch.Tensor:
+    """(n, m) order-violation similarity ``S(i, c) = −‖max(0, c − i)‖²`` (Vendrov et al. 2016; Peri
+    Eq. 9 with its square) of ``images`` (n, D) and ``sentences`` (m, D), both already |L2-normalised|:
+    zero when the caption lies below the image in every coordinate. Computed in column tiles of at most
+    ``max_elems`` (n × tile × D) elements."""
+    n, dim = images.shape
+    step = max(1, max_elems // max(1, n * dim))
+    return torch.cat([-(sentences[None, a:a + step] - images[:, None]).clamp(min=0).pow(2).sum(-1)
+                      for a in range(0, sentences.shape[0], step)], dim=1) if len(sentences) else images.new_zeros((n, 0))

@@ -4,9 +4,11 @@
     python -m fraglib.text fragments --dataset-dir data/synthetic            # -> fragments/*.npz
 
 ``fragments`` writes, into ``<dataset-dir>/fragments/``: ``dependency.npz``, ``bow.npz``,
-``bigram.npz`` (see :class:`fraglib.text.fragments.Fragments`), ``relations.json`` (the inventory
+``bigram.npz``, ``tokens.npz`` (see :class:`fraglib.text.fragments.Fragments`), the two tree views,
+``relations.json`` (the inventory
 before and after the frequency filter, with counts) and ``text_stats.json`` (a DVC metric).
-The relation filter is computed on the *train* split only and applied to every split.
+The relation filter and the token vocabulary are computed on the *train* split only and applied to
+every split.
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
-from fraglib.text.fragments import MODES, encode, frequent_relations, relation_inventory, triplets, words_of
+from fraglib.text.fragments import (MODES, encode, encode_tokens, frequent_relations, relation_inventory, triplets,
+                                    vocabulary, words_of)
 from fraglib.text.trees import TREE_VIEWS, encode_trees
 from fraglib.text.parse import PARSERS, clean_text, make_parser, parse_captions, read_conllu, write_conllu
 
@@ -35,11 +39,13 @@ class TextConfig:
     parser: str = "spacy"                   # spacy | stanza
     stanza_dir: str = "stanza_resources"    # where stanza's English models were downloaded
     min_relation_share: float = 0.01        # relation types below this share of train triplets are dropped
+    min_word_count: int = 4                 # tokens view: vocabulary = train words seen >= this often (Peri: > 3)
     batch_size: int = 512                   # captions per parser batch
 
     def validate(self) -> "TextConfig":
         check_choice("text.parser", self.parser, PARSERS)
         check_range("text.min_relation_share", self.min_relation_share, 0.0, 1.0, float)
+        check_range("text.min_word_count", self.min_word_count, 1, 1_000_000, int)
         check_range("text.batch_size", self.batch_size, 1, 1_000_000, int)
         return self
 
@@ -108,6 +114,17 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
                        "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
     tokens = [words_of(p.tokens) for p in parsed]
     n_tok = sum(map(len, tokens))
+    vocab = vocabulary((t for t, s in zip(tokens, ds.sentences) if s["imgid"] in train_imgs), cfg.min_word_count)
+    frags = encode_tokens(parsed, vocab, word_index)
+    frags.save(out_dir / "tokens.npz")
+    counts, in_train = frags.counts(), np.repeat([s["imgid"] in train_imgs for s in ds.sentences], frags.counts())
+    stats["tokens"] = {"vocabulary_size": len(vocab), "min_word_count": cfg.min_word_count,
+                       "tokens_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
+                       "tokens_per_caption_max": int(counts.max()) if len(counts) else 0,
+                       "unk_share_train": float((frags.rel[in_train] == 0).mean()) if in_train.any() else 0.0,
+                       "unk_share_other": float((frags.rel[~in_train] == 0).mean()) if (~in_train).any() else 0.0,
+                       "captions_without_fragments": int((counts == 0).sum()),
+                       "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
     all_trip = [x for t in trip for x in t]
     stats.update({
         "relation_types_before_filter": len(before),

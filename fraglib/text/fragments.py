@@ -38,6 +38,12 @@ table) plus CSR ``offsets`` over captions:
 * ``bigram`` — one per pair of consecutive words, both in the dictionary (relation ``bigram``).
 Tokens for BOW and bigrams are the parser's tokens without punctuation, so all modes share one
 tokenisation.
+
+**Tokens** (:func:`encode_tokens`, the view of the sentence encoders that learn their own word
+embeddings, e.g. the GRU of Peri's VSE baseline): one row per token, in caption order; ``rel`` is the
+token's id in a vocabulary built on the *train* split (words seen more than ``min_count - 1`` times,
+most frequent first; id 0 = ``<unk>``), ``relations`` is that vocabulary (the names of ``rel`` ids),
+and ``w1 = w2`` the token's GloVe row (-1 when the dictionary lacks it) for a GloVe initialisation.
 """
 from __future__ import annotations
 
@@ -216,6 +222,34 @@ class Fragments:
         return cls(str(z["mode"]), z["rel"], z["w1"], z["w2"], z["offsets"], z["sentid"],
                    [str(r) for r in z["relations"]], [str(r) for r in z["reasons"]],
                    {k[4:]: z[k] for k in z.files if k.startswith("col_")})
+
+
+UNK = "<unk>"
+
+
+def vocabulary(token_lists: Iterable[Sequence[str]], min_count: int) -> list[str]:
+    """``[<unk>] +`` the words seen at least ``min_count`` times, most frequent first (ties by word)."""
+    check_range("text.min_word_count", min_count, 1, 1_000_000, int)
+    counts = Counter(w for ws in token_lists for w in ws)
+    return [UNK] + sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+
+
+def encode_tokens(parsed: Sequence[ParsedCaption], vocab: Sequence[str], word_index: dict[str, int]) -> Fragments:
+    """The ``tokens`` view of every caption (module docstring): ``rel`` = vocabulary id, 0 for a word
+    outside ``vocab``; ``w1 = w2`` = GloVe row or -1."""
+    vid = {w: i for i, w in enumerate(vocab)}
+    if vid.get(UNK) != 0:
+        raise ValueError(f"encode_tokens: the vocabulary must start with {UNK!r}")
+    rel, w1, offsets, reasons = [], [], [0], []
+    for p in parsed:
+        ws = words_of(p.tokens)
+        rel += [vid.get(w, 0) for w in ws]
+        w1 += [word_index.get(w, -1) for w in ws]
+        reasons.append("" if ws else "empty" if not p.tokens else "no_words")
+        offsets.append(len(rel))
+    w = np.array(w1, np.int32)
+    return Fragments("tokens", np.array(rel, np.int32), w, w.copy(), np.array(offsets, np.int64),
+                     np.array([p.sentid for p in parsed], np.int64), list(vocab), reasons)
 
 
 def relation_inventory(triplet_lists: Iterable[Sequence[Triplet]]) -> Counter:
