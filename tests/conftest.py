@@ -58,7 +58,7 @@ def tiny_full(tiny_text, tmp_path_factory):
     shutil.copytree(src, out)
     ds = read_karpathy_json(out / "dataset.json")
     extract(ds, VisionConfig(max_proposals=100, num_workers=0), out / "features",
-            synthetic_truth(out / "ground_truth.json"), progress=False)
+            synthetic_truth(out / "ground_truth.json"), progress=False, region_views=True)
     return out
 
 

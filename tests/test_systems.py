@@ -33,7 +33,7 @@ def test_unknown_system_names_the_known_ones():
 CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")] \
     + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})] \
     + [("vse", {"similarity": "order", "negatives": "sum"}), ("vse", {"word_init": "glove", "word_dim": 50}),
-       ("attention", {"clipped_l2norm": True, "images": "groundtruth"})]
+       ("attention", {"clipped_l2norm": True, "images": "groundtruth"}), ("attention", {"images": "grid"})]
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])

@@ -173,6 +173,28 @@ def test_same_input_same_bytes(tiny_features, tmp_path):
     # possibly the boxes kept: byte identity holds for the same settings, which is what is promised)
 
 
+def test_region_views_of_the_attention_model(tiny_features, tmp_path):
+    """top36: the full frame + up to 36 proposals, the rcnn detections first (same score, same NMS);
+    grid: the full frame + 6 x 6 cells tiling the image."""
+    from fraglib.data import Dataset
+    from fraglib.vision.features import FeatureCache, extract, grid_boxes
+
+    root, ds, cfg, _ = tiny_features
+    small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
+    stats = extract(small, cfg, tmp_path, progress=False, region_views=True)
+    rcnn, top, grid = (FeatureCache.load(tmp_path / f"{d}.npz") for d in ("rcnn", "top36", "grid"))
+    for n in range(3):
+        r, t, g = rcnn.rows(n), top.rows(n), grid.rows(n)
+        assert top.is_full[t][0] and grid.is_full[g][0] and 1 < t.stop - t.start <= 37 and g.stop - g.start == 37
+        k = r.stop - r.start
+        np.testing.assert_array_equal(top.boxes[t][:k], rcnn.boxes[r])      # greedy NMS: a prefix of the longer list
+        w, h = top.boxes[t][0][2:]
+        cells = grid.boxes[g][1:]
+        np.testing.assert_allclose(((cells[:, 2] - cells[:, 0]) * (cells[:, 3] - cells[:, 1])).sum(), w * h, rtol=1e-5)
+    assert grid_boxes(60, 30, 2).tolist() == [[0, 0, 30, 15], [30, 0, 60, 15], [0, 15, 30, 30], [30, 15, 60, 30]]
+    assert set(stats["fragments_per_image_mean"]) == {"rcnn", "top36", "grid"}
+
+
 def test_existing_caches_never_replaced_without_overwrite(tiny_features, tmp_path):
     """`features --limit 2` once replaced the full cache in the default folder, and a run without
     truth left an old groundtruth.npz beside a new rcnn.npz."""

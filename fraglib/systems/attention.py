@@ -32,7 +32,7 @@ from fraglib.systems.vse import VseSystem, validate_text_side
 class Config:
     """``params.yaml: systems.attention``."""
 
-    images: str = "rcnn"           # regions: rcnn (our detections + the full frame) | groundtruth (true boxes)
+    images: str = "top36"          # regions: top36 (36 proposals + the full frame) | grid (6 x 6 + full) | groundtruth | rcnn
     lambda_att: float = 4.0        # λ of Eq. 15 (SCAN i-t AVG)
     clipped_l2norm: bool = False   # SCAN's normalisation of s before the softmax
     negatives: str = "hardest"

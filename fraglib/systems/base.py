@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe")      # detections + full frame | VOC/synthetic boxes | whole image
+IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe",      # detections + full frame | VOC/synthetic boxes | whole image
+               "top36", "grid")                       # 36 proposals + full frame | 6 x 6 cells + full frame
 SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
                   "tree_basic", "tree_collapsed",           # one tree per caption (fraglib.text.trees)
                   "tokens")                                 # one row per token, train-split vocabulary ids

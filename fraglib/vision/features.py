@@ -3,7 +3,10 @@
     python -m fraglib.vision.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
 
 writes ``<dataset-dir>/features/rcnn.npz`` (and ``groundtruth.npz`` when true boxes are given)
-plus ``features_stats.json``. The ``fullframe`` detector needs no file of its own: it is the
+plus ``features_stats.json``. With ``--region-views`` also the region sets of Peri's attention model:
+``top36.npz`` (the :data:`N_REGIONS` best proposals by the detector's score after the same NMS — the
+analogue of "Faster R-CNN proposals by objectness") and ``grid.npz`` (the cells of a
+:data:`GRID` × :data:`GRID` partition of the image, no detector), both RoI-pooled from the same map. The ``fullframe`` detector needs no file of its own: it is the
 ``is_full`` row of every image in either cache (:meth:`FeatureCache.fullframe`).
 
 **Format** — one uncompressed ``.npz`` per detector (NumPy's own container: no extra dependency,
@@ -47,6 +50,16 @@ from fraglib.outputs import OVERWRITE_HELP, claim
 from fraglib.vision.regions import check_images_usable, region_items
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
+
+
+N_REGIONS = 36      # Peri's M: proposals per image for region-word attention
+GRID = 6            # the grid alternative: GRID x GRID = 36 cells
+
+
+def grid_boxes(w: int, h: int, g: int = GRID) -> np.ndarray:
+    """(g*g, 4) float32 ``[x0, y0, x1, y1]`` cells of a g x g partition of a w x h image, row-major."""
+    xs, ys = np.linspace(0, w, g + 1), np.linspace(0, h, g + 1)
+    return np.array([[xs[i], ys[j], xs[i + 1], ys[j + 1]] for j in range(g) for i in range(g)], np.float32)
 
 
 @dataclasses.dataclass
@@ -115,9 +128,10 @@ def _to_np(t: torch.Tensor) -> np.ndarray:
 
 def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
             device: torch.device | None = None, progress: bool = True, regions: Any = None,
-            overwrite: bool = False) -> dict[str, Any]:
-    """Compute the caches for ``dataset`` (rcnn, and groundtruth when ``truth`` maps imgid ->
-    true boxes) and write them with ``features_stats.json`` into ``out_dir``. Returns the stats.
+            overwrite: bool = False, region_views: bool = False) -> dict[str, Any]:
+    """Compute the caches for ``dataset`` (rcnn, groundtruth when ``truth`` maps imgid -> true boxes,
+    top36 and grid when ``region_views``) and write them with ``features_stats.json`` into
+    ``out_dir``. Returns the stats.
     ``regions``: a :class:`fraglib.vision.regions.Regions` cache of the same images (no CNN pass here).
     Caches already in ``out_dir`` are an error unless ``overwrite`` (then a ``groundtruth.npz`` this
     run does not rewrite is removed rather than left stale)."""
@@ -135,9 +149,9 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         from fraglib.vision.objectness import Objectness
 
         objectness = Objectness.load(cfg.objectness_file)
-    detectors = ["rcnn"] + (["groundtruth"] if truth is not None else [])
+    detectors = ["rcnn"] + (["groundtruth"] if truth is not None else []) + (["top36", "grid"] if region_views else [])
     out_dir = Path(out_dir)
-    family = [out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth")] + [out_dir / "features_stats.json"]
+    family = [out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [out_dir / "features_stats.json"]
     claim(family, [out_dir / f"{d}.npz" for d in detectors] + [family[-1]], overwrite, f"feature caches in {out_dir}")
     acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
                                        for d in detectors}
@@ -172,6 +186,10 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         keep = nms_top_k(props, scores, cfg.nms_iou, cfg.k)
         t2 = time.perf_counter()
         chosen = {"rcnn": (props[keep], scores[keep])}
+        if region_views:
+            top = nms_top_k(props, scores, cfg.nms_iou, N_REGIONS)
+            chosen["top36"] = (props[top], scores[top])
+            chosen["grid"] = (grid_boxes(w, h), np.ones(GRID * GRID, np.float32))
         if truth is not None:
             rng = np.random.default_rng([cfg.gt_seed, int(dataset.images[n]["imgid"])])
             gt = degrade_boxes(rng, truth[int(dataset.images[n]["imgid"])], w, h, cfg)[: cfg.k]
@@ -248,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--regions", help="a fraglib.vision.regions cache of these images: no image is read, no CNN pass")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    ap.add_argument("--region-views", action="store_true", help="also top36.npz and grid.npz (Peri's attention model)")
     args = ap.parse_args(argv)
     from fraglib.data.synthetic import synthetic_truth
 
@@ -267,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
 
         regions = Regions.load(args.regions)
     s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions,
-                overwrite=args.overwrite)
+                overwrite=args.overwrite, region_views=args.region_views)
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))
 
