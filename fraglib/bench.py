@@ -538,7 +538,7 @@ def _attention_child(q) -> None:  # a fresh process, so that its peak memory is 
 
     import torch
 
-    from fraglib.systems.attention import attention_scores
+    from fraglib.systems.vse import attention_scores
 
     torch.manual_seed(0)
     n_img, n_sent, R, L, D = 1000, 5000, 20, 13, 1024          # the synthetic test-set sizes of the issue

@@ -6,7 +6,6 @@ stage of a run depends on ``fraglib/systems/<name>.py`` only. Adding a system: d
 from __future__ import annotations
 
 from fraglib.config import ConfigError
-from fraglib.systems.attention import AttentionSystem
 from fraglib.systems.base import System
 from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem
@@ -22,7 +21,6 @@ SYSTEMS: dict[str, type[System]] = {
     "socher": SocherSystem,
     "kcca": KccaSystem,
     "vse": VseSystem,
-    "attention": AttentionSystem,
 }
 
 

@@ -21,7 +21,8 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
 ``TRAINABLE``                          False for systems without parameters (never stepped)
-``SENTENCE_SPACE``, ``sentence_scores``  True for systems embedding sentences in one space; then
+``SENTENCE_SPACE``, ``sentence_scores``  True for systems embedding sentences in one space (may depend on
+                                       the settings: an instance attribute then); then
                                        ``sentence_scores(a, b)`` (m_a, m_b) ranks sentences against sentences
                                        (the sentence-similarity task of Socher et al.)
 =====================================  ======================================================================

@@ -1,14 +1,33 @@
-"""Peri's (2018) VSE baseline: VSE0 / VSE++ with cosine or order-violation similarity (docs/systems.md).
+"""Peri's (2018) retrieval systems: the VSE baseline (VSE0 / VSE++, cosine or order-violation
+similarity) and region–word attention, the retrieval half of STT-ATT (docs/systems.md).
 
-Image: the CNN descriptor (``images: fullframe``, Peri's global pool; ``rcnn``: the mean of the
-detections), standardised on the training split, one linear map to D. Sentence: learned word
-embeddings → 1-layer GRU (:class:`fraglib.systems.gru.TokenGRU`) → the final state → one linear map
-to D. Both L2-normalised; for ``similarity: order`` also the element-wise absolute value (VSE++'s
-``use_abs``). Scores: ``v̂ · ĉ`` (Peri Eq. 8) or ``−‖max(0, ĉ − v̂)‖²`` (Eq. 9, caption as the anchor;
-:func:`fraglib.systems.objectives.order_scores`). Loss: Eq. 7 summed over the batch,
-:func:`fraglib.systems.objectives.contrastive_hinge` — the hardest negative (VSE++) or the sum over
-negatives (VSE0); captions of the same image are not negatives when ``mask_same_image`` (they only
-meet in one batch when ``train.distinct_images`` is false).
+**Sentences** (the ``tokens`` view): learned word embeddings → a 1-layer GRU (:class:`TokenGRU`) →
+the final state (global similarities) or every output (attention) → one linear map to D. PyTorch's GRU
+applies the reset gate after the recurrent matrix, TensorFlow's GRUCell (Peri's) before it; immaterial.
+Padded positions never reach the recurrence (packed sequences).
+
+**Images**: the image's rows in its view, standardised on the training split, one linear map to D —
+for ``cosine`` / ``order`` the mean of the rows (``images: fullframe`` = Peri's global descriptor),
+for ``attention`` every row is a region (``top36``: 36 proposals by our detector's score + the full
+frame, the analogue of Peri's "proposals by objectness"; ``grid``; ``groundtruth``).
+
+**Similarity** (all on L2-normalised vectors):
+
+* ``cosine``: ``v̂ · ĉ`` (Peri Eq. 8);
+* ``order``: ``−‖max(0, ĉ − v̂)‖²`` on ``|·|`` of the unit vectors (Eq. 9 with its square, the caption
+  as the anchor; VSE++'s ``use_abs``; :func:`fraglib.systems.objectives.order_scores`);
+* ``attention`` (Eqs. 13–17, SCAN's image-to-text form): ``s_ij = v̂_i · ê_j`` for region i and word j,
+  ``α_ij = softmax_j(λ s_ij)`` over the caption's words, ``a_i = Σ_j α_ij ê_j``,
+  ``R_i = v̂_i · a_i / ‖a_i‖``, ``S(I, T) = mean_i R_i``. ``clipped_l2norm`` adds SCAN's normalisation
+  (LeakyReLU 0.1, L2 over the regions) before the softmax. No D-vector per (image, caption, region)
+  is formed: ``v̂_i · a_i = Σ_j α_ij s_ij`` and ``‖a_i‖² = α_iᵀ G α_i`` with G the caption's word Gram
+  matrix; the score matrix is computed in tiles of at most ``max_elems`` entries (:func:`attention_scores`).
+
+**Loss**: Eq. 7 summed over the batch (:func:`fraglib.systems.objectives.contrastive_hinge`) — the
+sum over negatives (``negatives: sum``, VSE0) or the hardest (VSE++), after ``warmup_epochs`` of the
+sum: from random initialisation on our small data sets the hardest-negative loss alone collapses
+(every score alike, cost → 2Bα, image search at chance). Captions of one image that meet in a batch
+(``train.distinct_images: false``, as VSE++ draws batches) are not negatives when ``mask_same_image``.
 """
 from __future__ import annotations
 
@@ -17,61 +36,148 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
                                   image_map, mean_rows)
-from fraglib.systems.gru import TokenGRU
 from fraglib.systems.objectives import contrastive_hinge, order_scores
+
+SIMILARITIES = ("cosine", "order", "attention")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """``params.yaml: systems.vse``. Defaults: Peri's configuration (margin 0.2 for cosine; Peri's order runs use 0.05)."""
+    """``params.yaml: systems.vse``. Defaults: Peri's sizes (word 300, GRU 1024, D 1024), VSE++'s margin 0.2
+    (Peri's order runs: 0.05), SCAN's λ = 4."""
 
-    images: str = "fullframe"      # fullframe (a global descriptor, as Peri) | rcnn (mean of detections) | groundtruth
-    similarity: str = "cosine"     # cosine (Eq. 8) | order (Eq. 9, squared)
+    images: str = "fullframe"      # fullframe | rcnn | groundtruth | top36 | grid (attention: the regions)
+    similarity: str = "cosine"     # cosine (Eq. 8) | order (Eq. 9, squared) | attention (Eqs. 13-17)
     negatives: str = "hardest"     # hardest (VSE++) | sum (VSE0)
+    warmup_epochs: int = 0         # hardest: the sum over negatives for the first epochs (0 = Peri)
     margin: float = 0.2            # α of Eq. 7
     mask_same_image: bool = True   # captions of the batch's same image are not negatives
     embed_dim: int = 1024          # D
     word_dim: int = 300
     hidden: int = 1024             # GRU state
-    dropout: float = 0.0           # on word embeddings and the GRU output
+    dropout: float = 0.0           # on word embeddings and the GRU outputs
     word_init: str = "random"      # random (Peri) | glove (word_dim must be 50, the GloVe table's)
+    lambda_att: float = 4.0        # attention: λ of Eq. 15 (SCAN's i-t AVG)
+    clipped_l2norm: bool = False   # attention: SCAN's normalisation before the softmax (not in the thesis)
+    max_elems: int = 1 << 24       # attention: tile bound of the (images, captions, regions, words) tensors
 
     def validate(self) -> "Config":
-        validate_text_side(self, "systems.vse")
-        check_choice("systems.vse.similarity", self.similarity, ("cosine", "order"))
+        p = "systems.vse"
+        check_choice(f"{p}.images", self.images, IMAGE_VIEWS)
+        check_choice(f"{p}.similarity", self.similarity, SIMILARITIES)
+        check_choice(f"{p}.negatives", self.negatives, ("hardest", "sum"))
+        check_range(f"{p}.warmup_epochs", self.warmup_epochs, 0, 10_000, int)
+        check_range(f"{p}.margin", self.margin, 0.0, 1e3, float)
+        check_choice(f"{p}.mask_same_image", self.mask_same_image, (True, False))
+        for k in ("embed_dim", "word_dim", "hidden"):
+            check_range(f"{p}.{k}", getattr(self, k), 1, 100_000, int)
+        check_range(f"{p}.dropout", self.dropout, 0.0, 0.95, float)
+        check_choice(f"{p}.word_init", self.word_init, ("random", "glove"))
+        check_range(f"{p}.lambda_att", self.lambda_att, 1e-3, 1e3, float)
+        check_choice(f"{p}.clipped_l2norm", self.clipped_l2norm, (True, False))
+        check_range(f"{p}.max_elems", self.max_elems, 1, 1 << 40, int)
         return self
 
 
-def validate_text_side(cfg: Any, p: str) -> None:
-    """Checks shared by Peri's systems (images, negatives, margin, sizes, dropout, word_init)."""
-    check_choice(f"{p}.images", cfg.images, IMAGE_VIEWS)
-    check_choice(f"{p}.negatives", cfg.negatives, ("hardest", "sum"))
-    check_range(f"{p}.margin", cfg.margin, 0.0, 1e3, float)
-    check_choice(f"{p}.mask_same_image", cfg.mask_same_image, (True, False))
-    for k in ("embed_dim", "word_dim", "hidden"):
-        check_range(f"{p}.{k}", getattr(cfg, k), 1, 100_000, int)
-    check_range(f"{p}.dropout", cfg.dropout, 0.0, 0.95, float)
-    check_choice(f"{p}.word_init", cfg.word_init, ("random", "glove"))
+def padded_tokens(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m, L) int64 vocabulary ids of the m captions of ``rows`` (``data["rel"]``, rows of an item
+    contiguous and in order), zero-padded, and their (m,) lengths."""
+    lengths = torch.bincount(rows.owner, minlength=rows.n)
+    starts = torch.cumsum(lengths, 0) - lengths
+    pos = torch.arange(len(rows.owner), device=rows.owner.device) - starts[rows.owner]
+    tok = torch.zeros((rows.n, max(int(lengths.max()) if len(rows.owner) else 1, 1)), dtype=torch.long,
+                      device=rows.owner.device)
+    tok[rows.owner, pos] = rows.data["rel"]
+    return tok, lengths
 
 
-def peri_hinge(cfg: Any, S: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """Eq. 7 on a batch's (B, B) scores; ``index`` (B,) the images' split positions: pairs sharing an
-    image are masked when ``cfg.mask_same_image`` and counted in ``parts`` either way."""
-    same = (index[:, None] == index[None, :]) & ~torch.eye(len(index), dtype=torch.bool, device=index.device)
-    cost = contrastive_hinge(S, cfg.margin, cfg.negatives == "hardest", same if cfg.mask_same_image else None)
-    return cost, {"L_sim": float(cost.detach()), "same_image_pairs": float(same.sum()) / 2}
+class TokenGRU(nn.Module):
+    """The sentence encoder: embedding (n_vocab, word_dim), U(±0.1) as in VSE++, and GRU(word_dim → hidden), dropout on
+    the embeddings and the outputs."""
+
+    def __init__(self, n_vocab: int, word_dim: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(n_vocab, word_dim)
+        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+        self.gru = nn.GRU(word_dim, hidden, batch_first=True)
+        self.drop = nn.Dropout(dropout)
+
+    @torch.no_grad()
+    def init_from_glove(self, train_rows: dict[str, torch.Tensor], words: torch.Tensor) -> int:
+        """Copy the GloVe vector of every vocabulary word found in the training rows (``rel`` vocabulary
+        ids, ``w1`` rows of ``words``; an all-zero row = not in GloVe); ``<unk>`` stays random.
+        Returns the number of words initialised."""
+        if words.shape[1] != self.embed.weight.shape[1]:
+            raise ValueError(f"word_init=glove needs word_dim = {words.shape[1]} (the GloVe table's), "
+                             f"got {self.embed.weight.shape[1]}")
+        rel, w1 = train_rows["rel"], train_rows["w1"]
+        ok = (rel > 0) & (words[w1].abs().sum(1) > 0)
+        self.embed.weight[rel[ok]] = words[w1[ok]].to(self.embed.weight.dtype)
+        return int(torch.unique(rel[ok]).numel())
+
+    def forward(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(outputs (m, L, hidden) zero past each caption's end, final states (m, hidden), lengths (m,)).
+        A caption without tokens is read as one ``<unk>`` (its scores are -inf in evaluation anyway)."""
+        tok, lengths = padded_tokens(rows)
+        x = self.drop(self.embed(tok))
+        packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        out, h = self.gru(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=tok.shape[1])
+        return self.drop(out), self.drop(h[-1]), lengths
+
+
+def padded(x: torch.Tensor, owner: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``x`` (R, D) of n items (``owner`` sorted) → ((n, Rmax, D) zero-padded, (n, Rmax) bool mask)."""
+    counts = torch.bincount(owner, minlength=n)
+    pos = torch.arange(len(owner), device=x.device) - (torch.cumsum(counts, 0) - counts)[owner]
+    out = x.new_zeros((n, max(int(counts.max()) if len(owner) else 1, 1), x.shape[1]))
+    mask = torch.zeros(out.shape[:2], dtype=torch.bool, device=x.device)
+    out[owner, pos] = x
+    mask[owner, pos] = True
+    return out, mask
+
+
+def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor, lam: float,
+                     clipped: bool = False, max_elems: int = 1 << 24) -> torch.Tensor:
+    """(n, m) S(I, T) of Eqs. 13–17 (module docstring). ``V`` (n, R, D) unit regions with ``vmask``
+    (n, R); ``E`` (m, L, D) unit words with ``emask`` (m, L); every image and caption has at least
+    one real row."""
+    n, R, D = V.shape
+    m, L, _ = E.shape
+    step = max(1, max_elems // max(1, n * R * L))
+    flat = V.reshape(n * R, D)
+    cols = []
+    for a in range(0, m, step):
+        e, em = E[a:a + step], emask[a:a + step]
+        k = e.shape[0]
+        s = (flat @ e.reshape(k * L, D).T).reshape(n, R, k, L).transpose(1, 2)       # (n, k, R, L)
+        z = s
+        if clipped:
+            z = nn.functional.leaky_relu(s, 0.1) * vmask[:, None, :, None]
+            z = z / z.norm(dim=2, keepdim=True).clamp_min(1e-8)
+        alpha = torch.softmax((lam * z).masked_fill(~em[None, :, None, :], float("-inf")), dim=-1)
+        num = (alpha * s).sum(-1)                                                    # v̂_i · a_i
+        gram = e @ e.transpose(1, 2)                                                 # (k, L, L)
+        norm2 = ((alpha @ gram[None]) * alpha).sum(-1)                               # ‖a_i‖²
+        rel = num / norm2.clamp_min(1e-12).sqrt()
+        cols.append((rel * vmask[:, None]).sum(-1) / vmask.sum(1, keepdim=True))
+    return torch.cat(cols, dim=1) if cols else V.new_zeros((n, 0))
 
 
 class VseSystem(System):
-    """``dims``: n_relations (= vocabulary size of the tokens view), n_words, word_dim (GloVe), img_dim."""
+    """``dims``: n_relations (= vocabulary size of the tokens view), n_words, word_dim (GloVe), img_dim.
+    Encodings: images ``(vectors, mask, index)`` — (n, D) unit vectors and mask None for the global
+    similarities, (n, R, D) unit regions and their (n, R) mask for attention; ``index`` (n,) the images'
+    split positions (the loss's same-image mask). Sentences: (m, D) unit vectors, or for attention
+    ``((m, L, D) unit word vectors, (m, L) mask)``."""
 
     NAME = "vse"
     Config = Config
-    SENTENCE_SPACE = True
 
     @staticmethod
     def views(cfg: Config) -> Views:
@@ -80,6 +186,7 @@ class VseSystem(System):
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
+        self.SENTENCE_SPACE = cfg.similarity != "attention"      # one vector per sentence
         add_input_buffers(self, dims)
         self.text = TokenGRU(dims["n_relations"], cfg.word_dim, cfg.hidden, cfg.dropout)
         self.txt = nn.Linear(cfg.hidden, cfg.embed_dim)
@@ -92,27 +199,52 @@ class VseSystem(System):
             self.text.init_from_glove(train.sentences.data, self.words)
 
     def _unit(self, x: torch.Tensor) -> torch.Tensor:
-        x = nn.functional.normalize(x, dim=1)
+        x = nn.functional.normalize(x, dim=-1)
         return x.abs() if self.cfg.similarity == "order" else x
 
-    def encode_images(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
-        """((n, D) unit image vectors, (n,) their split positions)."""
-        x = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
-        return self._unit(self.img(x)), torch.as_tensor(rows.index, device=x.device)
+    def encode_images(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        x = (rows.data["x"] - self.img_mean) / self.img_std
+        index = torch.as_tensor(rows.index, device=x.device)
+        if self.cfg.similarity == "attention":
+            V, mask = padded(self._unit(self.img(x)), rows.owner, rows.n)
+            return V, mask, index
+        return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
 
-    def encode_sentences(self, rows: Rows) -> torch.Tensor:
-        """(m, D) unit sentence vectors from the GRU's final state."""
-        return self._unit(self.txt(self.text(rows)[1]))
+    def encode_sentences(self, rows: Rows) -> Any:
+        out, last, lengths = self.text(rows)
+        if self.cfg.similarity != "attention":
+            return self._unit(self.txt(last))
+        E = self._unit(self.txt(out))
+        mask = torch.arange(E.shape[1], device=E.device)[None, :] < lengths.clamp(min=1)[:, None]
+        return E * mask[..., None], mask
 
-    def scores(self, images: tuple[torch.Tensor, torch.Tensor], sentences: torch.Tensor) -> torch.Tensor:
-        v = images[0]
-        return order_scores(v, sentences) if self.cfg.similarity == "order" else v @ sentences.T
+    def scores(self, images: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor], sentences: Any) -> torch.Tensor:
+        v, vmask = images[0], images[1]
+        if self.cfg.similarity == "cosine":
+            return v @ sentences.T
+        if self.cfg.similarity == "order":
+            return order_scores(v, sentences)
+        if not vmask.any(1).all():              # an image without rows: keep its mean defined (scored -inf later)
+            vmask = vmask.clone()
+            vmask[:, 0] = True
+        return attention_scores(v, vmask, sentences[0], sentences[1], self.cfg.lambda_att, self.cfg.clipped_l2norm,
+                                self.cfg.max_elems)
 
-    def loss(self, images: tuple[torch.Tensor, ...], sentences: Any,
-             epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 7 on the batch; the image encoding's last entry is the images' split positions."""
-        return peri_hinge(self.cfg, self.scores(images, sentences), images[-1])
+    def hardest(self, epoch: int) -> bool:
+        """Whether Eq. 7 takes the hardest negative at ``epoch`` (after ``warmup_epochs`` of the sum)."""
+        return self.cfg.negatives == "hardest" and epoch >= self.cfg.warmup_epochs
+
+    def phase(self, epoch: int) -> str:
+        return "hardest" if self.hardest(epoch) else "sum"
+
+    def loss(self, images: tuple[torch.Tensor, ...], sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 7 on the batch; pairs sharing an image are masked when ``mask_same_image`` and counted either way."""
+        index = images[-1]
+        same = (index[:, None] == index[None, :]) & ~torch.eye(len(index), dtype=torch.bool, device=index.device)
+        cost = contrastive_hinge(self.scores(images, sentences), self.cfg.margin, self.hardest(epoch),
+                                 same if self.cfg.mask_same_image else None)
+        return cost, {"L_sim": float(cost.detach()), "same_image_pairs": float(same.sum()) / 2}
 
     def sentence_scores(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Cosines of the sentence vectors (the sentence-similarity task)."""
+        """Cosines of the sentence vectors (the sentence-similarity task; not for attention)."""
         return nn.functional.normalize(a, dim=1) @ nn.functional.normalize(b, dim=1).T
