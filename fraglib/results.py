@@ -134,6 +134,13 @@ def peri_published_table() -> pd.DataFrame:
     return df
 
 
+def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
+    """Paired differences (long format, :func:`paired_differences`) as 'diff [lo, hi]' strings, rows
+    (run, base), one column per (direction, metric)."""
+    d = diffs.assign(ci=[f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]" for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])])
+    return d.pivot_table(index=["run", "base"], columns=["direction", "metric"], values="ci", aggfunc="first")
+
+
 def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], tasks=DIRECTIONS,
                        metrics=tuple(f"r{k}" for k in KS), labels: dict[str, str] | None = None,
                        n_boot: int = 1000) -> pd.DataFrame:

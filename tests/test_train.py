@@ -126,8 +126,8 @@ def test_resolve_run_layers_and_routing():
     assert resolve_run(params, "full").train_config.lr == 0.01
     with pytest.raises(ConfigError, match="unknown run .*did you mean 'full'"):
         resolve_run(params, "fulll")
-    with pytest.raises(ConfigError, match=r"runs\.x\.system='vse': unknown system, known: fragment, devise, random"):
-        resolve_run({**params, "runs": {"x": {"system": "vse"}}}, "x")
+    with pytest.raises(ConfigError, match=r"runs\.x\.system='sgm': unknown system, known: fragment, devise, random"):
+        resolve_run({**params, "runs": {"x": {"system": "sgm"}}}, "x")
     with pytest.raises(ConfigError, match=r"ds\.train\.margin: unknown parameter"):   # trainer layers take trainer keys
         resolve_run({**params, "ds": {"train": {"margin": 1.0}}}, "full", "ds")
     with pytest.raises(ConfigError, match="section 'runs' missing"):
