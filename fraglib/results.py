@@ -145,16 +145,22 @@ def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, 
                        metrics=tuple(f"r{k}" for k in KS), labels: dict[str, str] | None = None,
                        n_boot: int = 1000) -> pd.DataFrame:
     """Paired-bootstrap difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task
-    (``direction`` column) and metric, with CIs. Long format."""
+    (``direction`` column) and metric, with CIs, over the seeds (splits) both runs have (``n_seeds``
+    column; a run limited to fewer seeds, ``runs.<run>.seeds``, is paired on those). Long format."""
     rows = []
     for a, b in pairs:
+        common = [s for s in study[a]["seeds"] if s in study[b]["seeds"]]
+        if not common:
+            raise ValueError(f"runs {a} and {b} share no seed ({study[a]['seeds']} vs {study[b]['seeds']})")
+        ia = [study[a]["seeds"].index(s) for s in common]
+        ib = [study[b]["seeds"].index(s) for s in common]
         for d in tasks:
             if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
                 continue
             for m in metrics:
-                r = paired_difference(study[a]["ranks"][d], study[b]["ranks"][d], m, n_boot)
+                r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot)
                 rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
-                             "metric": metric_label(m), **r})
+                             "metric": metric_label(m), "n_seeds": len(common), **r})
     return pd.DataFrame(rows)
 
 

@@ -7,7 +7,7 @@
 The run's settings follow :func:`fraglib.train.resolve_run` (with ``--dataset``, that section's
 ``train`` and ``systems`` layers apply). Seeds: ``study.seeds``, or with ``--dataset`` that
 dataset's ``splits`` (one data split per seed; ``{seed}`` in ``--dataset-dir``; the split seed is
-also the training seed). Every seed trains in its own process (``study.jobs`` at a time, one
+also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. Every seed trains in its own process (``study.jobs`` at a time, one
 thread each: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
@@ -34,14 +34,21 @@ DIRECTIONS = ("annotation", "search")
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
-def study_seeds(params: dict[str, Any], dataset: str | None = None) -> list[int]:
-    """``<dataset>.splits`` or ``study.seeds``: a non-empty list without duplicates."""
+def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | None = None) -> list[int]:
+    """``<dataset>.splits`` or ``study.seeds``: a non-empty list without duplicates; with ``run``, that
+    run's ``runs.<run>.seeds`` when given (a subset, in the study's order: an expensive run on fewer
+    seeds or splits, paired with the others on those)."""
     where = f"{dataset}.splits" if dataset else "study.seeds"
     seeds = (params.get(dataset) or {}).get("splits") if dataset else (params.get("study") or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds:
         raise ConfigError(f"{where}: expected a non-empty list of seeds, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"{where}={seeds}: duplicate seeds")
+    own = ((params.get("runs") or {}).get(run) or {}).get("seeds") if run else None
+    if own is not None:
+        if not isinstance(own, list) or not own or not set(own) <= set(seeds) or len(set(own)) != len(own):
+            raise ConfigError(f"runs.{run}.seeds={own!r}: expected a non-empty subset of {where}={seeds}")
+        seeds = [s for s in seeds if s in own]
     return [int(s) for s in seeds]
 
 
@@ -71,7 +78,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
               features_dir: str | None = None, seeds: list[int] | None = None) -> dict[str, Any]:
     """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``."""
     spec = resolve_run(params, run, dataset)            # fails before any work
-    seeds = seeds if seeds is not None else study_seeds(params, dataset)
+    seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
     jobs = int((params.get("study") or {}).get("jobs", 2))

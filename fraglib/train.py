@@ -104,6 +104,7 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
         raise ConfigError(f"runs.{run}.system: missing (one of the registered systems)")
     name = entry.pop("system")
     entry.pop("label", None)                                        # for the reports only
+    entry.pop("seeds", None)                                        # which seeds run: fraglib.study
     cls = get_system(name, f"runs.{run}.system")
     ds = {}
     if dataset is not None:

@@ -77,6 +77,17 @@ def test_duplicate_seeds_are_refused():
         study_seeds({"pascal1k": {"splits": []}}, "pascal1k")
 
 
+def test_a_run_may_take_a_subset_of_the_seeds():
+    from fraglib.study import study_seeds
+
+    p = {"study": {"seeds": [0, 1, 2]}, "pascal1k": {"splits": [4, 3, 2, 1, 0]},
+         "runs": {"big": {"system": "vse", "seeds": [1, 0]}, "bad": {"system": "vse", "seeds": [7]}}}
+    assert study_seeds(p, None, "big") == [0, 1] and study_seeds(p, "pascal1k", "big") == [1, 0]  # the study's order
+    assert study_seeds(p, None, "other") == [0, 1, 2]
+    with pytest.raises(ConfigError, match=r"runs.bad.seeds=\[7\]: expected a non-empty subset of study.seeds"):
+        study_seeds(p, None, "bad")
+
+
 def test_unusable_data_stops_before_training(tiny_full):
     from fraglib.inputs import load_splits
     from fraglib.systems.base import Views

@@ -20,6 +20,19 @@ def test_paired_difference_by_hand():
         paired_difference(a, b[:1], "r1")
 
 
+def test_paired_differences_use_the_seeds_both_runs_have():
+    from fraglib.results import paired_differences
+
+    a = np.array([[1, 1, 5, 20], [1, 2, 5, 20], [9, 9, 9, 9]])
+    b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
+    study = {"big": {"seeds": [0, 1, 2], "ranks": {"annotation": a}},
+             "small": {"seeds": [1, 0], "ranks": {"annotation": b[::-1]}}}   # seeds 1, 0: rows swapped
+    d = paired_differences(study, [("big", "small")], tasks=("annotation",), metrics=("r1",), n_boot=100)
+    assert d["n_seeds"].tolist() == [2] and d["diff"].tolist() == [pytest.approx(25.0)]   # seed 2 left out
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_differences({"x": {"seeds": [3], "ranks": {}}, "y": {"seeds": [4], "ranks": {}}}, [("x", "y")])
+
+
 def test_seed_mean_ci_contains_point():
     rng = np.random.default_rng(0)
     r = rng.integers(1, 30, size=(3, 200))

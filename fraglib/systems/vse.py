@@ -84,18 +84,6 @@ class Config:
         return self
 
 
-def padded_tokens(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """(m, L) int64 vocabulary ids of the m captions of ``rows`` (``data["rel"]``, rows of an item
-    contiguous and in order), zero-padded, and their (m,) lengths."""
-    lengths = torch.bincount(rows.owner, minlength=rows.n)
-    starts = torch.cumsum(lengths, 0) - lengths
-    pos = torch.arange(len(rows.owner), device=rows.owner.device) - starts[rows.owner]
-    tok = torch.zeros((rows.n, max(int(lengths.max()) if len(rows.owner) else 1, 1)), dtype=torch.long,
-                      device=rows.owner.device)
-    tok[rows.owner, pos] = rows.data["rel"]
-    return tok, lengths
-
-
 class TokenGRU(nn.Module):
     """The sentence encoder: embedding (n_vocab, word_dim), U(±0.1) as in VSE++, and GRU(word_dim → hidden), dropout on
     the embeddings and the outputs."""
@@ -108,22 +96,21 @@ class TokenGRU(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     @torch.no_grad()
-    def init_from_glove(self, train_rows: dict[str, torch.Tensor], words: torch.Tensor) -> int:
+    def init_from_glove(self, train_rows: dict[str, torch.Tensor], words: torch.Tensor) -> None:
         """Copy the GloVe vector of every vocabulary word found in the training rows (``rel`` vocabulary
-        ids, ``w1`` rows of ``words``; an all-zero row = not in GloVe); ``<unk>`` stays random.
-        Returns the number of words initialised."""
+        ids, ``w1`` rows of ``words``; an all-zero row = not in GloVe); ``<unk>`` stays random."""
         if words.shape[1] != self.embed.weight.shape[1]:
             raise ValueError(f"word_init=glove needs word_dim = {words.shape[1]} (the GloVe table's), "
                              f"got {self.embed.weight.shape[1]}")
         rel, w1 = train_rows["rel"], train_rows["w1"]
         ok = (rel > 0) & (words[w1].abs().sum(1) > 0)
         self.embed.weight[rel[ok]] = words[w1[ok]].to(self.embed.weight.dtype)
-        return int(torch.unique(rel[ok]).numel())
 
     def forward(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(outputs (m, L, hidden) zero past each caption's end, final states (m, hidden), lengths (m,)).
         A caption without tokens is read as one ``<unk>`` (its scores are -inf in evaluation anyway)."""
-        tok, lengths = padded_tokens(rows)
+        tok, mask = padded(rows.data["rel"], rows.owner, rows.n)
+        lengths = mask.sum(1)
         x = self.drop(self.embed(tok))
         packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         out, h = self.gru(packed)
@@ -132,10 +119,11 @@ class TokenGRU(nn.Module):
 
 
 def padded(x: torch.Tensor, owner: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows ``x`` (R, D) of n items (``owner`` sorted) → ((n, Rmax, D) zero-padded, (n, Rmax) bool mask)."""
+    """Rows ``x`` (R, ...) of n items (``owner`` sorted) → ((n, Rmax, ...) zero-padded, (n, Rmax) bool mask);
+    e.g. a caption's (R,) token ids → (n, Lmax) padded ids."""
     counts = torch.bincount(owner, minlength=n)
     pos = torch.arange(len(owner), device=x.device) - (torch.cumsum(counts, 0) - counts)[owner]
-    out = x.new_zeros((n, max(int(counts.max()) if len(owner) else 1, 1), x.shape[1]))
+    out = x.new_zeros((n, max(int(counts.max()) if len(owner) else 1, 1)) + tuple(x.shape[1:]))
     mask = torch.zeros(out.shape[:2], dtype=torch.bool, device=x.device)
     out[owner, pos] = x
     mask[owner, pos] = True
