@@ -32,7 +32,7 @@ sum: from random initialisation on our small data sets the hardest-negative loss
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -65,9 +65,10 @@ class Config:
     lambda_att: float = 4.0        # attention: λ of Eq. 15 (SCAN's i-t AVG)
     clipped_l2norm: bool = False   # attention: SCAN's normalisation before the softmax (not in the thesis)
     max_elems: int = 1 << 24       # attention: tile bound of the (images, captions, regions, words) tensors
+    SECTION: ClassVar[str] = "systems.vse"                      # error messages name it (a subclass: its own)
 
     def validate(self) -> "Config":
-        p = "systems.vse"
+        p = self.SECTION
         check_choice(f"{p}.images", self.images, IMAGE_VIEWS)
         check_choice(f"{p}.similarity", self.similarity, SIMILARITIES)
         check_choice(f"{p}.negatives", self.negatives, ("hardest", "sum"))
