@@ -12,6 +12,7 @@ from fraglib.systems.fragment import FragmentSystem
 from fraglib.systems.kcca import KccaSystem
 from fraglib.systems.random import RandomSystem
 from fraglib.systems.socher import SocherSystem
+from fraglib.systems.stt import SttSystem
 from fraglib.systems.vse import VseSystem
 
 SYSTEMS: dict[str, type[System]] = {
@@ -21,6 +22,7 @@ SYSTEMS: dict[str, type[System]] = {
     "socher": SocherSystem,
     "kcca": KccaSystem,
     "vse": VseSystem,
+    "stt": SttSystem,
 }
 
 

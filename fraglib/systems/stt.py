@@ -1,0 +1,236 @@
+"""Peri's (2018) Show, Translate and Tell: the VSE baseline (or, with ``similarity: attention``, the
+region–word attention model: STT-ATT) plus one GRU decoder that both captions the image and
+paraphrases caption A into caption B (docs/systems.md, "Show, Translate and Tell").
+
+**Sample**: each training caption A once per epoch (the trainer's batches), with its image and a
+caption B drawn uniformly from the image's *other* training captions by a hash of (seed, epoch, A) —
+stateless, so a resumed run draws the same B (an image with one usable caption: B = A).
+
+**Decoder** (one, shared by both heads): ``h_0 = tanh(W_init u)`` with u the unit joint-space vector —
+the image's (STT-ATT: the mean of its unit region vectors) or caption A's (its final GRU state
+mapped to D, as in the baseline); inputs ``<s>, B_1 … B_L`` (teacher forcing) through the encoder's
+word embedding (shared) and a 1-layer GRU, outputs ``B_1 … B_L, </s>`` from ``W_out h_t`` over the
+vocabulary + ``</s>`` (id ``n_vocab``). ``<unk>`` (id 0) is an ordinary output word.
+
+**Loss** (Eq. 12): ``λ_ic L_IC + λ_para L_para + λ_sim L_sim`` — each CE summed over a caption's tokens
+and ``</s>`` (Eqs. 10–11), averaged over the batch; ``L_sim`` the baseline's hinge summed over the batch.
+
+**Decoding**: :func:`greedy` and :func:`beam_search` (batched over items, deterministic; beam width 1
+is greedy), at most ``max_len`` words.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from fraglib.config import check_range
+from fraglib.systems import vse
+from fraglib.systems.base import Rows
+
+Step = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Embed = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(vse.Config):
+    """``params.yaml: systems.stt``: the baseline's keys (:class:`fraglib.systems.vse.Config`) and the decoder's."""
+
+    dec_hidden: int = 1024         # decoder GRU state (Peri: 1024, not stated for the decoder)
+    lambda_ic: float = 1.0         # λ1: image captioning
+    lambda_para: float = 1.0       # λ2: paraphrasing
+    lambda_sim: float = 1.0        # λ3: retrieval hinge
+    max_len: int = 20              # decoding: at most this many words
+    beam: int = 1                  # decoding: 1 = greedy
+    SECTION: ClassVar[str] = "systems.stt"
+
+    def validate(self) -> "Config":
+        super().validate()
+        p = self.SECTION
+        check_range(f"{p}.dec_hidden", self.dec_hidden, 1, 100_000, int)
+        for k in ("lambda_ic", "lambda_para", "lambda_sim"):
+            check_range(f"{p}.{k}", getattr(self, k), 0.0, 1e4, float)
+        check_range(f"{p}.max_len", self.max_len, 1, 1000, int)
+        check_range(f"{p}.beam", self.beam, 1, 100, int)
+        return self
+
+
+@dataclasses.dataclass
+class Sentences:
+    """STT's sentence encoding: the baseline's (``enc``), the (m, D) unit caption vectors ``c`` (the
+    decoder's input) and the captions' split positions ``index`` (caption B is drawn from them)."""
+
+    enc: Any
+    c: torch.Tensor
+    index: np.ndarray
+
+
+def draw_targets(sentence_image: np.ndarray, usable: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """(n_sent,) caption B of every caption A of a split: uniform among the other usable captions of A's
+    image, by a hash of (seed, epoch, A); A itself when its image has no other."""
+    u = np.random.default_rng([seed, epoch, 7411]).random(len(sentence_image))
+    out = np.arange(len(sentence_image))
+    order = np.argsort(sentence_image, kind="stable")
+    bounds = np.flatnonzero(np.diff(sentence_image[order])) + 1
+    for group in np.split(order, bounds):
+        ok = group[usable[group]]
+        for a in group:
+            others = ok[ok != a]
+            if len(others):
+                out[a] = others[min(int(u[a] * len(others)), len(others) - 1)]
+    return out
+
+
+def teacher_forced_nll(logits: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(m,) −Σ_t log P(target_t) over each caption's first ``lengths + 1`` positions (its words and
+    ``</s>``). ``logits`` (m, L+1, V+1), ``targets`` (m, L+1) with ``</s>`` at position ``lengths``."""
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]
+    keep = torch.arange(targets.shape[1], device=targets.device)[None, :] <= lengths[:, None]
+    return -(logp * keep).sum(1)
+
+
+@torch.no_grad()
+def greedy(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eos: int, max_len: int) -> list[list[int]]:
+    """Word ids (``</s>`` excluded) of n captions decoded greedily from states ``h`` (n, H):
+    ``step(x, h)`` maps inputs (n, E) and states to (log-probabilities (n, V+1), new states), ``embed``
+    word ids to inputs, ``bos`` (E,) is the first input. Stops at ``</s>`` or after ``max_len`` words."""
+    return beam_search(step, embed, h, bos, eos, max_len, 1)
+
+
+@torch.no_grad()
+def beam_search(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eos: int, max_len: int,
+                beam: int) -> list[list[int]]:
+    """Beam search over n items at once (n·beam states per step; arguments as :func:`greedy`): the
+    caption with the highest sum of log-probabilities (``</s>`` included) among the beams, no length
+    normalisation; a finished beam keeps its score. Ties go to the lower (beam, word) index, so
+    ``beam = 1`` is greedy decoding."""
+    n, k = h.shape[0], beam
+    hs = h.repeat_interleave(k, 0)                                             # (n k, H)
+    x = bos.expand(n * k, -1)
+    score = torch.full((n, k), float("-inf"), device=h.device)
+    score[:, 0] = 0.0
+    done = torch.zeros((n, k), dtype=torch.bool, device=h.device)
+    words = torch.zeros((n, k, 0), dtype=torch.long, device=h.device)
+    for _ in range(max_len + 1):
+        logp, hs = step(x, hs)
+        logp = logp.float().reshape(n, k, -1)
+        V = logp.shape[-1]
+        stay = torch.full_like(logp, float("-inf"))
+        stay[..., eos] = 0.0
+        logp = torch.where(done[..., None], stay, logp)                       # finished: only </s>, free
+        score, flat = torch.topk((score[..., None] + logp).reshape(n, k * V), k, dim=1)   # sorted
+        src, w = flat // V, flat % V
+        words = torch.cat([words.gather(1, src[..., None].expand(-1, -1, words.shape[2])), w[..., None]], 2)
+        done = done.gather(1, src) | (w == eos)
+        hs = hs.reshape(n, k, -1).gather(1, src[..., None].expand(-1, -1, hs.shape[-1])).reshape(n * k, -1)
+        if bool(done.all()):
+            break
+        x = embed(w.reshape(-1))
+    out = []
+    for seq in words[:, 0].tolist():                                           # beam 0: the best
+        out.append((seq[:seq.index(eos)] if eos in seq else seq)[:max_len])
+    return out
+
+
+class SttSystem(vse.VseSystem):
+    """The baseline of :class:`fraglib.systems.vse.VseSystem` plus the decoder (module docstring).
+    Encodings: images as the baseline's; sentences a :class:`Sentences`. Generation:
+    :meth:`image_vectors`, :meth:`sentence_vectors` and :meth:`decode`."""
+
+    NAME = "stt"
+    Config = Config
+    GENERATES = True
+
+    def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
+        super().__init__(cfg, dims, seed)
+        self.seed = seed
+        self.eos = dims["n_relations"]                                         # output id of </s>
+        self.init = nn.Linear(cfg.embed_dim, cfg.dec_hidden)
+        self.dec = nn.GRU(cfg.word_dim, cfg.dec_hidden, batch_first=True)
+        self.out = nn.Linear(cfg.dec_hidden, dims["n_relations"] + 1)
+        self.bos = nn.Parameter(torch.empty(cfg.word_dim).uniform_(-0.1, 0.1))
+        self._train_split: Any = None
+        self._targets: tuple[int, np.ndarray] | None = None
+
+    def use_training_split(self, train: Any) -> None:
+        self._train_split = train
+
+    # -------------------------------------------------------------- encoders
+    def encode_sentences(self, rows: Rows) -> Sentences:
+        out, last, lengths = self.text(rows)
+        c = self._unit(self.txt(last))
+        if self.cfg.similarity != "attention":
+            return Sentences(c, c, rows.index)
+        E = self._unit(self.txt(out))
+        mask = torch.arange(E.shape[1], device=E.device)[None, :] < lengths.clamp(min=1)[:, None]
+        return Sentences((E * mask[..., None], mask), c, rows.index)
+
+    def scores(self, images: Any, sentences: Sentences) -> torch.Tensor:
+        return super().scores(images, sentences.enc)
+
+    def sentence_scores(self, a: Sentences, b: Sentences) -> torch.Tensor:
+        return super().sentence_scores(a.c, b.c)
+
+    def image_vectors(self, images: Any) -> torch.Tensor:
+        """(n, D) the decoder's image input: the unit image vector, or the mean unit region vector."""
+        v, mask = images[0], images[1]
+        if mask is None:
+            return v
+        return (v * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1)
+
+    @staticmethod
+    def sentence_vectors(sentences: Sentences) -> torch.Tensor:
+        """(m, D) the decoder's caption input (caption A's unit vector)."""
+        return sentences.c
+
+    # -------------------------------------------------------------- decoder
+    def decoder_logits(self, u: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """(m, L+1, V+1) teacher-forced logits for inputs ``<s>, tokens`` (m, L) from vectors ``u`` (m, D)."""
+        x = torch.cat([self.bos.expand(len(tokens), 1, -1), self.text.embed(tokens)], 1)
+        h0 = torch.tanh(self.init(u))[None]
+        y, _ = self.dec(self.text.drop(x), h0.contiguous())
+        return self.out(self.text.drop(y))
+
+    def decoder_step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoding step (the ``step`` of :func:`beam_search`): inputs (n, E), states (n, H) →
+        (log-probabilities (n, V+1), new states)."""
+        y, h2 = self.dec(x[:, None], h[None].contiguous())
+        return torch.log_softmax(self.out(y[:, 0]), -1), h2[0]
+
+    @torch.no_grad()
+    def decode(self, u: torch.Tensor, beam: int | None = None, max_len: int | None = None) -> list[list[int]]:
+        """Word ids of one caption per row of ``u`` (n, D): greedy (``beam`` 1) or beam search."""
+        self.eval()
+        h = torch.tanh(self.init(u))
+        return beam_search(self.decoder_step, self.text.embed, h, self.bos, self.eos, max_len or self.cfg.max_len,
+                           beam or self.cfg.beam)
+
+    # -------------------------------------------------------------- training
+    def targets(self, index: np.ndarray, epoch: int) -> Rows:
+        """Caption B (as token rows) of the training captions at split positions ``index``."""
+        tr = self._train_split
+        if tr is None:
+            raise RuntimeError("stt: use_training_split was not called before the loss")
+        if self._targets is None or self._targets[0] != epoch:
+            self._targets = (epoch, draw_targets(tr.sentence_image, tr.usable_sentences(), self.seed, epoch))
+        return tr.sentences.take(self._targets[1][np.asarray(index)])
+
+    def caption_nll(self, u: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """(m,) Eq. 10/11: −log P(caption | u) of the captions ``rows`` (teacher forcing)."""
+        tok, mask = vse.padded(rows.data["rel"], rows.owner, rows.n)
+        lengths = mask.sum(1)
+        targets = torch.cat([tok, tok.new_zeros((len(tok), 1))], 1)
+        targets[torch.arange(len(tok)), lengths] = self.eos
+        return teacher_forced_nll(self.decoder_logits(u, tok), targets, lengths)
+
+    def loss(self, images: Any, sentences: Sentences, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        sim, parts = super().loss(images, sentences, epoch)
+        b = self.targets(sentences.index, epoch)
+        l_ic = self.caption_nll(self.image_vectors(images), b).mean()
+        l_para = self.caption_nll(sentences.c, b).mean()
+        c = self.cfg
+        cost = c.lambda_sim * sim + c.lambda_ic * l_ic + c.lambda_para * l_para
+        return cost, {**parts, "L_IC": float(l_ic.detach()), "L_para": float(l_para.detach())}
