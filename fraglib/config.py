@@ -38,15 +38,16 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
 
 
 SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "vision", "vision_report", "train",
-            "systems", "study", "runs", "results_report")
+            "systems", "study", "runs", "captions", "results_report")
 
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML with two fixes for parameter files: a key given twice is an error (not the last one
-    silently winning), and ``1e-3`` is a float (YAML 1.1 reads it as a string)."""
+    silently winning; a key may override one merged in by ``<<: *anchor``), and ``1e-3`` is a float
+    (YAML 1.1 reads it as a string)."""
 
     def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
         dup = sorted({str(k) for k in keys if keys.count(k) > 1})
         if dup:
             raise ConfigError(f"line {node.start_mark.line + 1}: key {dup[0]!r} given twice")

@@ -65,7 +65,8 @@ def tiny_full(tiny_text, tmp_path_factory):
 TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
 TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {},
                 "socher": {}, "kcca": dict(rff_dim=64, components=8),
-                "vse": dict(embed_dim=16, word_dim=12, hidden=16)}
+                "vse": dict(embed_dim=16, word_dim=12, hidden=16),
+                "stt": dict(embed_dim=16, word_dim=12, hidden=16, dec_hidden=16, max_len=8)}
 TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "random": {"system": "random"},
              "dtrnn": {"system": "socher"}}
 

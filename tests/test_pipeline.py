@@ -28,6 +28,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["study"] = {"seeds": [0], "jobs": 1}
     params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
     params["results_report"]["n_examples"] = 1
+    params["captions"]["runs"] = []                     # no generating run here (tests/test_captions.py)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

@@ -25,7 +25,7 @@ def test_every_system_has_a_tiny_configuration():
 
 
 def test_unknown_system_names_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca, vse"):
+    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca, vse, stt"):
         get_system("vsepp")
 
 
@@ -34,7 +34,8 @@ CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in 
     + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})] \
     + [("vse", {"similarity": "order", "negatives": "sum"}), ("vse", {"word_init": "glove", "word_dim": 50}),
        ("vse", {"similarity": "attention", "images": "top36", "warmup_epochs": 1}),
-       ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"})]
+       ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
+       ("stt", {"similarity": "attention", "images": "top36", "beam": 2})]
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])

@@ -26,6 +26,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import check_range
 from fraglib.systems import vse
@@ -87,7 +88,8 @@ def draw_targets(sentence_image: np.ndarray, usable: np.ndarray, seed: int, epoc
 def teacher_forced_nll(logits: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(m,) −Σ_t log P(target_t) over each caption's first ``lengths + 1`` positions (its words and
     ``</s>``). ``logits`` (m, L+1, V+1), ``targets`` (m, L+1) with ``</s>`` at position ``lengths``."""
-    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]
+    logp = torch.log_softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    logp = logp.gather(-1, targets[..., None])[..., 0]
     keep = torch.arange(targets.shape[1], device=targets.device)[None, :] <= lengths[:, None]
     return -(logp * keep).sum(1)
 
@@ -110,13 +112,13 @@ def beam_search(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eo
     n, k = h.shape[0], beam
     hs = h.repeat_interleave(k, 0)                                             # (n k, H)
     x = bos.expand(n * k, -1)
-    score = torch.full((n, k), float("-inf"), device=h.device)
+    score = torch.full((n, k), float("-inf"), device=h.device, dtype=torch.promote_types(h.dtype, torch.float32))
     score[:, 0] = 0.0
     done = torch.zeros((n, k), dtype=torch.bool, device=h.device)
     words = torch.zeros((n, k, 0), dtype=torch.long, device=h.device)
     for _ in range(max_len + 1):
         logp, hs = step(x, hs)
-        logp = logp.float().reshape(n, k, -1)
+        logp = logp.to(torch.promote_types(logp.dtype, torch.float32)).reshape(n, k, -1)
         V = logp.shape[-1]
         stay = torch.full_like(logp, float("-inf"))
         stay[..., eos] = 0.0
@@ -187,11 +189,14 @@ class SttSystem(vse.VseSystem):
         return sentences.c
 
     # -------------------------------------------------------------- decoder
-    def decoder_logits(self, u: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """(m, L+1, V+1) teacher-forced logits for inputs ``<s>, tokens`` (m, L) from vectors ``u`` (m, D)."""
+    def decoder_logits(self, u: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(m, L+1, V+1) teacher-forced logits for inputs ``<s>, tokens`` (m, L) from vectors ``u`` (m, D);
+        only the first ``lengths + 1`` steps of each caption run (packed), the rest are 0."""
         x = torch.cat([self.bos.expand(len(tokens), 1, -1), self.text.embed(tokens)], 1)
         h0 = torch.tanh(self.init(u))[None]
-        y, _ = self.dec(self.text.drop(x), h0.contiguous())
+        packed = pack_padded_sequence(self.text.drop(x), (lengths + 1).cpu(), batch_first=True, enforce_sorted=False)
+        y, _ = self.dec(packed, h0.contiguous())
+        y, _ = pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
         return self.out(self.text.drop(y))
 
     def decoder_step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,18 +224,19 @@ class SttSystem(vse.VseSystem):
         return tr.sentences.take(self._targets[1][np.asarray(index)])
 
     def caption_nll(self, u: torch.Tensor, rows: Rows) -> torch.Tensor:
-        """(m,) Eq. 10/11: −log P(caption | u) of the captions ``rows`` (teacher forcing)."""
+        """(h·m,) Eq. 10/11: −log P(caption | u) of the m captions ``rows`` (teacher forcing) from each of
+        the h·m rows of ``u`` (h heads stacked: rows k, m + k, … all decode caption k)."""
         tok, mask = vse.padded(rows.data["rel"], rows.owner, rows.n)
-        lengths = mask.sum(1)
+        heads = len(u) // max(rows.n, 1)
+        tok, lengths = tok.repeat(heads, 1), mask.sum(1).repeat(heads)
         targets = torch.cat([tok, tok.new_zeros((len(tok), 1))], 1)
         targets[torch.arange(len(tok)), lengths] = self.eos
-        return teacher_forced_nll(self.decoder_logits(u, tok), targets, lengths)
+        return teacher_forced_nll(self.decoder_logits(u, tok, lengths), targets, lengths)
 
     def loss(self, images: Any, sentences: Sentences, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         sim, parts = super().loss(images, sentences, epoch)
-        b = self.targets(sentences.index, epoch)
-        l_ic = self.caption_nll(self.image_vectors(images), b).mean()
-        l_para = self.caption_nll(sentences.c, b).mean()
+        nll = self.caption_nll(torch.cat([self.image_vectors(images), sentences.c]), self.targets(sentences.index, epoch))
+        l_ic, l_para = nll[:len(nll) // 2].mean(), nll[len(nll) // 2:].mean()      # one decoder, two inputs
         c = self.cfg
         cost = c.lambda_sim * sim + c.lambda_ic * l_ic + c.lambda_para * l_para
         return cost, {**parts, "L_IC": float(l_ic.detach()), "L_para": float(l_para.detach())}

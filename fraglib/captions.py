@@ -1,0 +1,295 @@
+"""Captions and paraphrases of a trained generating system (``GENERATES``, e.g. STT), scored with the
+coco-caption toolkit (``pycocoevalcap``: PTB tokenizer, BLEU-1..4, METEOR 1.5, ROUGE-L, CIDEr-D).
+
+    python -m fraglib.captions --run-dir runs/synthetic/stt [--beam 3] [--split test]
+
+For every seed of the run (``seeds/seed<N>/best.pt``, the system rebuilt from the checkpoint alone):
+
+* **captioning**: one caption per image of the split, decoded from the image's joint-space vector;
+  references = all of the image's captions;
+* **paraphrasing**: one paraphrase per caption (the input), decoded from the caption's vector;
+  references = the image's *other* captions (the input excluded: copying it would otherwise score
+  highly). Inputs without words, and images with a single caption, are skipped and counted.
+
+Writes ``captions/seed<N>.json`` (every generated sentence beside its references) and
+``captions.json`` in the run's folder: per task and metric the mean over seeds, the per-seed values and a 95% bootstrap CI
+over images (captioning) or input captions (paraphrasing), the same resample for every seed. BLEU is
+recomputed by the toolkit on each resample (its cooked n-gram statistics reused); METEOR, ROUGE-L and
+CIDEr-D resample the toolkit's per-sentence scores (CIDEr-D's document frequencies stay those of the
+whole split; METEOR's corpus value is not the mean of its sentence scores, so its CI is that of the
+mean sentence score, shifted to the corpus value). METEOR and the tokenizer run Java: without a
+``java`` on PATH this step stops with :class:`JavaMissing` (README: "Caption metrics").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
+TASKS = ("captioning", "paraphrasing")
+
+
+class JavaMissing(RuntimeError):
+    """No Java runtime: METEOR and the PTB tokenizer of pycocoevalcap cannot run."""
+
+
+def java_missing() -> str | None:
+    """Why the caption metrics cannot run here, or None."""
+    if shutil.which("java") is None:
+        return ("no 'java' on PATH: pycocoevalcap's METEOR and PTB tokenizer need a Java runtime "
+                "(README, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)")
+    try:
+        import pycocoevalcap  # noqa: F401
+    except ImportError:
+        return "pycocoevalcap is not installed (pip install pycocoevalcap==1.2)"
+    return None
+
+
+def tokenize(texts: dict[Any, list[str]]) -> dict[Any, list[str]]:
+    """The toolkit's PTB tokenization (lower case, punctuation removed) of every sentence list."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    why = java_missing()
+    if why:
+        raise JavaMissing(why)
+    keys = list(texts)
+    flat = {i: [{"caption": c} for c in texts[k]] for i, k in enumerate(keys)}
+    out = PTBTokenizer().tokenize(flat) if flat else {}
+    return {k: out[i] for i, k in enumerate(keys)}
+
+
+def caption_scores(refs: dict[Any, list[str]], hyps: dict[Any, str], tokenized: bool = False) -> dict[str, Any]:
+    """Corpus scores of ``hyps`` (one sentence per key) against ``refs`` (≥ 1 per key): ``{metric: value}``
+    plus ``"per_item"`` (metric → (n,) sentence scores, keys in ``refs`` order; BLEU: the toolkit's
+    sentence BLEU) and ``"bleu_stats"`` (the cooked statistics, for :func:`bleu_on`)."""
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    keys = list(refs)
+    if set(keys) != set(hyps) or not keys:
+        raise ValueError(f"caption_scores: references for {len(refs)} items, hypotheses for {len(hyps)}; "
+                         "need the same non-empty set")
+    if any(not r for r in refs.values()):
+        raise ValueError("caption_scores: an item without references")
+    if not tokenized:
+        joined = tokenize({**{("r", k): refs[k] for k in keys}, **{("h", k): [hyps[k]] for k in keys}})
+        refs = {k: joined[("r", k)] for k in keys}
+        hyps = {k: joined[("h", k)][0] for k in keys}
+    gts = {i: refs[k] for i, k in enumerate(keys)}
+    res = {i: [hyps[k]] for i, k in enumerate(keys)}
+    bleu = BleuScorer(n=4)
+    for i in range(len(keys)):
+        bleu += (res[i][0], gts[i])
+    b, b_per = bleu.copy().compute_score(option="closest", verbose=0)
+    out: dict[str, Any] = {f"bleu{n + 1}": float(b[n]) for n in range(4)}
+    per = {f"bleu{n + 1}": np.asarray(b_per[n], float) for n in range(4)}
+    for name, scorer in (("meteor", _meteor), ("rouge_l", Rouge), ("cider", Cider)):
+        s, items = scorer().compute_score(gts, res)
+        out[name], per[name] = float(s), np.asarray(items, float).reshape(-1)
+    out["per_item"], out["bleu_stats"] = per, bleu
+    return out
+
+
+_METEOR: list[Any] = []
+
+
+def _meteor() -> Any:
+    """The process's one METEOR scorer (its JVM loads the paraphrase table once: ~20 s)."""
+    if not _METEOR:
+        from pycocoevalcap.meteor.meteor import Meteor
+
+        _METEOR.append(Meteor())
+    return _METEOR[0]
+
+
+def bleu_on(stats: Any, idx: np.ndarray) -> list[float]:
+    """BLEU-1..4 of the items ``idx`` (with repeats) by the toolkit, from cooked statistics."""
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+
+    s = BleuScorer(n=4)
+    s.crefs = [stats.crefs[i] for i in idx]
+    s.ctest = [stats.ctest[i] for i in idx]
+    return [float(x) for x in s.compute_score(option="closest", verbose=0)[0]]
+
+
+def bootstrap(per_seed: list[dict[str, Any]], n_boot: int = 200, seed: int = 0) -> dict[str, list[float]]:
+    """95% CI of each seed-averaged metric over resampled items (the same draw for every seed;
+    ``per_seed``: outputs of :func:`caption_scores` on the same items)."""
+    n = len(per_seed[0]["per_item"]["cider"])
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    boot = {m: np.zeros(n_boot) for m in METRICS}
+    for s in per_seed:
+        for b in range(n_boot):
+            for k, v in enumerate(bleu_on(s["bleu_stats"], idx[b])):
+                boot[f"bleu{k + 1}"][b] += v / len(per_seed)
+        for m in ("meteor", "rouge_l", "cider"):
+            x = s["per_item"][m]
+            shift = s[m] - x.mean() if m == "meteor" else 0.0        # corpus METEOR ≠ mean sentence METEOR
+            boot[m] += (x[idx].mean(1) + shift) / len(per_seed)
+    return {m: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] for m, v in boot.items()}
+
+
+# ----------------------------------------------------------------------------- from a trained seed
+def references(dataset_dir: str | Path, split: Any) -> tuple[list[list[str]], list[str], list[int]]:
+    """(raw captions of each image of ``split``, in split order; raw text of each caption; the images' imgids)."""
+    from fraglib.data import read_karpathy_json
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    raw = {s["sentid"]: s["raw"] for s in ds.sentences}
+    text = [raw[int(j)] for j in split.sentids]
+    per_image: list[list[str]] = [[] for _ in range(split.n_images)]
+    imgids = [-1] * split.n_images
+    for j, i in enumerate(split.sentence_image):
+        per_image[i].append(text[j])
+    by_sent = {s["sentid"]: s["imgid"] for s in ds.sentences}
+    for j, i in enumerate(split.sentence_image):
+        imgids[i] = by_sent[int(split.sentids[j])]
+    return per_image, text, imgids
+
+
+def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours: list[str],
+              shapes: list[str]) -> dict[str, float]:
+    """How often a generated caption's colour words, shape words and "<colour> <shape>" pairs name
+    something in its own image (``objects``: each image's objects with ``colour`` and ``shape``), as
+    a precision in %, against the same captions scored on other images (``_chance``: the mean over up
+    to 25 cyclic shifts of the images, each giving every caption another image: chance for these very
+    words). Plural shapes count (``circles``)."""
+    def mentions(c: str) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+        w = [t[:-1] if t[:-1] in shapes and t not in shapes else t for t in c.lower().split()]
+        return ([t for t in w if t in colours], [t for t in w if t in shapes],
+                [(a, b) for a, b in zip(w, w[1:]) if a in colours and b in shapes])
+
+    def precision(image_of: np.ndarray) -> dict[str, float]:
+        hit = {"colour": [0, 0], "shape": [0, 0], "pair": [0, 0]}
+        for c, i in zip(captions, image_of):
+            cols, shps, pairs = mentions(c)
+            objs = objects[i]
+            for key, found, ok in (("colour", cols, lambda t: any(o["colour"] == t for o in objs)),
+                                   ("shape", shps, lambda t: any(o["shape"] == t for o in objs)),
+                                   ("pair", pairs, lambda p: any((o["colour"], o["shape"]) == p for o in objs))):
+                hit[key][0] += sum(bool(ok(t)) for t in found)
+                hit[key][1] += len(found)
+        return {k: 100.0 * a / b if b else float("nan") for k, (a, b) in hit.items()}
+
+    n = len(captions)
+    own = precision(np.arange(n))
+    shifts = np.unique(np.linspace(1, n - 1, min(n - 1, 25)).astype(int)) if n > 1 else []
+    other = {k: float(np.nanmean([precision((np.arange(n) + d) % n)[k] for d in shifts])) if len(shifts) else float("nan")
+             for k in own}
+    counts = [mentions(c) for c in captions]
+    return {**{f"{k}_precision": v for k, v in own.items()}, **{f"{k}_chance": v for k, v in other.items()},
+            "captions_naming_a_colour": 100.0 * np.mean([bool(m[0]) for m in counts]) if n else float("nan"),
+            "captions_naming_a_shape": 100.0 * np.mean([bool(m[1]) for m in counts]) if n else float("nan")}
+
+
+@torch.no_grad()
+def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256) -> dict[str, list[str]]:
+    """Decoded sentences: ``images`` (one per image of ``split``) and ``paraphrases`` (one per caption),
+    words joined by spaces (``vocab``: the tokens view's vocabulary; ``<unk>`` kept)."""
+    system.eval()
+    words = lambda ids: " ".join(vocab[t] for t in ids)  # noqa: E731
+    out: dict[str, list[str]] = {"images": [], "paraphrases": []}
+    for key, n, take, encode, vec in (
+            ("images", split.n_images, split.images.take, system.encode_images, system.image_vectors),
+            ("paraphrases", split.n_sentences, split.sentences.take, system.encode_sentences, system.sentence_vectors)):
+        for a in range(0, n, chunk):
+            u = vec(encode(take(np.arange(a, min(a + chunk, n)))))
+            out[key] += [words(s) for s in system.decode(u, beam=beam)]
+    return out
+
+
+def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | None = None,
+                  dataset_dir: str | Path | None = None, features_dir: str | Path | None = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Generate and score one trained seed: (scores with their per-item parts, for :func:`bootstrap`;
+    the record of every generated sentence beside its references and the scores)."""
+    from fraglib.evaluate import load_trained
+
+    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir, split_name)
+    if not getattr(system, "GENERATES", False):
+        raise ValueError(f"{seed_dir}: system {ck['system']!r} does not generate sentences")
+    ddir = Path(dataset_dir or ck["info"]["dataset_dir"])
+    per_image, text, imgids = references(ddir, split)
+    gen = generate(system, split, ck["info"]["relations"], beam)
+    has_image = split.images.counts() > 0
+    cap_keys = [i for i in range(split.n_images) if has_image[i] and per_image[i]]
+    usable = (split.sentences.counts() > 0) & has_image[split.sentence_image]
+    para_refs = {}
+    for j in np.flatnonzero(usable):
+        others = [text[k] for k in np.flatnonzero(split.sentence_image == split.sentence_image[j]) if k != j]
+        if others:
+            para_refs[int(j)] = others
+    skipped = {"images_without_features": int((~has_image).sum()),
+               "inputs_without_words_or_image": int((~usable).sum()),
+               "inputs_without_another_caption": int(usable.sum()) - len(para_refs)}
+    scores = {"captioning": caption_scores({i: per_image[i] for i in cap_keys}, {i: gen["images"][i] for i in cap_keys}),
+              "paraphrasing": caption_scores(para_refs, {j: gen["paraphrases"][j] for j in para_refs})}
+    if (ddir / "ground_truth.json").exists():                  # the synthetic benchmark: is it the right objects?
+        truth = json.loads((ddir / "ground_truth.json").read_text())
+        objs = {im["imgid"]: im["objects"] for im in truth["images"]}
+        shapes = sorted({o["shape"] for im in truth["images"] for o in im["objects"]})
+        scores["grounding"] = grounding([gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys],
+                                        list(truth["colours"]), shapes)
+    record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
+              "grounding": scores.get("grounding"),
+              "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS},
+              "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i]}
+                             for i in range(split.n_images)],
+              "paraphrasing": [{"sentence": int(j), "input": text[j], "paraphrase": gen["paraphrases"][j],
+                                "references": para_refs.get(j, [])} for j in range(split.n_sentences)]}
+    return scores, record
+
+
+def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = None, n_boot: int = 200,
+                 dataset_dir: str | None = None, features_dir: str | None = None) -> dict[str, Any]:
+    """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir``): writes
+    ``<run_dir>/captions/seed<N>.json`` (the sentences) and returns the run's summary, also written
+    to ``<run_dir>/captions.json`` (beside, never inside, the training stage's outputs)."""
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "metrics.json").read_text())
+    seeds = summary["seeds"]
+    (run_dir / "captions").mkdir(exist_ok=True)
+    per_seed = []
+    for s in seeds:
+        scores, record = seed_captions(run_dir / "seeds" / f"seed{s}", split, beam,
+                                       dataset_dir.format(seed=s) if dataset_dir else None, features_dir)
+        (run_dir / "captions" / f"seed{s}.json").write_text(json.dumps(record, indent=1) + "\n")
+        per_seed.append(scores)
+    out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot}
+    for t in TASKS:
+        runs = [p[t] for p in per_seed]
+        out[t] = {m: float(np.mean([r[m] for r in runs])) for m in METRICS}
+        out[t + "_per_seed"] = {str(s): {m: r[m] for m in METRICS} for s, r in zip(seeds, runs)}
+        out[t + "_ci"] = bootstrap(runs, n_boot) if len({len(r["per_item"]["cider"]) for r in runs}) == 1 else None
+    if all("grounding" in p for p in per_seed):
+        out["grounding"] = {k: float(np.nanmean([p["grounding"][k] for p in per_seed])) for k in per_seed[0]["grounding"]}
+    (run_dir / "captions.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run-dir", required=True, help="a study run of a generating system (runs/<data>/<run>)")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--beam", type=int, help="beam width (default: the system's `beam`)")
+    ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--dataset-dir", help="default: each checkpoint's own; may hold {seed}")
+    ap.add_argument("--features-dir")
+    args = ap.parse_args(argv)
+    why = java_missing()
+    if why:
+        raise SystemExit(f"fraglib.captions: {why}")
+    s = run_captions(args.run_dir, args.split, args.beam, args.n_boot, args.dataset_dir, args.features_dir)
+    for t in TASKS:
+        print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Caption metrics through pycocoevalcap: BLEU by hand, the bootstrap, the Java check, a trained seed."""
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pycocoevalcap", reason="pycocoevalcap is not installed (environment.yml)")
+
+from fraglib.captions import METRICS, bleu_on, bootstrap, caption_scores, java_missing  # noqa: E402
+
+
+def cooked(refs, hyps):
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+
+    s = BleuScorer(n=4)
+    for k in refs:
+        s += (hyps[k], refs[k])
+    return s
+
+
+def test_bleu_by_hand_and_on_a_resample():
+    refs = {0: ["a red square on grass"], 1: ["two blue circles"]}
+    hyps = {0: "a red circle on grass", 1: "two blue circles"}
+    # BLEU-1, item 0: 4 of 5 unigrams match, same length (brevity penalty 1) -> 0.8; the corpus: 7 of 8 words
+    b = bleu_on(cooked(refs, hyps), np.array([0]))
+    assert b[0] == pytest.approx(0.8, abs=1e-6)
+    assert bleu_on(cooked(refs, hyps), np.array([0, 1]))[0] == pytest.approx(7 / 8, abs=1e-6)
+    # bigrams of item 0: "a red", "on grass" of 4 -> BLEU-2 = sqrt(0.8 * 0.5)
+    assert b[1] == pytest.approx(np.sqrt(0.8 * 0.5), abs=1e-6)
+    # a resample with repeats equals the toolkit run on the repeated items
+    from pycocoevalcap.bleu.bleu import Bleu
+
+    idx = np.array([1, 0, 1])
+    want, _ = Bleu(4).compute_score({i: refs[k] for i, k in enumerate(idx)}, {i: [hyps[k]] for i, k in enumerate(idx)},
+                                    verbose=0)
+    assert bleu_on(cooked(refs, hyps), idx) == pytest.approx(want)
+
+
+def test_bootstrap_of_a_perfect_and_a_shuffled_system():
+    refs = {k: [f"the {c} shape number {k} is here"] for k, c in enumerate("abcdefgh")}
+    good = {"per_item": {m: np.ones(8) for m in ("meteor", "rouge_l", "cider")}, "meteor": 1.0,
+            "bleu_stats": cooked(refs, {k: refs[k][0] for k in refs})}
+    ci = bootstrap([good, good], n_boot=50)
+    assert set(ci) == set(METRICS) and ci["bleu4"] == pytest.approx([1.0, 1.0]) and ci["cider"] == [1.0, 1.0]
+
+
+def test_the_java_check_names_what_is_missing(monkeypatch):
+    import fraglib.captions as c
+
+    monkeypatch.setattr(c.shutil, "which", lambda name: None)
+    assert "java" in java_missing() and "Java runtime" in java_missing()
+    with pytest.raises(c.JavaMissing, match="Java runtime"):
+        c.tokenize({0: ["A caption."]})
+
+
+def needs_java():
+    why = java_missing()
+    if why:
+        pytest.skip(why)
+
+
+def test_toolkit_scores_on_a_toy_set():
+    needs_java()
+    refs = {0: ["A red square on the grass.", "A red box sits on grass."], 1: ["Two blue circles!"]}
+    same = caption_scores(refs, {0: "a red square on the grass", 1: "two blue circles"})
+    assert same["bleu1"] == pytest.approx(1.0, abs=1e-6) and same["meteor"] > 0.9
+    other = caption_scores(refs, {0: "zebra zebra zebra zebra zebra", 1: "zebra zebra zebra"})
+    assert other["bleu1"] < 1e-6 and other["cider"] == pytest.approx(0.0, abs=1e-9)
+    assert len(same["per_item"]["cider"]) == 2
+    with pytest.raises(ValueError, match="same non-empty set"):
+        caption_scores(refs, {0: "a red square"})
+
+
+def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
+    from fraglib.captions import run_captions
+    from fraglib.study import run_study
+    from tests.conftest import tiny_params
+
+    needs_java()
+    params = tiny_params(stt={"system": "stt"})
+    run_study(str(tiny_full), "stt", params, tmp_path / "stt")
+    out = run_captions(tmp_path / "stt", n_boot=20)
+    rec = json.loads((tmp_path / "stt" / "captions" / "seed0.json").read_text())
+    assert len(rec["captioning"]) == 4 and all(isinstance(c["caption"], str) for c in rec["captioning"])
+    para = [p for p in rec["paraphrasing"] if p["references"]]
+    assert para and all(p["input"] not in p["references"] or p["references"].count(p["input"]) < 2 for p in para)
+    for t in ("captioning", "paraphrasing"):
+        assert set(out[t]) == set(METRICS) and all(0 <= v for v in out[t].values())
+        lo, hi = out[t + "_ci"]["cider"]
+        assert lo <= out[t]["cider"] + 1e-9 and out[t]["cider"] <= hi + 1e-9
+
+
+def test_grounding_against_hand_counts():
+    from fraglib.captions import grounding
+
+    objects = [[{"colour": "red", "shape": "circle"}], [{"colour": "blue", "shape": "square"}],
+               [{"colour": "red", "shape": "square"}]]
+    caps = ["a red circle", "two blue squares and a red star", "a green square"]
+    g = grounding(caps, objects, ["red", "blue", "green"], ["circle", "square", "star"])
+    # colours named: red (ok), blue (ok), red (no: image 1 has only blue), green (no) -> 2 of 4
+    assert g["colour_precision"] == pytest.approx(50.0)
+    # shapes: circle (ok), square (ok, plural), star (no), square (ok) -> 3 of 4; pairs: 2 of 4
+    assert g["shape_precision"] == pytest.approx(75.0) and g["pair_precision"] == pytest.approx(50.0)
+    # chance: the captions scored on images shifted by 1 and by 2 (every other image once)
+    shifted = [grounding([caps[(i - d) % 3] for i in range(3)], objects, ["red", "blue", "green"],
+                         ["circle", "square", "star"])["colour_precision"] for d in (1, 2)]
+    assert g["colour_chance"] == pytest.approx(np.mean(shifted))
+    assert g["captions_naming_a_colour"] == pytest.approx(100.0)
