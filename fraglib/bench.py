@@ -442,7 +442,7 @@ def bench_systems_device() -> list[dict[str, Any]]:
 
 OPT_IN = {"systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,  # by name only: long, or need the Pascal1K study
           "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": lambda: bench_kernel_bits(),
-          "socher": lambda: bench_socher(), "peri": lambda: bench_peri()}
+          "socher": lambda: bench_socher(), "peri": lambda: bench_peri(), "stt": lambda: bench_stt()}
 
 
 
@@ -620,6 +620,65 @@ def bench_peri(epochs: int = 2, repeats: int = 2) -> list[dict[str, Any]]:
                      ratio=round(max(r[2] for r in runs) / 4096, 2),
                      reference_is="the issue's aim: <= 4 GB; peak RSS of the scoring process, inputs (350 MB) included",
                      growth_during_scoring_mb=round(max(r[3] for r in runs), 0)))
+    return out
+
+
+def bench_stt(epochs: int = 2) -> list[dict[str, Any]]:
+    """Show, Translate and Tell: seconds per training epoch at a Pascal1K split's size (the chosen sizes,
+    Adam, batches of 128); greedy and beam-3 decoding in captions per second (500 captions decoded at
+    once, at most 20 words); and pycocoevalcap's metrics on 100 captions x 5 references and 500
+    paraphrases x 4 (Pascal1K's test split; the PTB tokenizer and METEOR start a JVM: included)."""
+    import numpy as np
+    import torch
+
+    from fraglib.captions import caption_scores, java_missing
+    from fraglib.inputs import make_batches
+    from fraglib.systems.stt import Config, SttSystem
+
+    split, dims = _token_split()
+    system = SttSystem(Config(word_dim=100, hidden=256, embed_dim=256, dec_hidden=256, dropout=0.4), dims, 0)
+    system.prepare(split)
+    system.use_training_split(split)
+    opt = torch.optim.Adam(system.parameters(), lr=5e-4)
+    ts = []
+    for epoch in range(epochs):
+        system.train()
+        t0 = time.perf_counter()
+        for b in make_batches(split, 128, 0, epoch, distinct=False):
+            c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
+                               system.encode_sentences(split.sentences.take(b)), epoch)
+            opt.zero_grad(set_to_none=True)
+            c.backward()
+            torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
+            opt.step()
+        ts.append(time.perf_counter() - t0)
+    out = [entry("stt_epoch_s", round(statistics.median(ts), 2), "s", captions=split.n_sentences, batch=128,
+                 sizes="word 100, GRU 256, D 256, decoder 256, vocabulary 1,000", repeats=epochs,
+                 all_runs=[round(t, 2) for t in ts])]
+    u = torch.nn.functional.normalize(torch.randn(500, 256, generator=torch.Generator().manual_seed(0)), dim=1)
+    for beam in (1, 3):
+        rates = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            caps = system.decode(u, beam=beam, max_len=20)
+            rates.append(len(caps) / (time.perf_counter() - t0))
+        out.append(entry(f"decode_beam{beam}_captions_per_s", round(statistics.median(rates), 1), "captions/s",
+                         batch=500, max_len=20, mean_words=round(float(np.mean([len(c) for c in caps])), 1),
+                         note="an untrained decoder: captions run to max_len, the slowest case",
+                         all_runs=[round(r, 1) for r in rates]))
+    why = java_missing()
+    if why:
+        out.append(entry("caption_metrics_pascal1k_test_s", None, "s", skipped=why))
+        return out
+    rng = np.random.default_rng(0)
+    vocab = [f"w{i}" for i in range(300)]
+    sent = lambda: " ".join(rng.choice(vocab, int(rng.integers(6, 14))))  # noqa: E731
+    t0 = time.perf_counter()
+    caption_scores({i: [sent() for _ in range(5)] for i in range(100)}, {i: sent() for i in range(100)})
+    caption_scores({i: [sent() for _ in range(4)] for i in range(500)}, {i: sent() for i in range(500)})
+    out.append(entry("caption_metrics_pascal1k_test_s", round(time.perf_counter() - t0, 1), "s",
+                     items="100 images x 5 references + 500 captions x 4 references",
+                     note="one process: the JVMs of the tokenizer and METEOR included"))
     return out
 
 

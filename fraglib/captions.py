@@ -237,11 +237,12 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
         shapes = sorted({o["shape"] for im in truth["images"] for o in im["objects"]})
         scores["grounding"] = grounding([gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys],
                                         list(truth["colours"]), shapes)
+    cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])}
     record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
               "grounding": scores.get("grounding"),
               "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS},
-              "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i]}
-                             for i in range(split.n_images)],
+              "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i],
+                              "cider": cider.get(i)} for i in range(split.n_images)],
               "paraphrasing": [{"sentence": int(j), "input": text[j], "paraphrase": gen["paraphrases"][j],
                                 "references": para_refs.get(j, [])} for j in range(split.n_sentences)]}
     return scores, record

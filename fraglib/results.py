@@ -346,3 +346,69 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
             p["boxes"], p["labels"] = fragment_boxes(view, img, int(split.sentids[top[0][0]]), vocab)
         panels.append(p)
     return panels
+
+
+def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/captions.json``) of the ``runs``
+    that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
+    bootstrap CI over images / input captions)."""
+    from fraglib.captions import METRICS, TASKS
+
+    rows = {}
+    for r in runs:
+        f = Path(runs_dir) / r / "captions.json"
+        if not f.exists():
+            continue
+        c = json.loads(f.read_text())
+        for t in TASKS:
+            ci = c.get(t + "_ci") or {}
+            rows[(t, (labels or {}).get(r, r))] = {
+                m: f"{100 * c[t][m]:.1f}" + (f" [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}]" if m in ci else "")
+                for m in METRICS}
+    return pd.DataFrame(rows).T
+
+
+def peri_caption_published() -> pd.DataFrame:
+    """Peri's (2018) captioning and paraphrasing rows as printed (MSCOCO 1K / Flickr30K: not our data), ×100."""
+    from fraglib.reference import published
+
+    t = published()["peri2018_thesis"]
+    rows = {}
+    for key, table in t.items():
+        if key.startswith(("captioning", "paraphrasing")):
+            for name, r in table.items():
+                rows[(key, name)] = {m: round(100 * v, 1) for m, v in r.items()}
+    return pd.DataFrame(rows).T
+
+
+def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, features_dir: str | Path | None = None,
+                    n_good: int = 2, n_bad: int = 2, k: int = 3) -> list[dict[str, Any]]:
+    """Panels (:func:`fraglib.plots.retrieval_figure`) in the layout of Peri's figures: a test image,
+    its generated caption, two paraphrases (of its first two captions), the top-``k`` retrieved
+    captions (✓ = its own) and the ground truth. Chosen by rule: the ``n_good`` images with the highest
+    and the ``n_bad`` with the lowest CIDEr-D of their caption (ties: lower index)."""
+    from fraglib.data import read_karpathy_json
+    from fraglib.evaluate import load_trained, score_matrix
+    from fraglib.vision.rcnn import load_image
+
+    rec = json.loads((Path(run_dir) / "captions" / f"seed{seed}.json").read_text())
+    system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", dataset_dir, features_dir)
+    S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
+    scored = sorted((c for c in rec["captioning"] if c["cider"] is not None), key=lambda c: (-c["cider"], c["image"]))
+    pick = [(c, "good") for c in scored[:n_good]] + [(c, "bad") for c in scored[::-1][:n_bad] if c not in scored[:n_good]]
+    para = {}
+    for p in rec["paraphrasing"]:
+        para.setdefault(int(split.sentence_image[p["sentence"]]), []).append(p)
+    panels = []
+    for c, kind in pick:
+        i = c["image"]
+        top = top_sentences(S, split.sentence_image, i, k)
+        lines = [f"caption: {c['caption']}  (CIDEr-D {100 * c['cider']:.0f}, {kind})"]
+        lines += [f"paraphrase: {p['input']} → {p['paraphrase']}" for p in para.get(i, [])[:2]]
+        lines += [f"{'✓' if ok else '✗'} retrieved {r + 1}: {rec['paraphrasing'][j]['input']}" for r, (j, ok) in enumerate(top)]
+        lines += [f"truth: {t}" for t in c["references"]]
+        panels.append({"image": load_image(ds.image_path(rows[i]))[0], "title": ds.images[rows[i]]["filename"],
+                       "lines": lines})
+    return panels

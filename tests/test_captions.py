@@ -106,3 +106,18 @@ def test_grounding_against_hand_counts():
                          ["circle", "square", "star"])["colour_precision"] for d in (1, 2)]
     assert g["colour_chance"] == pytest.approx(np.mean(shifted))
     assert g["captions_naming_a_colour"] == pytest.approx(100.0)
+
+
+def test_caption_table_and_the_published_rows(tmp_path):
+    from fraglib.results import caption_table, peri_caption_published
+
+    run = tmp_path / "stt"
+    run.mkdir()
+    c = {t: {m: 0.5 for m in METRICS} for t in ("captioning", "paraphrasing")}
+    c.update({"captioning_ci": {m: [0.4, 0.6] for m in METRICS}, "paraphrasing_ci": None})
+    (run / "captions.json").write_text(json.dumps(c))
+    t = caption_table(tmp_path, ["stt", "not_run"], {"stt": "STT"})
+    assert t.loc[("captioning", "STT"), "cider"] == "50.0 [40.0, 60.0]"
+    assert t.loc[("paraphrasing", "STT"), "bleu4"] == "50.0" and len(t) == 2
+    pub = peri_caption_published()
+    assert pub.loc[("captioning_mscoco_1k", "stt_1024"), "cider"] == 85.0     # as printed (0.850), x100

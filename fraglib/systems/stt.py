@@ -151,6 +151,8 @@ class SttSystem(vse.VseSystem):
         self.seed = seed
         self.eos = dims["n_relations"]                                         # output id of </s>
         self.init = nn.Linear(cfg.embed_dim, cfg.dec_hidden)
+        nn.init.normal_(self.init.weight, 0.0, 1.0)        # u is a unit vector: W u ~ N(0, 1), h_0 = O(1)
+        nn.init.zeros_(self.init.bias)
         self.dec = nn.GRU(cfg.word_dim, cfg.dec_hidden, batch_first=True)
         self.out = nn.Linear(cfg.dec_hidden, dims["n_relations"] + 1)
         self.bos = nn.Parameter(torch.empty(cfg.word_dim).uniform_(-0.1, 0.1))
