@@ -181,8 +181,8 @@ def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours:
     n = len(captions)
     own = precision(np.arange(n))
     shifts = np.unique(np.linspace(1, n - 1, min(n - 1, 25)).astype(int)) if n > 1 else []
-    other = {k: float(np.nanmean([precision((np.arange(n) + d) % n)[k] for d in shifts])) if len(shifts) else float("nan")
-             for k in own}
+    shifted = [precision((np.arange(n) + d) % n) for d in shifts]
+    other = {k: float(np.mean([p[k] for p in shifted])) if shifted and own[k] == own[k] else float("nan") for k in own}
     counts = [mentions(c) for c in captions]
     return {**{f"{k}_precision": v for k, v in own.items()}, **{f"{k}_chance": v for k, v in other.items()},
             "captions_naming_a_colour": 100.0 * np.mean([bool(m[0]) for m in counts]) if n else float("nan"),

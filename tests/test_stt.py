@@ -98,3 +98,18 @@ def test_caption_b_is_another_caption_of_the_image():
         assert got == (others or {a})                                # uniform among the others: all seen in 40 draws
     assert (draw_targets(image, usable, 0, 3) == draws[3]).all()    # stateless: a resumed run draws the same
     assert any((draw_targets(image, usable, 1, e) != draws[e]).any() for e in range(40))   # the seed matters
+
+
+def test_decoding_when_some_captions_end_before_others():
+    """</s> has no input embedding: a finished beam must not look it up (it once raised IndexError)."""
+    m = tiny_stt(seed=2)
+    u = torch.nn.functional.normalize(torch.randn(8, 6, dtype=torch.float64), dim=1)
+    lengths = set()
+    with torch.no_grad():
+        for bias in (0.0, 1.0, 2.0, 3.0):
+            m.out.bias[m.eos] = bias
+            for beam in (1, 3):
+                caps = m.decode(u, beam=beam, max_len=6)
+                assert len(caps) == 8 and all(len(c) <= 6 and m.eos not in c for c in caps)
+                lengths |= {len(c) for c in caps}
+    assert len(lengths) > 1                                   # some captions did end early

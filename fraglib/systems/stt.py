@@ -130,7 +130,7 @@ def beam_search(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eo
         hs = hs.reshape(n, k, -1).gather(1, src[..., None].expand(-1, -1, hs.shape[-1])).reshape(n * k, -1)
         if bool(done.all()):
             break
-        x = embed(w.reshape(-1))
+        x = embed(torch.where(w == eos, 0, w).reshape(-1))                  # finished beams' input is never read
     out = []
     for seq in words[:, 0].tolist():                                           # beam 0: the best
         out.append((seq[:seq.index(eos)] if eos in seq else seq)[:max_len])
