@@ -88,6 +88,13 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
         assert set(out[t]) == set(METRICS) and all(0 <= v for v in out[t].values())
         lo, hi = out[t + "_ci"]["cider"]
         assert lo <= out[t]["cider"] + 1e-9 and out[t]["cider"] <= hi + 1e-9
+    assert "grounding" in out and 0 <= out["grounding"]["captions_naming_a_colour"] <= 100   # synthetic truth
+    from fraglib.results import caption_gallery
+
+    panels = caption_gallery(tmp_path / "stt", 0, tiny_full, n_good=1, n_bad=1)
+    assert len(panels) == 2 and panels[0]["lines"][0].startswith("caption: ")
+    assert sum(line.startswith("truth: ") for line in panels[0]["lines"]) >= 1
+    assert sum(" retrieved " in line for line in panels[0]["lines"]) == 3
 
 
 def test_grounding_against_hand_counts():
