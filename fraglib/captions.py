@@ -270,7 +270,8 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
         out[t + "_per_seed"] = {str(s): {m: r[m] for m in METRICS} for s, r in zip(seeds, runs)}
         out[t + "_ci"] = bootstrap(runs, n_boot) if len({len(r["per_item"]["cider"]) for r in runs}) == 1 else None
     if all("grounding" in p for p in per_seed):
-        out["grounding"] = {k: float(np.nanmean([p["grounding"][k] for p in per_seed])) for k in per_seed[0]["grounding"]}
+        vals = {k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]] for k in per_seed[0]["grounding"]}
+        out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}     # nan: nothing named
     (run_dir / "captions.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
