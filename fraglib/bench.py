@@ -580,14 +580,34 @@ def _token_split(n_images: int = 800, per_image: int = 5, n_vocab: int = 1000, i
     return split, {"n_relations": n_vocab, "n_words": 1, "word_dim": 50, "img_dim": img_dim}
 
 
+def _epoch_seconds(system: Any, split: Any, epochs: int, lr: float) -> list[float]:
+    """Seconds of each training epoch of ``system`` on ``split`` as the trainer runs it for Peri's
+    systems: shuffled batches of 128 (images may repeat), Adam at ``lr``, gradient clip 2."""
+    import torch
+
+    from fraglib.inputs import make_batches
+
+    opt = torch.optim.Adam(system.parameters(), lr=lr)
+    ts = []
+    for epoch in range(epochs):
+        system.train()
+        t0 = time.perf_counter()
+        for b in make_batches(split, 128, 0, epoch, distinct=False):
+            c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
+                               system.encode_sentences(split.sentences.take(b)), epoch)
+            opt.zero_grad(set_to_none=True)
+            c.backward()
+            torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
+            opt.step()
+        ts.append(time.perf_counter() - t0)
+    return ts
+
+
 def bench_peri(epochs: int = 2, repeats: int = 2) -> list[dict[str, Any]]:
     """Peri's systems: seconds per VSE++ training epoch at a Pascal1K split's size (Adam, batches of
     128, hardest negative), Peri's sizes and the smaller ones chosen on validation; and the attention
     score matrix for 1,000 images x 5,000 captions (20 regions, <= 13 words, D = 1024): time, its ratio
     to the matmul it contains (same tiles, same process) and the process's peak memory."""
-    import torch
-
-    from fraglib.inputs import make_batches
     from fraglib.systems.vse import Config, VseSystem
 
     split, dims = _token_split()
@@ -596,18 +616,7 @@ def bench_peri(epochs: int = 2, repeats: int = 2) -> list[dict[str, Any]]:
                          ("small", dict(word_dim=100, hidden=256, embed_dim=256))):
         system = VseSystem(Config(**sizes), dims, 0)
         system.prepare(split)
-        opt = torch.optim.Adam(system.parameters(), lr=2e-4)
-        ts = []
-        for epoch in range(epochs):
-            t0 = time.perf_counter()
-            for b in make_batches(split, 128, 0, epoch, distinct=False):
-                c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
-                                   system.encode_sentences(split.sentences.take(b)), epoch)
-                opt.zero_grad(set_to_none=True)
-                c.backward()
-                torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
-                opt.step()
-            ts.append(time.perf_counter() - t0)
+        ts = _epoch_seconds(system, split, epochs, lr=2e-4)
         out.append(entry(f"vsepp_epoch_s_{label}", round(statistics.median(ts), 2), "s", captions=split.n_sentences,
                          sizes=sizes, batch=128, repeats=epochs, all_runs=[round(t, 2) for t in ts]))
     runs = _in_fresh_processes(_attention_child, repeats)
@@ -632,26 +641,13 @@ def bench_stt(epochs: int = 2) -> list[dict[str, Any]]:
     import torch
 
     from fraglib.captions import caption_scores, java_missing
-    from fraglib.inputs import make_batches
     from fraglib.systems.stt import Config, SttSystem
 
     split, dims = _token_split()
     system = SttSystem(Config(word_dim=100, hidden=256, embed_dim=256, dec_hidden=256, dropout=0.4), dims, 0)
     system.prepare(split)
     system.use_training_split(split)
-    opt = torch.optim.Adam(system.parameters(), lr=5e-4)
-    ts = []
-    for epoch in range(epochs):
-        system.train()
-        t0 = time.perf_counter()
-        for b in make_batches(split, 128, 0, epoch, distinct=False):
-            c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
-                               system.encode_sentences(split.sentences.take(b)), epoch)
-            opt.zero_grad(set_to_none=True)
-            c.backward()
-            torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
-            opt.step()
-        ts.append(time.perf_counter() - t0)
+    ts = _epoch_seconds(system, split, epochs, lr=5e-4)
     out = [entry("stt_epoch_s", round(statistics.median(ts), 2), "s", captions=split.n_sentences, batch=128,
                  sizes="word 100, GRU 256, D 256, decoder 256, vocabulary 1,000", repeats=epochs,
                  all_runs=[round(t, 2) for t in ts])]
