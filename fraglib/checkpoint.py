@@ -88,15 +88,21 @@ def load_system(path: str | Path, device: Any = "cpu"):
     return system, ck
 
 
-def _differs(ck: dict[str, Any], identity: dict[str, Any]) -> list[str]:
-    return [k for k in IDENTITY if ck.get(k) != identity[k]]
+def _differs(ck: dict[str, Any], identity: dict[str, Any], defaults: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The :data:`IDENTITY` fields where ``ck`` and ``identity`` disagree; a settings dict of ``ck`` first
+    gets ``defaults[field]`` for the keys it lacks (settings added after it was written)."""
+    def stored(k: str) -> Any:
+        v = ck.get(k)
+        return {**defaults[k], **v} if defaults and k in defaults and isinstance(v, dict) else v
+    return [k for k in IDENTITY if stored(k) != identity[k]]
 
 
-def resume(out: Path, identity: dict[str, Any], restart: bool, log=print) -> dict[str, Any] | None:
+def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
+           defaults: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The ``last.pt`` of ``out`` to resume from, or None to start from scratch.
 
     ``identity``: the :data:`IDENTITY` fields of the run about to train. A checkpoint with other
-    values (other inputs, settings or sizes), an unreadable one, or one whose ``best.pt`` is missing
+    values (other inputs, settings or sizes; ``defaults``: as in :func:`_differs`), an unreadable one, or one whose ``best.pt`` is missing
     or foreign, is removed when ``restart`` (with a message) and is an error otherwise."""
     last, best = out / "last.pt", out / "best.pt"
     if not last.exists():
@@ -111,13 +117,13 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print) -> dic
         except CheckpointError as exc:
             ck, problem = None, str(exc)
         if ck is not None:
-            diff = _differs(ck, identity)
+            diff = _differs(ck, identity, defaults)
             if diff:
                 problem = f"{last} was written for other {', '.join(diff)}"
             elif ck.get("best_epoch") is not None:
                 try:
                     b = load(best)
-                    if _differs(b, identity) or b.get("epoch") != ck["best_epoch"]:
+                    if _differs(b, identity, defaults) or b.get("epoch") != ck["best_epoch"]:
                         problem = f"{best} does not belong to {last} (best epoch {ck['best_epoch']})"
                 except CheckpointError as exc:
                     problem = f"{exc}; {last} records best epoch {ck['best_epoch']}"

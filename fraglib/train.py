@@ -50,6 +50,7 @@ class TrainConfig:
     lr_drop: float = 0.1
     lr_drop_epochs: int = 2
     grad_clip: float = 0.0              # max global gradient norm; 0 = off
+    select: str = "val_rsum"            # best.pt = the epoch of the highest validation R-sum | "last" epoch
     eval_chunk: int = 64                # images per score-matrix tile
     n_boot: int = 1000                  # bootstrap resamples for the test CIs
 
@@ -66,6 +67,7 @@ class TrainConfig:
         check_range(f"{p}.lr_drop", self.lr_drop, 0.0, 1.0, float)
         check_range(f"{p}.lr_drop_epochs", self.lr_drop_epochs, 0, 10_000, int)
         check_range(f"{p}.grad_clip", self.grad_clip, 0.0, 1e6, float)
+        check_choice(f"{p}.select", self.select, ("val_rsum", "last"))
         check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
         check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
         return self
@@ -154,12 +156,22 @@ def lr_at(tc: TrainConfig, epoch: int) -> float:
 
 
 def make_optimizer(tc: TrainConfig, params) -> torch.optim.Optimizer:
+    """``params``: parameters, or (lr multiplier, parameters) groups (:meth:`System.lr_groups`); each group
+    keeps its multiplier as ``lr_scale`` (:func:`set_lr`)."""
     params = list(params)
+    if params and isinstance(params[0], tuple):
+        params = [{"params": ps, "lr": tc.lr * k, "lr_scale": k} for k, ps in params if ps]
     if tc.optimizer == "sgd":
         return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum)
     if tc.optimizer == "adagrad":       # Socher et al. 2014: sums start at 1 (reset_adagrad)
         return torch.optim.Adagrad(params, lr=tc.lr, initial_accumulator_value=1.0)
     return torch.optim.Adam(params, lr=tc.lr)
+
+
+def set_lr(tc: TrainConfig, opt: torch.optim.Optimizer, epoch: int) -> None:
+    """The epoch's learning rate (:func:`lr_at`) times each group's ``lr_scale``."""
+    for g in opt.param_groups:
+        g["lr"] = lr_at(tc, epoch) * g.get("lr_scale", 1.0)
 
 
 def reset_adagrad(tc: TrainConfig, opt: torch.optim.Optimizer, epoch: int) -> None:
@@ -207,9 +219,10 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
                 "train_config": dataclasses.asdict(tc), "model_args": dims,
                 "fingerprint": checkpoint.fingerprint(input_files(dataset_dir, views, features_dir))}
-    ck = checkpoint.resume(out, identity, restart)
+    ck = checkpoint.resume(out, identity, restart, defaults={"train_config": dataclasses.asdict(TrainConfig()),
+                                                             "system_config": dataclasses.asdict(cls.Config())})
     trainable = cls.TRAINABLE and any(p.requires_grad for p in system.parameters())
-    opt = make_optimizer(tc, system.parameters()) if trainable else None
+    opt = make_optimizer(tc, system.lr_groups()) if trainable else None
     history: list[dict[str, Any]] = []
     start, best_rsum, best_epoch, t_train = 0, -1.0, None, 0.0
     if ck is not None:
@@ -239,8 +252,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
         system.train()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(tc, epoch)
+        set_lr(tc, opt, epoch)
         reset_adagrad(tc, opt, epoch)
         phase = system.phase(epoch)
         sums: dict[str, float] = {}
@@ -269,7 +281,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         history.append(row)
         if progress:
             print(f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)
-        if row["val_rsum"] > best_rsum:
+        if row["val_rsum"] > best_rsum or tc.select == "last":
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
             checkpoint.save(out / "best.pt", state(epoch + 1))
         checkpoint.save(out / "last.pt", state(epoch + 1))

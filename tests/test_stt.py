@@ -118,3 +118,20 @@ def test_decoding_when_some_captions_end_before_others():
                 assert len(caps) == 8 and all(len(c) <= 6 and m.eos not in c for c in caps)
                 lengths |= {len(c) for c in caps}
     assert len(lengths) > 1                                   # some captions did end early
+
+
+def test_the_decoder_trains_at_its_own_learning_rate_and_every_parameter_once():
+    from fraglib.train import TrainConfig, make_optimizer, set_lr
+
+    s = tiny_stt(dec_lr_scale=4.0)
+    groups = s.lr_groups()
+    ids = [id(p) for _, ps in groups for p in ps]
+    assert sorted(ids) == sorted(id(p) for p in s.parameters())            # each parameter in one group
+    scaled = {id(p) for k, ps in groups if k == 4.0 for p in ps}
+    assert id(s.bos) in scaled and id(s.dec.weight_hh_l0) in scaled and id(s.out.weight) in scaled
+    assert id(s.text.embed.weight) not in scaled                            # the shared embedding: encoder lr
+    tc = TrainConfig(optimizer="adam", lr=1e-3, epochs=10, lr_drop=0.1, lr_drop_epochs=2)
+    opt = make_optimizer(tc, groups)
+    assert sorted(g["lr"] for g in opt.param_groups) == pytest.approx([1e-3, 4e-3])
+    set_lr(tc, opt, 9)                                                     # a dropped epoch: both x 0.1
+    assert sorted(g["lr"] for g in opt.param_groups) == pytest.approx([1e-4, 4e-4])

@@ -154,3 +154,21 @@ def test_seed_threads_give_idle_cores_to_the_last_round():
     assert seed_threads(4, 2, 2) == [1, 1, 1, 1]
     assert seed_threads(1, 2, 2) == [2]
     assert seed_threads(2, 1, 3) == [3, 3]
+
+
+def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_defaults(tiny_full, tmp_path):
+    cpu = torch.device("cpu")
+    spec = tiny_spec(epochs=3, select="last")
+    m = train(tiny_full, tmp_path / "last", spec, device=cpu, progress=False)
+    assert m["best_epoch"] == 3 and checkpoint.load(tmp_path / "last" / "best.pt")["epoch"] == 3
+    # a checkpoint written before `select` existed (its stored settings lack the key) resumes at the default
+    out = tmp_path / "old"
+    train(tiny_full, out, tiny_spec(epochs=3), device=cpu, progress=False, stop_after=1)
+    for name in ("last.pt", "best.pt"):
+        ck = checkpoint.load(out / name)
+        del ck["train_config"]["select"]
+        checkpoint.save(out / name, ck)
+    train(tiny_full, out, tiny_spec(epochs=3), device=cpu, progress=False)
+    assert checkpoint.load(out / "last.pt")["epoch"] == 3
+    with pytest.raises(CheckpointError, match="other train_config"):     # but not at another value
+        train(tiny_full, out, tiny_spec(epochs=3, select="last"), device=cpu, progress=False)

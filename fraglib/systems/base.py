@@ -21,6 +21,8 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
 ``TRAINABLE``                          False for systems without parameters (never stepped)
+``lr_groups() -> [(scale, params)]``   the parameters with their learning-rate multipliers (of ``train.lr`` and
+                                       its schedule); default one group at 1
 ``SENTENCE_SPACE``, ``sentence_scores``  True for systems embedding sentences in one space (may depend on
                                        the settings: an instance attribute then); then
                                        ``sentence_scores(a, b)`` (m_a, m_b) ranks sentences against sentences
@@ -89,6 +91,10 @@ class System(nn.Module):
 
     def phase(self, epoch: int) -> str:
         return "train"
+
+    def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:
+        """(learning-rate multiplier, parameters) groups for the optimizer (default: all at 1)."""
+        return [(1.0, list(self.parameters()))]
 
     def encode_images(self, rows: Rows) -> Any:
         raise NotImplementedError

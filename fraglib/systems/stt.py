@@ -44,6 +44,7 @@ class Config(vse.Config):
     lambda_ic: float = 1.0         # λ1: image captioning
     lambda_para: float = 1.0       # λ2: paraphrasing
     lambda_sim: float = 1.0        # λ3: retrieval hinge
+    dec_lr_scale: float = 1.0      # the decoder's learning rate = train.lr x this (the encoders': train.lr)
     max_len: int = 20              # decoding: at most this many words
     beam: int = 1                  # decoding: 1 = greedy
     SECTION: ClassVar[str] = "systems.stt"
@@ -54,6 +55,7 @@ class Config(vse.Config):
         check_range(f"{p}.dec_hidden", self.dec_hidden, 1, 100_000, int)
         for k in ("lambda_ic", "lambda_para", "lambda_sim"):
             check_range(f"{p}.{k}", getattr(self, k), 0.0, 1e4, float)
+        check_range(f"{p}.dec_lr_scale", self.dec_lr_scale, 0.0, 1e4, float)
         check_range(f"{p}.max_len", self.max_len, 1, 1000, int)
         check_range(f"{p}.beam", self.beam, 1, 100, int)
         return self
@@ -161,6 +163,12 @@ class SttSystem(vse.VseSystem):
 
     def use_training_split(self, train: Any) -> None:
         self._train_split = train
+
+    def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:
+        """The decoder's own parameters (not the shared word embedding) at ``dec_lr_scale``, the rest at 1."""
+        dec = [self.bos, *self.init.parameters(), *self.dec.parameters(), *self.out.parameters()]
+        ids = {id(p) for p in dec}
+        return [(1.0, [p for p in self.parameters() if id(p) not in ids]), (self.cfg.dec_lr_scale, dec)]
 
     # -------------------------------------------------------------- encoders
     def encode_sentences(self, rows: Rows) -> Sentences:
