@@ -9,7 +9,9 @@ For every seed of the run (``seeds/seed<N>/best.pt``, the system rebuilt from th
   references = all of the image's captions;
 * **paraphrasing**: one paraphrase per caption (the input), decoded from the caption's vector;
   references = the image's *other* captions (the input excluded: copying it would otherwise score
-  highly). Inputs without words, and images with a single caption, are skipped and counted.
+  highly). Inputs without words, and images with a single caption, are skipped and counted;
+* **input dependence** (:func:`input_dependence`): the captions' NLL from their own input vs another's
+  — a decoder that ignores its input (a language model) scores the same on both.
 
 Writes ``captions/seed<N>.json`` (every generated sentence beside its references) and
 ``captions.json`` in the run's folder: per task and metric the mean over seeds, the per-seed values and a 95% bootstrap CI
@@ -190,6 +192,36 @@ def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours:
 
 
 @torch.no_grad()
+def input_dependence(system: Any, split: Any, chunk: int = 256) -> dict[str, float]:
+    """Does the decoder read its input? Mean teacher-forced NLL (nats per caption, ``</s>`` included) of
+    the split's captions decoded from their own input and from another's: **captioning** — each caption
+    from its image's vector vs from the image n/2 positions on; **paraphrasing** — caption B (another
+    caption of the image, :func:`fraglib.systems.stt.draw_targets` with seed 0) from caption A's vector vs
+    from the vector of a caption of another image (the usable captions rolled by half their number;
+    pairs that still share an image are dropped). Equal values: the decoder is a language model."""
+    from fraglib.systems.stt import draw_targets
+
+    system.eval()
+    n = split.n_images
+    usable = split.usable_sentences() & (split.images.counts() > 0)[split.sentence_image]
+    j = np.flatnonzero(usable)
+    img = split.sentence_image[j]
+    U = torch.cat([system.image_vectors(system.encode_images(split.images.take(np.arange(a, min(a + chunk, n)))))
+                   for a in range(0, n, chunk)])
+    C = torch.cat([system.sentence_vectors(system.encode_sentences(split.sentences.take(j[a:a + chunk])))
+                   for a in range(0, len(j), chunk)])
+    other = np.roll(np.arange(len(j)), len(j) // 2)
+    keep = img[other] != img
+    b = draw_targets(split.sentence_image, usable, 0, 0)[j]
+
+    def nll(u: torch.Tensor, targets: np.ndarray) -> float:
+        return float(torch.cat([system.caption_nll(u[a:a + chunk], split.sentences.take(targets[a:a + chunk]))
+                                for a in range(0, len(targets), chunk)]).mean()) if len(targets) else float("nan")
+    return {"captioning_own": nll(U[img], j), "captioning_other": nll(U[(img + n // 2) % n], j),
+            "paraphrasing_own": nll(C[keep], b[keep]), "paraphrasing_other": nll(C[other][keep], b[keep])}
+
+
+@torch.no_grad()
 def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256) -> dict[str, list[str]]:
     """Decoded sentences: ``images`` (one per image of ``split``) and ``paraphrases`` (one per caption),
     words joined by spaces (``vocab``: the tokens view's vocabulary; ``<unk>`` kept)."""
@@ -237,9 +269,10 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
         shapes = sorted({o["shape"] for im in truth["images"] for o in im["objects"]})
         scores["grounding"] = grounding([gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys],
                                         list(truth["colours"]), shapes)
+    scores["input_dependence"] = input_dependence(system, split)
     cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])}
     record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
-              "grounding": scores.get("grounding"),
+              "grounding": scores.get("grounding"), "input_dependence": scores["input_dependence"],
               "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS},
               "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i],
                               "cider": cider.get(i)} for i in range(split.n_images)],
@@ -269,6 +302,8 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
         out[t] = {m: float(np.mean([r[m] for r in runs])) for m in METRICS}
         out[t + "_per_seed"] = {str(s): {m: r[m] for m in METRICS} for s, r in zip(seeds, runs)}
         out[t + "_ci"] = bootstrap(runs, n_boot) if len({len(r["per_item"]["cider"]) for r in runs}) == 1 else None
+    out["input_dependence"] = {k: float(np.mean([p["input_dependence"][k] for p in per_seed]))
+                               for k in per_seed[0]["input_dependence"]}
     if all("grounding" in p for p in per_seed):
         vals = {k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]] for k in per_seed[0]["grounding"]}
         out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}     # nan: nothing named

@@ -89,12 +89,54 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
         lo, hi = out[t + "_ci"]["cider"]
         assert lo <= out[t]["cider"] + 1e-9 and out[t]["cider"] <= hi + 1e-9
     assert "grounding" in out and 0 <= out["grounding"]["captions_naming_a_colour"] <= 100   # synthetic truth
+    assert set(out["input_dependence"]) == {"captioning_own", "captioning_other", "paraphrasing_own", "paraphrasing_other"}
     from fraglib.results import caption_gallery
 
     panels = caption_gallery(tmp_path / "stt", 0, tiny_full, n_good=1, n_bad=1)
     assert len(panels) == 2 and panels[0]["lines"][0].startswith("caption: ")
     assert sum(line.startswith("truth: ") for line in panels[0]["lines"]) >= 1
     assert sum(" retrieved " in line for line in panels[0]["lines"]) == 3
+
+
+def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_input(tiny_full):
+    import torch
+
+    from fraglib.captions import input_dependence
+    from fraglib.inputs import load_splits
+    from fraglib.systems.stt import Config, SttSystem, draw_targets
+
+    torch.manual_seed(0)
+    cfg = Config(embed_dim=6, word_dim=5, hidden=7, dec_hidden=8, dropout=0.0).validate()
+    splits, dims, _ = load_splits(tiny_full, SttSystem.views(cfg), torch.device("cpu"))
+    sp = splits["train"]
+    s = SttSystem(cfg, dims, 0).double().eval()
+    got = input_dependence(s, sp, chunk=3)
+    # the loop, straight from the definition: caption j from its image's vector, then from image i + n/2's
+    n, ok = sp.n_images, sp.usable_sentences()
+    own, other, para, para_other = [], [], [], []
+    b = draw_targets(sp.sentence_image, ok, 0, 0)
+    js = np.flatnonzero(ok)
+    with torch.no_grad():
+        for j in js:
+            i = sp.sentence_image[j]
+            for dest, img in ((own, i), (other, (i + n // 2) % n)):
+                u = s.image_vectors(s.encode_images(sp.images.take(np.array([img]))))
+                dest.append(float(s.caption_nll(u, sp.sentences.take(np.array([j])))[0]))
+        for k, j in enumerate(js):
+            a = js[(k - len(js) // 2) % len(js)]                                 # np.roll by half
+            if sp.sentence_image[a] == sp.sentence_image[j]:
+                continue
+            for dest, src in ((para, j), (para_other, a)):
+                c = s.sentence_vectors(s.encode_sentences(sp.sentences.take(np.array([src]))))
+                dest.append(float(s.caption_nll(c, sp.sentences.take(np.array([b[j]])))[0]))
+    want = {"captioning_own": np.mean(own), "captioning_other": np.mean(other),
+            "paraphrasing_own": np.mean(para), "paraphrasing_other": np.mean(para_other)}
+    assert got == pytest.approx(want, rel=1e-9)
+    assert got["captioning_own"] != pytest.approx(got["captioning_other"], rel=1e-6)  # this decoder reads u
+    torch.nn.init.zeros_(s.init.weight)                                       # h_0 = tanh(b): blind to u
+    blind = input_dependence(s, sp)
+    assert blind["captioning_own"] == pytest.approx(blind["captioning_other"], rel=1e-12)
+    assert blind["paraphrasing_own"] == pytest.approx(blind["paraphrasing_other"], rel=1e-12)
 
 
 def test_grounding_against_hand_counts():
