@@ -102,8 +102,9 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
     """The ``last.pt`` of ``out`` to resume from, or None to start from scratch.
 
     ``identity``: the :data:`IDENTITY` fields of the run about to train. A checkpoint with other
-    values (other inputs, settings or sizes; ``defaults``: as in :func:`_differs`), an unreadable one, or one whose ``best.pt`` is missing
-    or foreign, is removed when ``restart`` (with a message) and is an error otherwise."""
+    values (other inputs, settings or sizes; ``defaults``: as in :func:`_differs`), an unreadable
+    one, or one whose ``best.pt`` is missing or foreign, is removed when ``restart`` (with a
+    message) and is an error otherwise."""
     last, best = out / "last.pt", out / "best.pt"
     if not last.exists():
         if best.exists():
