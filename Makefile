@@ -3,13 +3,14 @@
 #   make test     the test suite (what .ci/run calls)
 #   make bench    benchmarks -> benchmarks/results.json
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
+#   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.fraglib-installed
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all env repro pascal1k test bench lab clean-env
+.PHONY: all env repro pascal1k flickr8k test bench lab clean-env
 all: repro
 
 env: $(STAMP)
@@ -24,6 +25,9 @@ repro: env
 
 pascal1k: env
 	$(BIN)/dvc repro studies/pascal1k/dvc.yaml
+
+flickr8k: env
+	$(BIN)/dvc repro studies/flickr8k/dvc.yaml
 
 test: env
 	$(BIN)/python -m pytest -q

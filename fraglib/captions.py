@@ -2,6 +2,8 @@
 coco-caption toolkit (``pycocoevalcap``: PTB tokenizer, BLEU-1..4, METEOR 1.5, ROUGE-L, CIDEr-D).
 
     python -m fraglib.captions --run-dir runs/synthetic/stt [--beam 3] [--split test]
+    python -m fraglib.captions --run-dir runs/pascal1k/stt_text --dataset-dir data/flickr8k --images none \
+        --parse-file data/flickr8k/parse.conllu --name transfer_flickr8k     # text-only transfer
 
 For every seed of the run (``seeds/seed<N>/best.pt``, the system rebuilt from the checkpoint alone):
 
@@ -13,8 +15,14 @@ For every seed of the run (``seeds/seed<N>/best.pt``, the system rebuilt from th
 * **input dependence** (:func:`input_dependence`): the captions' NLL from their own input vs another's
   — a decoder that ignores its input (a language model) scores the same on both.
 
-Writes ``captions/seed<N>.json`` (every generated sentence beside its references) and
-``captions.json`` in the run's folder: per task and metric the mean over seeds, the per-seed values and a 95% bootstrap CI
+Text only (the image view ``none``: the run's own, or ``--images none`` on data without images):
+paraphrasing only; captioning is absent from the outputs, not scored as zero. **Transfer** to other
+data (``--dataset-dir`` with ``--parse-file``, its CoNLL-U parse): its captions are re-encoded word by
+word in each model's own vocabulary (:func:`fraglib.text.build.run_tokens`; a word outside it becomes
+``<unk>``, counted in the record as ``reencoded``).
+
+Writes ``<name>/seed<N>.json`` (every generated sentence beside its references) and
+``<name>.json`` in the run's folder (``name``: ``captions``, or e.g. ``transfer_flickr8k``): per task and metric the mean over seeds, the per-seed values and a 95% bootstrap CI
 over images (captioning) or input captions (paraphrasing), the same resample for every seed. BLEU is
 recomputed by the toolkit on each resample (its cooked n-gram statistics reused); METEOR, ROUGE-L and
 CIDEr-D resample the toolkit's per-sentence scores (CIDEr-D's document frequencies stay those of the
@@ -192,13 +200,14 @@ def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours:
 
 
 @torch.no_grad()
-def input_dependence(system: Any, split: Any, chunk: int = 256) -> dict[str, float]:
+def input_dependence(system: Any, split: Any, chunk: int = 256, captioning: bool = True) -> dict[str, float]:
     """Does the decoder read its input? Mean teacher-forced NLL (nats per caption, ``</s>`` included) of
     the split's captions decoded from their own input and from another's: **captioning** — each caption
     from its image's vector vs from the image n/2 positions on; **paraphrasing** — caption B (another
     caption of the image, :func:`fraglib.systems.stt.draw_targets` with seed 0) from caption A's vector vs
     from the vector of a caption of another image (the usable captions rolled by half their number;
-    pairs that still share an image are dropped). Equal values: the decoder is a language model."""
+    pairs that still share an image are dropped). Equal values: the decoder is a language model.
+    ``captioning=False`` (text only): the paraphrasing pair alone."""
     from fraglib.systems.stt import draw_targets
 
     system.eval()
@@ -206,8 +215,6 @@ def input_dependence(system: Any, split: Any, chunk: int = 256) -> dict[str, flo
     usable = split.usable_sentences() & (split.images.counts() > 0)[split.sentence_image]
     j = np.flatnonzero(usable)
     img = split.sentence_image[j]
-    U = torch.cat([system.image_vectors(system.encode_images(split.images.take(np.arange(a, min(a + chunk, n)))))
-                   for a in range(0, n, chunk)])
     C = torch.cat([system.sentence_vectors(system.encode_sentences(split.sentences.take(j[a:a + chunk])))
                    for a in range(0, len(j), chunk)])
     other = np.roll(np.arange(len(j)), len(j) // 2)
@@ -217,19 +224,24 @@ def input_dependence(system: Any, split: Any, chunk: int = 256) -> dict[str, flo
     def nll(u: torch.Tensor, targets: np.ndarray) -> float:
         return float(torch.cat([system.caption_nll(u[a:a + chunk], split.sentences.take(targets[a:a + chunk]))
                                 for a in range(0, len(targets), chunk)]).mean()) if len(targets) else float("nan")
-    return {"captioning_own": nll(U[img], j), "captioning_other": nll(U[(img + n // 2) % n], j),
-            "paraphrasing_own": nll(C[keep], b[keep]), "paraphrasing_other": nll(C[other][keep], b[keep])}
+    out = {"paraphrasing_own": nll(C[keep], b[keep]), "paraphrasing_other": nll(C[other][keep], b[keep])}
+    if captioning:
+        U = torch.cat([system.image_vectors(system.encode_images(split.images.take(np.arange(a, min(a + chunk, n)))))
+                       for a in range(0, n, chunk)])
+        out = {"captioning_own": nll(U[img], j), "captioning_other": nll(U[(img + n // 2) % n], j), **out}
+    return out
 
 
 @torch.no_grad()
-def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256) -> dict[str, list[str]]:
-    """Decoded sentences: ``images`` (one per image of ``split``) and ``paraphrases`` (one per caption),
-    words joined by spaces (``vocab``: the tokens view's vocabulary; ``<unk>`` kept)."""
+def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256,
+             captioning: bool = True) -> dict[str, list[str]]:
+    """Decoded sentences: ``images`` (one per image of ``split``; none when not ``captioning``) and
+    ``paraphrases`` (one per caption), words joined by spaces (``vocab``: the tokens view's vocabulary; ``<unk>`` kept)."""
     system.eval()
     words = lambda ids: " ".join(vocab[t] for t in ids)  # noqa: E731
     out: dict[str, list[str]] = {"images": [], "paraphrases": []}
     for key, n, take, encode, vec in (
-            ("images", split.n_images, split.images.take, system.encode_images, system.image_vectors),
+            ("images", split.n_images if captioning else 0, split.images.take, system.encode_images, system.image_vectors),
             ("paraphrases", split.n_sentences, split.sentences.take, system.encode_sentences, system.sentence_vectors)):
         for a in range(0, n, chunk):
             u = vec(encode(take(np.arange(a, min(a + chunk, n)))))
@@ -238,20 +250,23 @@ def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None,
 
 
 def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | None = None,
-                  dataset_dir: str | Path | None = None, features_dir: str | Path | None = None
+                  dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
+                  sentences_file: str | Path | None = None, images: str | None = None
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Generate and score one trained seed: (scores with their per-item parts, for :func:`bootstrap`;
-    the record of every generated sentence beside its references and the scores)."""
+    the record of every generated sentence beside its references and the scores). ``sentences_file``
+    and ``images`` as in :func:`fraglib.evaluate.load_trained`; image view ``none``: paraphrasing only."""
     from fraglib.evaluate import load_trained
 
-    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir, split_name)
+    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir, split_name, sentences_file, images)
+    captioning = (images or system.cfg.images) != "none"
     if not getattr(system, "GENERATES", False):
         raise ValueError(f"{seed_dir}: system {ck['system']!r} does not generate sentences")
     ddir = Path(dataset_dir or ck["info"]["dataset_dir"])
     per_image, text, imgids = references(ddir, split)
-    gen = generate(system, split, ck["info"]["relations"], beam)
+    gen = generate(system, split, ck["info"]["relations"], beam, captioning=captioning)
     has_image = split.images.counts() > 0
-    cap_keys = [i for i in range(split.n_images) if has_image[i] and per_image[i]]
+    cap_keys = [i for i in range(split.n_images) if has_image[i] and per_image[i]] if captioning else []
     usable = (split.sentences.counts() > 0) & has_image[split.sentence_image]
     para_refs = {}
     for j in np.flatnonzero(usable):
@@ -261,43 +276,64 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
     skipped = {"images_without_features": int((~has_image).sum()),
                "inputs_without_words_or_image": int((~usable).sum()),
                "inputs_without_another_caption": int(usable.sum()) - len(para_refs)}
-    scores = {"captioning": caption_scores({i: per_image[i] for i in cap_keys}, {i: gen["images"][i] for i in cap_keys}),
-              "paraphrasing": caption_scores(para_refs, {j: gen["paraphrases"][j] for j in para_refs})}
-    if (ddir / "ground_truth.json").exists():                  # the synthetic benchmark: is it the right objects?
+    scores = {"paraphrasing": caption_scores(para_refs, {j: gen["paraphrases"][j] for j in para_refs})}
+    if captioning:
+        scores["captioning"] = caption_scores({i: per_image[i] for i in cap_keys}, {i: gen["images"][i] for i in cap_keys})
+    if captioning and (ddir / "ground_truth.json").exists():   # the synthetic benchmark: is it the right objects?
         truth = json.loads((ddir / "ground_truth.json").read_text())
         objs = {im["imgid"]: im["objects"] for im in truth["images"]}
         shapes = sorted({o["shape"] for im in truth["images"] for o in im["objects"]})
         scores["grounding"] = grounding([gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys],
                                         list(truth["colours"]), shapes)
-    scores["input_dependence"] = input_dependence(system, split)
-    cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])}
+    scores["input_dependence"] = input_dependence(system, split, captioning=captioning)
+    cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])} if captioning else {}
     record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
+              "dataset_dir": str(ddir),
               "grounding": scores.get("grounding"), "input_dependence": scores["input_dependence"],
-              "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS},
+              "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS if t in scores},
               "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i],
-                              "cider": cider.get(i)} for i in range(split.n_images)],
+                              "cider": cider.get(i)} for i in range(split.n_images) if captioning],
               "paraphrasing": [{"sentence": int(j), "input": text[j], "paraphrase": gen["paraphrases"][j],
                                 "references": para_refs.get(j, [])} for j in range(split.n_sentences)]}
     return scores, record
 
 
 def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = None, n_boot: int = 200,
-                 dataset_dir: str | None = None, features_dir: str | None = None) -> dict[str, Any]:
-    """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir``): writes
-    ``<run_dir>/captions/seed<N>.json`` (the sentences) and returns the run's summary, also written
-    to ``<run_dir>/captions.json`` (beside, never inside, the training stage's outputs)."""
+                 dataset_dir: str | None = None, features_dir: str | None = None, parse_file: str | None = None,
+                 images: str | None = None, name: str = "captions") -> dict[str, Any]:
+    """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir`` and
+    ``parse_file``): writes ``<run_dir>/<name>/seed<N>.json`` (the sentences) and returns the run's
+    summary, also written to ``<run_dir>/<name>.json`` (beside, never inside, the training stage's
+    outputs). ``parse_file``: the data's captions re-encoded in each model's vocabulary (module docstring)."""
+    import tempfile
+
+    from fraglib.checkpoint import load
+    from fraglib.text.build import run_tokens
+
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
     seeds = summary["seeds"]
-    (run_dir / "captions").mkdir(exist_ok=True)
-    per_seed = []
+    (run_dir / name).mkdir(exist_ok=True)
+    fmt = lambda x, s: x.format(seed=s) if x else None  # noqa: E731
+    if parse_file and not dataset_dir:
+        raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its dataset_dir")
+    per_seed, reencoded = [], []
     for s in seeds:
-        scores, record = seed_captions(run_dir / "seeds" / f"seed{s}", split, beam,
-                                       dataset_dir.format(seed=s) if dataset_dir else None, features_dir)
-        (run_dir / "captions" / f"seed{s}.json").write_text(json.dumps(record, indent=1) + "\n")
+        seed_dir = run_dir / "seeds" / f"seed{s}"
+        with tempfile.TemporaryDirectory() as tmp:
+            tokens = None
+            if parse_file:
+                tokens = Path(tmp) / "tokens.npz"
+                vocab = load(seed_dir / "best.pt", torch.device("cpu"))["info"]["relations"]
+                reencoded.append(run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s)))
+            scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
+        record["reencoded"] = reencoded[-1] if parse_file else None
+        (run_dir / name / f"seed{s}.json").write_text(json.dumps(record, indent=1) + "\n")
         per_seed.append(scores)
-    out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot}
-    for t in TASKS:
+    out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot,
+                           "dataset_dir": dataset_dir, "images": images,
+                           "unk_share": float(np.mean([r["unk_share"] for r in reencoded])) if reencoded else None}
+    for t in (t for t in TASKS if t in per_seed[0]):
         runs = [p[t] for p in per_seed]
         out[t] = {m: float(np.mean([r[m] for r in runs])) for m in METRICS}
         out[t + "_per_seed"] = {str(s): {m: r[m] for m in METRICS} for s, r in zip(seeds, runs)}
@@ -307,7 +343,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     if all("grounding" in p for p in per_seed):
         vals = {k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]] for k in per_seed[0]["grounding"]}
         out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}     # nan: nothing named
-    (run_dir / "captions.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    (run_dir / f"{name}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
 
@@ -319,12 +355,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--dataset-dir", help="default: each checkpoint's own; may hold {seed}")
     ap.add_argument("--features-dir")
+    ap.add_argument("--parse-file", help="other data: its CoNLL-U parse (may hold {seed}); its captions are "
+                                         "re-encoded in each model's vocabulary (transfer)")
+    ap.add_argument("--images", choices=["none"], help="none: text only (paraphrasing alone), e.g. data without images")
+    ap.add_argument("--name", default="captions", help="output name: <run-dir>/<name>.json and <run-dir>/<name>/")
     args = ap.parse_args(argv)
     why = java_missing()
     if why:
         raise SystemExit(f"fraglib.captions: {why}")
-    s = run_captions(args.run_dir, args.split, args.beam, args.n_boot, args.dataset_dir, args.features_dir)
-    for t in TASKS:
+    s = run_captions(args.run_dir, args.split, args.beam, args.n_boot, args.dataset_dir, args.features_dir,
+                     args.parse_file, args.images, args.name)
+    for t in (t for t in TASKS if t in s):
         print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))
 
 

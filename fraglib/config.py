@@ -37,7 +37,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
         raise ConfigError(f"{name}={value!r}: unknown value, allowed: {', '.join(map(str, allowed))}")
 
 
-SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "vision", "vision_report", "train",
+SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "flickr8k", "vision", "vision_report", "train",
             "systems", "study", "runs", "captions", "results_report")
 
 

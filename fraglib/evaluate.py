@@ -177,16 +177,26 @@ def similarity_matrix(system, split) -> torch.Tensor | None:
 
 
 def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
-                 split: str = "test"):
+                 split: str = "test", sentences_file: str | Path | None = None, images: str | None = None):
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
-    split read in the system's own views (default: the data it was trained on)."""
+    split read in the system's own views (default: the data it was trained on); ``sentences_file``
+    replaces the sentence view's file, ``images`` the image view (``none``: text only). The split's
+    word / relation ids must be the checkpoint's (other data: re-encode with ``python -m fraglib.text tokens``)."""
+    import dataclasses
+
     from fraglib.checkpoint import load_system
     from fraglib.inputs import load_splits
 
     system, ck = load_system(Path(seed_dir) / "best.pt")
     info = ck["info"]
-    splits, _, _ = load_splits(dataset_dir or info["dataset_dir"], system.views(system.cfg), torch.device("cpu"),
-                               features_dir or info.get("features_dir"))
+    views = system.views(system.cfg)
+    views = dataclasses.replace(views, images=images) if images else views
+    splits, _, got = load_splits(dataset_dir or info["dataset_dir"], views, torch.device("cpu"),
+                                 features_dir or info.get("features_dir"), sentences_file)
+    if got["relations"] != info["relations"]:
+        raise ValueError(f"{seed_dir}: the sentences of {dataset_dir or info['dataset_dir']} are encoded with another "
+                         f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
+                         "them with `python -m fraglib.text tokens --vocab-from <training data>/fragments/tokens.npz`")
     return system, ck, splits[split]
 
 

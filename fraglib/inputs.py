@@ -2,7 +2,8 @@
 
 The only reader of data files for training and evaluation (docs/formats.md describes the files):
 ``dataset.json``, ``fragments/<sentence view>.npz`` and ``features/<image view>.npz``
-(``fullframe`` = the whole-image rows of ``rcnn.npz``). Word ids are remapped to a compact table
+(``fullframe`` = the whole-image rows of ``rcnn.npz``; ``none`` = no file: one constant row per image,
+for text-only data such as Flickr8K without its photographs). Word ids are remapped to a compact table
 holding only the GloVe rows the fragment file uses, in sorted order (:func:`compact_words`).
 """
 from __future__ import annotations
@@ -80,30 +81,46 @@ def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return used, m(w1), m(w2)
 
 
-def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path | None = None) -> dict[str, Path]:
-    """The files a run with ``views`` reads (the checkpoint fingerprints them)."""
+def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path | None = None,
+                sentences_file: str | Path | None = None) -> dict[str, Path]:
+    """The files a run with ``views`` reads (the checkpoint fingerprints them); ``sentences_file``
+    replaces ``fragments/<view>.npz`` (e.g. captions re-encoded with another dataset's vocabulary)."""
     d = Path(dataset_dir)
-    det = "rcnn" if views.images == "fullframe" else views.images
-    return {"dataset": d / "dataset.json", "sentences": d / "fragments" / f"{views.sentences}.npz",
-            "images": Path(features_dir or d / "features") / f"{det}.npz"}
+    files = {"dataset": d / "dataset.json",
+             "sentences": Path(sentences_file) if sentences_file else d / "fragments" / f"{views.sentences}.npz"}
+    if views.images != "none":
+        det = "rcnn" if views.images == "fullframe" else views.images
+        files["images"] = Path(features_dir or d / "features") / f"{det}.npz"
+    return files
 
 
-def load_splits(dataset_dir: str | Path, views: Views, device: torch.device,
-                features_dir: str | Path | None = None) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
+def constant_images(ds: Any) -> Any:
+    """The image view ``none``: one row of value 1 per image (a system sees no image information)."""
+    from fraglib.vision.features import FeatureCache
+
+    n = len(ds.images)
+    return FeatureCache(np.ones((n, 1), np.float32), np.zeros((n, 4), np.float32), np.ones(n, np.float32),
+                        np.ones(n, bool), np.arange(n + 1, dtype=np.int64),
+                        np.array([im["imgid"] for im in ds.images]), np.array([im["filename"] for im in ds.images]),
+                        np.array([""] * n), {"detector": "none", "cnn": None})
+
+
+def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, features_dir: str | Path | None = None,
+                sentences_file: str | Path | None = None) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
     """(splits train/val/test — ``restval`` images join train —, sizes for building a system
-    (n_words, word_dim, n_relations, img_dim), provenance info)."""
+    (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`."""
     from fraglib.data import read_karpathy_json
     from fraglib.vision.features import FeatureCache
     from fraglib.text.fragments import Fragments
     from fraglib.text.vectors import load_glove
 
-    files = input_files(dataset_dir, views, features_dir)
+    files = input_files(dataset_dir, views, features_dir, sentences_file)
     ds = read_karpathy_json(files["dataset"])
     frags = Fragments.load(files["sentences"])
     if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
         raise ValueError(f"{files['sentences']}: sentence order differs from {files['dataset']} "
                          "(re-run the fragments stage)")
-    cache = FeatureCache.load(files["images"], ds)
+    cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
     if views.images == "fullframe":
         cache = cache.fullframe()
     used, w1, w2 = compact_words(frags.w1, frags.w2)

@@ -348,19 +348,20 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
     return panels
 
 
-def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/captions.json``) of the ``runs``
+def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] | None = None,
+                  name: str = "captions") -> pd.DataFrame:
+    """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/<name>.json``) of the ``runs``
     that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
-    bootstrap CI over images / input captions)."""
+    bootstrap CI over images / input captions); a task a run did not score (text only) has no row."""
     from fraglib.captions import METRICS, TASKS
 
     rows = {}
     for r in runs:
-        f = Path(runs_dir) / r / "captions.json"
+        f = Path(runs_dir) / r / f"{name}.json"
         if not f.exists():
             continue
         c = json.loads(f.read_text())
-        for t in TASKS:
+        for t in (t for t in TASKS if t in c):
             ci = c.get(t + "_ci") or {}
             rows[(t, (labels or {}).get(r, r))] = {
                 m: f"{100 * c[t][m]:.1f}" + (f" [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}]" if m in ci else "")

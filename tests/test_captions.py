@@ -98,6 +98,49 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
     assert sum(" retrieved " in line for line in panels[0]["lines"]) == 3
 
 
+def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
+    """Images 'none' + λ_ic = λ_sim = 0: paraphrasing alone, captioning absent (not zero). Transfer
+    re-encodes other data's captions by word in the model's vocabulary: on the model's own data that
+    must give back the tokens view exactly, so the same paraphrases; another vocabulary is refused."""
+    import shutil
+
+    from fraglib.captions import run_captions
+    from fraglib.evaluate import load_trained
+    import torch
+
+    from fraglib.inputs import input_files, load_splits
+    from fraglib.study import run_study
+    from fraglib.systems.base import Views
+    from fraglib.text.fragments import Fragments
+    from tests.conftest import tiny_params
+
+    needs_java()
+    splits, dims, _ = load_splits(tiny_full, Views("none", "tokens"), torch.device("cpu"))
+    assert "images" not in input_files(tiny_full, Views("none", "tokens")) and dims["img_dim"] == 1
+    assert all((sp.images.counts() == 1).all() and bool((sp.images.data["x"] == 1).all()) for sp in splits.values())
+    params = tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0, "lambda_sim": 0.0})
+    run_study(str(tiny_full), "stt_text", params, tmp_path / "t")
+    own = run_captions(tmp_path / "t", n_boot=10)
+    assert "captioning" not in own and set(own["paraphrasing"]) == set(METRICS)
+    assert set(own["input_dependence"]) == {"paraphrasing_own", "paraphrasing_other"}
+    rec = json.loads((tmp_path / "t" / "captions" / "seed0.json").read_text())
+    assert rec["captioning"] == [] and rec["reencoded"] is None
+    moved = run_captions(tmp_path / "t", n_boot=10, dataset_dir=str(tiny_full), parse_file=str(tiny_full / "parse.conllu"),
+                         images="none", name="transfer_self")
+    back = json.loads((tmp_path / "t" / "transfer_self" / "seed0.json").read_text())
+    assert [p["paraphrase"] for p in back["paraphrasing"]] == [p["paraphrase"] for p in rec["paraphrasing"]]
+    assert moved["paraphrasing"] == own["paraphrasing"]
+    unk = Fragments.load(tiny_full / "fragments" / "tokens.npz").rel
+    assert back["reencoded"]["unk_share"] == pytest.approx(float((unk == 0).mean()))
+    other = tmp_path / "other"                                   # the same captions, a vocabulary without 'red'
+    shutil.copytree(tiny_full, other, ignore=shutil.ignore_patterns("images", "features"))
+    f = Fragments.load(other / "fragments" / "tokens.npz")
+    f.relations = [w for w in f.relations if w != "red"] + ["zzz"]
+    f.save(other / "fragments" / "tokens.npz")
+    with pytest.raises(ValueError, match="another vocabulary.*fraglib.text tokens"):
+        load_trained(tmp_path / "t" / "seeds" / "seed0", other)
+
+
 def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_input(tiny_full):
     import torch
 

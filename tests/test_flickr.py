@@ -89,3 +89,15 @@ def test_real_flickr8k_text_with_stand_in_images(tmp_path):
     assert len(ds.images) + rep["images_missing_on_disk"] == 8000
     assert Counter(im["split"] for im in ds.images)["test"] <= 1000
     assert Counter(Counter(s["imgid"] for s in ds.sentences).values()) == {5: len(ds.images)}
+
+
+def test_text_only_keeps_every_listed_image_and_says_so(tmp_path):
+    text, _ = _fixture(tmp_path)
+    ds, rep = read_flickr8k(text, None)
+    assert rep["images_on_disk"] == "not read (text only)" and "images_missing_on_disk" not in rep
+    assert Counter(im["split"] for im in ds.images) == {"train": 8, "val": 2, "test": 1}    # names[0] kept
+    data_main(["flickr8k", "--root", str(text), "--text-only", "--out", str(tmp_path / "out")])
+    back = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert "image_root" not in back and len(back["images"]) == 11
+    with pytest.raises(SystemExit):                                       # --text-only with --images: refused
+        data_main(["flickr8k", "--root", str(text), "--text-only", "--images", str(tmp_path), "--out", str(tmp_path / "o2")])

@@ -135,3 +135,30 @@ def test_the_decoder_trains_at_its_own_learning_rate_and_every_parameter_once():
     assert sorted(g["lr"] for g in opt.param_groups) == pytest.approx([1e-3, 4e-3])
     set_lr(tc, opt, 9)                                                     # a dropped epoch: both x 0.1
     assert sorted(g["lr"] for g in opt.param_groups) == pytest.approx([1e-4, 4e-4])
+
+
+def test_a_term_weighted_zero_is_not_computed_and_text_only_needs_it():
+    """λ_ic = λ_sim = 0 (text only): the cost is λ_para L_para alone, the image encoder gets no gradient."""
+    from fraglib.systems.vse import VseSystem
+
+    full, para = tiny_stt(), tiny_stt(lambda_ic=0.0, lambda_sim=0.0)
+    para.load_state_dict(full.state_dict())
+    rows = token_rows([[1, 2, 3], [4, 5], [6, 7, 8], [2]])
+    img = Rows({"x": torch.randn(4, 5, dtype=torch.double)}, torch.arange(4), 4, np.arange(4))
+    tr = type("Split", (), {})()
+    tr.sentence_image, tr.usable_sentences = np.array([0, 0, 1, 1]), lambda: np.ones(4, bool)
+    tr.sentences = type("S", (), {"take": staticmethod(lambda b: token_rows([[[1, 2, 3], [4, 5], [6, 7, 8], [2]][k] for k in b]))})()
+    for s in (full, para):
+        s.use_training_split(tr)
+    cost_f, parts_f = full.loss(full.encode_images(img), full.encode_sentences(rows), 0)
+    cost_p, parts_p = para.loss(para.encode_images(img), para.encode_sentences(rows), 0)
+    assert set(parts_p) == {"L_para"} and "L_IC" in parts_f
+    assert float(cost_p) == pytest.approx(parts_f["L_para"], rel=1e-12)          # the same decoder, same targets
+    sim = VseSystem.loss(full, full.encode_images(img), full.encode_sentences(rows), 0)[0]   # the hinge alone
+    assert float(cost_f) == pytest.approx(float(sim) + parts_f["L_IC"] + parts_f["L_para"], rel=1e-12)
+    cost_p.backward()
+    assert all(p.grad is None for p in para.img.parameters())                    # no image term, no image gradient
+    with pytest.raises(ValueError, match="images 'none'.*lambda_ic and lambda_sim to 0"):
+        Config(images="none").validate()
+    with pytest.raises(ValueError, match="both 0"):
+        Config(lambda_ic=0.0, lambda_para=0.0).validate()

@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> None:
 
         python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
         python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
+        python -m fraglib.data flickr8k  --root TEXT_DIR --text-only --out data/flickr8k   # captions only
         python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
         python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
     """
@@ -24,16 +25,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--images", help="image folder (flickr8k, flickr30k, karpathy)")
     ap.add_argument("--token", help="flickr30k: the results token file")
     ap.add_argument("--json", help="karpathy: a dataset_*.json file")
+    ap.add_argument("--text-only", action="store_true", help="flickr8k: captions only, no image folder (image view 'none')")
     ap.add_argument("--out", required=True)
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--n-val", type=int, default=1000, help="flickr30k from the token file: val images")
     ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
     args = ap.parse_args(argv)
-    need = {"pascal1k": ["root"], "flickr8k": ["root", "images"], "flickr30k": ["token", "images"],
+    need = {"pascal1k": ["root"], "flickr8k": ["root"] + ([] if args.text_only else ["images"]), "flickr30k": ["token", "images"],
             "karpathy": ["json", "images"]}[args.dataset]
     for n in need:
         if not getattr(args, n):
             ap.error(f"{args.dataset} needs --{n}")
+    if args.text_only and (args.dataset != "flickr8k" or args.images):
+        ap.error("--text-only: flickr8k only, without --images")
     report: dict[str, Any] = {}
     if args.dataset == "pascal1k":
         ds = read_pascal1k(args.root, args.split_seed)
@@ -46,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
         ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
                       else read_flickr30k(args.token, args.images, args.split_seed, args.n_val, args.n_test))
-        image_root = Path(args.images).resolve()
+        image_root = Path(args.images).resolve() if args.images else None
     write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
     if report:
         (Path(args.out) / "conversion.json").write_text(json.dumps(report, indent=1) + "\n")

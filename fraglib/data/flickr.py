@@ -10,7 +10,9 @@ Token files hold one caption a line, ``<image file>#<n><TAB><caption>`` (Flickr8
   test images are drawn from ``split_seed`` and the rest is train.
 
 Every line that does not parse is skipped and counted (with its line number), images listed but
-missing from ``image_dir`` are dropped and counted, and the counts come back in ``report``.
+missing from ``image_dir`` are dropped and counted, and the counts come back in ``report``. With
+``image_dir=None`` the dataset is **text only** (every listed image kept, none read): the captions
+of the paraphrasing branch (systems read its images in the view ``none``, docs/formats.md).
 """
 from __future__ import annotations
 
@@ -52,13 +54,12 @@ def read_token_file(path: str | Path) -> tuple[dict[str, list[tuple[int, str]]],
                   "captions_with_undecodable_bytes": undecodable}
 
 
-def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_files: dict[str, str | Path] | None = None,
+def read_flickr(name: str, token_file: str | Path, image_dir: str | Path | None, split_files: dict[str, str | Path] | None = None,
                 split_seed: int = 0, n_val: int = 1000, n_test: int = 1000) -> tuple[Dataset, dict[str, Any]]:
     """A Flickr dataset in the internal form, and the report of what was skipped."""
     from fraglib.data.synthetic import tokenize
 
     caps, report = read_token_file(token_file)
-    image_dir = Path(image_dir)
     files = sorted(caps)
     if split_files:
         split_of: dict[str, str] = {}
@@ -79,14 +80,18 @@ def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_
         split_of = {files[i]: "val" for i in order[:n_val]}
         split_of.update({files[i]: "test" for i in order[n_val:n_val + n_test]})
         split_of.update({files[i]: "train" for i in order[n_val + n_test:]})
-    present = set(p.name for p in image_dir.iterdir()) if image_dir.is_dir() else set()
-    if not image_dir.is_dir():
-        raise FileNotFoundError(f"{image_dir}: image folder not found")
-    missing = [f for f in files if f not in present]
-    report["images_missing_on_disk"] = len(missing)
-    report["first_missing"] = missing[:5]
-    report["extra_files_in_image_dir"] = len(present - set(caps))
-    files = [f for f in files if f in present]
+    if image_dir is None:
+        report["images_on_disk"] = "not read (text only)"
+    else:
+        image_dir = Path(image_dir)
+        if not image_dir.is_dir():
+            raise FileNotFoundError(f"{image_dir}: image folder not found")
+        present = set(p.name for p in image_dir.iterdir())
+        missing = [f for f in files if f not in present]
+        report["images_missing_on_disk"] = len(missing)
+        report["first_missing"] = missing[:5]
+        report["extra_files_in_image_dir"] = len(present - set(caps))
+        files = [f for f in files if f in present]
     images, sentences = [], []
     for imgid, f in enumerate(files):
         images.append({"imgid": imgid, "filename": f, "split": split_of[f]})
@@ -98,8 +103,8 @@ def read_flickr(name: str, token_file: str | Path, image_dir: str | Path, split_
     return Dataset(name, image_dir, images, sentences), report
 
 
-def read_flickr8k(root: str | Path, image_dir: str | Path) -> tuple[Dataset, dict[str, Any]]:
-    """Flickr8K from the official text release in ``root`` and the images in ``image_dir``."""
+def read_flickr8k(root: str | Path, image_dir: str | Path | None) -> tuple[Dataset, dict[str, Any]]:
+    """Flickr8K from the official text release in ``root`` and the images in ``image_dir`` (None: text only)."""
     root = Path(root)
     lists = {s: root / f"Flickr_8k.{n}Images.txt" for s, n in (("train", "train"), ("val", "dev"), ("test", "test"))}
     for p in lists.values():

@@ -43,7 +43,8 @@ import torch
 from torch import nn
 
 IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe",      # detections + full frame | VOC/synthetic boxes | whole image
-               "top36", "grid")                       # 36 proposals + full frame | 6 x 6 cells + full frame
+               "top36", "grid",                       # 36 proposals + full frame | 6 x 6 cells + full frame
+               "none")                                # text only: one constant row per image (no information)
 SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
                   "tree_basic", "tree_collapsed",           # one tree per caption (fraglib.text.trees)
                   "tokens")                                 # one row per token, train-split vocabulary ids

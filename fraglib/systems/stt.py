@@ -58,6 +58,11 @@ class Config(vse.Config):
         check_range(f"{p}.dec_lr_scale", self.dec_lr_scale, 0.0, 1e4, float)
         check_range(f"{p}.max_len", self.max_len, 1, 1000, int)
         check_range(f"{p}.beam", self.beam, 1, 100, int)
+        if self.lambda_ic == 0 and self.lambda_para == 0:
+            raise ValueError(f"{p}: lambda_ic and lambda_para are both 0 — nothing trains the decoder")
+        if self.images == "none" and (self.lambda_ic or self.lambda_sim):
+            raise ValueError(f"{p}: images 'none' (text only) has no image to caption or retrieve: "
+                             f"set lambda_ic and lambda_sim to 0 (now {self.lambda_ic}, {self.lambda_sim})")
         return self
 
 
@@ -244,9 +249,15 @@ class SttSystem(vse.VseSystem):
         return teacher_forced_nll(self.decoder_logits(u, tok, lengths), targets, lengths)
 
     def loss(self, images: Any, sentences: Sentences, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        sim, parts = super().loss(images, sentences, epoch)
-        nll = self.caption_nll(torch.cat([self.image_vectors(images), sentences.c]), self.targets(sentences.index, epoch))
-        l_ic, l_para = nll[:len(nll) // 2].mean(), nll[len(nll) // 2:].mean()      # one decoder, two inputs
+        """Eq. 12; a term weighted 0 is not computed (text-only runs: ``lambda_ic = lambda_sim = 0``)."""
         c = self.cfg
-        cost = c.lambda_sim * sim + c.lambda_ic * l_ic + c.lambda_para * l_para
-        return cost, {**parts, "L_IC": float(l_ic.detach()), "L_para": float(l_para.detach())}
+        sim, parts = super().loss(images, sentences, epoch) if c.lambda_sim > 0 else (None, {})
+        heads = [(k, lam, u) for k, lam, u in (("L_IC", c.lambda_ic, lambda: self.image_vectors(images)),
+                                                ("L_para", c.lambda_para, lambda: sentences.c)) if lam > 0]
+        nll = self.caption_nll(torch.cat([u() for _, _, u in heads]), self.targets(sentences.index, epoch))
+        nll = nll.view(len(heads), -1)                                   # one decoder, one row per input kind
+        cost = c.lambda_sim * sim if sim is not None else 0.0
+        for h, (k, lam, _) in enumerate(heads):
+            term = nll[h].mean()
+            cost, parts[k] = cost + lam * term, float(term.detach())
+        return cost, parts

@@ -2,6 +2,7 @@
 
     python -m fraglib.text parse     --dataset-dir data/synthetic            # -> parse.conllu
     python -m fraglib.text fragments --dataset-dir data/synthetic            # -> fragments/*.npz
+    python -m fraglib.text tokens --dataset-dir D --vocab-from OTHER/fragments/tokens.npz --out F.npz
 
 ``fragments`` writes, into ``<dataset-dir>/fragments/``: ``dependency.npz``, ``bow.npz``,
 ``bigram.npz``, ``tokens.npz`` (see :class:`fraglib.text.fragments.Fragments`), the two tree views,
@@ -63,12 +64,8 @@ def run_parse(dataset_dir: str | Path, cfg: TextConfig, out: str | Path | None =
             "parser": parser.name}
 
 
-def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
-                  out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Encode the three fragment modes and the two tree views; write npz files, relations.json and text_stats.json."""
-    from fraglib.text.vectors import load_glove
-
-    dataset_dir = Path(dataset_dir)
+def read_parsed(dataset_dir: Path, parse_file: str | Path | None = None) -> tuple[Any, dict[str, str], list[Any]]:
+    """(dataset, CoNLL-U header, parses in the dataset's sentence order), refusing a stale or partial parse."""
     ds = read_karpathy_json(dataset_dir / "dataset.json")
     parse_file = Path(parse_file or dataset_dir / "parse.conllu")
     header, parsed = read_conllu(parse_file)
@@ -82,6 +79,34 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
         sid, now, then = stale[0]
         raise ValueError(f"{parse_file} is stale: {len(stale)} caption(s) of {dataset_dir / 'dataset.json'} changed since "
                          f"it was parsed (sentid {sid}: {now!r} now, {then!r} parsed); re-run the parse stage")
+    return ds, header, parsed
+
+
+def run_tokens(dataset_dir: str | Path, vocab: list[str], out: str | Path,
+               parse_file: str | Path | None = None) -> dict[str, Any]:
+    """The ``tokens`` view of a dataset's captions in *another* vocabulary (a trained model's, or
+    another dataset's ``tokens.npz`` relations), for text-only transfer: every word looked up by its
+    string, a word outside ``vocab`` becomes ``<unk>`` (id 0) and is counted. Writes ``out``; returns the counts."""
+    from fraglib.text.vectors import load_glove
+
+    ds, _, parsed = read_parsed(Path(dataset_dir), parse_file)
+    frags = encode_tokens(parsed, vocab, load_glove()[0])
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frags.save(out)
+    n_tok = len(frags.rel)
+    return {"vocabulary_size": len(vocab), "captions": len(parsed), "tokens": n_tok,
+            "unk_tokens": int((frags.rel == 0).sum()), "unk_share": float((frags.rel == 0).mean()) if n_tok else 0.0,
+            "captions_without_fragments": int((frags.counts() == 0).sum())}
+
+
+def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
+                  out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Encode the three fragment modes and the two tree views; write npz files, relations.json and text_stats.json."""
+    from fraglib.text.vectors import load_glove
+
+    dataset_dir = Path(dataset_dir)
+    ds, header, parsed = read_parsed(dataset_dir, parse_file)
     scheme = header["scheme"]
     word_index, _ = load_glove()
     train_imgs = {im["imgid"] for im in ds.split("train").images}
@@ -149,14 +174,24 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["parse", "fragments"])
+    ap.add_argument("command", choices=["parse", "fragments", "tokens"])
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--parse-file", help="CoNLL-U cache (default <dataset-dir>/parse.conllu)")
     ap.add_argument("--out-dir", help="fragments output folder (default <dataset-dir>/fragments)")
+    ap.add_argument("--vocab-from", help="tokens: another dataset's tokens.npz whose vocabulary encodes these captions")
+    ap.add_argument("--out", help="tokens: the output file")
     args = ap.parse_args(argv)
     cfg = load_section(args.params, "text", TextConfig)
-    if args.command == "parse":
+    if args.command == "tokens":
+        if not (args.vocab_from and args.out):
+            ap.error("tokens needs --vocab-from and --out")
+        from fraglib.text.fragments import Fragments
+
+        t = run_tokens(args.dataset_dir, Fragments.load(args.vocab_from).relations, args.out, args.parse_file)
+        print(f"{t['captions']} captions in a {t['vocabulary_size']}-word vocabulary: "
+              f"{100 * t['unk_share']:.1f}% of {t['tokens']} tokens <unk>")
+    elif args.command == "parse":
         r = run_parse(args.dataset_dir, cfg, args.parse_file)
         print(f"parsed {r['captions']} captions with {r['parser']} in {r['seconds']:.1f} s "
               f"({r['captions_per_s']:.0f} captions/s)")
