@@ -289,6 +289,7 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
     cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])} if captioning else {}
     record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
               "dataset_dir": str(ddir),
+              "unk_share": float((split.sentences.data["rel"] == 0).float().mean()) if split.sentences.n else None,
               "grounding": scores.get("grounding"), "input_dependence": scores["input_dependence"],
               "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS if t in scores},
               "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i],
@@ -317,22 +318,23 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     fmt = lambda x, s: x.format(seed=s) if x else None  # noqa: E731
     if parse_file and not dataset_dir:
         raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its dataset_dir")
-    per_seed, reencoded = [], []
+    per_seed, unk = [], []
     for s in seeds:
         seed_dir = run_dir / "seeds" / f"seed{s}"
         with tempfile.TemporaryDirectory() as tmp:
-            tokens = None
+            tokens = reencoded = None
             if parse_file:
                 tokens = Path(tmp) / "tokens.npz"
                 vocab = load(seed_dir / "best.pt", torch.device("cpu"))["info"]["relations"]
-                reencoded.append(run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s)))
+                reencoded = run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s))
             scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
-        record["reencoded"] = reencoded[-1] if parse_file else None
+        record["reencoded"] = reencoded                                   # counts over all the data's captions
+        unk.append(record["unk_share"])
         (run_dir / name / f"seed{s}.json").write_text(json.dumps(record, indent=1) + "\n")
         per_seed.append(scores)
     out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot,
                            "dataset_dir": dataset_dir, "images": images,
-                           "unk_share": float(np.mean([r["unk_share"] for r in reencoded])) if reencoded else None}
+                           "unk_share": float(np.mean(unk)) if None not in unk else None}   # of the split's tokens
     for t in (t for t in TASKS if t in per_seed[0]):
         runs = [p[t] for p in per_seed]
         out[t] = {m: float(np.mean([r[m] for r in runs])) for m in METRICS}

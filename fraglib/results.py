@@ -369,6 +369,39 @@ def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] 
     return pd.DataFrame(rows).T
 
 
+def paraphrase_results(runs: dict[str, str | Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Text-only paraphrasing summaries of every (trained on, scored on) pair of ``runs`` (data label →
+    a run folder trained on it) that exists: the run's ``captions.json`` on its own data,
+    ``transfer_<label in lower case>.json`` on another's (``python -m fraglib.captions --name``)."""
+    out = {}
+    for a, d in runs.items():
+        for b in runs:
+            f = Path(d) / ("captions.json" if a == b else f"transfer_{b.lower()}.json")
+            if f.exists():
+                out[(a, b)] = {**json.loads(f.read_text()), "folder": str(Path(d) / f.stem)}
+    return out
+
+
+def paraphrase_table(results: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
+    """Rows (trained on, scored on) of :func:`paraphrase_results`: each metric ×100 as 'mean [95% CI]'
+    (mean over seeds, bootstrap over input captions), the scored tokens' ``<unk>`` share in the model's
+    vocabulary, and the input dependence (NLL own / another's input, nats per caption)."""
+    from fraglib.captions import METRICS
+
+    rows = {}
+    for key, c in results.items():
+        ci, d = c.get("paraphrasing_ci") or {}, c.get("input_dependence", {})
+        rows[key] = {**{m: f"{100 * c['paraphrasing'][m]:.1f}" + (f" [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}]"
+                                                                  if m in ci else "") for m in METRICS},
+                     "<unk> %": f"{100 * c['unk_share']:.1f}" if c.get("unk_share") is not None else "",
+                     "NLL own / other": (f"{d['paraphrasing_own']:.1f} / {d['paraphrasing_other']:.1f}"
+                                         if "paraphrasing_own" in d else ""),
+                     "seeds": len(c["seeds"])}
+    df = pd.DataFrame(rows).T
+    df.index.names = ["trained on", "scored on"]
+    return df
+
+
 def peri_caption_published() -> pd.DataFrame:
     """Peri's (2018) captioning and paraphrasing rows as printed (MSCOCO 1K / Flickr30K: not our data), ×100."""
     from fraglib.reference import published

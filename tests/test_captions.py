@@ -131,7 +131,8 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     assert [p["paraphrase"] for p in back["paraphrasing"]] == [p["paraphrase"] for p in rec["paraphrasing"]]
     assert moved["paraphrasing"] == own["paraphrasing"]
     unk = Fragments.load(tiny_full / "fragments" / "tokens.npz").rel
-    assert back["reencoded"]["unk_share"] == pytest.approx(float((unk == 0).mean()))
+    assert back["reencoded"]["unk_share"] == pytest.approx(float((unk == 0).mean()))    # every caption of the data
+    assert moved["unk_share"] == own["unk_share"] and 0 <= own["unk_share"] < 1         # the test split's tokens
     other = tmp_path / "other"                                   # the same captions, a vocabulary without 'red'
     shutil.copytree(tiny_full, other, ignore=shutil.ignore_patterns("images", "features"))
     f = Fragments.load(other / "fragments" / "tokens.npz")

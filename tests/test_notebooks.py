@@ -20,6 +20,8 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
         "training_report": {"run_dir": str(runs / "full"), "dataset_dir": str(synth),
                             "truth_file": str(synth / "ground_truth.json"), "search_table": str(runs / "search.csv"),
                             "n_boot": 50},
+        "text_only_report": {"runs": f"Tiny={runs / 'text_only' / 'a'};Other={runs / 'text_only' / 'b'}",
+                             "conversion_file": "", "n_examples": 2},
         "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
                            "params_file": str(runs / "params.yaml"), "breakdown_runs": "devise", "n_boot": 50,
                            "n_examples": 1, "parse_file": str(synth / "parse.conllu"), "published_dataset": "pascal1k"},
@@ -28,12 +30,33 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
     return table[name]
 
 
+def text_only_runs(synth: Path, runs: Path) -> None:
+    """``runs/text_only/a``: the text-only STT run on the tiny data, scored in domain and, re-encoded,
+    as a transfer to "Other" (the same captions); ``b`` is not trained (its cells show as not scored)."""
+    from fraglib.captions import java_missing, run_captions
+    from fraglib.study import run_study
+    from tests.conftest import tiny_params
+
+    if java_missing():
+        pytest.skip(java_missing())
+    a = runs / "text_only" / "a"
+    if (a / "transfer_other.json").exists():
+        return
+    run_study(str(synth), "stt_text", tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0,
+                                                            "lambda_sim": 0.0}), a)
+    run_captions(a, n_boot=10)
+    run_captions(a, n_boot=10, dataset_dir=str(synth), parse_file=str(synth / "parse.conllu"), images="none",
+                 name="transfer_other")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     from fraglib.notebook import run_notebook
 
     synth = tiny_full
+    if name == "text_only_report":
+        text_only_runs(synth, tiny_study)
     monkeypatch.chdir(ROOT)
     html = run_notebook(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.html",
                         tiny_parameters(name, synth, tiny_study), executed=tmp_path / f"{name}.ipynb")
