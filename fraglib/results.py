@@ -23,10 +23,11 @@ PAPER_TASKS = {"sentence_similarity": "similarity", "image_search": "search", "d
 
 
 def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> list[str]:
-    """The runs of ``params.yaml: runs`` in their order (with ``runs_dir``: only those trained
+    """The retrieval runs of ``params.yaml: runs`` in their order (with ``runs_dir``: only those trained
     there — a ``metrics.json`` and the ``seeds`` folder with the per-query ranks; a fresh clone has
-    the former from git but the latter only after ``dvc repro`` or ``dvc pull``)."""
-    names = list(params.get("runs") or {})
+    the former from git but the latter only after ``dvc repro`` or ``dvc pull``). Text-only runs
+    (``images: none``) retrieve nothing and are left out: they have their own report."""
+    names = [r for r, e in (params.get("runs") or {}).items() if (e or {}).get("images") != "none"]
     return [r for r in names if runs_dir is None
             or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())]
 

@@ -190,6 +190,8 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
         (tmp_path / r / "metrics.json").write_text("{}")
     (tmp_path / "a" / "seeds").mkdir()                   # b: metrics from git, ranks never checked out
     assert run_names(params) == ["a", "b", "c"] and run_names(params, tmp_path) == ["a"]
+    params["runs"]["t"] = {"system": "stt", "images": "none"}    # text only: no retrieval to report
+    assert run_names(params) == ["a", "b", "c"]
 
 
 def test_vsepp_median_and_peri_table():
