@@ -196,7 +196,8 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
     if got["relations"] != info["relations"]:
         raise ValueError(f"{seed_dir}: the sentences of {dataset_dir or info['dataset_dir']} are encoded with another "
                          f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
-                         "them with `python -m fraglib.text tokens --vocab-from <training data>/fragments/tokens.npz`")
+                         "them in the model's: `python -m fraglib.captions … --parse-file <their parse>`, or "
+                         "`python -m fraglib.text tokens --vocab-from <training data>/fragments/tokens.npz`")
     return system, ck, splits[split]
 
 
