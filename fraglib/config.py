@@ -38,7 +38,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
 
 
 SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "flickr8k", "vision", "vision_report", "train",
-            "systems", "study", "runs", "captions", "results_report")
+            "systems", "study", "runs", "captions", "results_report", "bench")
 
 
 class _StrictLoader(yaml.SafeLoader):

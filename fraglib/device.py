@@ -45,8 +45,9 @@ def select_device(preference: str | None = None) -> tuple[torch.device, str]:
         if dev.type not in ("cpu", "cuda", "mps"):
             raise ValueError(f"{source}={preference!r}: unsupported device type, use cpu, cuda, cuda:N or mps")
         return dev, f"{dev.type} (requested by {source})"
-    if torch.cuda.is_available():
-        return torch.device("cuda", 0), f"{_cuda_name(0)} (CUDA detected)"
+    if torch.cuda.is_available():                 # under torchrun: this process's GPU (LOCAL_RANK)
+        idx = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        return torch.device("cuda", idx), f"{_cuda_name(idx)} (CUDA detected)"
     if _mps_available():
         return torch.device("mps"), "Apple MPS (detected, no CUDA)"
     cuda_note = "CUDA build, no GPU visible" if torch.version.cuda else "CPU-only torch build"
@@ -62,6 +63,11 @@ def describe(preference: str | None = None) -> str:
     """One line for the top of every notebook: what we run on and why."""
     dev, reason = select_device(preference)
     return f"fraglib runs on {dev}: {reason}; torch {torch.__version__}"
+
+
+def backend(device: torch.device) -> str:
+    """The torch.distributed backend for processes on ``device``: NCCL for CUDA, gloo otherwise."""
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 def make_deterministic(device: torch.device) -> None:

@@ -143,21 +143,45 @@ def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- from a system to ranks
 @torch.no_grad()
-def score_matrix(system, split, chunk: int = 64) -> torch.Tensor:
-    """(n_images, n_sentences) float32 scores of ``system`` on ``split`` (:class:`fraglib.inputs.Split`):
-    sentences encoded once, images in tiles of ``chunk`` (memory ~ chunk x n_sentences). Images or
-    sentences without rows in the system's views score -inf (they rank last)."""
+def score_matrix(system, split, chunk: int = 64, sent_chunk: int = 4096) -> torch.Tensor:
+    """(n_images, n_sentences) float32 scores of ``system`` on ``split`` (:class:`fraglib.inputs.Split`),
+    in tiles: images encoded once in tiles of ``chunk`` (kept), sentences in tiles of ``sent_chunk``,
+    each pair of tiles scored apart. Peak memory ≈ all image encodings + one sentence tile's encoding +
+    one tile pair's scoring intermediates + the float32 output on the CPU (COCO 5K: 5,000 x 25,000 =
+    0.5 GB; measured per system by ``python -m fraglib.bench coco_eval``). Images or sentences without rows
+    in the system's views score -inf (they rank last)."""
     import numpy as np
 
     system.eval()
-    sents = system.encode_sentences(split.sentences.take(np.arange(split.n_sentences)))
-    blocks = [system.scores(system.encode_images(split.images.take(np.arange(a, min(a + chunk, split.n_images)))),
-                            sents).float().cpu()
-              for a in range(0, split.n_images, chunk)]
-    scores = torch.cat(blocks) if blocks else torch.zeros((0, split.n_sentences))
-    scores[:, torch.from_numpy(split.sentences.counts() == 0)] = float("-inf")
-    scores[torch.from_numpy(split.images.counts() == 0), :] = float("-inf")
-    return scores
+    n, m = split.n_images, split.n_sentences
+    out = torch.empty((n, m))
+    imgs = [(a, system.encode_images(split.images.take(np.arange(a, min(a + chunk, n))))) for a in range(0, n, chunk)]
+    for b in range(0, m, sent_chunk):
+        sents = system.encode_sentences(split.sentences.take(np.arange(b, min(b + sent_chunk, m))))
+        for a, enc in imgs:
+            out[a:a + chunk, b:b + sent_chunk] = system.scores(enc, sents).float().cpu()
+    out[:, torch.from_numpy(split.sentences.counts() == 0)] = float("-inf")
+    out[torch.from_numpy(split.images.counts() == 0), :] = float("-inf")
+    return out
+
+
+def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5) -> dict[str, Any]:
+    """The COCO literature's "1K" protocol: the images cut into ``folds`` consecutive equal folds (5K test:
+    five folds of 1,000), each fold's sentences ranked against its images only; R@K and ranks averaged
+    over the folds (``per_fold`` keeps each). The full matrix is the "5K" protocol (:func:`evaluate_scores`)."""
+    S = torch.as_tensor(scores)
+    si = np.asarray(sentence_image)
+    n = S.shape[0]
+    if folds < 2 or n % folds:
+        raise ValueError(f"fold_metrics: {n} images do not cut into {folds} equal folds")
+    size, per = n // folds, []
+    for f in range(folds):
+        cols = np.nonzero((si >= f * size) & (si < (f + 1) * size))[0]
+        sub = S[f * size:(f + 1) * size][:, torch.from_numpy(cols)]
+        per.append({"annotation": recall_table(annotation_ranks(sub, si[cols] - f * size)),
+                    "search": recall_table(search_ranks(sub, si[cols] - f * size))})
+    mean = {d: {k: float(np.mean([p[d][k] for p in per])) for k in per[0][d]} for d in ("annotation", "search")}
+    return {**mean, "folds": folds, "fold_images": size, "per_fold": per}
 
 
 @torch.no_grad()
@@ -181,7 +205,7 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
     split read in the system's own views (default: the data it was trained on); ``sentences_file``
     replaces the sentence view's file, ``images`` the image view (``none``: text only). The split's
-    word / relation ids must be the checkpoint's (other data: re-encode with ``python -m fraglib.text tokens``)."""
+    word / relation ids must be the checkpoint's (other data: re-encode them, ``fraglib.text.build.run_tokens``)."""
     import dataclasses
 
     from fraglib.checkpoint import load_system
@@ -196,17 +220,22 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
     if got["relations"] != info["relations"]:
         raise ValueError(f"{seed_dir}: the sentences of {dataset_dir or info['dataset_dir']} are encoded with another "
                          f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
-                         "them in the model's: `python -m fraglib.captions … --parse-file <their parse>`, or "
-                         "`python -m fraglib.text tokens --vocab-from <training data>/fragments/tokens.npz`")
+                         "them in the model's: `python -m fraglib.captions … --parse-file <their parse>`")
     return system, ck, splits[split]
 
 
-def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None) -> dict[str, Any]:
+def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None,
+                 folds: int = 0) -> dict[str, Any]:
     """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
-    metrics of ``split`` as the trainer computes them."""
+    metrics of ``split`` as the trainer computes them; ``folds`` > 1 adds the fold protocol
+    (:func:`fold_metrics`, key ``folds``)."""
     system, ck, sp = load_trained(seed_dir, dataset_dir, features_dir, split)
     tc = ck["train_config"]
-    return evaluate_scores(score_matrix(system, sp, tc["eval_chunk"]), sp.sentence_image, n_boot or tc["n_boot"], tc["seed"])
+    S = score_matrix(system, sp, tc["eval_chunk"])
+    m = evaluate_scores(S, sp.sentence_image, n_boot or tc["n_boot"], tc["seed"])
+    if folds > 1:
+        m["folds"] = fold_metrics(S, sp.sentence_image, folds)
+    return m
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,15 +249,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dataset-dir", help="default: the one the run was trained on")
     ap.add_argument("--features-dir", help="default: the one the run was trained on")
     ap.add_argument("--out", help="write the metrics (with per-query ranks) as JSON here")
+    ap.add_argument("--folds", type=int, default=0, help="also the fold protocol (COCO 1K: --folds 5 on the 5K test)")
     args = ap.parse_args(argv)
-    m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir)
+    m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir, folds=args.folds)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(m, f, indent=1, sort_keys=True)
-    for d in ("annotation", "search"):
-        t = m[d]
-        print(f"{args.split} {d}: " + " ".join(f"R@{k} {t[f'r{k}']:.1f}" for k in KS)
-              + f" median r {t['median_rank']:.1f} mean r {t['mean_rank']:.1f}")
+    for label, res in ((f"{args.split}", m), (f"{args.split} {args.folds}-fold mean", m.get("folds"))):
+        for d in ("annotation", "search") if res else ():
+            t = res[d]
+            print(f"{label} {d}: " + " ".join(f"R@{k} {t[f'r{k}']:.1f}" for k in KS)
+                  + f" median r {t['median_rank']:.1f} mean r {t['mean_rank']:.1f}")
 
 
 if __name__ == "__main__":

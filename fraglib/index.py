@@ -47,6 +47,47 @@ def _version(p: str) -> str:
         return "not installed"
 
 
+def _scale_sections(entries: list[dict]) -> list[str]:
+    """What a user needs to predict their cost: growth with data size (table and figure) and COCO-size
+    evaluation per system, from ``python -m fraglib.bench growth`` / ``coco_eval``."""
+    import base64
+    import io
+
+    out = []
+    growth = [e for e in entries if e["name"].startswith("growth_")]
+    if growth:
+        from fraglib.plots import growth_figure
+
+        fig = growth_figure(growth)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        scales = sorted({e["scale"] for e in growth})
+        comps = sorted({e["name"][len("growth_"):].rsplit("_x", 1)[0] for e in growth})
+        cell = {(e["name"][len("growth_"):].rsplit("_x", 1)[0], e["scale"]): e for e in growth}
+        out.append("<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
+                   "the default size × " + ", ".join(map(str, scales)) + f" ({html.escape(growth[0]['machine'])}, "
+                   f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>).</p>"
+                   "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "</tr>")
+        for c in comps:
+            out.append(f"<tr><td>{html.escape(c)}</td>" + "".join(
+                f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>" if (c, s) in cell else "<td>—</td>"
+                for s in scales) + "</tr>")
+        out.append("</table><img alt='growth curves' src='data:image/png;base64,"
+                   + base64.b64encode(buf.getvalue()).decode() + "'>")
+    coco = [e for e in entries if e["name"].startswith("coco5k_")]
+    if coco:
+        out.append("<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2><table>"
+                   "<tr><th>step</th><th>seconds</th><th>peak RSS</th><th>measured</th></tr>")
+        for e in coco:
+            if e["value"] is None:
+                out.append(f"<tr><td>{html.escape(e['name'])}</td><td colspan=3>{html.escape(e.get('note', ''))}</td></tr>")
+                continue
+            out.append(f"<tr><td>{html.escape(e['name'])}</td><td>{e['value']}</td><td>{e.get('peak_rss_mb')} MB</td>"
+                       f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td></tr>")
+        out.append("</table>")
+    return out
+
+
 def build(out: str | Path = "reports/index.html") -> Path:
     from fraglib.device import describe
 
@@ -102,6 +143,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
                 stages = ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())
                 parts.append(f"<tr><td>{e['name']}</td><td>{e['value']} {e['unit']}</td><td>{html.escape(stages)}</td></tr>")
             parts.append("</table>")
+        parts += _scale_sections(json.loads(bench.read_text()))
     parts.append("</body></html>\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(parts), encoding="utf-8")

@@ -23,10 +23,11 @@ SPLITS = ("train", "val", "test")
 @dataclasses.dataclass
 class Ragged:
     """Items with a variable number of rows: ``data[key]`` (R, ...) tensors, item n owns rows
-    ``off[n]:off[n+1]``."""
+    ``off[n]:off[n+1]``; ``items[key]`` (N, ...) per-item tensors."""
 
     data: dict[str, torch.Tensor]
     off: np.ndarray
+    items: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -44,7 +45,8 @@ class Ragged:
         owner = np.repeat(np.arange(len(items)), stops - starts)
         dev = next(iter(self.data.values())).device
         r = torch.from_numpy(rows).to(dev)
-        return Rows({k: v[r] for k, v in self.data.items()}, torch.from_numpy(owner).to(dev), len(items), items)
+        per_item = {k: v[torch.from_numpy(items).to(v.device)] for k, v in self.items.items()}
+        return Rows({k: v[r] for k, v in self.data.items()}, torch.from_numpy(owner).to(dev), len(items), items, per_item)
 
 
 @dataclasses.dataclass
@@ -139,8 +141,11 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
         rows = np.concatenate([np.arange(frags.offsets[j], frags.offsets[j + 1]) for j in sents]) if sents else np.zeros(0, np.int64)
         counts = np.array([frags.offsets[j + 1] - frags.offsets[j] for j in sents], np.int64)
         t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+        img_rows = Ragged({"x": t(sub.features)}, sub.offsets)
+        if views.pixels:
+            img_rows = pixel_rows(sub, ds, imgs, device)
         splits[split] = Split(
-            split, Ragged({"x": t(sub.features)}, sub.offsets),
+            split, img_rows,
             Ragged({"rel": t(frags.rel[rows].astype(np.int64)), "w1": t(w1[rows]), "w2": t(w2[rows]),
                     **{k: t(c[rows].astype(np.int64)) for k, c in frags.columns.items()}},
                    np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)),
@@ -148,11 +153,36 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
             np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words)
     dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
             "img_dim": int(cache.features.shape[1])}
+    if views.pixels:                                  # the CNN of the cache, trained with the system
+        dims["cnn_variant"] = int(cache.meta["settings"]["cnn_variant"])
     if "rank" in frags.columns:                       # tree views: children per side, from the data (text only)
         dims["max_rank"] = int(frags.columns["rank"].max(initial=0)) + 1
     info = {"dataset": ds.name, "relations": frags.relations, "sentences": frags.mode, "images": views.images,
             "cnn": cache.meta.get("cnn"), "words_used": len(used)}
     return splits, dims, info
+
+
+def pixel_rows(cache: Any, ds: Any, rows: list[int], device: torch.device) -> Ragged:
+    """A cache's rows with what a CNN trained with the system needs: ``box`` (R, 4) px and ``full`` (R,)
+    per row; ``pixels`` (n, H, W, 3) uint8 (each image resized as the features stage did, zero-padded to
+    the largest), ``hw`` (n, 2) and ``scale`` (n,) per image. Held in memory as uint8."""
+    from fraglib.vision.rcnn import load_image, resize_longer
+
+    side = int(cache.meta["settings"]["image_size"])
+    small, scales = [], []
+    for n in rows:
+        arr, _ = load_image(ds.image_path(n))
+        s, sc = resize_longer(arr, side)
+        small.append(s)
+        scales.append(sc)
+    H, W = max((a.shape[0] for a in small), default=1), max((a.shape[1] for a in small), default=1)
+    px = np.zeros((len(small), H, W, 3), np.uint8)
+    for i, a in enumerate(small):
+        px[i, :a.shape[0], :a.shape[1]] = a
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    return Ragged({"x": t(cache.features), "box": t(cache.boxes), "full": t(cache.is_full)}, cache.offsets,
+                  {"pixels": t(px), "hw": t(np.array([a.shape[:2] for a in small], np.int64).reshape(-1, 2)),
+                   "scale": t(np.array(scales, np.float32))})
 
 
 def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct: bool = True) -> list[np.ndarray]:

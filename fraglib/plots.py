@@ -127,3 +127,26 @@ def crops_figure(crops: list[tuple[np.ndarray, str]], title: str) -> plt.Figure:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
+    """Seconds and peak RSS against images on log-log axes, one line per component (``growth_*`` benchmark
+    entries: name ``growth_<component>_x<scale>_s``, ``images``, ``peak_rss_mb``)."""
+    lines: dict[str, list[tuple[int, float, float]]] = {}
+    for e in entries:
+        comp = e["name"][len("growth_"):].rsplit("_x", 1)[0]
+        lines.setdefault(comp, []).append((e["images"], e["value"], e["peak_rss_mb"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for comp, pts in sorted(lines.items()):
+        pts.sort()
+        x = [p[0] for p in pts]
+        for ax, k in zip(axes, (1, 2)):
+            ax.plot(x, [p[k] for p in pts], marker="o", label=comp)
+    for ax, label in zip(axes, ("seconds", "peak RSS (MB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("images in the synthetic benchmark")
+        ax.set_ylabel(label)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig

@@ -349,6 +349,11 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
     return panels
 
 
+def _mean_ci(value: float, ci: list[float] | None) -> str:
+    """A caption metric ×100 as 'mean [lo, hi]' (no brackets without a CI)."""
+    return f"{100 * value:.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+
+
 def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] | None = None,
                   name: str = "captions") -> pd.DataFrame:
     """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/<name>.json``) of the ``runs``
@@ -365,8 +370,7 @@ def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] 
         for t in (t for t in TASKS if t in c):
             ci = c.get(t + "_ci") or {}
             rows[(t, (labels or {}).get(r, r))] = {
-                m: f"{100 * c[t][m]:.1f}" + (f" [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}]" if m in ci else "")
-                for m in METRICS}
+                m: _mean_ci(c[t][m], ci.get(m)) for m in METRICS}
     return pd.DataFrame(rows).T
 
 
@@ -392,8 +396,7 @@ def paraphrase_table(results: dict[tuple[str, str], dict[str, Any]]) -> pd.DataF
     rows = {}
     for key, c in results.items():
         ci, d = c.get("paraphrasing_ci") or {}, c.get("input_dependence", {})
-        rows[key] = {**{m: f"{100 * c['paraphrasing'][m]:.1f}" + (f" [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}]"
-                                                                  if m in ci else "") for m in METRICS},
+        rows[key] = {**{m: _mean_ci(c["paraphrasing"][m], ci.get(m)) for m in METRICS},
                      "<unk> %": f"{100 * c['unk_share']:.1f}" if c.get("unk_share") is not None else "",
                      "NLL own / other": (f"{d['paraphrasing_own']:.1f} / {d['paraphrasing_other']:.1f}"
                                          if "paraphrasing_own" in d else ""),

@@ -8,7 +8,7 @@ The run's settings follow :func:`fraglib.train.resolve_run` (with ``--dataset``,
 ``train`` and ``systems`` layers apply). Seeds: ``study.seeds``, or with ``--dataset`` that
 dataset's ``splits`` (one data split per seed; ``{seed}`` in ``--dataset-dir``; the split seed is
 also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. Every seed trains in its own process (``study.jobs`` at a time, one
-thread each: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
+thread each — under ``torchrun`` one seed after another, each on all processes, rank 0 writing: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
 written for other settings or inputs trains from scratch. The run's summary goes to
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ def _run_seed(args: tuple[str, Any, int, str, int, str | None]) -> dict[str, Any
     torch.set_num_threads(threads)
     m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{seed}", spec.with_seed(seed), device=None,
               progress=False, features_dir=features_dir, restart=True)
+    if "test" not in m:
+        return m
     print(f"[{spec.run} seed {seed}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
           f"search R@1 {m['test']['search']['r1']:.1f}", flush=True)
     return m
@@ -82,6 +85,9 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
     jobs = int((params.get("study") or {}).get("jobs", 2))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:                                   # under torchrun: the seeds one after another, each on all processes
+        jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     work = [(dataset_dir, spec, s, str(out), t, features_dir)
@@ -93,6 +99,8 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
             results = list(ex.map(_run_seed, work))
     else:
         results = [_run_seed(w) for w in work]
+    if "test" not in results[0]:                    # not rank 0: rank 0 summarises
+        return {}
     dirs = DIRECTIONS + (("similarity",) if all("similarity" in r["test"] for r in results) else ())
     per_seed = {str(s): {d: r["test"][d] for d in dirs} for s, r in zip(seeds, results)}
     summary: dict[str, Any] = {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides}
@@ -117,7 +125,8 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", required=True, help="a name under params.yaml `runs`")
+    ap.add_argument("--run", "--run-name", dest="run", required=True,
+                    help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)")
     ap.add_argument("--dataset-dir", required=True, help="may hold {seed} (one split per seed)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset", help="dataset section (its train/systems layers and its splits apply)")

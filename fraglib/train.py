@@ -12,7 +12,8 @@ resumes from ``last.pt`` and ends exactly as an uninterrupted one. The best vali
 closed-form system is fitted once. Outputs in ``--out``: ``metrics.json`` (test metrics with
 bootstrap CIs, the run's settings), ``ranks.json`` (per-query test ranks), ``history.csv``.
 
-Settings of a run come from ``params.yaml`` by one rule (:func:`resolve_run`).
+Settings of a run come from ``params.yaml`` by one rule (:func:`resolve_run`). Under ``torchrun`` the same
+loop runs data-parallel (:mod:`fraglib.distributed`, docs/training.md "Many processes").
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from typing import Any
 
 import torch
 
-from fraglib import checkpoint
+from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
-from fraglib.evaluate import (bootstrap_ci, evaluate_scores, recall_table, rsum, score_matrix, similarity_matrix,
-                              similarity_ranks)
+from fraglib.evaluate import (bootstrap_ci, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
+                              similarity_matrix, similarity_ranks)
 from fraglib.inputs import input_files, load_splits, make_batches
 from fraglib.systems import get_system
 
@@ -50,8 +51,10 @@ class TrainConfig:
     lr_drop: float = 0.1
     lr_drop_epochs: int = 2
     grad_clip: float = 0.0              # max global gradient norm; 0 = off
+    amp: bool = False                   # bfloat16 autocast of the training step (GPUs with bf16; validation, test fp32)
     select: str = "val_rsum"            # best.pt = the epoch of the highest validation R-sum | "last" epoch
     eval_chunk: int = 64                # images per score-matrix tile
+    test_folds: int = 0                 # > 1: also the fold protocol on test (COCO "1K" = 5 folds of the 5K test)
     n_boot: int = 1000                  # bootstrap resamples for the test CIs
 
     def validate(self) -> "TrainConfig":
@@ -67,8 +70,10 @@ class TrainConfig:
         check_range(f"{p}.lr_drop", self.lr_drop, 0.0, 1.0, float)
         check_range(f"{p}.lr_drop_epochs", self.lr_drop_epochs, 0, 10_000, int)
         check_range(f"{p}.grad_clip", self.grad_clip, 0.0, 1e6, float)
+        check_choice(f"{p}.amp", self.amp, (True, False))
         check_choice(f"{p}.select", self.select, ("val_rsum", "last"))
         check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
+        check_range(f"{p}.test_folds", self.test_folds, 0, 1000, int)
         check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
         return self
 
@@ -182,6 +187,22 @@ def reset_adagrad(tc: TrainConfig, opt: torch.optim.Optimizer, epoch: int) -> No
             st["sum"].fill_(1.0)
 
 
+class Step(torch.nn.Module):
+    """The cost of one global batch: encode this process's share, exchange and join the encodings
+    (several processes, :mod:`fraglib.distributed`), the system's loss over all of them."""
+
+    def __init__(self, system: torch.nn.Module, ctx: distributed.Context) -> None:
+        super().__init__()
+        self.system, self.ctx = system, ctx
+
+    def forward(self, images, sentences, epoch: int):
+        s, ctx = self.system, self.ctx
+        img, sent = s.encode_images(images), s.encode_sentences(sentences)
+        if ctx.world > 1:
+            img, sent = s.join(ctx.gather(img)), s.join(ctx.gather(sent))
+        return s.loss(img, sent, epoch)
+
+
 def check_usable(splits: dict[str, Any], where: str) -> None:
     """Refuse data on which training or evaluation would be meaningless, naming the cause."""
     for name, sp in splits.items():
@@ -208,8 +229,11 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     tc, cls = spec.train_config.validate(), get_system(spec.system)
     device = device or select_device()[0]
     make_deterministic(device)
+    ctx = distributed.setup(device)
+    progress = progress and ctx.main
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if ctx.main:
+        out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tc.seed)
     views = cls.views(spec.system_config)
     splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
@@ -219,8 +243,11 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
                 "train_config": dataclasses.asdict(tc), "model_args": dims,
                 "fingerprint": checkpoint.fingerprint(input_files(dataset_dir, views, features_dir))}
-    ck = checkpoint.resume(out, identity, restart, defaults={"train_config": dataclasses.asdict(TrainConfig()),
-                                                             "system_config": dataclasses.asdict(cls.Config())})
+    defaults = {"train_config": dataclasses.asdict(TrainConfig()), "system_config": dataclasses.asdict(cls.Config())}
+    ck = checkpoint.resume(out, identity, restart, defaults=defaults) if ctx.main else None
+    ctx.barrier()                                                    # rank 0 may have removed a foreign checkpoint
+    if not ctx.main:
+        ck = checkpoint.resume(out, identity, False, defaults=defaults)
     trainable = cls.TRAINABLE and any(p.requires_grad for p in system.parameters())
     opt = make_optimizer(tc, system.lr_groups()) if trainable else None
     history: list[dict[str, Any]] = []
@@ -244,11 +271,15 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     tr = splits["train"]
     system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
-    if not trainable and ck is None:
+    if not trainable and ck is None and ctx.main:
         checkpoint.save(out / "best.pt", state(0))
+    step = Step(system, ctx)
+    if ctx.world > 1 and trainable:
+        step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True, broadcast_buffers=False)
     done = 0
     for epoch in range(start, epochs):
         if stop_after is not None and done >= stop_after:
+            distributed.teardown(ctx)
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
         system.train()
@@ -257,10 +288,14 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         phase = system.phase(epoch)
         sums: dict[str, float] = {}
         batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
+        skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
+        batches = [b for b in batches if len(b) >= ctx.world]
         bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs} ({phase})", disable=not progress, leave=False, mininterval=2)
         for b in bar:
-            cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
-                                      system.encode_sentences(tr.sentences.take(b)), epoch)
+            b = distributed.shard(b, ctx)
+            with torch.autocast(device.type, torch.bfloat16, enabled=tc.amp):
+                cost, parts = step(tr.images.take(tr.sentence_image[b]), tr.sentences.take(b), epoch)
+            cost = cost.float()
             if not torch.isfinite(cost):
                 raise FloatingPointError(f"run {spec.run}, epoch {epoch + 1}: cost is {cost.item()} "
                                          f"(lower train.lr, now {tc.lr})")
@@ -274,9 +309,14 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             sums["cost"] = sums.get("cost", 0.0) + float(cost.detach())
             bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
         t_train += time.perf_counter() - t0
+        done += 1
+        if not ctx.main:                                             # rank 0 validates and writes
+            ctx.barrier()
+            continue
         val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
         row = {"epoch": epoch + 1, "lr": lr_at(tc, epoch), "phase": phase,
                **{f"train_{k}": v / max(len(batches), 1) for k, v in sums.items()},
+               **({"skipped_pairs": skipped} if skipped else {}),
                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
         history.append(row)
         if progress:
@@ -285,11 +325,18 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
             checkpoint.save(out / "best.pt", state(epoch + 1))
         checkpoint.save(out / "last.pt", state(epoch + 1))
-        done += 1
+        ctx.barrier()
+    if not ctx.main:
+        distributed.teardown(ctx)
+        return {"rank": ctx.rank}
+    distributed.teardown(ctx)
     if (out / "best.pt").exists():
         system.load_state_dict(checkpoint.load(out / "best.pt", device)["model"])
     te = splits["test"]
-    test = evaluate_scores(score_matrix(system, te, tc.eval_chunk), te.sentence_image, tc.n_boot, tc.seed)
+    S = score_matrix(system, te, tc.eval_chunk)
+    test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed)
+    if tc.test_folds > 1:
+        test["folds"] = fold_metrics(S, te.sentence_image, tc.test_folds)
     sim = similarity_matrix(system, te)
     if sim is not None:
         r = similarity_ranks(sim, te.sentence_image)
@@ -317,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     from fraglib.config import read_params
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", required=True, help="a name under params.yaml `runs`")
+    ap.add_argument("--run", "--run-name", dest="run", required=True,
+                    help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)")
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset", help="dataset section whose train/systems layers apply, e.g. pascal1k")
@@ -326,11 +374,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, help="training seed (default train.seed)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a trainer or system key")
     ap.add_argument("--restart", action="store_true", help="replace a checkpoint of other settings or inputs")
+    ap.add_argument("--stop-after", type=int, metavar="N", help="end after N epochs as if killed (resume later)")
     args = ap.parse_args(argv)
     spec = resolve_run(read_params(args.params), args.run, args.dataset, parse_overrides(args.set))
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
-    m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart)
+    m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart,
+              stop_after=args.stop_after)
+    if "test" not in m:                                              # stopped early, or not rank 0
+        return
     t = m["test"]
     print("test: " + " | ".join(f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in (1, 5, 10))
                                 + f" med {t[d]['median_rank']:.0f}" for d in DIRECTIONS))

@@ -105,3 +105,24 @@ def test_random_ranks_match_the_expected_best_rank():
     assert np.mean(sims) == pytest.approx(500 / 5, rel=0.02)
     assert np.mean(srch) == pytest.approx(101 / 2, rel=0.02)
     assert np.mean(anns) == pytest.approx(501 / 6, rel=0.03)
+
+
+def test_fold_protocol_ranks_each_fold_against_its_own_images():
+    """Two folds of two images; hand-computed ranks. Fold 0: images 0, 1 with sentences 0, 1 (and 2 of
+    image 1); fold 1: images 2, 3 with sentences 3, 4. A strong competitor in the other fold is ignored."""
+    from fraglib.evaluate import fold_metrics
+
+    si = np.array([0, 1, 1, 2, 3])
+    S = np.array([[5., 1., 0., 9., 9.],     # image 0: own sentence 0 first in its fold (fold 1's 9s do not count)
+                  [6., 2., 3., 0., 0.],     # image 1: best own (3.0) behind sentence 0 (6.0) -> rank 2
+                  [9., 9., 9., 1., 2.],     # image 2: own sentence 3 (1.0) behind sentence 4 -> rank 2
+                  [0., 0., 0., 0., 4.]])    # image 3: own sentence 4 first
+    m = fold_metrics(S, si, folds=2)
+    # fold 0 annotation ranks [1, 2]; search: s0 -> image 0 (5 < 6: rank 2), s1 -> 1 (2 > 1), s2 -> 1
+    # fold 1 annotation ranks [2, 1]; search: s3 -> image 2 (1 vs 0: rank 1), s4 -> image 3 (4 vs 2: rank 1)
+    assert m["per_fold"][0]["annotation"]["r1"] == 50.0 and m["per_fold"][1]["annotation"]["r1"] == 50.0
+    assert m["per_fold"][0]["search"]["r1"] == pytest.approx(200 / 3) and m["per_fold"][1]["search"]["r1"] == 100.0
+    assert m["search"]["r1"] == pytest.approx((200 / 3 + 100) / 2) and m["annotation"]["mean_rank"] == 1.5
+    assert m["folds"] == 2 and m["fold_images"] == 2
+    with pytest.raises(ValueError, match="3 equal folds"):
+        fold_metrics(S, si, folds=3)

@@ -1,4 +1,5 @@
-"""`dvc repro` on a copy of the project with a tiny benchmark: runs, then has nothing to do."""
+"""`dvc repro` on a copy of the project with a tiny benchmark: runs, then has nothing to do; a local-folder
+remote carries every result to a fresh clone; a one-parameter experiment re-runs only what it changes."""
 import os
 import shutil
 import subprocess
@@ -32,8 +33,8 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    def run(*cmd):
-        r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+    def run(*cmd, cwd=tmp_path):
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
         assert r.returncode == 0, f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         return r.stdout
     run("git", "init", "-q")
@@ -49,6 +50,19 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     env.update(git_env)
     run("git", "add", "-A")
     run("git", "commit", "-qm", "baseline")
+    # a shared cache (README "Sharing caches"): push to a local-folder remote, pull into a fresh clone,
+    # which is then up to date without recomputing anything
+    run("dvc", "remote", "add", "-d", "shared", str(tmp_path.parent / "remote"))
+    run("git", "commit", "-qam", "remote")
+    run("dvc", "push")
+    clone = tmp_path.parent / "clone"
+    run("git", "clone", "-q", str(tmp_path), str(clone))
+    cached = Path("data/synthetic/features/rcnn.npz")                   # a DVC-cached output (not in git)
+    assert not (clone / cached).exists()
+    run("dvc", "pull", "dvc.yaml", cwd=clone)                       # the studies' pipelines were never run here
+    assert "up to date" in run("dvc", "status", "dvc.yaml", cwd=clone)
+    assert "Running stage" not in run("dvc", "repro", cwd=clone)
+    assert (clone / cached).read_bytes() == (tmp_path / cached).read_bytes()
     exp = run("dvc", "exp", "run", "-S", "+runs.full.lr=0.02")   # "+": the entry has no lr key yet
     assert "Running stage 'train_synthetic@full'" in exp
     assert "train_synthetic@random" not in exp.replace("Stage 'train_synthetic@random' didn't change", "")

@@ -205,3 +205,20 @@ def test_vsepp_median_and_peri_table():
     t = peri_published_table()
     assert t.loc["mscoco_5k_test: vse_baseline_1024", ("annotation", "R@1")] == 55.5
     assert t.loc["flickr30k_1k_test: stt_att_1024", ("search", "mean r")] == 18.3
+
+
+def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
+    from fraglib.index import build
+
+    e = lambda name, v, scale, images: {"name": name, "value": v, "unit": "s", "scale": scale, "images": images,  # noqa: E731
+                                        "peak_rss_mb": 100 * scale, "machine": "m", "threads": "1"}
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "results.json").write_text(json.dumps(
+        [e("growth_features_x1_s", 3.0, 1, 1000), e("growth_features_x4_s", 12.5, 4, 4000),
+         e("growth_epoch_full_x1_s", 1.0, 1, 1000),
+         {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"}]))
+    monkeypatch.chdir(tmp_path)
+    page = build(tmp_path / "reports" / "index.html").read_text()
+    assert "Growth with data size" in page and "12.5 s, 400 MB" in page and "data:image/png;base64," in page
+    assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page      # a missing scale is a dash
+    assert "coco5k_scores_vse_s" in page and "972 MB" in page

@@ -1,6 +1,6 @@
 """The contract every registered system keeps (parametrized over the registry, like open_clip's
 test over ``list_models()``): it builds from sizes, scores finite, its loss is finite with
-non-zero gradients when trainable, a one-epoch run writes metrics, and the checkpoint alone
+non-zero gradients when trainable (and ``join`` of encoded shares gives the same loss), a one-epoch run writes metrics, and the checkpoint alone
 rebuilds a system that reproduces the score matrix exactly."""
 import dataclasses
 import json
@@ -35,7 +35,8 @@ CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in 
     + [("vse", {"similarity": "order", "negatives": "sum"}), ("vse", {"word_init": "glove", "word_dim": 50}),
        ("vse", {"similarity": "attention", "images": "top36", "warmup_epochs": 1}),
        ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
-       ("stt", {"similarity": "attention", "images": "top36", "beam": 2})]
+       ("stt", {"similarity": "attention", "images": "top36", "beam": 2}),
+       ("fragment", {"finetune": 1}), ("vse", {"finetune": 1, "images": "rcnn"})]      # CNN fine-tuning
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])
@@ -49,11 +50,11 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     system = cls(spec.system_config, dims, 0)
     system.prepare(splits["train"])
     te = splits["test"]
-    S = score_matrix(system, te, chunk=3)
+    S = score_matrix(system, te, chunk=3, sent_chunk=4)
     assert S.shape == (te.n_images, te.n_sentences)
     usable = torch.from_numpy(te.sentences.counts() > 0)
     assert torch.isfinite(S[:, usable]).all()
-    # tiling changes only BLAS rounding (relative to the largest score: terms can cancel)
+    # tiling (images and sentences) changes only BLAS rounding (relative to the largest score: terms can cancel)
     scale = float(S[torch.isfinite(S)].abs().max())
     torch.testing.assert_close(S, score_matrix(system, te, chunk=100), rtol=1e-5, atol=1e-5 * max(1.0, scale))
     tr = splits["train"]
@@ -63,6 +64,11 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
         cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
                                   system.encode_sentences(tr.sentences.take(b)), epoch=0)
         assert torch.isfinite(cost) and all(np.isfinite(v) for v in parts.values())
+        # two shares encoded apart and joined give the whole batch's loss (what data-parallel training relies on)
+        shares = np.array_split(b, 2)
+        joined, _ = system.loss(system.join([system.encode_images(tr.images.take(tr.sentence_image[p])) for p in shares]),
+                                system.join([system.encode_sentences(tr.sentences.take(p)) for p in shares]), epoch=0)
+        torch.testing.assert_close(joined, cost, rtol=1e-5, atol=1e-6)
         cost.backward()
         grads = [p.grad for p in system.parameters() if p.requires_grad]
         if system.phase(0) == "train":                    # alternating systems train a part per phase

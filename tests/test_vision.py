@@ -1,5 +1,6 @@
 """Image loading (bad input), box geometry, NMS, degradation, and the feature cache end to end."""
 import hashlib
+import json
 import shutil
 
 import numpy as np
@@ -401,3 +402,39 @@ def test_report_recall_functions_on_fake_voc_boxes(tiny_full, tmp_path):
     ceiling = summary[[k for k in summary.index if k.startswith("ceiling")][0]]
     assert floor <= ceiling
     assert set(recall_by_size(caches, tiny_full / "ground_truth.json").columns) == {"rcnn", "groundtruth"}
+
+
+def test_shards_merge_into_the_single_process_caches(tiny_full, tmp_path):
+    """Two shards (contiguous images) extracted apart and merged give the very arrays one process wrote
+    (tiny_full's caches, same settings); a missing shard or one of other settings is refused by name."""
+    import shutil
+
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import extract, merge_shards, shard_dataset, shard_dir
+
+    ds = read_karpathy_json(tiny_full / "dataset.json")
+    truth = synthetic_truth(tiny_full / "ground_truth.json")
+    cfg = VisionConfig(max_proposals=100, num_workers=0)
+    out = tmp_path / "features"
+    for i in range(2):
+        extract(shard_dataset(ds, i, 2), cfg, shard_dir(out, i, 2), truth, progress=False, region_views=True)
+    stats = merge_shards(ds, out, 2, truth)
+    for det in ("rcnn", "groundtruth", "top36", "grid"):
+        a, b = np.load(tiny_full / "features" / f"{det}.npz"), np.load(out / f"{det}.npz")
+        assert sorted(a.files) == sorted(b.files)
+        for k in a.files:
+            assert np.array_equal(a[k], b[k]), (det, k)
+    one = json.loads((tiny_full / "features" / "features_stats.json").read_text())
+    assert stats["images"] == one["images"] == len(ds.images) and stats["shards"] == 2
+    assert stats["recall_iou50_rcnn"] == one["recall_iou50_rcnn"]
+    assert stats["fragments_per_image_mean"] == one["fragments_per_image_mean"]
+    with pytest.raises(FileExistsError):
+        merge_shards(ds, out, 2, truth)                                  # never overwrites silently
+    other = tmp_path / "other"
+    shutil.copytree(shard_dir(out, 0, 2), shard_dir(other, 0, 2))
+    with pytest.raises(FileNotFoundError, match="missing shard.*1of2"):
+        merge_shards(ds, other, 2)
+    extract(shard_dataset(ds, 1, 2), VisionConfig(max_proposals=50, num_workers=0), shard_dir(other, 1, 2), truth,
+            progress=False, region_views=True)
+    with pytest.raises(ValueError, match="other settings than shard 0"):
+        merge_shards(ds, other, 2)

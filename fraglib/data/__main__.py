@@ -16,15 +16,18 @@ def main(argv: list[str] | None = None) -> None:
         python -m fraglib.data flickr8k  --root TEXT_DIR --text-only --out data/flickr8k   # captions only
         python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
         python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
+        python -m fraglib.data karpathy  --json dataset_coco.json --images COCO_ROOT --out data/coco   # train2014/, val2014/
+        python -m fraglib.data precomp   --root data/coco_precomp --splits train,dev,testall --out data/coco_precomp
     """
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dataset", choices=["pascal1k", "flickr8k", "flickr30k", "karpathy"])
+    ap.add_argument("dataset", choices=["pascal1k", "flickr8k", "flickr30k", "karpathy", "precomp"])
     ap.add_argument("--root", help="pascal1k: folder with sentences.json and images/; flickr8k: the text release")
     ap.add_argument("--images", help="image folder (flickr8k, flickr30k, karpathy)")
     ap.add_argument("--token", help="flickr30k: the results token file")
     ap.add_argument("--json", help="karpathy: a dataset_*.json file")
+    ap.add_argument("--splits", default="train,dev,test", help="precomp: which {split}_ims.npy / {split}_caps.txt")
     ap.add_argument("--text-only", action="store_true", help="flickr8k: captions only, no image folder (image view 'none')")
     ap.add_argument("--out", required=True)
     ap.add_argument("--split-seed", type=int, default=0)
@@ -32,13 +35,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
     args = ap.parse_args(argv)
     need = {"pascal1k": ["root"], "flickr8k": ["root"] + ([] if args.text_only else ["images"]), "flickr30k": ["token", "images"],
-            "karpathy": ["json", "images"]}[args.dataset]
+            "karpathy": ["json", "images"], "precomp": ["root"]}[args.dataset]
     for n in need:
         if not getattr(args, n):
             ap.error(f"{args.dataset} needs --{n}")
     if args.text_only and (args.dataset != "flickr8k" or args.images):
         ap.error("--text-only: flickr8k only, without --images")
     report: dict[str, Any] = {}
+    if args.dataset == "precomp":
+        from fraglib.data.precomp import read_precomp, write_cache
+
+        ds, feats, counts = read_precomp(args.root, args.splits.split(","))
+        write_karpathy_json(ds, Path(args.out) / "dataset.json")
+        paths = write_cache(ds, feats, counts, args.out)
+        print(f"wrote {ds} to {args.out}/dataset.json and {', '.join(map(str, paths))}")
+        return
     if args.dataset == "pascal1k":
         ds = read_pascal1k(args.root, args.split_seed)
         image_root = Path(args.root).resolve() / "images"

@@ -101,8 +101,9 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
 
 
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
-    """Read a Karpathy-format ``dataset.json``; images are looked up in ``image_dir``
-    (default: ``images/`` beside the file)."""
+    """Read a Karpathy-format ``dataset.json`` (ours, or Karpathy's ``dataset_{flickr8k,flickr30k,coco}.json``);
+    images are looked up in ``image_dir`` (default: ``image_root`` of the file, else ``images/`` beside it),
+    under ``filepath/filename`` when an image has a ``filepath`` (COCO: ``val2014/COCO_val2014_….jpg``)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: dataset file not found")
@@ -122,7 +123,8 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         split = im.get("split", "train")
         if split not in SPLITS + ("restval",):
             raise ValueError(f"{path}: image {im.get('filename')} has unknown split {split!r}")
-        images.append({"imgid": im["imgid"], "filename": im["filename"], "split": split,
+        name = f"{im['filepath']}/{im['filename']}" if im.get("filepath") else im["filename"]   # COCO: train2014/...
+        images.append({"imgid": im["imgid"], "filename": name, "split": split,
                        **({"category": im["category"]} if "category" in im else {})})
         for k, s in enumerate(im["sentences"]):
             if "sentid" not in s or "raw" not in s or not isinstance(s["sentid"], int):

@@ -20,6 +20,9 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``phase(epoch) -> str``                a label of the training phase (history column ``phase``)
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
+``join(encs) -> enc``                  the encoding of consecutive item lists encoded apart, as if encoded together
+                                       (data-parallel training, :mod:`fraglib.distributed`); the default joins
+                                       tensors, arrays, tuples and dataclasses item-wise (:func:`join_parts`)
 ``TRAINABLE``                          False for systems without parameters (never stepped)
 ``lr_groups() -> [(scale, params)]``   the parameters with their learning-rate multipliers (of ``train.lr`` and
                                        its schedule); default one group at 1
@@ -52,21 +55,25 @@ SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files writt
 
 @dataclasses.dataclass(frozen=True)
 class Views:
-    """Inputs a system reads: ``images`` in :data:`IMAGE_VIEWS`, ``sentences`` in :data:`SENTENCE_VIEWS`."""
+    """Inputs a system reads: ``images`` in :data:`IMAGE_VIEWS`, ``sentences`` in :data:`SENTENCE_VIEWS`;
+    ``pixels``: also each image's pixels and its rows' boxes (a system that trains its CNN)."""
 
     images: str
     sentences: str
+    pixels: bool = False
 
 
 @dataclasses.dataclass
 class Rows:
     """A batch of n items with a variable number of rows each (CSR): ``data[key]`` (R, ...) tensors,
-    ``owner`` (R,) int64 in [0, n), ``index`` (n,) the items' positions in their split."""
+    ``owner`` (R,) int64 in [0, n), ``index`` (n,) the items' positions in their split; ``items[key]``
+    (n, ...) per-item tensors (the pixels of a view with ``pixels``)."""
 
     data: dict[str, torch.Tensor]
     owner: torch.Tensor
     n: int
     index: np.ndarray
+    items: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 class System(nn.Module):
@@ -94,8 +101,19 @@ class System(nn.Module):
         return "train"
 
     def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:
-        """(learning-rate multiplier, parameters) groups for the optimizer (default: all at 1)."""
-        return [(1.0, list(self.parameters()))]
+        """(learning-rate multiplier, parameters) groups for the optimizer: all at 1, except the trained
+        blocks of a fine-tuned CNN (``self.cnn``) at ``cfg.finetune_lr_scale`` (its frozen blocks: none)."""
+        cnn = getattr(self, "cnn", None)
+        if cnn is None:
+            return [(1.0, list(self.parameters()))]
+        ids = {id(p) for p in cnn.parameters()}
+        return [(1.0, [p for p in self.parameters() if id(p) not in ids]),
+                (self.cfg.finetune_lr_scale, [p for p in cnn.parameters() if p.requires_grad])]
+
+    def image_rows(self, rows: Rows) -> torch.Tensor:
+        """(R, img_dim) descriptors of image rows: the cached ``x``, or the fine-tuned CNN's (``self.cnn``)."""
+        cnn = getattr(self, "cnn", None)
+        return rows.data["x"] if cnn is None else cnn(rows)
 
     def encode_images(self, rows: Rows) -> Any:
         raise NotImplementedError
@@ -112,6 +130,37 @@ class System(nn.Module):
     def sentence_scores(self, a: Any, b: Any) -> torch.Tensor:
         raise NotImplementedError(f"system {self.NAME} has no sentence space")
 
+    def join(self, encs: list[Any]) -> Any:
+        """The encoding of the items of ``encs`` (encodings of consecutive item lists), in order."""
+        return join_parts(encs)
+
+
+def join_parts(parts: list[Any]) -> Any:
+    """Item-wise concatenation of same-structured encodings: tensors along dim 0, zero-padded in the
+    other dims to the widest (padded encodings keep their meaning: the mask pads with False); numpy
+    arrays along axis 0; tuples, lists and dataclasses field by field; None stays None. Any other
+    leaf (an int count, a closure) is refused: the system overrides ``join``."""
+    first = parts[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        big = tuple(max(p.shape[d] for p in parts) for d in range(1, first.dim()))
+        if all(p.shape[1:] == big for p in parts):
+            return torch.cat(parts)
+        out, a = first.new_zeros((sum(p.shape[0] for p in parts),) + big), 0
+        for p in parts:
+            out[(slice(a, a + p.shape[0]),) + tuple(slice(0, n) for n in p.shape[1:])] = p
+            a += p.shape[0]
+        return out
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    if isinstance(first, (tuple, list)):
+        return type(first)(join_parts([p[i] for p in parts]) for i in range(len(first)))
+    if dataclasses.is_dataclass(first):
+        return dataclasses.replace(first, **{f.name: join_parts([getattr(p, f.name) for p in parts])
+                                             for f in dataclasses.fields(first)})
+    raise TypeError(f"join_parts: no item-wise join for {type(first).__name__}; the system must override join")
+
 
 # ----------------------------------------------------------------------------- helpers shared by systems
 def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
@@ -120,6 +169,24 @@ def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
     nn.init.uniform_(lin.weight, -1.0 / math.sqrt(img_dim), 1.0 / math.sqrt(img_dim))
     nn.init.zeros_(lin.bias)
     return lin
+
+
+def tuned_cnn(cfg: Any, dims: dict[str, int]) -> nn.Module | None:
+    """The CNN a system with ``cfg.finetune`` > 0 trains (:class:`fraglib.systems.cnn.TunedCNN`), else None."""
+    if not getattr(cfg, "finetune", 0):
+        return None
+    from fraglib.systems.cnn import TunedCNN
+
+    return TunedCNN(dims["cnn_variant"], cfg.finetune)
+
+
+def check_finetune(section: str, cfg: Any) -> None:
+    from fraglib.config import ConfigError, check_range
+
+    check_range(f"{section}.finetune", cfg.finetune, 0, 64, int)
+    check_range(f"{section}.finetune_lr_scale", cfg.finetune_lr_scale, 0.0, 100.0, float)
+    if cfg.finetune and cfg.images == "none":
+        raise ConfigError(f"{section}.finetune={cfg.finetune} with images none: there is no CNN to train")
 
 
 def add_input_buffers(module: nn.Module, dims: dict[str, int]) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+import numpy as np
 from typing import Any
 
 import torch
@@ -18,7 +20,7 @@ from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, add_input_buffers,
-                                  fill_input_buffers, image_map)
+                                  check_finetune, fill_input_buffers, image_map, tuned_cnn)
 from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
 
 
@@ -37,6 +39,8 @@ class Config:
     smooth: float = 5.0                 # n of S_kl
     accumulate: str = "sum"             # sum (paper) | max (released code)
     normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
+    finetune: int = 0                   # > 0: the CNN's last N blocks train with the system (pixels, no cache)
+    finetune_lr_scale: float = 0.1      # their learning rate, × train.lr
 
     def validate(self) -> "Config":
         p = "systems.fragment"
@@ -49,18 +53,19 @@ class Config:
             check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
         if not isinstance(self.normalize, bool):
             raise ConfigError(f"{p}.normalize={self.normalize!r}: expected true or false")
+        check_finetune(p, self)
         if self.fragment_weight == 0 and self.beta == 0:
             raise ConfigError(f"{p}.fragment_weight and {p}.beta are both 0: nothing to train")
         return self
 
 
+@dataclasses.dataclass
 class Fragments:
     """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n)."""
 
-    __slots__ = ("x", "owner", "n")
-
-    def __init__(self, x: torch.Tensor, owner: torch.Tensor, n: int) -> None:
-        self.x, self.owner, self.n = x, owner, n
+    x: torch.Tensor
+    owner: torch.Tensor
+    n: int
 
 
 class FragmentSystem(System):
@@ -71,7 +76,7 @@ class FragmentSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, cfg.sentences)
+        return Views(cfg.images, cfg.sentences, cfg.finetune > 0)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()
@@ -82,6 +87,7 @@ class FragmentSystem(System):
         self.W_R = nn.Parameter(torch.empty(dims["n_relations"], cfg.embed_dim, 2 * wd).uniform_(-bound, bound))
         self.b_R = nn.Parameter(torch.zeros(dims["n_relations"], cfg.embed_dim))
         self.img = image_map(img_dim, cfg.embed_dim)
+        self.cnn = tuned_cnn(cfg, dims)
 
     def prepare(self, train: Any) -> None:
         fill_input_buffers(self, train)
@@ -110,11 +116,17 @@ class FragmentSystem(System):
         return out[inv]
 
     def encode_images(self, rows: Rows) -> Fragments:
-        return Fragments(self.embed_images(rows.data["x"]), rows.owner, rows.n)
+        return Fragments(self.embed_images(self.image_rows(rows)), rows.owner, rows.n)
 
     def encode_sentences(self, rows: Rows) -> Fragments:
         d = rows.data
         return Fragments(self.embed_sentences(d["rel"], d["w1"], d["w2"]), rows.owner, rows.n)
+
+    def join(self, encs: list[Fragments]) -> Fragments:
+        """Fragments of consecutive item lists as one: owners shifted by the items before them."""
+        start = np.cumsum([0] + [e.n for e in encs])
+        return Fragments(torch.cat([e.x for e in encs]), torch.cat([e.owner + int(a) for e, a in zip(encs, start)]),
+                         int(start[-1]))
 
     # ----------------------------------------------------------------- scores and loss
     def scores(self, images: Fragments, sentences: Fragments) -> torch.Tensor:

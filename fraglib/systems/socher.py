@@ -70,19 +70,13 @@ class Config:
         return self
 
 
+@dataclasses.dataclass
 class Encoded:
-    """n items' positions in their split (``index``; the loss finds the negatives with them) and
-    their vectors (n, 50), computed on first use: in training the loss takes the batch's rows
-    from its encoding of the whole training split, so the trainer's batch encoding is never run."""
+    """n items' positions in their split (``index``; the margin loss finds the batch's rows and the
+    negatives with them in its encoding of the whole training split) and their vectors ``vec`` (n, 50)."""
 
-    def __init__(self, index: np.ndarray, compute) -> None:
-        self.index, self._compute, self._vec = index, compute, None
-
-    @property
-    def vec(self) -> torch.Tensor:
-        if self._vec is None:
-            self._vec = self._compute()
-        return self._vec
+    index: np.ndarray
+    vec: torch.Tensor
 
 
 @dataclasses.dataclass
@@ -152,14 +146,15 @@ class SocherSystem(System):
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
-        def compute() -> torch.Tensor:
-            z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
-            return z @ self.W_I.T
-        return Encoded(rows.index, compute)
+        return Encoded(rows.index, self._image_vectors(rows))
+
+    def _image_vectors(self, rows: Rows) -> torch.Tensor:
+        z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
+        return z @ self.W_I.T
 
     def encode_sentences(self, rows: Rows, structure: Structure | None = None) -> Encoded:
         """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
-        return Encoded(rows.index, lambda: self._sentence_vectors(rows, structure))
+        return Encoded(rows.index, self._sentence_vectors(rows, structure))
 
     def _sentence_vectors(self, rows: Rows, st: Structure | None) -> torch.Tensor:
         x = self.words[rows.data["w1"]] / self.word_scale
@@ -247,7 +242,7 @@ class SocherSystem(System):
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
         imgs, ok, all_img, all_sent, st, img_of = self._negatives
-        v_all, y_all = self.encode_images(all_img).vec, self.encode_sentences(all_sent, st).vec
+        v_all, y_all = self._image_vectors(all_img), self._sentence_vectors(all_sent, st)
         dev = v_all.device
         k = torch.from_numpy(np.searchsorted(imgs, images.index)).to(dev)
         j = torch.from_numpy(np.searchsorted(ok, sentences.index)).to(dev)

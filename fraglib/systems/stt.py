@@ -170,10 +170,10 @@ class SttSystem(vse.VseSystem):
         self._train_split = train
 
     def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:
-        """The decoder's own parameters (not the shared word embedding) at ``dec_lr_scale``, the rest at 1."""
+        """The decoder's own parameters (not the shared word embedding) at ``dec_lr_scale``, the rest as the base's."""
         dec = [self.bos, *self.init.parameters(), *self.dec.parameters(), *self.out.parameters()]
         ids = {id(p) for p in dec}
-        return [(1.0, [p for p in self.parameters() if id(p) not in ids]), (self.cfg.dec_lr_scale, dec)]
+        return [(k, [p for p in ps if id(p) not in ids]) for k, ps in super().lr_groups()] + [(self.cfg.dec_lr_scale, dec)]
 
     # -------------------------------------------------------------- encoders
     def encode_sentences(self, rows: Rows) -> Sentences:

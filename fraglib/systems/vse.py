@@ -39,8 +39,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import check_choice, check_range
-from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
-                                  image_map, mean_rows)
+from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
+                                  fill_input_buffers, image_map, mean_rows, tuned_cnn)
 from fraglib.systems.objectives import contrastive_hinge, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
@@ -65,6 +65,8 @@ class Config:
     lambda_att: float = 4.0        # attention: λ of Eq. 15 (SCAN's i-t AVG)
     clipped_l2norm: bool = False   # attention: SCAN's normalisation before the softmax (not in the thesis)
     max_elems: int = 1 << 24       # attention: tile bound of the (images, captions, regions, words) tensors
+    finetune: int = 0              # > 0: the CNN's last N blocks train with the system (pixels, no cache)
+    finetune_lr_scale: float = 0.1  # their learning rate, × train.lr
     SECTION: ClassVar[str] = "systems.vse"                      # error messages name it (a subclass: its own)
 
     def validate(self) -> "Config":
@@ -82,6 +84,7 @@ class Config:
         check_range(f"{p}.lambda_att", self.lambda_att, 1e-3, 1e3, float)
         check_choice(f"{p}.clipped_l2norm", self.clipped_l2norm, (True, False))
         check_range(f"{p}.max_elems", self.max_elems, 1, 1 << 40, int)
+        check_finetune(p, self)
         return self
 
 
@@ -170,7 +173,7 @@ class VseSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, "tokens")
+        return Views(cfg.images, "tokens", cfg.finetune > 0)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()
@@ -180,6 +183,7 @@ class VseSystem(System):
         self.text = TokenGRU(dims["n_relations"], cfg.word_dim, cfg.hidden, cfg.dropout)
         self.txt = nn.Linear(cfg.hidden, cfg.embed_dim)
         self.img = image_map(dims["img_dim"], cfg.embed_dim)
+        self.cnn = tuned_cnn(cfg, dims)
 
     def prepare(self, train: Any) -> None:
         """Standardisation of the image descriptors and, for ``word_init: glove``, the embedding rows."""
@@ -192,7 +196,7 @@ class VseSystem(System):
         return x.abs() if self.cfg.similarity == "order" else x
 
     def encode_images(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        x = (rows.data["x"] - self.img_mean) / self.img_std
+        x = (self.image_rows(rows) - self.img_mean) / self.img_std
         index = torch.as_tensor(rows.index, device=x.device)
         if self.cfg.similarity == "attention":
             V, mask = padded(self._unit(self.img(x)), rows.owner, rows.n)

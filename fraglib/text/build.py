@@ -2,7 +2,6 @@
 
     python -m fraglib.text parse     --dataset-dir data/synthetic            # -> parse.conllu
     python -m fraglib.text fragments --dataset-dir data/synthetic            # -> fragments/*.npz
-    python -m fraglib.text tokens --dataset-dir D --vocab-from OTHER/fragments/tokens.npz --out F.npz
 
 ``fragments`` writes, into ``<dataset-dir>/fragments/``: ``dependency.npz``, ``bow.npz``,
 ``bigram.npz``, ``tokens.npz`` (see :class:`fraglib.text.fragments.Fragments`), the two tree views,
@@ -84,8 +83,8 @@ def read_parsed(dataset_dir: Path, parse_file: str | Path | None = None) -> tupl
 
 def run_tokens(dataset_dir: str | Path, vocab: list[str], out: str | Path,
                parse_file: str | Path | None = None) -> dict[str, Any]:
-    """The ``tokens`` view of a dataset's captions in *another* vocabulary (a trained model's, or
-    another dataset's ``tokens.npz`` relations), for text-only transfer: every word looked up by its
+    """The ``tokens`` view of a dataset's captions in *another* vocabulary (a trained model's), for
+    text-only transfer (``python -m fraglib.captions --parse-file``): every word looked up by its
     string, a word outside ``vocab`` becomes ``<unk>`` (id 0) and is counted. Writes ``out``; returns the counts."""
     from fraglib.text.vectors import load_glove
 
@@ -174,24 +173,14 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["parse", "fragments", "tokens"])
+    ap.add_argument("command", choices=["parse", "fragments"])
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--parse-file", help="CoNLL-U cache (default <dataset-dir>/parse.conllu)")
     ap.add_argument("--out-dir", help="fragments output folder (default <dataset-dir>/fragments)")
-    ap.add_argument("--vocab-from", help="tokens: another dataset's tokens.npz whose vocabulary encodes these captions")
-    ap.add_argument("--out", help="tokens: the output file")
     args = ap.parse_args(argv)
     cfg = load_section(args.params, "text", TextConfig)
-    if args.command == "tokens":
-        if not (args.vocab_from and args.out):
-            ap.error("tokens needs --vocab-from and --out")
-        from fraglib.text.fragments import Fragments
-
-        t = run_tokens(args.dataset_dir, Fragments.load(args.vocab_from).relations, args.out, args.parse_file)
-        print(f"{t['captions']} captions in a {t['vocabulary_size']}-word vocabulary: "
-              f"{100 * t['unk_share']:.1f}% of {t['tokens']} tokens <unk>")
-    elif args.command == "parse":
+    if args.command == "parse":
         r = run_parse(args.dataset_dir, cfg, args.parse_file)
         print(f"parsed {r['captions']} captions with {r['parser']} in {r['seconds']:.1f} s "
               f"({r['captions_per_s']:.0f} captions/s)")

@@ -3,7 +3,10 @@
     python -m fraglib.vision.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
 
 writes ``<dataset-dir>/features/rcnn.npz`` (and ``groundtruth.npz`` when true boxes are given)
-plus ``features_stats.json``. With ``--region-views`` also the region sets of Peri's attention model:
+plus ``features_stats.json``. ``--shard i/N`` computes shard i of N (contiguous images) into
+``features/shards/iofN/`` — run them as separate processes or machines — and ``--merge N`` joins them
+into the caches one process writes (same arrays); under ``torchrun`` each rank takes its shard and
+rank 0 merges. With ``--region-views`` also the region sets of Peri's attention model:
 ``top36.npz`` (the :data:`N_REGIONS` best proposals by the detector's score after the same NMS — the
 analogue of "Faster R-CNN proposals by objectness") and ``grid.npz`` (the cells of a
 :data:`GRID` × :data:`GRID` partition of the image, no detector), both RoI-pooled from the same map. The ``fullframe`` detector needs no file of its own: it is the
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import resource
 import time
 from collections import Counter
@@ -247,12 +251,96 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         "peak_rss_workers_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
     if truth is not None:
-        tb = [truth[int(i)] for i in imgids]
-        for d, c in caches.items():
-            dets = [c.boxes[c.rows(n)][~c.is_full[c.rows(n)]] for n in range(len(imgids))]
-            stats[f"recall_iou50_{d}"] = recall_at_iou(dets, tb, 0.5)
+        stats.update(_recall(caches, truth))
     (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return stats
+
+
+# ----------------------------------------------------------------------------- shards
+def shard_rows(n_images: int, shard: int, n_shards: int) -> np.ndarray:
+    """The dataset rows of shard ``shard`` of ``n_shards``: contiguous, sizes differing by at most one."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard}/{n_shards}: expected 0 <= i < N")
+    return np.array_split(np.arange(n_images), n_shards)[shard]
+
+
+def shard_dataset(ds: Dataset, shard: int, n_shards: int) -> Dataset:
+    rows = shard_rows(len(ds.images), shard, n_shards)
+    images = [ds.images[r] for r in rows]
+    keep = {im["imgid"] for im in images}
+    return Dataset(ds.name, ds.image_dir, images, [s for s in ds.sentences if s["imgid"] in keep])
+
+
+def shard_dir(out_dir: str | Path, shard: int, n_shards: int) -> Path:
+    return Path(out_dir) / "shards" / f"{shard}of{n_shards}"
+
+
+def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: dict[int, np.ndarray] | None = None,
+                 overwrite: bool = False) -> dict[str, Any]:
+    """Join the caches that ``--shard i/N`` wrote under ``out_dir/shards/iofN`` into the caches one process
+    writes (the same arrays: every image's arithmetic is its own), and ``features_stats.json``. Refuses a
+    missing shard, a shard of other images, and shards made with other settings, naming them."""
+    dirs = [shard_dir(out_dir, i, n_shards) for i in range(n_shards)]
+    missing = [str(d) for d in dirs if not (d / "features_stats.json").exists()]
+    if missing:
+        raise FileNotFoundError(f"missing shard(s) {', '.join(missing)}: run --shard i/{n_shards} for each (they "
+                                "write features_stats.json last)")
+    detectors = sorted(p.stem for p in dirs[0].glob("*.npz"))
+    out_dir = Path(out_dir)
+    claim([out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [out_dir / "features_stats.json"],
+          [out_dir / f"{d}.npz" for d in detectors] + [out_dir / "features_stats.json"], overwrite,
+          f"feature caches in {out_dir}")
+    caches = {}
+    for det in detectors:
+        parts = []
+        for i, d in enumerate(dirs):
+            if not (d / f"{det}.npz").exists():
+                raise FileNotFoundError(f"{d / f'{det}.npz'}: shard {i} lacks the {det} cache that shard 0 has")
+            parts.append(FeatureCache.load(d / f"{det}.npz", shard_dataset(dataset, i, n_shards)))
+            if parts[-1].meta != parts[0].meta:
+                raise ValueError(f"{d / f'{det}.npz'}: made with other settings than shard 0 "
+                                 f"({parts[-1].meta} vs {parts[0].meta}); re-run that shard")
+        counts = np.concatenate([np.diff(c.offsets) for c in parts])
+        cache = FeatureCache(*(np.concatenate([getattr(c, k) for c in parts])
+                               for k in ("features", "boxes", "scores", "is_full")),
+                             np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                             *(np.concatenate([getattr(c, k) for c in parts]) for k in ("imgids", "filenames", "status")),
+                             parts[0].meta)
+        cache.check(dataset, out_dir / f"{det}.npz")
+        cache.save(out_dir / f"{det}.npz")
+        caches[det] = cache
+    shards = [json.loads((d / "features_stats.json").read_text()) for d in dirs]
+    stats = _merged_stats(shards, caches)
+    if truth is not None:
+        stats.update(_recall(caches, truth))
+    (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    return stats
+
+
+def _recall(caches: dict[str, FeatureCache], truth: dict[int, np.ndarray]) -> dict[str, float]:
+    out = {}
+    for d, c in caches.items():
+        tb = [truth[int(i)] for i in c.imgids]
+        dets = [c.boxes[c.rows(n)][~c.is_full[c.rows(n)]] for n in range(len(c.imgids))]
+        out[f"recall_iou50_{d}"] = recall_at_iou(dets, tb, 0.5)
+    return out
+
+
+def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache]) -> dict[str, Any]:
+    """One process's stats keys from the shards': counts summed, fragments recomputed, timings per image as
+    the median of the shards' medians, ``wall_seconds`` the slowest shard's (they run side by side)."""
+    add = lambda key: dict(sum((Counter(s[key]) for s in shards), Counter()))  # noqa: E731
+    n = sum(s["images"] for s in shards)
+    return {"images": n, "skipped": add("skipped"), "converted": add("converted"), "cnn": shards[0]["cnn"],
+            "device": f"{shards[0]['device']} ({len(shards)} shards)",
+            "proposals_per_image_median": float(np.median([s["proposals_per_image_median"] for s in shards])),
+            "fragments_per_image_mean": {d: float(np.mean(np.diff(c.offsets))) for d, c in caches.items()},
+            "seconds_per_image_median": {k: float(np.median([s["seconds_per_image_median"][k] for s in shards]))
+                                         for k in shards[0]["seconds_per_image_median"]},
+            "wall_seconds": max(s["wall_seconds"] for s in shards),
+            "wall_seconds_per_image": sum(s["wall_seconds"] for s in shards) / max(n, 1),
+            "peak_rss_mb": max(s["peak_rss_mb"] for s in shards),
+            "peak_rss_workers_mb": max(s["peak_rss_workers_mb"] for s in shards), "shards": len(shards)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,6 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     ap.add_argument("--region-views", action="store_true", help="also top36.npz and grid.npz (Peri's attention model)")
+    ap.add_argument("--shard", metavar="i/N", help="only shard i of N (into <out-dir>/shards/iofN); under torchrun: "
+                                                  "RANK/WORLD_SIZE, then rank 0 merges")
+    ap.add_argument("--merge", type=int, metavar="N", help="join the N shards' caches into <out-dir>")
     args = ap.parse_args(argv)
     from fraglib.data.synthetic import synthetic_truth
 
@@ -285,10 +376,35 @@ def main(argv: list[str] | None = None) -> None:
         from fraglib.vision.regions import Regions
 
         regions = Regions.load(args.regions)
-    s = extract(ds, cfg, args.out_dir or Path(args.dataset_dir) / "features", truth, regions=regions,
-                overwrite=args.overwrite, region_views=args.region_views)
+    out = Path(args.out_dir or Path(args.dataset_dir) / "features")
+    if args.merge:
+        s = merge_shards(ds, out, args.merge, truth, args.overwrite)
+    elif args.shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from fraglib import distributed
+
+        ctx = distributed.setup(torch.device("cpu")) if not args.shard else None
+        i, n = (ctx.rank, ctx.world) if ctx else _parse_shard(args.shard)
+        s = extract(shard_dataset(ds, i, n), cfg, shard_dir(out, i, n), truth, regions=regions,
+                    overwrite=args.overwrite, region_views=args.region_views)
+        if ctx is not None:
+            ctx.barrier()
+            if ctx.main:
+                s = merge_shards(ds, out, n, truth, args.overwrite)
+            distributed.teardown(ctx)
+    else:
+        s = extract(ds, cfg, out, truth, regions=regions, overwrite=args.overwrite, region_views=args.region_views)
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {text!r}: expected i/N, e.g. 0/4") from None
+    if not 0 <= i < n:
+        raise SystemExit(f"--shard {text!r}: expected 0 <= i < N")
+    return i, n
 
 
 if __name__ == "__main__":

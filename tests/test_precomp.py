@@ -1,0 +1,94 @@
+"""Large-dataset inputs: Karpathy's dataset_coco.json (filepath + filename) and the VSE++/SCAN precomputed
+layout ({split}_ims.npy + {split}_caps.txt), on small files written here."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fraglib.data import read_karpathy_json
+from fraglib.data.__main__ import main as convert
+from fraglib.data.precomp import read_precomp
+from fraglib.inputs import load_splits
+from fraglib.systems.base import Views
+from fraglib.vision.features import FeatureCache
+
+
+def write_precomp(root, split, ims, captions):
+    root.mkdir(parents=True, exist_ok=True)
+    np.save(root / f"{split}_ims.npy", ims)
+    (root / f"{split}_caps.txt").write_text("\n".join(captions) + "\n")
+
+
+def test_karpathy_coco_json_joins_filepath_and_filename(tmp_path):
+    (tmp_path / "dataset_coco.json").write_text(json.dumps({"dataset": "coco", "images": [
+        {"imgid": 0, "filepath": "val2014", "filename": "COCO_val2014_1.jpg", "split": "test",
+         "sentences": [{"sentid": 0, "raw": "A dog runs.", "tokens": ["a", "dog", "runs"]}]},
+        {"imgid": 1, "filepath": "train2014", "filename": "COCO_train2014_2.jpg", "split": "restval",
+         "sentences": [{"sentid": 1, "raw": "A cat.", "tokens": ["a", "cat"]}]}]}))
+    ds = read_karpathy_json(tmp_path / "dataset_coco.json", tmp_path / "coco")
+    assert ds.image_path(0) == tmp_path / "coco" / "val2014" / "COCO_val2014_1.jpg"
+    assert [len(ds.split(s).images) for s in ("train", "test")] == [1, 1]          # restval joins train
+
+
+def test_global_precomp_becomes_a_dataset_and_a_fullframe_cache(tmp_path):
+    rng = np.random.default_rng(0)
+    root = tmp_path / "f30k_precomp"
+    caps = lambda n: [f"a photo number {k} of a thing ." for k in range(n)]  # noqa: E731
+    write_precomp(root, "train", rng.standard_normal((4, 6)).astype(np.float32), caps(20))
+    write_precomp(root, "dev", rng.standard_normal((2, 6)).astype(np.float32), caps(10))
+    test_ims = rng.standard_normal((2, 6)).astype(np.float32)
+    write_precomp(root, "test", test_ims, caps(10))
+    convert(["precomp", "--root", str(root), "--out", str(tmp_path / "out")])
+    ds = read_karpathy_json(tmp_path / "out" / "dataset.json")
+    assert len(ds.images) == 8 and len(ds.sentences) == 40
+    assert [im["split"] for im in ds.images] == ["train"] * 4 + ["val"] * 2 + ["test"] * 2
+    assert ds.sentences[5]["imgid"] == 1 and ds.sentences[5]["tokens"][:2] == ["a", "photo"]
+    c = FeatureCache.load(tmp_path / "out" / "features" / "rcnn.npz", ds)
+    assert c.features.shape == (8, 6) and c.is_full.all()
+    np.testing.assert_array_equal(c.fullframe().features[6:], test_ims)
+    assert not (tmp_path / "out" / "features" / "top36.npz").exists()
+
+
+def test_region_precomp_keeps_regions_and_adds_their_mean_as_the_frame(tmp_path):
+    rng = np.random.default_rng(1)
+    root = tmp_path / "coco_precomp"
+    ims = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    write_precomp(root, "testall", ims, [f"caption {k}" for k in range(3)])     # one caption per image
+    ds, feats, counts = read_precomp(root, ["testall"])
+    assert counts.tolist() == [5, 5, 5] and [im["split"] for im in ds.images] == ["test"] * 3
+    np.testing.assert_allclose(feats[4], ims[0].mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(feats[5:9], ims[1])
+
+
+def test_precomp_features_feed_the_systems(tiny_text, tmp_path):
+    """The cache written from the precomp layout loads in the views the systems read."""
+    import shutil
+
+    from fraglib.data.precomp import write_cache
+
+    src, _ = tiny_text
+    out = tmp_path / "d"
+    shutil.copytree(src, out)
+    ds = read_karpathy_json(out / "dataset.json")
+    n = len(ds.images)
+    write_cache(ds, np.random.default_rng(0).standard_normal((n * 3, 7)).astype(np.float32), np.full(n, 3), out)
+    for view, rows in (("top36", 3), ("rcnn", 3), ("fullframe", 1)):
+        splits, dims, _ = load_splits(out, Views(view, "dependency"), torch.device("cpu"))
+        assert dims["img_dim"] == 7 and set(splits["test"].images.counts().tolist()) == {rows}
+
+
+@pytest.mark.parametrize("problem,match", [
+    ("ratio", "7 captions for 2 images"), ("empty", "empty caption on line"), ("missing", "not found"),
+    ("shape", "expected \\(N, D\\) or \\(N, R, D\\)")])
+def test_precomp_refuses_bad_files_naming_them(tmp_path, problem, match):
+    root = tmp_path / "p"
+    ims = np.zeros((2, 3), np.float32) if problem != "shape" else np.zeros(4, np.float32)
+    caps = [f"c {k}" for k in range(7 if problem == "ratio" else 4)]
+    if problem == "empty":
+        caps[1] = "  "
+    write_precomp(root, "train", ims, caps)
+    if problem == "missing":
+        (root / "train_caps.txt").unlink()
+    with pytest.raises((ValueError, FileNotFoundError), match=match):
+        read_precomp(root, ["train"])
