@@ -1,9 +1,13 @@
 """Reading a study back: tables with uncertainty, paired differences, breakdowns (any system).
 
-Uncertainty has two sources and both are shown: seed-to-seed spread (mean ± sd over seeds) and
-test-query sampling (95% percentile bootstrap over the test queries; each resample draws the same
-queries for every seed and averages the metric over seeds). Paired differences between two
-runs resample the same queries for both, seed s of one paired with seed s of the other.
+Uncertainty has three sources and every CI covers all of them (docs/evaluation.md, "Uncertainty"):
+the data split, the training run (seed) and the test queries. A study's training runs ("units":
+seeds, and their replicates, ``runs.<run>.replicates``) fall into groups that share a test set (the
+splits; on one dataset all units are one group). The 95% percentile bootstrap draws, per resample,
+the groups with replacement, then within each drawn group its units with replacement and its test
+queries with replacement (one draw of queries for every unit of the group), and averages the metric
+over the drawn units. Paired differences make the same draws for both runs, unit u of one paired
+with unit u of the other. Tables also show the mean ± sd over units.
 """
 from __future__ import annotations
 
@@ -38,14 +42,23 @@ def run_labels(params: dict[str, Any]) -> dict[str, str]:
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """Summary and per-seed per-query ranks (arrays, seeds x queries) of one run (``fraglib.study``):
-    ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space."""
+    """Summary and per-unit per-query ranks (arrays, units x queries) of one run (``fraglib.study``):
+    ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space;
+    ``units`` (names: seed, or seed + replicate) and ``groups`` (the test set of each unit; a summary
+    written before replicates existed: one group per seed)."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
-    per_seed = [json.loads((run_dir / "seeds" / f"seed{s}" / "ranks.json").read_text()) for s in summary["seeds"]]
+    summary.setdefault("units", [str(s) for s in summary["seeds"]])
+    summary.setdefault("groups", list(summary["seeds"]))
+    per_seed = [json.loads((run_dir / "seeds" / f"seed{u}" / "ranks.json").read_text()) for u in summary["units"]]
     tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
     return summary
+
+
+def unit_seed(unit: str) -> int:
+    """The seed (split) of a unit name: ``"3r1"`` -> 3."""
+    return int(str(unit).split("r")[0])
 
 
 def metric_label(name: str) -> str:
@@ -64,24 +77,74 @@ def _metric(r: np.ndarray, name: str) -> np.ndarray:
     return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
 
 
-def bootstrap_seed_mean(ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% CI of the seed-averaged metric, resampling test queries (same draw for every seed)."""
+def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The resamples of the three-level bootstrap for units in ``groups`` (U,): ``units`` (n_boot, G, K)
+    unit indices (G groups drawn with replacement, then K units within each, K = the largest group's
+    size) and ``queries`` (n_boot, G, n_queries) query indices (one draw per drawn group)."""
+    groups = np.asarray(groups)
+    names = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in names]
+    K = max(len(m) for m in members)
+    table = np.stack([np.resize(m, K) for m in members])                      # (G, K), rows padded cyclically
+    sizes = np.array([len(m) for m in members])
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, ranks.shape[1], size=(n_boot, ranks.shape[1]))
-    vals = _metric(ranks[:, idx], name).mean(axis=0)          # (n_boot,)
+    g = rng.integers(0, len(names), size=(n_boot, len(names)))
+    k = (rng.random((n_boot, len(names), K)) * sizes[g][..., None]).astype(int)
+    units = table[g[..., None], k]
+    queries = rng.integers(0, n_queries, size=(n_boot, len(names), n_queries))
+    return units, queries
+
+
+def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(n_boot,) the metric averaged over the drawn units, on their drawn queries."""
+    return _metric(ranks[units[..., None], queries[:, :, None, :]], name).mean(axis=(1, 2))
+
+
+def bootstrap_seed_mean(ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0,
+                        groups=None) -> tuple[float, float]:
+    """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
+    queries (module docstring); ``groups`` default: every unit its own group."""
+    groups = np.arange(len(ranks)) if groups is None else groups
+    units, queries = bootstrap_draws(groups, ranks.shape[1], n_boot, seed)
+    vals = _boot_values(ranks, name, units, queries)
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Mean over seeds of metric(a) - metric(b) with a 95% paired-bootstrap CI over queries."""
+def paired_difference(a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0,
+                      groups=None) -> dict[str, float]:
+    """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
+    draws of groups, units and queries for both); ``groups`` default: every unit its own group."""
     if a.shape != b.shape:
-        raise ValueError(f"paired difference needs the same seeds and queries: {a.shape} vs {b.shape}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, a.shape[1], size=(n_boot, a.shape[1]))
-    d = (_metric(a[:, idx], name) - _metric(b[:, idx], name)).mean(axis=0)
+        raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
+    groups = np.arange(len(a)) if groups is None else groups
+    units, queries = bootstrap_draws(groups, a.shape[1], n_boot, seed)
+    d = _boot_values(a, name, units, queries) - _boot_values(b, name, units, queries)
     point = float((_metric(a, name) - _metric(b, name)).mean())
     lo, hi = float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
     return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+def training_noise(study: dict[str, dict[str, Any]], metrics=("r1", "r5", "r10"), labels: dict[str, str] | None = None
+                   ) -> pd.DataFrame:
+    """Run-to-run noise of runs trained more than once on a split: per run, direction and metric the
+    pooled within-split sd over training seeds and the mean |difference| of two seeds on one split
+    (same data and test queries: training noise alone). Long format; empty without replicates."""
+    rows = []
+    for v, s in study.items():
+        groups = np.asarray(s["groups"])
+        sets = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+        sets = [m for m in sets if len(m) > 1]
+        if not sets:
+            continue
+        for d in DIRECTIONS:
+            for m in metrics:
+                vals = [_metric(s["ranks"][d][idx], m) for idx in sets]
+                sd = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in vals])))
+                gap = float(np.mean([np.abs(x[:, None] - x[None]).sum() / (len(x) * (len(x) - 1)) for x in vals]))
+                rows.append({"run": (labels or {}).get(v, v), "direction": d, "metric": metric_label(m),
+                             "within_split_sd": sd, "mean_abs_gap": gap, "splits": len(sets),
+                             "seeds_per_split": float(np.mean([len(x) for x in vals]))})
+    return pd.DataFrame(rows)
 
 
 def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, rank: str = "median_rank",
@@ -92,7 +155,7 @@ def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
         row = {}
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
-                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot)
+                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"])
                 per_seed = _metric(s["ranks"][d], m)         # metrics.json holds the trainer's metrics only
                 mean, sd = (s[d][m], s[d + "_sd"][m]) if m in s[d] else \
                     (per_seed.mean(), per_seed.std(ddof=1) if len(per_seed) > 1 else 0.0)
@@ -146,22 +209,24 @@ def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, 
                        metrics=tuple(f"r{k}" for k in KS), labels: dict[str, str] | None = None,
                        n_boot: int = 1000) -> pd.DataFrame:
     """Paired-bootstrap difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task
-    (``direction`` column) and metric, with CIs, over the seeds (splits) both runs have (``n_seeds``
-    column; a run limited to fewer seeds, ``runs.<run>.seeds``, is paired on those). Long format."""
+    (``direction`` column) and metric, with CIs (module docstring), over the units both runs have
+    (``n_seeds``: their seeds/splits, ``n_units``: training runs; a run limited to fewer seeds,
+    ``runs.<run>.seeds``, or replicates is paired on those). Long format."""
     rows = []
     for a, b in pairs:
-        common = [s for s in study[a]["seeds"] if s in study[b]["seeds"]]
+        common = [u for u in study[a]["units"] if u in study[b]["units"]]
         if not common:
-            raise ValueError(f"runs {a} and {b} share no seed ({study[a]['seeds']} vs {study[b]['seeds']})")
-        ia = [study[a]["seeds"].index(s) for s in common]
-        ib = [study[b]["seeds"].index(s) for s in common]
+            raise ValueError(f"runs {a} and {b} share no seed ({study[a]['units']} vs {study[b]['units']})")
+        ia = [study[a]["units"].index(u) for u in common]
+        ib = [study[b]["units"].index(u) for u in common]
+        groups = [study[a]["groups"][i] for i in ia]
         for d in tasks:
             if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
                 continue
             for m in metrics:
-                r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot)
+                r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups)
                 rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
-                             "metric": metric_label(m), "n_seeds": len(common), **r})
+                             "metric": metric_label(m), "n_seeds": len(set(groups)), "n_units": len(common), **r})
     return pd.DataFrame(rows)
 
 
@@ -189,7 +254,7 @@ def paper_table(study: dict[str, dict[str, Any]], rows: dict[str, str], publishe
                 if r is None:
                     row[(task, name, "ours")] = "not run" if run not in study else "—"
                 else:
-                    lo, hi = bootstrap_seed_mean(r, m, n_boot)
+                    lo, hi = bootstrap_seed_mean(r, m, n_boot, groups=study[run]["groups"])
                     row[(task, name, "ours")] = f"{_metric(r, m).mean():.1f} [{lo:.1f}, {hi:.1f}]"
                 if published is not None:
                     p = (published.get(task) or {}).get(key)
@@ -264,7 +329,7 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
     rows = []
     for v in runs:
         s = study[v]
-        for k, seed in enumerate(s["seeds"]):
+        for k, seed in enumerate(unit_seed(u) for u in s["units"]):
             groups = test_groups(str(dataset_dir).format(seed=seed), parse_file)
             for key, group_of in groups.items():
                 d, by = key.split("_")

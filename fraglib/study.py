@@ -7,7 +7,10 @@
 The run's settings follow :func:`fraglib.train.resolve_run` (with ``--dataset``, that section's
 ``train`` and ``systems`` layers apply). Seeds: ``study.seeds``, or with ``--dataset`` that
 dataset's ``splits`` (one data split per seed; ``{seed}`` in ``--dataset-dir``; the split seed is
-also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. Every seed trains in its own process (``study.jobs`` at a time, one
+also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. ``runs.<run>.replicates``
+(default ``study.replicates``, else 1) trains each seed R times: replicate r of seed s trains with
+training seed ``s + 1000 r`` on the same data, in ``seeds/seed<s>`` (r = 0) or ``seeds/seed<s>r<r>``;
+training noise is then measured within a split (:mod:`fraglib.results`). Every seed trains in its own process (``study.jobs`` at a time, one
 thread each — under ``torchrun`` one seed after another, each on all processes, rank 0 writing: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
@@ -53,16 +56,37 @@ def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | N
     return [int(s) for s in seeds]
 
 
-def _run_seed(args: tuple[str, Any, int, str, int, str | None]) -> dict[str, Any]:
+REPLICATE_STRIDE = 1000      # replicate r of seed s trains with seed s + 1000 r
+
+
+def study_replicates(params: dict[str, Any], run: str | None = None) -> int:
+    """``runs.<run>.replicates``, else ``study.replicates``, else 1: training runs per seed (split)."""
+    where, r = "study.replicates", (params.get("study") or {}).get("replicates", 1)
+    own = ((params.get("runs") or {}).get(run) or {}).get("replicates") if run else None
+    if own is not None:
+        where, r = f"runs.{run}.replicates", own
+    if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < REPLICATE_STRIDE:
+        raise ConfigError(f"{where}={r!r}: expected an integer in [1, {REPLICATE_STRIDE - 1}]")
+    return r
+
+
+def unit_key(seed: int, replicate: int) -> str:
+    """Name of one training run of a study: ``"3"`` (seed 3) or ``"3r1"`` (its replicate 1)."""
+    return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
+
+
+def _run_seed(args: tuple[str, Any, int, int, str, int, str | None]) -> dict[str, Any]:
     from fraglib.train import train
 
-    dataset_dir, spec, seed, out, threads, features_dir = args
+    dataset_dir, spec, seed, replicate, out, threads, features_dir = args
     torch.set_num_threads(threads)
-    m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{seed}", spec.with_seed(seed), device=None,
+    key = unit_key(seed, replicate)
+    m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{key}",
+              spec.with_seed(seed + REPLICATE_STRIDE * replicate), device=None,
               progress=False, features_dir=features_dir, restart=True)
     if "test" not in m:
         return m
-    print(f"[{spec.run} seed {seed}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
+    print(f"[{spec.run} seed {key}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
           f"search R@1 {m['test']['search']['r1']:.1f}", flush=True)
     return m
 
@@ -90,29 +114,35 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    work = [(dataset_dir, spec, s, str(out), t, features_dir)
-            for s, t in zip(seeds, seed_threads(len(seeds), jobs, torch.get_num_threads()))]
-    if jobs > 1 and len(seeds) > 1:
+    units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
+    keys = [unit_key(s, r) for s, r in units]
+    work = [(dataset_dir, spec, s, r, str(out), t, features_dir)
+            for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))]
+    if jobs > 1 and len(units) > 1:
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(seeds)), mp_context=mp.get_context("spawn")) as ex:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(units)), mp_context=mp.get_context("spawn")) as ex:
             results = list(ex.map(_run_seed, work))
     else:
         results = [_run_seed(w) for w in work]
     if "test" not in results[0]:                    # not rank 0: rank 0 summarises
         return {}
     dirs = DIRECTIONS + (("similarity",) if all("similarity" in r["test"] for r in results) else ())
-    per_seed = {str(s): {d: r["test"][d] for d in dirs} for s, r in zip(seeds, results)}
+    per_seed = {k: {d: r["test"][d] for d in dirs} for k, r in zip(keys, results)}
+    # units on one test set share queries: the splits when the data is split per seed, else all one group
+    groups = [s if "{seed}" in dataset_dir else 0 for s, _ in units]
     summary: dict[str, Any] = {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides}
+    if len(keys) > len(seeds):
+        summary.update(units=keys, groups=groups, replicates=len(keys) // len(seeds))
     for d in dirs:
-        summary[d] = {m: float(np.mean([per_seed[str(s)][d][m] for s in seeds])) for m in METRICS}
-        summary[f"{d}_sd"] = {m: float(np.std([per_seed[str(s)][d][m] for s in seeds], ddof=1)) if len(seeds) > 1 else 0.0
+        summary[d] = {m: float(np.mean([per_seed[k][d][m] for k in keys])) for m in METRICS}
+        summary[f"{d}_sd"] = {m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0
                               for m in METRICS}
     summary["per_seed"] = per_seed
-    summary["best_epoch"] = {str(s): r["best_epoch"] for s, r in zip(seeds, results)}
+    summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}
     (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     lines = []
-    for s in seeds:
+    for s in keys:
         h = (out / "seeds" / f"seed{s}" / "history.csv").read_text().splitlines()
         if not h or not h[0]:
             continue

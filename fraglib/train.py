@@ -112,6 +112,7 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
     name = entry.pop("system")
     entry.pop("label", None)                                        # for the reports only
     entry.pop("seeds", None)                                        # which seeds run: fraglib.study
+    entry.pop("replicates", None)                                   # training runs per seed: fraglib.study
     cls = get_system(name, f"runs.{run}.system")
     ds = {}
     if dataset is not None:

@@ -88,6 +88,27 @@ def test_a_run_may_take_a_subset_of_the_seeds():
         study_seeds(p, None, "bad")
 
 
+def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, tmp_path):
+    """runs.<run>.replicates: seed 0 trains twice (training seeds 0 and 1000) on the same data; the
+    summary lists both units in one group (one test set) and their mean."""
+    from conftest import tiny_params
+    from fraglib.results import load_run
+    from fraglib.study import run_study, study_replicates
+
+    params = tiny_params(r={"system": "devise", "replicates": 2, "epochs": 1})
+    s = run_study(str(tiny_full), "r", params, tmp_path)
+    assert s["units"] == ["0", "0r1"] and s["groups"] == [0, 0] and s["replicates"] == 2
+    ms = [json.loads((tmp_path / "seeds" / f"seed{u}" / "metrics.json").read_text()) for u in s["units"]]
+    assert [m["train_config"]["seed"] for m in ms] == [0, 1000]
+    assert s["annotation"]["r5"] == pytest.approx((ms[0]["test"]["annotation"]["r5"] + ms[1]["test"]["annotation"]["r5"]) / 2)
+    costs = [(tmp_path / "seeds" / f"seed{u}" / "history.csv").read_text() for u in s["units"]]
+    assert costs[0] != costs[1]                                      # another initialisation and batch order
+    assert load_run(tmp_path)["ranks"]["search"].shape[0] == 2
+    with pytest.raises(ConfigError, match=r"runs.r.replicates=0: expected an integer"):
+        study_replicates({"runs": {"r": {"replicates": 0}}}, "r")
+    assert study_replicates({"study": {"replicates": 3}}, "r") == 3
+
+
 def test_unusable_data_stops_before_training(tiny_full):
     from fraglib.inputs import load_splits
     from fraglib.systems.base import Views

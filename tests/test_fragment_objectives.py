@@ -68,14 +68,13 @@ def ref_pair_scores(V, S, vo, so, B, n, accumulate):
     return out
 
 
-def ref_global(Skl, margin):
+def ref_global(Skl, margin, hardest=False):
     B = len(Skl)
     c = 0.0
     for k in range(B):
-        for l in range(B):
-            if l != k:
-                c += max(0.0, Skl[k][l] - Skl[k][k] + margin)
-                c += max(0.0, Skl[l][k] - Skl[k][k] + margin)
+        sent = [max(0.0, Skl[k][l] - Skl[k][k] + margin) for l in range(B) if l != k]   # image k, sentences l
+        img = [max(0.0, Skl[l][k] - Skl[k][k] + margin) for l in range(B) if l != k]    # sentence k, images l
+        c += (max(sent) + max(img)) if hardest else (sum(sent) + sum(img))
     return c
 
 
@@ -123,6 +122,8 @@ def test_global_objective_matches_reference(seed, accumulate):
     ref = ref_pair_scores(V, S, vo, so, B, 5.0, accumulate)
     torch.testing.assert_close(Skl, torch.tensor(ref, dtype=Skl.dtype), rtol=1e-10, atol=1e-12)
     assert global_ranking(Skl, 0.7).item() == pytest.approx(ref_global(ref, 0.7), rel=1e-10)
+    assert global_ranking(Skl, 0.7, hardest=True).item() == pytest.approx(ref_global(ref, 0.7, True), rel=1e-10)
+    assert global_ranking(Skl, 0.7, hardest=True).item() < global_ranking(Skl, 0.7).item()
 
 
 def test_mil_labels_force_one_positive_per_bag():
@@ -139,8 +140,8 @@ def test_gradients_in_double_precision():
     V, S, vo, so = random_batch(7, B=3, h=4)
     V.requires_grad_(True)
     S.requires_grad_(True)
-    for dense, acc in [(True, "sum"), (False, "sum"), (False, "max")]:
-        f = lambda a, b: total_cost(a, b, vo, so, dense=dense, beta=0.5, margin=1.0, accumulate=acc)[0]
+    for dense, acc, hard in [(True, "sum", False), (False, "sum", False), (False, "max", False), (True, "sum", True)]:
+        f = lambda a, b: total_cost(a, b, vo, so, dense=dense, beta=0.5, margin=1.0, accumulate=acc, hardest=hard)[0]
         assert torch.autograd.gradcheck(f, (V, S), eps=1e-6, atol=1e-6)
 
 

@@ -16,7 +16,7 @@ def test_paired_difference_by_hand():
     assert 0 <= r["lo"] <= 25 <= r["hi"] <= 100  # only query 0 differs: resamples give 0..100
     same = paired_difference(a, a, "r5", n_boot=50)
     assert same == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "excludes_zero": False}
-    with pytest.raises(ValueError, match="same seeds and queries"):
+    with pytest.raises(ValueError, match="same units and queries"):
         paired_difference(a, b[:1], "r1")
 
 
@@ -25,12 +25,39 @@ def test_paired_differences_use_the_seeds_both_runs_have():
 
     a = np.array([[1, 1, 5, 20], [1, 2, 5, 20], [9, 9, 9, 9]])
     b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
-    study = {"big": {"seeds": [0, 1, 2], "ranks": {"annotation": a}},
-             "small": {"seeds": [1, 0], "ranks": {"annotation": b[::-1]}}}   # seeds 1, 0: rows swapped
+    study = {"big": {"units": ["0", "1", "2"], "groups": [0, 1, 2], "ranks": {"annotation": a}},
+             "small": {"units": ["1", "0"], "groups": [1, 0], "ranks": {"annotation": b[::-1]}}}   # rows swapped
     d = paired_differences(study, [("big", "small")], tasks=("annotation",), metrics=("r1",), n_boot=100)
     assert d["n_seeds"].tolist() == [2] and d["diff"].tolist() == [pytest.approx(25.0)]   # seed 2 left out
     with pytest.raises(ValueError, match="share no seed"):
-        paired_differences({"x": {"seeds": [3], "ranks": {}}, "y": {"seeds": [4], "ranks": {}}}, [("x", "y")])
+        paired_differences({"x": {"units": ["3"], "groups": [3], "ranks": {}},
+                            "y": {"units": ["4"], "groups": [4], "ranks": {}}}, [("x", "y")])
+
+
+def test_bootstrap_draws_stay_inside_the_drawn_group():
+    from fraglib.results import bootstrap_draws
+
+    groups = np.array([7, 7, 9, 9, 9])
+    units, queries = bootstrap_draws(groups, n_queries=4, n_boot=200, seed=1)
+    assert units.shape == (200, 2, 3) and queries.shape == (200, 2, 4)
+    assert (groups[units] == groups[units[:, :, :1]]).all()          # one group per slot
+    assert set(np.unique(units)) == {0, 1, 2, 3, 4} and queries.max() == 3
+
+
+def test_training_noise_widens_the_ci():
+    """Two training runs on one split whose ranks differ only between runs (every query alike within a
+    run): a query bootstrap alone would give a zero-width CI at 50; resampling the runs spans both
+    runs' values. Their noise: the within-split sd of R@1 (100 and 0 -> 70.7) and the mean gap 100."""
+    from fraglib.results import training_noise
+
+    r = np.array([[1] * 10, [5] * 10])
+    lo, hi = bootstrap_seed_mean(r, "r1", n_boot=400, groups=[0, 0])
+    assert lo == 0.0 and hi == 100.0
+    d = paired_difference(r, np.full_like(r, 5), "r1", n_boot=400, groups=[0, 0])
+    assert d["diff"] == 50.0 and (d["lo"], d["hi"]) == (0.0, 100.0) and not d["excludes_zero"]
+    noise = training_noise({"x": {"groups": [0, 0], "ranks": {"annotation": r, "search": r}}}, metrics=("r1",))
+    row = noise[noise.direction == "annotation"].iloc[0]
+    assert row.within_split_sd == pytest.approx(100 / np.sqrt(2)) and row.mean_abs_gap == pytest.approx(100.0)
 
 
 def test_seed_mean_ci_contains_point():
@@ -76,7 +103,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
                  {"sentid": 3, "imgid": 2, "raw": "", "tokens": toks(7)}]     # cat, <= 8 words
     for seed in (0, 1):
         write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
-    study = {"full": {"seeds": [0, 1], "ranks": {
+    study = {"full": {"seeds": [0, 1], "units": ["0", "1"], "groups": [0, 1], "ranks": {
         "annotation": np.array([[1, 3], [1, 1]]),        # images 1 (dog), 2 (cat)
         "search": np.array([[1, 2, 1], [2, 2, 1]])}}}     # sentences 1, 2, 3
     df = breakdown(study, str(tmp_path / "s{seed}"), ["full"], metric="r1").set_index(["direction", "by", "group"])
@@ -133,13 +160,14 @@ def test_verb_groups_by_hand():
 def test_paper_table_by_hand():
     from fraglib.results import paper_table
 
-    study = {"a": {"ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}}
+    study = {"a": {"groups": [0, 1], "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}}
     pub = {"image_search": {"bow": 14.6, "dt_rnn": 13.6}, "describing_images": {"bow": 21.1}}
     t = paper_table(study, {"bow": "a", "dt_rnn": "b"}, pub, ("image_search", "describing_images"),
                     labels={"a": "run A"}, n_boot=50)
     assert list(t.index) == ["bow (run A)", "dt_rnn (b)"]
     assert t.loc["bow (run A)", ("image_search", "mean r", "ours")].startswith("2.0 [")
-    assert t.loc["bow (run A)", ("describing_images", "mean r", "ours")] == "5.0 [5.0, 5.0]"
+    # one query per split: the CI comes from resampling the two splits (mean ranks 4 and 6)
+    assert t.loc["bow (run A)", ("describing_images", "mean r", "ours")] == "5.0 [4.0, 6.0]"
     assert t.loc["bow (run A)", ("image_search", "mean r", "paper")] == 14.6
     assert t.loc["dt_rnn (b)", ("image_search", "mean r", "ours")] == "not run"
     assert t.loc["dt_rnn (b)", ("describing_images", "mean r", "paper")] == "—"
@@ -199,7 +227,7 @@ def test_vsepp_median_and_peri_table():
     from fraglib.results import peri_published_table, results_table
 
     ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])     # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
-    run = {"ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
+    run = {"groups": [0, 1], "ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
     cell = results_table({"x": run}, rank="median_rank_vsepp", n_boot=20).loc["x", ("search", "med r (VSE++)")]
     assert cell.startswith("2.5 ± 0.7 ")                # mean of (2, 3), sd with ddof=1
     t = peri_published_table()

@@ -36,7 +36,8 @@ CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in 
        ("vse", {"similarity": "attention", "images": "top36", "warmup_epochs": 1}),
        ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
        ("stt", {"similarity": "attention", "images": "top36", "beam": 2}),
-       ("fragment", {"finetune": 1}), ("vse", {"finetune": 1, "images": "rcnn"})]      # CNN fine-tuning
+       ("fragment", {"finetune": 1}), ("vse", {"finetune": 1, "images": "rcnn"}),      # CNN fine-tuning
+       ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True})]       # the modern recipe (#18)
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])
@@ -93,3 +94,40 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
         again["ranks"]["similarity"] = similarity_ranks(sim, trained_splits["test"].sentence_image).tolist()
     assert ("similarity" in ranks) == reloaded.SENTENCE_SPACE
     assert again["ranks"] == ranks, "the checkpoint alone must reproduce the test ranks"
+
+
+def test_fragment_modern_options(tiny_full):
+    """cosine_scale: fragment scores are scale × cosine (the objectives see M unchanged in form, so the
+    loss equals total_cost on explicitly normalised embeddings); hardest reaches C_G; tune_words trains
+    an offset of the word table, starts at GloVe and is regularised."""
+    from fraglib.systems.objectives import total_cost
+
+    params = tiny_params(r={"system": "fragment", "cosine_scale": 4.0, "hardest": True, "tune_words": True,
+                            "alpha": 1e-3})
+    spec = resolve_run(params, "r")
+    splits, dims, _ = load_splits(tiny_full, SYSTEMS["fragment"].views(spec.system_config), CPU)
+    torch.manual_seed(0)
+    system = SYSTEMS["fragment"](spec.system_config, dims, 0)
+    system.prepare(splits["train"])
+    tr = splits["train"]
+    b = make_batches(tr, 10, 0, 0)[0]
+    system.use_training_split(tr)
+    im, se = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
+    torch.testing.assert_close(im.x.norm(dim=1), torch.full((len(im.x),), 2.0))           # sqrt(4)
+    nz = se.x.norm(dim=1) > 0
+    torch.testing.assert_close(se.x[nz].norm(dim=1), torch.full((int(nz.sum()),), 2.0))
+    cos = torch.nn.functional.cosine_similarity(im.x[:, None], se.x[None][:, nz], dim=-1)
+    torch.testing.assert_close(im.x @ se.x[nz].T, 4.0 * cos, rtol=1e-5, atol=1e-5)
+    loss, _ = system.loss(im, se, epoch=0)
+    ref, _ = total_cost(im.x, se.x, im.owner, se.owner, dense=True, beta=system.cfg.beta, margin=system.cfg.margin,
+                        smooth=system.cfg.smooth, hardest=True)
+    assert loss.item() == pytest.approx(ref.item() / im.n + 1e-3 * system.regularizer().item(), rel=1e-6)
+    soft, _ = total_cost(im.x, se.x, im.owner, se.owner, dense=True, beta=system.cfg.beta, margin=system.cfg.margin,
+                         smooth=system.cfg.smooth, hardest=False)
+    assert soft.item() != pytest.approx(ref.item())                                      # hardest is used
+    torch.testing.assert_close(system.words, tr.words)                                    # GloVe, untouched
+    assert float(system.word_offset.abs().sum()) == 0.0
+    loss.backward()
+    assert float(system.word_offset.grad.abs().sum()) > 0
+    plain = SYSTEMS["fragment"](resolve_run(tiny_params(r={"system": "fragment"}), "r").system_config, dims, 0)
+    assert plain.word_offset is None and not any(n.startswith("word") for n, _ in plain.named_parameters())

@@ -39,6 +39,9 @@ class Config:
     smooth: float = 5.0                 # n of S_kl
     accumulate: str = "sum"             # sum (paper) | max (released code)
     normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
+    cosine_scale: float = 0.0           # 0: raw inner products (paper); > 0: unit-norm fragments, M = scale · cosine
+    hardest: bool = False               # C_G with the hardest negative per image / sentence only (VSE++)
+    tune_words: bool = False            # word vectors train too (from GloVe; their offset counts in α ||θ||²)
     finetune: int = 0                   # > 0: the CNN's last N blocks train with the system (pixels, no cache)
     finetune_lr_scale: float = 0.1      # their learning rate, × train.lr
 
@@ -51,8 +54,10 @@ class Config:
         check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
         for name in ("fragment_weight", "beta", "alpha", "margin", "smooth"):
             check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
-        if not isinstance(self.normalize, bool):
-            raise ConfigError(f"{p}.normalize={self.normalize!r}: expected true or false")
+        check_range(f"{p}.cosine_scale", self.cosine_scale, 0.0, 1e6, float)
+        for name in ("normalize", "hardest", "tune_words"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{p}.{name}={getattr(self, name)!r}: expected true or false")
         check_finetune(p, self)
         if self.fragment_weight == 0 and self.beta == 0:
             raise ConfigError(f"{p}.fragment_weight and {p}.beta are both 0: nothing to train")
@@ -88,6 +93,7 @@ class FragmentSystem(System):
         self.b_R = nn.Parameter(torch.zeros(dims["n_relations"], cfg.embed_dim))
         self.img = image_map(img_dim, cfg.embed_dim)
         self.cnn = tuned_cnn(cfg, dims)
+        self.word_offset = nn.Parameter(torch.zeros(dims["n_words"], wd)) if cfg.tune_words else None
 
     def prepare(self, train: Any) -> None:
         fill_input_buffers(self, train)
@@ -96,16 +102,23 @@ class FragmentSystem(System):
         return "dense" if epoch < self.cfg.dense_epochs else "mil"
 
     # ----------------------------------------------------------------- encoders
+    def unit(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of ``x`` rescaled to length sqrt(cosine_scale) when it is > 0 (then ``v·s = scale · cos``;
+        a zero row stays zero), else ``x`` unchanged."""
+        s = self.cfg.cosine_scale
+        return x if not s else torch.nn.functional.normalize(x, dim=1) * math.sqrt(s)
+
     def embed_images(self, x: torch.Tensor) -> torch.Tensor:
         """(R, img_dim) CNN descriptors -> (R, h) image-fragment embeddings."""
-        return self.img((x - self.img_mean) / self.img_std)
+        return self.unit(self.img((x - self.img_mean) / self.img_std))
 
     def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings (a loop over
         the relation types, never over fragments)."""
-        x = torch.cat([self.words[w1], self.words[w2]], dim=1)
+        words = self.words if self.word_offset is None else self.words + self.word_offset
+        x = torch.cat([words[w1], words[w2]], dim=1)
         if self.W_R.shape[0] == 1:
-            return torch.relu(x @ self.W_R[0].T + self.b_R[0])
+            return self.unit(torch.relu(x @ self.W_R[0].T + self.b_R[0]))
         order = torch.argsort(rel, stable=True)
         counts = torch.bincount(rel, minlength=self.W_R.shape[0]).tolist()
         pieces = [torch.relu(part @ self.W_R[r].T + self.b_R[r])
@@ -113,7 +126,7 @@ class FragmentSystem(System):
         out = torch.cat(pieces) if pieces else x.new_zeros((0, self.W_R.shape[1]))
         inv = torch.empty_like(order)
         inv[order] = torch.arange(len(order), device=order.device)
-        return out[inv]
+        return self.unit(out[inv])
 
     def encode_images(self, rows: Rows) -> Fragments:
         return Fragments(self.embed_images(self.image_rows(rows)), rows.owner, rows.n)
@@ -135,8 +148,9 @@ class FragmentSystem(System):
                            self.cfg.accumulate)
 
     def regularizer(self) -> torch.Tensor:
-        """||θ||² over the weight matrices (biases are not regularised)."""
-        return (self.W_R ** 2).sum() + (self.img.weight ** 2).sum()
+        """||θ||² over the weight matrices and the word vectors' offset from GloVe (biases are not regularised)."""
+        reg = (self.W_R ** 2).sum() + (self.img.weight ** 2).sum()
+        return reg if self.word_offset is None else reg + (self.word_offset ** 2).sum()
 
     def loss(self, images: Fragments, sentences: Fragments, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         """``(w_F C_{0|F} + β C_G) / B + α ||θ||²`` for B pairs: per pair, so the learning rate does not
@@ -144,7 +158,8 @@ class FragmentSystem(System):
         c = self.cfg
         cost, parts = total_cost(images.x, sentences.x, images.owner, sentences.owner,
                                  dense=self.phase(epoch) == "dense", fragment_weight=c.fragment_weight, beta=c.beta,
-                                 margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize)
+                                 margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize,
+                                 hardest=c.hardest)
         cost = cost / images.n
         if c.alpha:
             reg = self.regularizer()

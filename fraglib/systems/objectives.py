@@ -23,7 +23,14 @@ y = -1. Labels are constants (no gradient flows through them). Same hinge and no
 
 ``C_G = sum_k [ sum_{l != k} max(0, S_kl - S_kk + Δ) + sum_{l != k} max(0, S_lk - S_kk + Δ) ]``.
 (The paper's sums run over all l; the l = k terms add the constant 2BΔ and no gradient, so they are
-left out here.)
+left out here.) ``hardest``: each sum over l keeps only its largest term (VSE++, Faghri et al. 2018).
+
+**Normalised fragments** (``cosine_scale`` c > 0 of the fragment system): both fragment embeddings are
+scaled to length sqrt(c), so ``M_ij = c cos(v_i, s_j)`` and every objective above is unchanged in form.
+Its meaning is kept: the hinges of C_0 / C_F are met at cos ≥ 1/c (positive) and cos ≤ −1/c (negative),
+a margin of 2/c in cosine between the two; the MIL label sign(M) = sign(cos); and
+``0 ≤ S_kl ≤ c |g_l| / (|g_l| + n) < c``, so Δ = 1 asks for a gap of 1/c of the largest possible score.
+With raw inner products the same hinges are met by growing the norms, which α ||θ||² alone limits.
 
 **Total.** ``C = w_F C_F + β C_G + α ||θ||²`` with ``C_0`` in place of ``C_F`` while ``dense``; any
 term switches off with a zero weight (``fragment_weight``, ``beta``).
@@ -140,19 +147,16 @@ def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n
     return S / (n_s + smooth)[None, :]
 
 
-def global_ranking(S: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
-    """C_G for a square (B, B) score matrix whose diagonal holds the corresponding pairs."""
-    d = torch.diagonal(S)
-    off = ~torch.eye(S.shape[0], dtype=torch.bool, device=S.device)
-    sent = torch.clamp(S - d[:, None] + margin, min=0.0)     # image k vs sentences l
-    img = torch.clamp(S - d[None, :] + margin, min=0.0)      # sentence k vs images l (S_lk - S_kk)
-    return (sent * off).sum() + (img * off).sum()
+def global_ranking(S: torch.Tensor, margin: float = 1.0, hardest: bool = False) -> torch.Tensor:
+    """C_G for a square (B, B) score matrix whose diagonal holds the corresponding pairs; ``hardest``:
+    only the largest hinge of each image (row) and each sentence (column), as VSE++."""
+    return contrastive_hinge(S, margin, hardest)
 
 
 def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, *, dense: bool,
                fragment_weight: float = 1.0, beta: float = 1.0, margin: float = 1.0, smooth: float = 5.0,
-               accumulate: str = "sum", normalize: bool = True, reg: torch.Tensor | None = None,
-               alpha: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+               accumulate: str = "sum", normalize: bool = True, hardest: bool = False,
+               reg: torch.Tensor | None = None, alpha: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts)."""
     M = fragment_scores(V, S)
     B = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
@@ -165,7 +169,7 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
         cost = cost + fragment_weight * cf
         parts["C_0" if dense else "C_F"] = float(cf.detach())
     if beta:
-        cg = global_ranking(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin)
+        cg = global_ranking(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin, hardest)
         cost = cost + beta * cg
         parts["C_G"] = float(cg.detach())
     if alpha and reg is not None:
