@@ -26,6 +26,8 @@ REPORTS = [
     ("pascal1k/text_report.html", "Pascal1K: sentence fragments", "relation inventory vs the paper's 136 → 16"),
     ("pascal1k/vision_report.html", "Pascal1K: image fragments", "detections on real photographs"),
     ("pascal1k/results_report.html", "Pascal1K: the study", "Table 1 layout"),
+    ("pascal1k/fight_report.html", "Pascal1K: fragments against tuned global baselines",
+     "the recipe ladder, training noise, paired CIs"),
     ("flickr8k/text_only_report.html", "Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
      "STT's paraphrasing branch without images"),
 ]

@@ -162,8 +162,10 @@ def test_mixed_precision_changes_the_step_little(tiny_full, system, override):
 
 
 def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
-    """`torchrun -m fraglib.vision.features`: each rank extracts its shard, rank 0 merges into the very
-    arrays one process wrote (tiny_full's caches, same settings)."""
+    """`torchrun -m fraglib.vision.features`: each rank extracts its shard, rank 0 merges into the
+    arrays one process wrote (tiny_full's caches, same settings): boxes and indices exactly, CNN
+    descriptors up to float rounding (torchrun gives each rank one thread, the test process may use
+    more, and the convolution kernels then sum in another order)."""
     params = tmp_path / "params.yaml"
     params.write_text("vision:\n  max_proposals: 100\n  num_workers: 0\n")
     out = tmp_path / "features"
@@ -173,4 +175,7 @@ def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
     for det in ("rcnn", "groundtruth", "top36", "grid"):
         a, b = np.load(tiny_full / "features" / f"{det}.npz"), np.load(out / f"{det}.npz")
         for k in a.files:
-            assert np.array_equal(a[k], b[k]), (det, k)
+            if a[k].dtype.kind == "f":
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5, err_msg=f"{det} {k}")
+            else:
+                assert np.array_equal(a[k], b[k]), (det, k)
