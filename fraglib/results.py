@@ -147,6 +147,48 @@ def training_noise(study: dict[str, dict[str, Any]], metrics=("r1", "r5", "r10")
     return pd.DataFrame(rows)
 
 
+# Student's t 97.5 % quantiles for 1..30 degrees of freedom (standard tables); 1.96 beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5 % quantile with ``df`` degrees of freedom (a table to 30, then 1.96)."""
+    if df < 1:
+        raise ValueError(f"t quantile needs df >= 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def split_differences(summaries: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], metrics=("r1", "r5", "r10"),
+                      labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """a − b from the runs' ``metrics.json`` summaries alone (no per-query ranks needed): the per-split
+    differences of each metric over the seeds/splits both runs have (a split's replicates averaged
+    first), their mean and a 95 % t interval
+    (mean ± t_{0.975, n−1} sd / √n). Each split's difference carries that split's query sampling and its
+    training runs' noise, so the interval covers both — coarsely, with five splits. Long format."""
+    def per_split(summary, d, m):                   # a split's training runs (replicates) averaged
+        out: dict[int, list[float]] = {}
+        for u, v in summary["per_seed"].items():
+            out.setdefault(unit_seed(u), []).append(v[d][m])
+        return {k: float(np.mean(v)) for k, v in out.items()}
+
+    rows = []
+    for a, b in pairs:
+        common = sorted({unit_seed(u) for u in summaries[a]["per_seed"]} & {unit_seed(u) for u in summaries[b]["per_seed"]})
+        if len(common) < 2:
+            raise ValueError(f"runs {a} and {b}: {len(common)} common seeds; a t interval needs two")
+        for d in DIRECTIONS:
+            for m in metrics:
+                pa, pb = per_split(summaries[a], d, m), per_split(summaries[b], d, m)
+                x = np.array([pa[k] - pb[k] for k in common])
+                half = t975(len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+                rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
+                             "metric": metric_label(m), "n_seeds": len(x), "diff": float(x.mean()),
+                             "lo": float(x.mean() - half), "hi": float(x.mean() + half),
+                             "excludes_zero": bool(x.mean() - half > 0 or x.mean() + half < 0)})
+    return pd.DataFrame(rows)
+
+
 def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, rank: str = "median_rank",
                   n_boot: int = 1000) -> pd.DataFrame:
     """Rows = runs (labelled by ``labels``); columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""

@@ -250,3 +250,23 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
     assert "Growth with data size" in page and "12.5 s, 400 MB" in page and "data:image/png;base64," in page
     assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page      # a missing scale is a dash
     assert "coco5k_scores_vse_s" in page and "972 MB" in page
+
+
+def test_split_differences_by_hand():
+    """Per-split R@1 differences 2, 4, 6 -> mean 4, sd 2, t(0.975, 2) = 4.303: 4 ± 4.303 · 2 / √3 (a
+    split's replicates are averaged before the difference)."""
+    from fraglib.results import split_differences, t975
+
+    def run(r1s):
+        return {"per_seed": {str(i): {d: {"r1": v} for d in ("annotation", "search")} for i, v in enumerate(r1s)}}
+
+    b = run([10, 12, 10])
+    b["per_seed"]["1r1"] = {d: {"r1": 8} for d in ("annotation", "search")}  # split 1's replicate: 12 and 8 average 10
+    out = split_differences({"a": run([12, 14, 16, 99]), "b": b}, [("a", "b")], metrics=("r1",))
+    row = out[out.direction == "search"].iloc[0]
+    half = 4.303 * 2 / np.sqrt(3)
+    assert row.n_seeds == 3 and row["diff"] == pytest.approx(4.0)        # seed 3 only in a: left out
+    assert (row.lo, row.hi) == (pytest.approx(4 - half), pytest.approx(4 + half)) and not row.excludes_zero  # 4 < 4.97
+    assert t975(4) == 2.776 and t975(100) == 1.96
+    with pytest.raises(ValueError, match="a t interval needs two"):
+        split_differences({"a": run([1]), "b": run([1])}, [("a", "b")])
