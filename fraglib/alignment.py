@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.inputs import compact_words, input_files
+from fraglib.inputs import compact_words, image_cache, input_files
 
 
 def glove_words() -> list[str]:
@@ -38,7 +38,6 @@ class FragmentView:
 
     def __init__(self, system, dataset_dir: str | Path, features_dir: str | Path | None = None) -> None:
         from fraglib.data import read_karpathy_json
-        from fraglib.vision.features import FeatureCache
         from fraglib.text.fragments import Fragments
 
         views = system.views(system.cfg)
@@ -46,9 +45,7 @@ class FragmentView:
         self.system = system
         self.dataset = read_karpathy_json(files["dataset"])
         self.frags = Fragments.load(files["sentences"])
-        cache = FeatureCache.load(files["images"], self.dataset)
-        if views.images == "fullframe":
-            cache = cache.fullframe()
+        cache = image_cache(files, self.dataset, views)
         rows = [n for n, im in enumerate(self.dataset.images) if im["split"] == "test"]
         self.image_rows = rows
         self.images = [self.dataset.images[n] for n in rows]

@@ -107,12 +107,21 @@ def constant_images(ds: Any) -> Any:
                         np.array([""] * n), {"detector": "none", "cnn": None})
 
 
+def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
+    """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :func:`input_files`)."""
+    from fraglib.vision.features import FeatureCache
+
+    cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
+    if views.images == "fullframe":
+        return cache.fullframe()
+    return cache.top(views.detections) if views.detections else cache
+
+
 def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, features_dir: str | Path | None = None,
                 sentences_file: str | Path | None = None) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
     """(splits train/val/test — ``restval`` images join train —, sizes for building a system
     (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`."""
     from fraglib.data import read_karpathy_json
-    from fraglib.vision.features import FeatureCache
     from fraglib.text.fragments import Fragments
     from fraglib.text.vectors import load_glove
 
@@ -122,9 +131,7 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
     if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
         raise ValueError(f"{files['sentences']}: sentence order differs from {files['dataset']} "
                          "(re-run the fragments stage)")
-    cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
-    if views.images == "fullframe":
-        cache = cache.fullframe()
+    cache = image_cache(files, ds, views)
     used, w1, w2 = compact_words(frags.w1, frags.w2)
     _, table = load_glove()
     table = table[used]

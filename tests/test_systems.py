@@ -37,7 +37,8 @@ CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in 
        ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
        ("stt", {"similarity": "attention", "images": "top36", "beam": 2}),
        ("fragment", {"finetune": 1}), ("vse", {"finetune": 1, "images": "rcnn"}),      # CNN fine-tuning
-       ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True})]       # the modern recipe (#18)
+       ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True}),       # the modern recipe (#18)
+       ("fragment", {"images": "top36", "detections": 3})]                              # fewer detections (#18)
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])
@@ -131,3 +132,18 @@ def test_fragment_modern_options(tiny_full):
     assert float(system.word_offset.grad.abs().sum()) > 0
     plain = SYSTEMS["fragment"](resolve_run(tiny_params(r={"system": "fragment"}), "r").system_config, dims, 0)
     assert plain.word_offset is None and not any(n.startswith("word") for n, _ in plain.named_parameters())
+
+
+def test_detections_take_the_best_rows_of_a_view(tiny_full):
+    """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
+    detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
+    from fraglib.systems.base import Views
+
+    rcnn, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
+    k = int(np.diff(rcnn["test"].images.off).max()) - 1
+    cut, _, _ = load_splits(tiny_full, Views("top36", "dependency", detections=k), CPU)
+    top, _, _ = load_splits(tiny_full, Views("top36", "dependency"), CPU)
+    for s in ("train", "test"):
+        assert np.diff(top[s].images.off).max() > k + 1                   # the cut removes rows
+        np.testing.assert_array_equal(cut[s].images.off, rcnn[s].images.off)
+        torch.testing.assert_close(cut[s].images.data["x"], rcnn[s].images.data["x"])

@@ -149,6 +149,25 @@ def test_cache_layout_and_skips(tiny_features):
     assert 0 <= stats["recall_iou50_rcnn"] <= 1 and stats["recall_iou50_groundtruth"] > stats["recall_iou50_rcnn"]
 
 
+def test_cache_top_keeps_the_frame_and_the_best_detections():
+    """top(k): per image the full frame and the first k other rows (the detector's order, not the
+    score: NMS padding puts suppressed boxes last); an image with fewer rows keeps them all; top(0) is
+    the full frame alone."""
+    from fraglib.vision.features import FeatureCache
+
+    scores = np.array([np.inf, 0.2, 0.9, 0.5, np.inf, 0.7, np.inf, 0.1, 0.3, 0.8], np.float32)
+    is_full = np.isinf(scores)
+    c = FeatureCache(np.arange(10, dtype=np.float32)[:, None], np.zeros((10, 4), np.float32), scores, is_full,
+                     np.array([0, 4, 6, 6, 10]), np.arange(4), np.array(list("abcd")), np.array([""] * 4),
+                     {"detector": "top36"})
+    t = c.top(2)
+    assert t.features[:, 0].tolist() == [0, 1, 2, 4, 5, 6, 7, 8]       # image 2 has no rows at all
+    assert t.offsets.tolist() == [0, 3, 5, 5, 8] and t.is_full.sum() == 3
+    assert t.meta == {"detector": "top36", "detections": 2}
+    assert c.top(0).features[:, 0].tolist() == c.fullframe().features[:, 0].tolist() == [0, 4, 6]
+    assert c.top(50).features.shape == c.features.shape
+
+
 def test_cache_refuses_other_row_order(tiny_features):
     from fraglib.data import Dataset
     from fraglib.vision.features import FeatureCache

@@ -56,11 +56,13 @@ SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files writt
 @dataclasses.dataclass(frozen=True)
 class Views:
     """Inputs a system reads: ``images`` in :data:`IMAGE_VIEWS`, ``sentences`` in :data:`SENTENCE_VIEWS`;
-    ``pixels``: also each image's pixels and its rows' boxes (a system that trains its CNN)."""
+    ``pixels``: also each image's pixels and its rows' boxes (a system that trains its CNN);
+    ``detections`` > 0: the first that many detections per image (the detector's ranking) and the full frame."""
 
     images: str
     sentences: str
     pixels: bool = False
+    detections: int = 0
 
 
 @dataclasses.dataclass

@@ -28,7 +28,8 @@ from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
 class Config:
     """``params.yaml: systems.fragment``."""
 
-    images: str = "rcnn"                # rcnn | groundtruth | fullframe (the image view)
+    images: str = "rcnn"                # rcnn | groundtruth | fullframe | top36 (the image view)
+    detections: int = 0                 # > 0: the view's first k detections per image (its ranking) + full frame
     sentences: str = "dependency"       # dependency | bow | bigram (the sentence view)
     embed_dim: int = 1000               # h: dimension of the joint space
     dense_epochs: int = 10              # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
@@ -51,6 +52,7 @@ class Config:
         check_choice(f"{p}.sentences", self.sentences, SENTENCE_VIEWS)
         check_choice(f"{p}.accumulate", self.accumulate, ("sum", "max"))
         check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
+        check_range(f"{p}.detections", self.detections, 0, 10_000, int)
         check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
         for name in ("fragment_weight", "beta", "alpha", "margin", "smooth"):
             check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
@@ -81,7 +83,7 @@ class FragmentSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, cfg.sentences, cfg.finetune > 0)
+        return Views(cfg.images, cfg.sentences, cfg.finetune > 0, cfg.detections)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()

@@ -110,11 +110,21 @@ class FeatureCache:
 
     def fullframe(self) -> "FeatureCache":
         """The same images with only their full-image fragment (the ``fullframe`` detector)."""
-        keep = self.is_full
+        return self.top(0, "fullframe")
+
+    def top(self, k: int, detector: str | None = None) -> "FeatureCache":
+        """The same images with their full-image fragment and their first ``k`` other rows (the
+        detector's ranking: NMS survivors by score, then the best suppressed boxes — ``nms_top_k``);
+        ``detector`` renames the view in ``meta``."""
+        keep = self.is_full.copy()
+        for n in range(len(self.imgids)):
+            r = np.arange(self.offsets[n], self.offsets[n + 1])
+            keep[r[~self.is_full[r]][:k]] = True
         counts = np.array([keep[self.rows(n)].sum() for n in range(len(self.imgids))])
         return FeatureCache(self.features[keep], self.boxes[keep], self.scores[keep], self.is_full[keep],
                             np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.imgids, self.filenames,
-                            self.status, {**self.meta, "detector": "fullframe"})
+                            self.status, {**self.meta, "detector": detector or self.meta.get("detector"),
+                                          **({} if detector else {"detections": k})})
 
     def subset(self, rows: list[int]) -> "FeatureCache":
         """Images ``rows`` (positions in this cache), e.g. one split."""
