@@ -7,7 +7,8 @@
 Random search for one run (``runs.<name>``): ``--trials`` configurations drawn (seeded) from
 :data:`SPACE` (or ``--space``) on top of the run's settings (:func:`fraglib.train.resolve_run`;
 with ``--dataset``, that section's layers apply), each trained for ``--epochs`` epochs; ``--set``
-fixes more keys for every trial. The criterion is the best validation R@K sum (R@1+5+10, both
+fixes more keys for every trial; the space key ``features_dir`` searches detector settings as feature
+caches extracted with other ``vision`` settings (``python -m fraglib.vision.features --set ...``). The criterion is the best validation R@K sum (R@1+5+10, both
 directions) over those epochs — averaged over ``--splits`` when ``--dataset-dir`` holds ``{seed}``
 (each split trains with seed = split). Trials run in ``--jobs`` processes of one thread each. The
 table (one row per trial, sorted by the criterion) is written as CSV and shown in the training
@@ -80,10 +81,12 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
 
     fixed = {**(fixed or {}), "epochs": epochs, "n_boot": 10}
     configs = draw(trials, seed, space)
-    specs = [resolve_run(params, run, dataset, {**fixed, **c}) for c in configs]   # every trial checked first
+    specs = [resolve_run(params, run, dataset, {**fixed, **{k: v for k, v in c.items() if k != "features_dir"}})
+             for c in configs]                                                    # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        rows = list(ex.map(_trial, [(dataset_dir, splits, features_dir, s, c) for s, c in zip(specs, configs)]))
+        rows = list(ex.map(_trial, [(dataset_dir, splits, c.get("features_dir", features_dir), s, c)
+                                    for s, c in zip(specs, configs)]))
     return sorted(rows, key=lambda r: -r["val_rsum_best"])
 
 

@@ -109,6 +109,26 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     assert meta["splits"] == [0, 1] and meta["run"] == "devise" and meta["fixed"] == {"similarity": "cosine"}
 
 
+def test_search_over_feature_caches(tiny_full, tmp_path):
+    """The space key features_dir: each trial reads its own feature cache (a detector setting)."""
+    import yaml
+
+    from fraglib import search
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(tiny_params()))
+    out, other = tmp_path / "table.csv", tmp_path / "other_features"
+    other.symlink_to(tiny_full / "features", target_is_directory=True)
+    base = ["--run", "full", "--dataset-dir", str(tiny_full), "--params", str(params), "--trials", "2", "--epochs", "1",
+            "--jobs", "1", "--out", str(out)]
+    search.main(base + ["--space", json.dumps({"features_dir": [str(tiny_full / "features"), str(other)]})])
+    rows = [line.split(",") for line in out.read_text().splitlines()]
+    assert rows[0][0] == "features_dir" and {r[0] for r in rows[1:]} == {str(tiny_full / "features"), str(other)}
+    assert rows[1][1] == rows[2][1]                     # the same cache under two names: the same criterion
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        search.main(base + ["--trials", "1", "--space", json.dumps({"features_dir": [str(tmp_path / "nowhere")]})])
+
+
 def test_resolve_run_layers_and_routing():
     """train <- <dataset>.train <- systems.<s> <- <dataset>.systems.<s> <- runs.<r>; keys routed by name."""
     params = {"train": {"lr": 0.01, "epochs": 3}, "systems": {"fragment": {"margin": 1.0, "embed_dim": 64},
