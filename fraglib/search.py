@@ -8,9 +8,9 @@ Random search for one run (``runs.<name>``): ``--trials`` configurations drawn (
 :data:`SPACE` (or ``--space``) on top of the run's settings (:func:`fraglib.train.resolve_run`;
 with ``--dataset``, that section's layers apply), each trained for ``--epochs`` epochs; ``--set``
 fixes more keys for every trial; the space key ``features_dir`` searches detector settings as feature
-caches extracted with other ``vision`` settings (``python -m fraglib.vision.features --set ...``). The criterion is the best validation R@K sum (R@1+5+10, both
-directions) over those epochs — averaged over ``--splits`` when ``--dataset-dir`` holds ``{seed}``
-(each split trains with seed = split). Trials run in ``--jobs`` processes of one thread each. The
+caches extracted with other ``vision`` settings (``python -m fraglib.vision.features --set ...``). The
+criterion is the best validation R@K sum (R@1+5+10, both directions) over those epochs — averaged
+over ``--splits`` when ``--dataset-dir`` holds ``{seed}`` (each split trains with seed = split). Trials run in ``--jobs`` processes of one thread each. The
 table (one row per trial, sorted by the criterion) is written as CSV and shown in the training
 report; the chosen values are copied into params.yaml by hand, so the choice stays visible in the
 history of that file.

@@ -134,7 +134,7 @@ def test_fragment_modern_options(tiny_full):
     assert plain.word_offset is None and not any(n.startswith("word") for n, _ in plain.named_parameters())
 
 
-def test_detections_take_the_best_rows_of_a_view(tiny_full):
+def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
     from fraglib.systems.base import Views

@@ -149,7 +149,7 @@ def test_cache_layout_and_skips(tiny_features):
     assert 0 <= stats["recall_iou50_rcnn"] <= 1 and stats["recall_iou50_groundtruth"] > stats["recall_iou50_rcnn"]
 
 
-def test_cache_top_keeps_the_frame_and_the_best_detections():
+def test_cache_top_keeps_the_frame_and_the_first_detections():
     """top(k): per image the full frame and the first k other rows (the detector's order, not the
     score: NMS padding puts suppressed boxes last); an image with fewer rows keeps them all; top(0) is
     the full frame alone."""
