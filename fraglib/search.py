@@ -14,6 +14,11 @@ over ``--splits`` when ``--dataset-dir`` holds ``{seed}`` (each split trains wit
 table (one row per trial, sorted by the criterion) is written as CSV and shown in the training
 report; the chosen values are copied into params.yaml by hand, so the choice stays visible in the
 history of that file.
+
+**Two stages** (successive halving over splits): ``--rescore TABLE --top N --splits ...`` trains the
+``N`` best rows of an earlier table again, with that table's run, fixed keys, epochs and folders, on
+other splits, and ranks them by the mean over all splits (the table's and the new ones, weighted by
+their number) — a search over every split's validation set at a fraction of the cost.
 """
 from __future__ import annotations
 
@@ -70,17 +75,18 @@ def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict
         vals.append(m["val_rsum_best"])
         epochs.append(m["best_epoch"])
     return {**over, "val_rsum_best": round(float(np.mean(vals)), 2), "best_epoch": float(np.mean(epochs)),
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), "val_rsum_splits": " ".join(f"{v:.1f}" for v in vals)}
 
 
 def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epochs: int, seed: int, jobs: int,
            splits: list[int] | None = None, features_dir: str | None = None, space: dict[str, list[Any]] | None = None,
-           dataset: str | None = None, fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Rows (trial settings + criterion), best first."""
+           dataset: str | None = None, fixed: dict[str, Any] | None = None,
+           configs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rows (trial settings + criterion), best first; ``configs`` replaces the ``trials`` drawn."""
     from fraglib.train import resolve_run
 
     fixed = {**(fixed or {}), "epochs": epochs, "n_boot": 10}
-    configs = draw(trials, seed, space)
+    configs = draw(trials, seed, space) if configs is None else configs
     specs = [resolve_run(params, run, dataset, {**fixed, **{k: v for k, v in c.items() if k != "features_dir"}})
              for c in configs]                                                    # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
@@ -90,11 +96,29 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
     return sorted(rows, key=lambda r: -r["val_rsum_best"])
 
 
+def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[float]]:
+    """The settings (JSON) of an earlier table, its ``top`` best configurations and their criteria."""
+    meta_file = table.with_suffix(".json")
+    if not table.is_file() or not meta_file.is_file():
+        raise FileNotFoundError(f"--rescore: {table} and {meta_file} (written by this tool) are both needed")
+    meta = json.loads(meta_file.read_text())
+    head, *lines = table.read_text().splitlines()
+    keys, configs, crit = head.split(","), [], []
+    for line in lines[:top]:
+        row = dict(zip(keys, line.split(",")))
+        try:     # map the CSV text back to the space's value (its type included)
+            configs.append({k: next(v for v in vals if str(v) == row[k]) for k, vals in meta["space"].items()})
+        except (KeyError, StopIteration):
+            raise ValueError(f"--rescore: {table} does not match the space of {meta_file}") from None
+        crit.append(float(row["val_rsum_best"]))
+    return meta, configs, crit
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", required=True, help="the run (params.yaml `runs`) whose settings are searched")
+    ap.add_argument("--run", help="the run (params.yaml `runs`) whose settings are searched")
     ap.add_argument("--dataset", help="dataset section whose train/systems layers apply, e.g. pascal1k")
-    ap.add_argument("--dataset-dir", required=True)
+    ap.add_argument("--dataset-dir")
     ap.add_argument("--out", required=True, help="CSV table")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--trials", type=int, default=12)
@@ -105,11 +129,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a trainer or system key in every trial")
     ap.add_argument("--space", help='JSON {"key": [values, ...]} replacing the default search space')
+    ap.add_argument("--rescore", type=Path, metavar="TABLE", help="second stage: the --top best rows of this earlier "
+                    "table (its run, keys, epochs, folders) on --splits, ranked over all splits")
+    ap.add_argument("--top", type=int, default=4, help="rows of --rescore trained again")
     args = ap.parse_args(argv)
-    space = json.loads(args.space) if args.space else SPACE
-    fixed = parse_overrides(args.set)
-    rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs, args.seed, args.jobs,
-                  args.splits, args.features_dir, space, args.dataset, fixed)
+    if not args.rescore and not (args.run and args.dataset_dir):
+        ap.error("--run and --dataset-dir are required (unless --rescore supplies them)")
+    configs, prev = None, None
+    if args.rescore:
+        if not args.splits:
+            raise ValueError("--rescore needs --splits (the new splits)")
+        meta, configs, crit = top_rows(args.rescore, args.top)
+        prev = {"table": str(args.rescore), "top": args.top, "splits": meta["splits"] or [0], "criteria": crit}
+        if set(prev["splits"]) & set(args.splits):
+            raise ValueError(f"--rescore: splits {sorted(set(prev['splits']) & set(args.splits))} were already scored")
+        args.run, args.dataset, args.dataset_dir = meta["run"], meta["dataset"], meta["dataset_dir"]
+        args.epochs, args.features_dir = meta["epochs"], meta["features_dir"]
+        space, fixed = meta["space"], {**meta["fixed"], **parse_overrides(args.set)}
+        args.trials = len(configs)
+    else:
+        space = json.loads(args.space) if args.space else SPACE
+        fixed = parse_overrides(args.set)
+    rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
+                  args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs)
+    if prev:       # weight each stage's mean by its number of splits
+        n0, n1 = len(prev["splits"]), len(args.splits)
+        by_key = {json.dumps(c, sort_keys=True): v for c, v in zip(configs, prev["criteria"])}
+        for r in rows:
+            r["val_rsum_prev"] = by_key[json.dumps({k: r[k] for k in space}, sort_keys=True)]
+            r["val_rsum_all"] = round((n0 * r["val_rsum_prev"] + n1 * r["val_rsum_best"]) / (n0 + n1), 2)
+        rows.sort(key=lambda r: -r["val_rsum_all"])
     keys = list(rows[0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
                                                     "epochs": args.epochs, "seed": args.seed, "space": space,
                                                     "splits": args.splits, "features_dir": args.features_dir,
                                                     "run": args.run, "dataset": args.dataset,
-                                                    "fixed": fixed}, indent=1) + "\n")
+                                                    "fixed": fixed, "rescore": prev}, indent=1) + "\n")
     print(f"best: {rows[0]}")
 
 

@@ -109,6 +109,41 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     assert meta["splits"] == [0, 1] and meta["run"] == "devise" and meta["fixed"] == {"similarity": "cosine"}
 
 
+def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, tmp_path):
+    """--rescore: the --top best rows of a table again on new splits, ranked by the split-weighted mean."""
+    import yaml
+
+    from fraglib import search
+
+    for s in (0, 1, 2):
+        (tmp_path / f"split{s}").symlink_to(tiny_full, target_is_directory=True)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(tiny_params()))
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
+                 str(params), "--set", "similarity=cosine", "--trials", "3", "--epochs", "1", "--jobs", "1",
+                 "--out", str(first), "--space", '{"lr": [0.01, 0.03, 0.1], "margin": [0.1, 0.2]}'])
+    head, *lines = first.read_text().splitlines()
+    stage1 = {(float(r[0]), float(r[1])): float(r[2]) for r in (line.split(",") for line in lines)}
+    search.main(["--rescore", str(first), "--top", "2", "--splits", "1", "2", "--params", str(params), "--jobs", "1",
+                 "--out", str(second)])
+    head, *lines = second.read_text().splitlines()
+    rows = [dict(zip(head.split(","), line.split(","))) for line in lines]
+    assert len(rows) == 2 and {(float(r["lr"]), float(r["margin"])) for r in rows} == set(list(stage1)[:2])
+    for r in rows:
+        assert float(r["val_rsum_prev"]) == stage1[(float(r["lr"]), float(r["margin"]))]
+        new = [float(v) for v in r["val_rsum_splits"].split()]
+        assert len(new) == 2 and float(r["val_rsum_best"]) == pytest.approx(sum(new) / 2, abs=0.01)
+        assert float(r["val_rsum_all"]) == pytest.approx((float(r["val_rsum_prev"]) + 2 * float(r["val_rsum_best"])) / 3,
+                                                         abs=0.01)
+    assert float(rows[0]["val_rsum_all"]) >= float(rows[1]["val_rsum_all"])
+    meta = json.loads(second.with_suffix(".json").read_text())
+    assert meta["rescore"]["splits"] == [0] and meta["splits"] == [1, 2] and meta["fixed"]["similarity"] == "cosine"
+    assert meta["epochs"] == 1 and meta["run"] == "devise" and meta["trials"] == 2
+    with pytest.raises(ValueError, match=r"splits \[0\] were already scored"):
+        search.main(["--rescore", str(first), "--splits", "0", "--params", str(params), "--out", str(tmp_path / "x.csv")])
+
+
 def test_search_over_feature_caches(tiny_full, tmp_path):
     """The space key features_dir: each trial reads its own feature cache (a detector setting)."""
     import yaml
