@@ -388,6 +388,38 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
     return df.groupby(["run", "direction", "by", "group"], as_index=False).agg(value=("value", "mean"), queries=("queries", "mean"))
 
 
+def group_differences(study: dict[str, dict[str, Any]], dataset_dir: str, pairs: list[tuple[str, str]],
+                      key: str = "annotation_category", metric: str = "r5", labels: dict[str, str] | None = None,
+                      n_boot: int = 1000) -> pd.DataFrame:
+    """Paired difference a − b of ``metric`` within each group of test queries (``key`` of
+    :func:`test_groups`, e.g. ``annotation_category``), with the three-level bootstrap CI of
+    :func:`paired_difference` over the units both runs have. Every unit (split) must hold the same
+    number of queries in a group (stratified splits: Pascal1K's 5 test images per category).
+    Long format: run, base, direction, by, group, queries (per split), diff, lo, hi, excludes_zero."""
+    d, by = key.split("_")
+    rows = []
+    for a, b in pairs:
+        common = [u for u in study[a]["units"] if u in study[b]["units"]]
+        ia = [study[a]["units"].index(u) for u in common]
+        ib = [study[b]["units"].index(u) for u in common]
+        group_of = [test_groups(str(dataset_dir).format(seed=unit_seed(u)))[key] for u in common]
+        ra, rb = study[a]["ranks"][d][ia], study[b]["ranks"][d][ib]
+        if ra.shape[1] != len(group_of[0]):
+            raise ValueError(f"{a}: {ra.shape[1]} {d} ranks but {len(group_of[0])} test queries in {dataset_dir}")
+        for g in np.unique(np.concatenate(group_of)):
+            masks = [gs == g for gs in group_of]
+            counts = {int(m.sum()) for m in masks}
+            if len(counts) != 1:
+                raise ValueError(f"group {g!r} of {key} has {sorted(counts)} queries in different splits: "
+                                 "group differences need stratified splits")
+            A = np.stack([ra[k][m] for k, m in enumerate(masks)])
+            B = np.stack([rb[k][m] for k, m in enumerate(masks)])
+            r = paired_difference(A, B, metric, n_boot, groups=[study[a]["groups"][i] for i in ia])
+            rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d, "by": by,
+                         "group": g, "queries": counts.pop(), **r})
+    return pd.DataFrame(rows)
+
+
 # ----------------------------------------------------------------------------- any trained run, reloaded
 def relation_norms(seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
                    ) -> pd.DataFrame:

@@ -118,6 +118,29 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
         breakdown(study, str(tmp_path / "s{seed}"), ["full"])
 
 
+def test_group_differences_by_hand(tmp_path):
+    """Per-category paired differences: the point is the mean of per-split differences within the group."""
+    from fraglib.data import Dataset, write_karpathy_json
+    from fraglib.results import group_differences
+
+    images = [{"imgid": i, "filename": f"{i}.jpg", "split": "test", "category": c}
+              for i, c in enumerate(["dog", "dog", "cat", "cat"])]
+    sentences = [{"sentid": i, "imgid": i, "raw": "", "tokens": ["w"]} for i in range(4)]
+    for seed in (0, 1):
+        write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
+    a = {"units": ["0", "1"], "groups": [0, 1], "ranks": {"annotation": np.array([[1, 1, 1, 9], [1, 9, 9, 9]])}}
+    b = {"units": ["0", "1"], "groups": [0, 1], "ranks": {"annotation": np.array([[9, 9, 1, 1], [1, 9, 1, 1]])}}
+    df = group_differences({"a": a, "b": b}, str(tmp_path / "s{seed}"), [("a", "b")], metric="r1", n_boot=200)
+    df = df.set_index("group")
+    assert df.loc["dog", "diff"] == pytest.approx(50.0)       # split 0: 100 - 0, split 1: 50 - 50
+    assert df.loc["cat", "diff"] == pytest.approx(-75.0)      # split 0: 50 - 100, split 1: 0 - 100
+    assert df.loc["cat", "lo"] <= -75.0 <= df.loc["cat", "hi"] and df.loc["dog", "queries"] == 2
+    images[3]["category"] = "dog"                              # split 1 no longer stratified
+    write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / "s1" / "dataset.json")
+    with pytest.raises(ValueError, match="stratified"):
+        group_differences({"a": a, "b": b}, str(tmp_path / "s{seed}"), [("a", "b")], metric="r1", n_boot=10)
+
+
 def test_rerun_agreement_by_hand():
     """The cross-machine check: z = diff / (pooled seed sd * sqrt(2 / n))."""
     from fraglib.rerun import agreement
