@@ -457,6 +457,26 @@ def run_histories(runs_dir: str | Path, names: list[str], labels: dict[str, str]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def validation_by_split(runs_dir: str | Path, names: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """The search criterion of each run on each split: the best validation R-sum over the epochs of the
+    split's first training run (seed = split: the very training a ``fraglib.search`` trial of these
+    settings does), one column per split, with their mean ("first runs"), the mean over every training
+    run ("all runs") and the mean |gap| between two training runs of one split ("run gap", the noise of
+    the criterion). Rows: runs (``labels``)."""
+    h = run_histories(runs_dir, names, labels)
+    if not len(h):
+        return pd.DataFrame()
+    best = h.assign(unit=h["seed"].astype(str)).groupby(["run", "unit"], sort=False).val_rsum.max().reset_index()
+    best["split"] = best.unit.str.split("r").str[0].astype(int)
+    first = best[~best.unit.str.contains("r")].pivot(index="run", columns="split", values="val_rsum")
+    first.columns = [f"split {c}" for c in first.columns]
+    first["first runs"] = first.mean(axis=1)
+    first["all runs"] = best.groupby("run").val_rsum.mean()
+    gaps = best.groupby(["run", "split"]).val_rsum.agg(lambda v: v.max() - v.min() if len(v) > 1 else np.nan)
+    first["run gap"] = gaps.groupby("run").mean()
+    return first.loc[[r for r in dict.fromkeys(best.run) if r in first.index]].round(1)
+
+
 def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int,
                      k: int = 5) -> list[dict[str, Any]]:
     """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and

@@ -141,6 +141,22 @@ def test_group_differences_by_hand(tmp_path):
         group_differences({"a": a, "b": b}, str(tmp_path / "s{seed}"), [("a", "b")], metric="r1", n_boot=10)
 
 
+def test_validation_by_split_by_hand(tmp_path):
+    """Best validation R-sum per training run; first runs per split, their mean, all runs, the run gap."""
+    from fraglib.results import validation_by_split
+
+    rows = {"a": [("0", 1, 10.0), ("0", 2, 30.0), ("0r1", 1, 20.0), ("0r1", 2, 25.0), ("1", 1, 50.0), ("1r1", 1, 40.0)],
+            "b": [("0", 1, 5.0), ("1", 1, 7.0)]}
+    for run, hist in rows.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "history.csv").write_text("seed,epoch,val_rsum\n" + "".join(f"{u},{e},{v}\n" for u, e, v in hist))
+    t = validation_by_split(tmp_path, ["a", "b"], {"a": "A"})
+    assert list(t.index) == ["A", "b"] and list(t.columns[:2]) == ["split 0", "split 1"]
+    assert t.loc["A", "split 0"] == 30.0 and t.loc["A", "split 1"] == 50.0 and t.loc["A", "first runs"] == 40.0
+    assert t.loc["A", "all runs"] == pytest.approx((30 + 25 + 50 + 40) / 4, abs=0.05)
+    assert t.loc["A", "run gap"] == 7.5 and np.isnan(t.loc["b", "run gap"]) and t.loc["b", "first runs"] == 6.0
+
+
 def test_rerun_agreement_by_hand():
     """The cross-machine check: z = diff / (pooled seed sd * sqrt(2 / n))."""
     from fraglib.rerun import agreement
