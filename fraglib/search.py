@@ -15,6 +15,7 @@ table (one row per trial, sorted by the criterion) is written as CSV and shown i
 report; the chosen values are copied into params.yaml by hand, so the choice stays visible in the
 history of that file.
 
+``--configs`` runs exactly the given configurations (one step past the edges of an earlier space).
 **Two stages** (successive halving over splits): ``--rescore TABLE --top N --splits ...`` trains the
 ``N`` best rows of an earlier table again, with that table's run, fixed keys, epochs and folders, on
 other splits, and ranks them by the mean over all splits (the table's and the new ones, weighted by
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a trainer or system key in every trial")
     ap.add_argument("--space", help='JSON {"key": [values, ...]} replacing the default search space')
+    ap.add_argument("--configs", help='JSON [{"key": value, ...}, ...]: exactly these trials instead of drawn ones '
+                    '(e.g. one step past the edges of an earlier space)')
     ap.add_argument("--rescore", type=Path, metavar="TABLE", help="second stage: the --top best rows of this earlier "
                     "table (its run, keys, epochs, folders) on --splits, ranked over all splits")
     ap.add_argument("--top", type=int, default=4, help="rows of --rescore trained again")
@@ -147,6 +150,15 @@ def main(argv: list[str] | None = None) -> None:
         args.epochs, args.features_dir = meta["epochs"], meta["features_dir"]
         space, fixed = meta["space"], {**meta["fixed"], **parse_overrides(args.set)}
         args.trials = len(configs)
+    elif args.configs:
+        configs = json.loads(args.configs)
+        if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and c for c in configs):
+            raise ValueError("--configs: a non-empty JSON list of non-empty objects, e.g. '[{\"lr\": 0.01}]'")
+        space = {k: list(dict.fromkeys(c[k] for c in configs if k in c)) for c in configs for k in c}
+        configs = [{k: c.get(k) for k in space} for c in configs]
+        if any(v is None for c in configs for v in c.values()):
+            raise ValueError("--configs: every configuration must set the same keys (put shared values in --set)")
+        fixed, args.trials = parse_overrides(args.set), len(configs)
     else:
         space = json.loads(args.space) if args.space else SPACE
         fixed = parse_overrides(args.set)

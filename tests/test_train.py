@@ -140,6 +140,16 @@ def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, t
     meta = json.loads(second.with_suffix(".json").read_text())
     assert meta["rescore"]["splits"] == [0] and meta["splits"] == [1, 2] and meta["fixed"]["similarity"] == "cosine"
     assert meta["epochs"] == 1 and meta["run"] == "devise" and meta["trials"] == 2
+    third = tmp_path / "third.csv"             # --configs: exactly the given trials
+    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
+                 str(params), "--epochs", "1", "--jobs", "1", "--out", str(third),
+                 "--configs", '[{"lr": 0.2, "margin": 0.1}, {"lr": 0.01, "margin": 0.3}]'])
+    rows = [line.split(",") for line in third.read_text().splitlines()[1:]]
+    assert sorted((float(r[0]), float(r[1])) for r in rows) == [(0.01, 0.3), (0.2, 0.1)]
+    assert json.loads(third.with_suffix(".json").read_text())["space"] == {"lr": [0.2, 0.01], "margin": [0.1, 0.3]}
+    with pytest.raises(ValueError, match="same keys"):
+        search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--params", str(params),
+                     "--out", str(third), "--configs", '[{"lr": 0.2}, {"margin": 0.3}]'])
     with pytest.raises(ValueError, match=r"splits \[0\] were already scored"):
         search.main(["--rescore", str(first), "--splits", "0", "--params", str(params), "--out", str(tmp_path / "x.csv")])
 
