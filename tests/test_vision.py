@@ -247,6 +247,9 @@ def test_no_usable_images_stop_the_stage(tiny_features, tmp_path):
     with pytest.raises(ValueError, match=r"only 0 of 3 images .* usable \(missing 3\).*nothing was written"):
         extract(Dataset(ds.name, empty, ds.images[:3], []), cfg, tmp_path / "f", progress=False)
     assert not (tmp_path / "f").exists()
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone", target_is_directory=True)
+    with pytest.raises(NotADirectoryError, match="dangling: not a folder"):                # before any work
+        extract(Dataset(ds.name, empty, ds.images[:3], []), cfg, tmp_path / "dangling", progress=False)
     check_images_usable(["", "", "corrupt", "missing"], ds)              # half usable: a counted skip
     with pytest.raises(ValueError, match="corrupt 2, missing 1"):
         check_images_usable(["", "corrupt", "corrupt", "missing"], ds)

@@ -167,7 +167,9 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     out_dir = Path(out_dir)
     family = [out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [out_dir / "features_stats.json"]
     claim(family, [out_dir / f"{d}.npz" for d in detectors] + [family[-1]], overwrite, f"feature caches in {out_dir}")
-    out_dir.mkdir(parents=True, exist_ok=True)        # before the work: a bad folder fails now, not after an hour
+    if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(f"{out_dir}: not a folder (a file, or a link to a missing folder); "
+                                 "checked before the work so that no result is lost")
     acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
                                        for d in detectors}
     status = [""] * len(dataset.images)
@@ -230,6 +232,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
     check_images_usable(status, dataset)
+    out_dir.mkdir(parents=True, exist_ok=True)
     dim = backbone.dim
     meta_base = {"cnn": backbone.name, "weights": backbone.weights, "dim": dim, "settings": describe_detector(cfg)}
     imgids = np.array([im["imgid"] for im in dataset.images], np.int64)
