@@ -8,7 +8,8 @@ import torch
 from fraglib.evaluate import median_rank_vsepp
 from fraglib.systems.base import Rows
 from fraglib.systems.objectives import contrastive_hinge, order_scores
-from fraglib.systems.vse import VseSystem, attention_scores
+from fraglib.systems import vse
+from fraglib.systems.vse import VseSystem, attention_scores, attention_scores_reference
 
 
 
@@ -109,6 +110,55 @@ def test_attention_and_order_gradients(f64):
     assert torch.autograd.gradcheck(order_scores, (x, y))
     S = torch.randn(4, 4, generator=g).requires_grad_()
     assert torch.autograd.gradcheck(lambda s: contrastive_hinge(s, 0.2, False), (S,))
+
+
+def ragged_attention_inputs(n, m, R, L, D, seed, dtype=torch.float64):
+    """Unit regions and words with random real counts, zero padding (as the encoders give)."""
+    g = torch.Generator().manual_seed(seed)
+    V = torch.nn.functional.normalize(torch.randn(n, R, D, generator=g, dtype=dtype), dim=2)
+    E = torch.nn.functional.normalize(torch.randn(m, L, D, generator=g, dtype=dtype), dim=2)
+    vm = torch.arange(R)[None] < torch.randint(1, R + 1, (n,), generator=g)[:, None]
+    em = torch.arange(L)[None] < torch.randint(1, L + 1, (m,), generator=g)[:, None]
+    return (V * vm[..., None]).requires_grad_(), vm, (E * em[..., None]).requires_grad_(), em
+
+
+@pytest.mark.parametrize("lam", [4.0, 60.0])                    # shift by λ | by the largest real word
+@pytest.mark.parametrize("keep", [True, False])                 # backward from kept tiles | recomputed
+def test_fused_attention_equals_the_reference(lam, keep, monkeypatch):
+    """The fused scorer (length-sorted caption tiles, closed-form backward) gives the autograd
+    reference's scores and gradients: float64 to 1e-12, float32 to 1e-5 × λ/4 (the gradient carries λ s);
+    tiles of one image too."""
+    monkeypatch.setattr(vse, "KEEP_ELEMS", 1 << 30 if keep else 0)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5 * max(1.0, lam / 4))):
+        V, vm, E, em = ragged_attention_inputs(9, 70, 5, 9, 8, seed=4, dtype=dtype)
+        W = torch.randn(9, 70, generator=torch.Generator().manual_seed(5), dtype=dtype)
+        want = attention_scores_reference(V, vm, E, em, lam)
+        gw = torch.autograd.grad((want * W).sum(), (V, E))
+        for max_elems in (1 << 24, 1):
+            got = attention_scores(V, vm, E, em, lam, max_elems=max_elems)
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            for a, b in zip(torch.autograd.grad((got * W).sum(), (V, E)), gw):
+                torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_fused_attention_gradcheck(f64):
+    V, vm, E, em = ragged_attention_inputs(3, 5, 4, 6, 5, seed=6)
+    assert torch.autograd.gradcheck(lambda a, b: attention_scores(a, vm, b, em, 4.0), (V, E))
+
+
+def test_standardized_linear_equals_standardise_then_map():
+    from fraglib.systems.base import image_map, standardized_linear
+
+    g = torch.Generator().manual_seed(7)
+    lin = image_map(30, 8)
+    torch.nn.init.normal_(lin.bias, generator=g)
+    x, mu, sd = torch.randn(50, 30, generator=g) * 3 + 1, torch.randn(30, generator=g), torch.rand(30, generator=g) + 0.1
+    want = lin((x - mu) / sd)
+    got = standardized_linear(lin, x, mu, sd)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    gw = torch.autograd.grad(want.square().sum(), (lin.weight, lin.bias))
+    for a, b in zip(torch.autograd.grad(got.square().sum(), (lin.weight, lin.bias)), gw):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 def token_rows(captions, index=None):

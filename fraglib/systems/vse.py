@@ -40,7 +40,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
-                                  fill_input_buffers, image_map, mean_rows, tuned_cnn)
+                                  fill_input_buffers, image_map, mean_rows, standardized_linear, tuned_cnn)
 from fraglib.systems.objectives import contrastive_hinge, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
@@ -137,8 +137,122 @@ def padded(x: torch.Tensor, owner: torch.Tensor, n: int) -> tuple[torch.Tensor, 
 def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor, lam: float,
                      clipped: bool = False, max_elems: int = 1 << 24) -> torch.Tensor:
     """(n, m) S(I, T) of Eqs. 13–17 (module docstring). ``V`` (n, R, D) unit regions with ``vmask``
-    (n, R); ``E`` (m, L, D) unit words with ``emask`` (m, L); every image and caption has at least
-    one real row."""
+    (n, R); ``E`` (m, L, D) unit words with ``emask`` (m, L), zero past each caption's end; every image
+    and caption has at least one real row. Without ``clipped``: the fused :class:`AttentionScores`
+    (tiles of at most ``max_elems`` (regions × words) entries, backward in closed form); with it:
+    :func:`attention_scores_reference` (autograd)."""
+    if clipped:
+        return attention_scores_reference(V, vmask, E, emask, lam, True, max_elems)
+    return AttentionScores.apply(V, vmask, E, emask, float(lam), int(max_elems))
+
+
+CAPTIONS_PER_TILE = 32       # captions of one tile, grouped by length (their padding is the tile's longest)
+TILE_ELEMS = 1 << 19         # (captions × words × regions) entries of one tile: a few MB, cache-sized
+KEEP_ELEMS = 1 << 27         # training: the tiles' terms are kept for the backward up to this many entries
+
+
+def _tiles(vmask: torch.Tensor, emask: torch.Tensor, max_elems: int):
+    """The tiles of :class:`AttentionScores`: (caption positions (c,), their longest length Lb, image
+    ranges [(a, b)]); captions sorted by length so that a tile pads to nearly its own lengths."""
+    n, R = vmask.shape
+    lengths = emask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    per = max(1, min(CAPTIONS_PER_TILE, len(order)))
+    for c0 in range(0, len(order), per):
+        idx = order[c0:c0 + per]
+        Lb = max(int(lengths[idx].max()), 1)
+        bn = max(1, min(TILE_ELEMS, max_elems) // (len(idx) * Lb * R))
+        yield idx, Lb, [(a, min(a + bn, n)) for a in range(0, n, bn)]
+
+
+def _tile_terms(Vf: torch.Tensor, Eb: torch.Tensor, mb: torch.Tensor, lam: float):
+    """One tile's region–word cosines ``s`` (c, Lb, r), unnormalised attention ``e`` (c, Lb, r) =
+    exp(λ s − shift) on real words, 0 on padding, ``Ge`` = G e with G the captions' word Gram matrices
+    (c, Lb, Lb), and per (caption, region) ``p`` = Σ_j e_j s_j and ``q`` = eᵀ G e (c, r). Then
+    R_i = p / √q: the softmax's normaliser cancels (α = e / Σe), so it is never formed."""
+    c, Lb, D = Eb.shape
+    ct = torch.promote_types(Vf.dtype, torch.float32)                   # fp32 elementwise work under autocast
+    s = (Eb.reshape(c * Lb, D) @ Vf.T).to(ct).view(c, Lb, -1)
+    if lam <= 40.0:                       # |s| ≤ 1 (unit vectors): exp(λ(s − 1)) ≥ e^-80 never underflows
+        e = torch.exp(s * lam - lam)
+    else:                                 # the largest real word per region as the shift
+        e = torch.exp((s - s.masked_fill(~mb[..., None], float("-inf")).amax(1, keepdim=True)) * lam)
+    e.mul_(mb[..., None])
+    G = torch.bmm(Eb, Eb.transpose(1, 2)).to(ct)
+    Ge = torch.bmm(G, e)
+    return s, e, Ge, (e * s).sum(1), (e * Ge).sum(1)
+
+
+TINY = 1e-30
+
+
+class AttentionScores(torch.autograd.Function):
+    """The fused form of :func:`attention_scores_reference` (clipped = False): the same S(I, T) in tiles
+    of ≤ 32 length-sorted captions × as many images as fill :data:`TILE_ELEMS`, keeping only (n, m)
+    scores (and, when a gradient is wanted, each tile's s, e, Ge, p, q up to :data:`KEEP_ELEMS` entries;
+    beyond that the backward recomputes them); the backward applies the closed-form gradient (docs/systems.md,
+    "Region–word attention"):
+
+    with rel = p / √q and dS → d rel (the region weights 1/|regions|),
+    ``dp = d rel / √q``, ``dq = −½ d rel · rel / q``, ``ds_j = e_j (dp (1 + λ s_j) + 2 λ dq (G e)_j)``,
+    ``dG = Σ_regions dq e eᵀ``; then ``dV = dsᵀ E``, ``dE = ds V + 2 dG E``."""
+
+    @staticmethod
+    def forward(ctx, V, vmask, E, emask, lam, max_elems):
+        n, R, D = V.shape
+        ct = torch.promote_types(V.dtype, torch.float32)
+        w = vmask.to(ct) / vmask.sum(1, keepdim=True).clamp_min(1).to(ct)             # (n, R) region weights
+        out = V.new_zeros((n, E.shape[0]), dtype=ct)
+        keep = any(ctx.needs_input_grad) and 3 * n * R * E.shape[0] * E.shape[1] <= KEEP_ELEMS
+        kept = []
+        for idx, Lb, blocks in _tiles(vmask, emask, max_elems):
+            Eb, mb = E[idx, :Lb], emask[idx, :Lb]
+            for a, b in blocks:
+                terms = _tile_terms(V[a:b].reshape(-1, D), Eb, mb, lam)
+                p, q = terms[3], terms[4]
+                out[a:b, idx] = ((p / q.sqrt().clamp_min(TINY)).view(len(idx), b - a, R) * w[a:b]).sum(-1).T
+                if keep:
+                    kept.append(terms)
+        ctx.save_for_backward(V, vmask, E, emask)
+        ctx.lam, ctx.max_elems, ctx.kept = lam, max_elems, kept
+        return out
+
+    @staticmethod
+    def backward(ctx, dS):
+        V, vmask, E, emask = ctx.saved_tensors
+        lam, kept = ctx.lam, iter(ctx.kept)
+        n, R, D = V.shape
+        ct = torch.promote_types(V.dtype, torch.float32)
+        w = vmask.to(ct) / vmask.sum(1, keepdim=True).clamp_min(1).to(ct)
+        dV = torch.zeros(V.shape, dtype=ct, device=V.device)
+        dE = torch.zeros(E.shape, dtype=ct, device=E.device)
+        dS = dS.to(ct)
+        for idx, Lb, blocks in _tiles(vmask, emask, ctx.max_elems):
+            Eb, mb = E[idx, :Lb], emask[idx, :Lb]
+            c = len(idx)
+            dEb = torch.zeros((c, Lb, D), dtype=ct, device=E.device)
+            for a, b in blocks:
+                Vf = V[a:b].reshape(-1, D)
+                s, e, Ge, p, q = next(kept) if ctx.kept else _tile_terms(Vf, Eb, mb, lam)
+                sq = q.sqrt().clamp_min(TINY)
+                drel = (dS[a:b, idx].T[:, :, None] * w[a:b]).reshape(c, -1)         # (c, r)
+                dp = drel / sq
+                dq = -0.5 * drel * (p / sq) / q.clamp_min(TINY)
+                ds = s.mul_(lam).add_(1.0).mul_(dp[:, None]).add_(Ge.mul_(dq[:, None] * (2 * lam))).mul_(e)
+                dG = torch.bmm(e * dq[:, None], e.transpose(1, 2))                    # (c, Lb, Lb)
+                ds2 = ds.view(c * Lb, -1)
+                dV[a:b] += (ds2.T @ Eb.reshape(c * Lb, D).to(ct)).view(b - a, R, D)
+                dEb += (ds2 @ Vf.to(ct)).view(c, Lb, D) + 2 * torch.bmm(dG, Eb.to(ct))
+            dE[idx, :Lb] += dEb
+        ctx.kept = []
+        return dV.to(V.dtype), None, dE.to(E.dtype), None, None, None
+
+
+def attention_scores_reference(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor,
+                               lam: float, clipped: bool = False, max_elems: int = 1 << 24) -> torch.Tensor:
+    """:func:`attention_scores` by autograd over plain tensor algebra: the softmax formed, ``‖a_i‖² =
+    α_iᵀ G α_i``, tiles of whole captions (the exactness reference of :class:`AttentionScores`, and the
+    ``clipped`` path)."""
     n, R, D = V.shape
     m, L, _ = E.shape
     step = max(1, max_elems // max(1, n * R * L))
@@ -196,11 +310,13 @@ class VseSystem(System):
         return x.abs() if self.cfg.similarity == "order" else x
 
     def encode_images(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        x = (self.image_rows(rows) - self.img_mean) / self.img_std
+        x = self.image_rows(rows)
         index = torch.as_tensor(rows.index, device=x.device)
         if self.cfg.similarity == "attention":
-            V, mask = padded(self._unit(self.img(x)), rows.owner, rows.n)
+            V, mask = padded(self._unit(standardized_linear(self.img, x, self.img_mean, self.img_std)), rows.owner,
+                             rows.n)
             return V, mask, index
+        x = (x - self.img_mean) / self.img_std
         return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
 
     def encode_sentences(self, rows: Rows) -> Any:
