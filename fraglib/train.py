@@ -204,6 +204,44 @@ class Step(torch.nn.Module):
         return s.loss(img, sent, epoch)
 
 
+def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim.Optimizer, tr: Any, tc: TrainConfig,
+                epoch: int, device: torch.device, ctx: distributed.Context | None = None, desc: str | None = None,
+                run: str = "") -> tuple[dict[str, float], int, int]:
+    """One epoch of optimisation steps on the training split ``tr`` (the trainer's loop, also timed by
+    ``python -m fraglib.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
+    :func:`fraglib.inputs.make_batches`, autocast when ``tc.amp``, gradient clipping. Returns (sums of
+    the cost and the loss parts over the batches, number of batches, pairs skipped in batches smaller
+    than the number of processes); ``desc``: a progress bar with that title."""
+    from tqdm.auto import tqdm
+
+    ctx = ctx or distributed.Context()
+    system.train()
+    set_lr(tc, opt, epoch)
+    reset_adagrad(tc, opt, epoch)
+    sums: dict[str, float] = {}
+    batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
+    skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
+    batches = [b for b in batches if len(b) >= ctx.world]
+    bar = tqdm(batches, desc=desc, disable=desc is None, leave=False, mininterval=2)
+    for b in bar:
+        b = distributed.shard(b, ctx)
+        with torch.autocast(device.type, torch.bfloat16, enabled=tc.amp):
+            cost, parts = step(tr.images.take(tr.sentence_image[b]), tr.sentences.take(b), epoch)
+        cost = cost.float()
+        if not torch.isfinite(cost):
+            raise FloatingPointError(f"run {run}, epoch {epoch + 1}: cost is {cost.item()} (lower train.lr, now {tc.lr})")
+        opt.zero_grad(set_to_none=True)
+        cost.backward()
+        if tc.grad_clip:
+            torch.nn.utils.clip_grad_norm_(system.parameters(), tc.grad_clip)
+        opt.step()
+        for k, v in parts.items():
+            sums[k] = sums.get(k, 0.0) + v
+        sums["cost"] = sums.get("cost", 0.0) + float(cost.detach())
+        bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
+    return sums, len(batches), skipped
+
+
 def check_usable(splits: dict[str, Any], where: str) -> None:
     """Refuse data on which training or evaluation would be meaningless, naming the cause."""
     for name, sp in splits.items():
@@ -283,32 +321,10 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             distributed.teardown(ctx)
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
-        system.train()
-        set_lr(tc, opt, epoch)
-        reset_adagrad(tc, opt, epoch)
         phase = system.phase(epoch)
-        sums: dict[str, float] = {}
-        batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
-        skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
-        batches = [b for b in batches if len(b) >= ctx.world]
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs} ({phase})", disable=not progress, leave=False, mininterval=2)
-        for b in bar:
-            b = distributed.shard(b, ctx)
-            with torch.autocast(device.type, torch.bfloat16, enabled=tc.amp):
-                cost, parts = step(tr.images.take(tr.sentence_image[b]), tr.sentences.take(b), epoch)
-            cost = cost.float()
-            if not torch.isfinite(cost):
-                raise FloatingPointError(f"run {spec.run}, epoch {epoch + 1}: cost is {cost.item()} "
-                                         f"(lower train.lr, now {tc.lr})")
-            opt.zero_grad(set_to_none=True)
-            cost.backward()
-            if tc.grad_clip:
-                torch.nn.utils.clip_grad_norm_(system.parameters(), tc.grad_clip)
-            opt.step()
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + v
-            sums["cost"] = sums.get("cost", 0.0) + float(cost.detach())
-            bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
+        sums, n_batches, skipped = train_epoch(step, system, opt, tr, tc, epoch, device, ctx,
+                                               desc=f"epoch {epoch + 1}/{epochs} ({phase})" if progress else None,
+                                               run=spec.run)
         t_train += time.perf_counter() - t0
         done += 1
         if not ctx.main:                                             # rank 0 validates and writes
@@ -316,7 +332,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             continue
         val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
         row = {"epoch": epoch + 1, "lr": lr_at(tc, epoch), "phase": phase,
-               **{f"train_{k}": v / max(len(batches), 1) for k, v in sums.items()},
+               **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
                **({"skipped_pairs": skipped} if skipped else {}),
                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
         history.append(row)

@@ -1,0 +1,62 @@
+"""Benchmarks: ``python -m fraglib.bench [names...]`` updates ``benchmarks/results.json``.
+
+Each entry: ``{"name", "value", "unit", "reference", "ratio", "machine", ...extra}``. Entries are
+merged by name, so later benchmarks add to the file without erasing the others. Figures are
+medians over repeats, measured in one run; nothing here is asserted on — tests never time code.
+
+One module per area: :mod:`~fraglib.bench.pipeline` (generator, `dvc repro`, float bits),
+:mod:`~fraglib.bench.text`, :mod:`~fraglib.bench.vision`, :mod:`~fraglib.bench.systems` (steps,
+epochs with their FLOPs and critical paths, evaluation), :mod:`~fraglib.bench.scale` (COCO size,
+growth curves); :mod:`~fraglib.bench.common` holds the schema and the random inputs.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+from fraglib.bench.common import RESULTS, merge
+from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_synthetic
+from fraglib.bench.scale import bench_coco_eval, bench_growth
+from fraglib.bench.systems import (bench_epoch, bench_eval, bench_peri, bench_socher, bench_stt, bench_systems_device,
+                                   bench_train_step)
+from fraglib.bench.text import bench_parse
+from fraglib.bench.vision import bench_features, bench_rcnn_recall
+
+__all__ = ["BENCHMARKS", "OPT_IN", "main", "merge"]
+
+BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {    # `make bench` (the default list)
+    "train_step": bench_train_step,
+    "epoch": bench_epoch,
+    "eval": bench_eval,
+    "synthetic": bench_synthetic,
+    "parse": bench_parse,
+    "features": bench_features,
+}
+
+OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {      # by name only: long, or need the Pascal1K study
+    "systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,
+    "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": bench_kernel_bits, "socher": bench_socher,
+    "coco_eval": bench_coco_eval, "growth": bench_growth, "peri": bench_peri, "stt": bench_stt}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: {', '.join(BENCHMARKS)}; "
+                                             f"by name only: {', '.join(OPT_IN)})")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--in-place", action="store_true", help="repro_pascal1k: time the out-of-date stages of this checkout")
+    args = ap.parse_args(argv)
+    known = {**BENCHMARKS, **OPT_IN}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}")
+    new: list[dict[str, Any]] = []
+    for name in args.names or list(BENCHMARKS):
+        print(f"[bench] {name} ...", flush=True)
+        run = (lambda: bench_repro_pascal1k(in_place=True)) if name == "repro_pascal1k" and args.in_place else known[name]
+        for e in run():
+            print(f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else ""))
+            new.append(e)
+    merge(new, Path(args.out))
+    print(f"wrote {args.out}")

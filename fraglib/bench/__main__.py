@@ -1,0 +1,3 @@
+from fraglib.bench import main
+
+main()

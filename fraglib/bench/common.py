@@ -1,0 +1,183 @@
+"""What every benchmark shares: the entry schema, the results file, fresh processes, the matmul
+reference rate, and random inputs of Pascal1K's size for the systems."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import platform
+
+
+RESULTS = Path("benchmarks/results.json")
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}; {os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} threads); " \
+           f"Python {platform.python_version()}"
+
+
+def entry(name: str, value: float, unit: str, reference: float | None = None, ratio: float | None = None,
+          **extra: Any) -> dict[str, Any]:
+    return {"name": name, "value": value, "unit": unit, "reference": reference, "ratio": ratio,
+            "machine": machine(), **extra}
+
+
+def matmul_gflops(m: int, k: int, n: int, repeats: int = 5, device=None) -> float:
+    import torch
+
+    device = device or torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+    a @ b
+    ts = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        a @ b
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return 2 * m * k * n / statistics.median(ts) / 1e9
+
+
+def in_fresh_processes(target: Callable, repeats: int) -> list[Any]:
+    """What ``target(queue)`` puts, from ``repeats`` fresh (spawned) processes one after another, so
+    that each one's peak memory is its own."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = []
+    for _ in range(repeats):
+        q = ctx.Queue()
+        p = ctx.Process(target=target, args=(q,))
+        p.start()
+        out.append(q.get())
+        p.join()
+    return out
+
+
+def measured(q, fn: Callable, args: tuple) -> None:  # a fresh process: fn's seconds and this process's peak RSS
+    import resource
+
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("FRAGLIB_BENCH_THREADS", torch.get_num_threads())))
+    t0 = time.perf_counter()
+    extra = fn(*args)
+    q.put((time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, extra))
+
+
+def fresh(fn: Callable, *args: Any) -> tuple[float, float, Any]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=measured, args=(q, fn, args))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def gpu_absent(name: str) -> list[dict[str, Any]]:
+    """An entry saying why a GPU figure is missing (none when a CUDA device is visible)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return []
+    return [entry(name, None, "s", note="not measured: no CUDA device visible to this process (torch "
+                  f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib.bench "
+                  "systems_device` (training step and 1,000 x 5,000 scoring per system) on a GPU machine")]
+
+
+def merge(new: list[dict[str, Any]], path: Path = RESULTS) -> list[dict[str, Any]]:
+    old = json.loads(path.read_text()) if path.exists() else []
+    names = {e["name"] for e in new}
+    merged = [e for e in old if e["name"] not in names] + new
+    merged.sort(key=lambda e: e["name"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    return merged
+
+
+REGIONS = {"rcnn": 20, "top36": 37, "grid": 37, "groundtruth": 4, "fullframe": 1, "none": 1}   # rows per image
+
+
+def random_split(n_images: int = 800, per_image: int = 5, img_dim: int = 1280, seed: int = 0, regions: int = 1,
+                 n_rel: int = 40):
+    """A training split of Pascal1K's size with random trees (≈ 10 nodes, as spaCy's Pascal1K trees)
+    and ``regions`` random descriptors per image: the cost of the systems does not depend on the values.
+    Every sentence view reads it: ``rel`` < ``n_rel`` is a relation type, or a token id of the tokens view
+    (``n_rel`` = its vocabulary, ~1,000 words on Pascal1K)."""
+    import numpy as np
+    import torch
+
+    from fraglib.inputs import Ragged, Split
+    from fraglib.text.trees import binarize_head_outward, slots, subtree_sizes
+
+    rng = np.random.default_rng(seed)
+    cols: dict[str, list] = {k: [] for k in ("w1", "w2", "rel", "parent", "side", "rank", "ell", "bin_left", "bin_right")}
+    counts = []
+    for _ in range(n_images * per_image):
+        m = int(np.clip(rng.poisson(9.8), 2, 35))
+        parent = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, m)])
+        order = rng.permutation(m)                            # relabel so the root is anywhere
+        inv = np.argsort(order)
+        parent = np.array([inv[parent[order[i]]] if parent[order[i]] >= 0 else -1 for i in range(m)])
+        side, rank = slots(parent)
+        left, right = binarize_head_outward(parent)
+        w = rng.integers(0, 3000, m)
+        for k, v in (("w1", w), ("w2", w), ("rel", rng.integers(0, n_rel, m)), ("parent", parent), ("side", side),
+                     ("rank", np.minimum(rank, 5)), ("ell", subtree_sizes(parent)),
+                     ("bin_left", np.append(left, -1)), ("bin_right", np.append(right, -1))):
+            cols[k].append(np.asarray(v, np.int64))
+        counts.append(m)
+    t = lambda a: torch.from_numpy(np.concatenate(a))  # noqa: E731
+    sent = Ragged({k: t(v) for k, v in cols.items()}, np.concatenate([[0], np.cumsum(counts)]))
+    imgs = Ragged({"x": torch.from_numpy(rng.standard_normal((n_images * regions, img_dim)).astype(np.float32))},
+                  np.arange(0, n_images * regions + 1, regions))
+    words = torch.from_numpy(rng.standard_normal((3000, 50)).astype(np.float32))
+    split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image), words)
+    return split, {"n_words": 3000, "word_dim": 50, "img_dim": img_dim, "n_relations": n_rel, "max_rank": 6}
+
+
+def token_split(n_images: int = 800, per_image: int = 5, n_vocab: int = 1000, img_dim: int = 1280, seed: int = 0):
+    """A training split of Pascal1K's size in the tokens view: 4,000 captions of 5-20 tokens (mean ≈ 11,
+    as Pascal1K's), a vocabulary of ~1,000 words (count >= 4), random full-frame descriptors."""
+    import numpy as np
+    import torch
+
+    from fraglib.inputs import Ragged, Split
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 18, n_images * per_image)
+    rel = torch.from_numpy(rng.integers(0, n_vocab, lengths.sum()))
+    sent = Ragged({"rel": rel, "w1": torch.zeros_like(rel)}, np.concatenate([[0], np.cumsum(lengths)]))
+    imgs = Ragged({"x": torch.from_numpy(rng.standard_normal((n_images, img_dim)).astype(np.float32))},
+                  np.arange(n_images + 1))
+    split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image),
+                  torch.zeros(1, 50))
+    return split, {"n_relations": n_vocab, "n_words": 1, "word_dim": 50, "img_dim": img_dim}
+
+
+def sentence_rows(split: Any, a: int, b: int) -> Any:
+    from fraglib.inputs import Ragged
+
+    off = split.sentences.off
+    return Ragged({k: v[off[a]:off[b]] for k, v in split.sentences.data.items()}, off[a:b + 1] - off[a])

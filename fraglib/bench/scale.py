@@ -1,0 +1,176 @@
+"""Benchmarks of scale: COCO-size scoring, and growth curves (cost against data size)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from fraglib.bench.common import entry, fresh, gpu_absent, REGIONS, random_split, sentence_rows
+
+
+def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None:
+    """A fresh process: one system of ``params.yaml``'s settings scores COCO's 5K test (5,000 images x
+    25,000 sentences) from random inputs; sentence tiles until ``budget_s`` is spent, the rest extrapolated."""
+    import resource
+
+    import numpy as np
+    import torch
+
+    from fraglib.evaluate import score_matrix
+    from fraglib.systems import get_system
+
+    cls = get_system(name)
+    cfg = cls.Config(**settings).validate()
+    regions = REGIONS[cls.views(cfg).images]
+    split, dims = random_split(5000, 5, regions=regions, seed=1)
+    dims = {**dims, "n_relations": 40}
+    torch.manual_seed(0)
+    system = cls(cfg, dims, 0)
+    system.prepare(split)
+    if not cls.TRAINABLE:
+        small, _ = random_split(500, 5, regions=regions, seed=2)
+        system.fit(small)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tile, tiles, t0 = 4096, 0, time.perf_counter()
+    n_tiles = -(-split.n_sentences // tile)
+    for a in range(0, split.n_sentences, tile):       # the evaluator's loop, one sentence tile per call
+        sub = dataclasses.replace(split, sentences=sentence_rows(split, a, min(a + tile, split.n_sentences)),
+                                  sentence_image=split.sentence_image[a:a + tile])
+        score_matrix(system, sub, 64, tile)
+        tiles += 1
+        if time.perf_counter() - t0 > budget_s:
+            break
+    t = (time.perf_counter() - t0) * n_tiles / tiles
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    q.put((t, tiles, n_tiles, peak / 1024, (peak - base) / 1024, regions))
+
+
+def _ranks_child(q) -> None:
+    """Ranks of both directions, the 1K fold protocol and 1,000 bootstrap CIs on a 5,000 x 25,000 matrix."""
+    import resource
+
+    import numpy as np
+    import torch
+
+    from fraglib.evaluate import evaluate_scores, fold_metrics
+
+    S = torch.randn(5000, 25000)
+    si = np.repeat(np.arange(5000), 5)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    evaluate_scores(S, si, 1000)
+    fold_metrics(S, si, 5)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    q.put((time.perf_counter() - t0, peak / 1024, (peak - base) / 1024))
+
+
+def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
+    """Every system (its ``params.yaml`` settings, random weights and inputs) scoring COCO's 5K test,
+    5,000 images x 25,000 sentences, in the evaluator's tiles, each in a fresh process: seconds (the
+    sentence tiles a budget allows, scaled to all of them: ``measured_tiles``) and peak RSS; plus
+    the ranks, 5K and 1K protocols and bootstrap CIs from the matrix."""
+    import multiprocessing as mp
+
+    from fraglib.config import read_params
+    from fraglib.systems import SYSTEMS
+
+    params = read_params("params.yaml")
+    cases = [(n, dict(params["systems"].get(n) or {})) for n in SYSTEMS]
+    cases.append(("vse", {**(params["systems"].get("vse") or {}), "similarity": "attention", "images": "top36"}))
+    ctx, out = mp.get_context("spawn"), []
+    for name, settings in cases:
+        settings = {k: v for k, v in settings.items() if k in {f.name for f in dataclasses.fields(SYSTEMS[name].Config)}}
+        q = ctx.Queue()
+        p = ctx.Process(target=_coco_child, args=(q, name, settings, budget_s))
+        p.start()
+        t, tiles, n_tiles, peak, growth, regions = q.get()
+        p.join()
+        label = name + ("_attention" if settings.get("similarity") == "attention" else "")
+        out.append(entry(f"coco5k_scores_{label}_s", round(t, 1), "s", measured_tiles=f"{tiles}/{n_tiles}",
+                         peak_rss_mb=round(peak), growth_during_scoring_mb=round(growth), regions_per_image=regions,
+                         memory_aim_mb=8192, note="5,000 images x 25,000 sentences, random inputs and weights; "
+                         "seconds scaled from the sentence tiles measured"))
+    q = ctx.Queue()
+    p = ctx.Process(target=_ranks_child, args=(q,))
+    p.start()
+    t, peak, growth = q.get()
+    p.join()
+    out.append(entry("coco5k_ranks_s", round(t, 1), "s", peak_rss_mb=round(peak), growth_mb=round(growth),
+                     note="annotation + search ranks, 1,000 bootstrap CIs each, and the 5-fold 1K protocol"))
+    return out + gpu_absent("coco5k_gpu")
+
+
+def _growth_data(params: dict[str, Any], scale: int, out: str) -> None:
+    from fraglib.data.synthetic import SynthConfig, write_benchmark
+    from fraglib.text.build import TextConfig, run_fragments, run_parse
+
+    sc = dict(params["synthetic"])
+    sc.update({k: sc[k] * scale for k in ("n_train", "n_val", "n_test")})
+    write_benchmark(SynthConfig(**sc), out, progress=False)
+    tc = TextConfig(**params["text"])
+    run_parse(out, tc, progress=False)
+    run_fragments(out, tc)
+
+
+def _growth_features(params: dict[str, Any], out: str) -> None:
+    from fraglib.data import read_karpathy_json
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.vision.features import extract
+    from fraglib.vision.rcnn import VisionConfig
+
+    extract(read_karpathy_json(Path(out) / "dataset.json"), VisionConfig(**params["vision"]), Path(out) / "features",
+            synthetic_truth(Path(out) / "ground_truth.json"), progress=False, region_views=True)
+
+
+def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> float:
+    """One epoch of ``run`` (params.yaml settings); returns the training loop's seconds (no validation)."""
+    import torch
+
+    from fraglib import checkpoint
+    from fraglib.train import resolve_run, train
+
+    train(data, out, resolve_run(params, run, extra={"epochs": 1, "n_boot": 10}), device=torch.device("cpu"),
+          progress=False)
+    return float(checkpoint.load(Path(out) / "last.pt")["train_seconds"]) if (Path(out) / "last.pt").exists() else 0.0
+
+
+def _growth_eval(out: str) -> None:
+    from fraglib.evaluate import evaluate_run
+
+    evaluate_run(Path(out), n_boot=1000)
+
+
+def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
+    """Cost against data size on the synthetic benchmark (``params.yaml: synthetic`` × scale: images of
+    every split): data (generation, parse, fragments), features, one epoch of every system in
+    ``params.yaml: bench.growth_runs`` (the training loop's seconds; a closed-form system: the whole train call, ``fit_``)
+    and its test evaluation (the whole ``evaluate_run``: loading, score matrix, ranks, 1,000-resample CIs),
+    each in a fresh process: seconds and peak RSS. ``FRAGLIB_BENCH_THREADS`` fixes the threads; ``FRAGLIB_GROWTH_SCALES``
+    (e.g. ``1,4``) the scales."""
+    from fraglib.config import read_params
+
+    scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
+    params = read_params("params.yaml")
+    out: list[dict[str, Any]] = []
+    for scale in scales:
+        n = scale * sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
+        with tempfile.TemporaryDirectory() as tmp:
+            data = str(Path(tmp) / "synth")
+            rows = [("data", fresh(_growth_data, params, scale, data)),
+                    ("features", fresh(_growth_features, params, data))]
+            for run in (params.get("bench") or {}).get("growth_runs") or []:
+                rd = str(Path(tmp) / "runs" / run)
+                t, peak, epoch = fresh(_growth_epoch, params, run, data, rd)
+                rows.append((f"epoch_{run}" if epoch else f"fit_{run}", (epoch or t, peak, None)))  # fit: the whole call
+                rows.append((f"eval_{run}", fresh(_growth_eval, rd)))
+            for what, (t, peak, _) in rows:
+                out.append(entry(f"growth_{what}_x{scale}_s", round(t, 2), "s", scale=scale, images=n,
+                                 peak_rss_mb=round(peak), threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all")))
+                print(f"[growth] x{scale} {what}: {t:.1f} s, peak {peak:.0f} MB", flush=True)
+    return out
