@@ -41,6 +41,20 @@ def test_teacher_forced_loss_equals_the_hand_summed_reference():
     assert not torch.allclose(both[3:], got)
 
 
+def test_packed_caption_loss_equals_the_padded_grid():
+    """The output layer on real positions only (packed) gives the padded grid's loss and gradients."""
+    m = tiny_stt(seed=3)
+    captions = [[3, 1, 4], [1, 5], [2, 6, 5, 3, 0], [7]]
+    u = torch.nn.functional.normalize(torch.randn(8, 6, dtype=torch.float64), dim=1).requires_grad_()
+    got, want = m.caption_nll(u, token_rows(captions)), m.caption_nll_padded(u, token_rows(captions))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    params = [u, *m.parameters()]
+    for a, b in zip(torch.autograd.grad(got.sum(), params, allow_unused=True),
+                    torch.autograd.grad(want.sum(), params, allow_unused=True)):
+        if a is not None or b is not None:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_nll_by_hand_on_known_logits():
     logits = torch.zeros(1, 3, 4, dtype=torch.float64)
     logits[0, 0, 2] = np.log(3.0)                                    # P(2) = 3/6 at step 0

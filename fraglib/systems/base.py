@@ -173,15 +173,6 @@ def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
     return lin
 
 
-def tuned_cnn(cfg: Any, dims: dict[str, int]) -> nn.Module | None:
-    """The CNN a system with ``cfg.finetune`` > 0 trains (:class:`fraglib.systems.cnn.TunedCNN`), else None."""
-    if not getattr(cfg, "finetune", 0):
-        return None
-    from fraglib.systems.cnn import TunedCNN
-
-    return TunedCNN(dims["cnn_variant"], cfg.finetune)
-
-
 def check_finetune(section: str, cfg: Any) -> None:
     from fraglib.config import ConfigError, check_range
 

@@ -9,6 +9,8 @@ the cache (tests/test_finetune.py). Batch-norm statistics stay ImageNet's (alway
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -62,3 +64,10 @@ class TunedCNN(nn.Module):
             roi = roi_descriptors(fmap, seg_box.cpu().numpy(), float(it["scale"][i]))
             out.append(torch.where(seg_full[:, None], fmap.mean(dim=(2, 3)), roi))
         return torch.cat(out) if out else d["box"].new_zeros((0, self.net._conv_head.out_channels))
+
+
+def tuned_cnn(cfg: Any, dims: dict[str, int]) -> nn.Module | None:
+    """The CNN a system with ``cfg.finetune`` > 0 trains (:class:`TunedCNN`), else None."""
+    if not getattr(cfg, "finetune", 0):
+        return None
+    return TunedCNN(dims["cnn_variant"], cfg.finetune)

@@ -20,7 +20,8 @@ from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, add_input_buffers,
-                                  check_finetune, fill_input_buffers, image_map, standardized_linear, tuned_cnn)
+                                  check_finetune, fill_input_buffers, image_map, standardized_linear)
+from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
 
 

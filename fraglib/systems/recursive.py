@@ -61,44 +61,52 @@ def levels(parent: np.ndarray) -> list[np.ndarray]:
 
 @dataclasses.dataclass
 class Level:
-    """One level of a :class:`Plan`: its nodes ``idx``; ``child`` = positions (in ``idx``) of the
-    nodes with a parent; ``by_matrix`` = [(k, positions in ``child``)]; ``msg_order`` puts the
-    per-matrix messages back in ``child`` order; ``to_level`` = [(target level, positions in
-    ``child``, parents' positions in the target level)]."""
+    """One level of a :class:`Plan`, its nodes in *level order*: the ``n_child`` nodes with a parent first,
+    sorted by matrix, so that ``groups`` = [(matrix k, count)] are consecutive runs of them; their messages
+    are permuted by ``to_target`` into runs per target level, ``targets`` = [(target level, count, the
+    parents' positions in that level)]."""
 
-    idx: torch.Tensor
-    child: torch.Tensor
-    by_matrix: list[tuple[int, torch.Tensor]]
-    msg_order: torch.Tensor
-    to_level: list[tuple[int, torch.Tensor, torch.Tensor]]
+    size: int
+    n_child: int
+    groups: list[tuple[int, int]]
+    to_target: torch.Tensor
+    targets: list[tuple[int, int, torch.Tensor]]
 
 
 @dataclasses.dataclass
 class Plan:
-    """The schedule of one forest for :func:`compose` as index tensors, built once per structure
-    (:func:`plan`); ``where`` (N, 2) = (level, position in level) of every node."""
+    """The schedule of one forest for :func:`compose`, built once per structure (:func:`plan`): the
+    levels, ``order`` (N,) the node ids level after level in level order (one gather puts every input in
+    place; each level is then a contiguous run), and ``where`` (N, 2) = (level, position in level) of
+    every node."""
 
     levels: list[Level]
+    order: torch.Tensor
     where: np.ndarray
 
 
 def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu") -> Plan:
     """The :class:`Plan` of a forest (``slot`` ignored at roots)."""
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
-    lv = levels(parent)
+    lv = []
+    for idx in levels(parent):                      # level order: children by matrix, then the roots
+        has = parent[idx] >= 0
+        kids = idx[has][np.argsort(slot[idx[has]], kind="stable")]
+        lv.append(np.concatenate([kids, idx[~has]]))
     where = np.zeros((len(parent), 2), np.int64)
     for L, idx in enumerate(lv):
         where[idx, 0], where[idx, 1] = L, np.arange(len(idx))
     out = []
     for idx in lv:
-        child = np.nonzero(parent[idx] >= 0)[0]
-        sl, par = slot[idx][child], parent[idx][child]
-        groups = [(int(k), np.nonzero(sl == k)[0]) for k in np.unique(sl)]
-        cat = np.concatenate([g for _, g in groups]) if groups else np.zeros(0, np.int64)
+        kids = idx[parent[idx] >= 0]
+        ks, counts = np.unique(slot[kids], return_counts=True)
+        par = parent[kids]
         tl = where[par, 0]
-        out.append(Level(t(idx), t(child), [(k, t(g)) for k, g in groups], t(np.argsort(cat)),
-                         [(int(T), t(np.nonzero(tl == T)[0]), t(where[par[tl == T], 1])) for T in np.unique(tl)]))
-    return Plan(out, where)
+        perm = np.argsort(tl, kind="stable")
+        Ts, tcounts = np.unique(tl, return_counts=True)
+        out.append(Level(len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)], t(perm),
+                         [(int(T), int(c), t(where[par[perm][tl[perm] == T], 1])) for T, c in zip(Ts, tcounts)]))
+    return Plan(out, t(np.concatenate(lv) if lv else np.zeros(0, np.int64)), where)
 
 
 def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor, W_in: torch.Tensor | None = None,
@@ -111,36 +119,44 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
     ``x`` (N, d) node inputs, ``base = x @ W_in.T`` (``x`` itself when ``W_in`` is None);
     ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
     (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` = :func:`plan` of (parent, slot)
-    when already known. Each level keeps its own small accumulator, so the backward pass never
-    touches an (N, n) tensor per level; gathers are ``index_select`` (their backward is a fast
-    ``index_add``, where plain indexing's is a slow accumulating ``index_put``)."""
+    when already known. The inputs are gathered once into level order and split into per-level views
+    (whose backward is one concatenation), each matrix is taken once (``unbind``), a level's children
+    are consecutive runs per matrix, and each level keeps its own small accumulator: no gradient of a
+    full-size tensor is formed per level or per matrix."""
     if x.shape[0] == 0:
         return x if W_in is None else x @ W_in.T
     schedule = plan(parent, slot, x.device) if schedule is None else schedule
-    raw_t = torch.from_numpy(raw).to(x.device) if raw is not None else None
-    n = W.shape[1] if W_in is None else W_in.shape[0]
-    acc = [x.new_zeros((len(lv.idx), n)) for lv in schedule.levels]
+    order = schedule.order
+    sizes = [lv.size for lv in schedule.levels]
+    xs = x.index_select(0, order)
+    base = (xs if W_in is None else xs @ W_in.T).split(sizes)
+    n = base[0].shape[1]
+    per_level = lambda v: v.index_select(0, order).split(sizes)  # noqa: E731
+    scales = per_level(scale) if scale is not None else None
+    weights = per_level(weight) if weight is not None else None
+    raws = per_level(torch.from_numpy(raw).to(x.device)) if raw is not None else None
+    Wt = W.transpose(1, 2).contiguous().unbind(0)
+    acc = [x.new_zeros((size, n)) for size in sizes]
     parts = []
     for L, lv in enumerate(schedule.levels):
-        xs = x.index_select(0, lv.idx)
-        base = xs if W_in is None else xs @ W_in.T
-        pre = base + acc[L]
-        if scale is not None:
-            pre = pre * scale.index_select(0, lv.idx)[:, None]
+        pre = base[L] + acc[L]
+        if scales is not None:
+            pre = pre * scales[L][:, None]
         h = f(pre)
-        if raw_t is not None:
-            h = torch.where(raw_t.index_select(0, lv.idx)[:, None], base, h)
+        if raws is not None:
+            h = torch.where(raws[L][:, None], base[L], h)
         parts.append(h)
-        if not len(lv.child):
+        if not lv.n_child:
             continue
-        hc = h.index_select(0, lv.child)
-        if weight is not None:
-            hc = hc * weight.index_select(0, lv.idx.index_select(0, lv.child))[:, None]
-        msg = torch.cat([hc.index_select(0, sel) @ W[k].T for k, sel in lv.by_matrix]).index_select(0, lv.msg_order)
-        for T, sel, target in lv.to_level:
-            acc[T].index_add_(0, target, msg.index_select(0, sel))
+        hc = h[:lv.n_child]
+        if weights is not None:
+            hc = hc * weights[L][:lv.n_child, None]
+        msg = [piece @ Wt[k] for (k, _), piece in zip(lv.groups, hc.split([c for _, c in lv.groups]))]
+        msg = (msg[0] if len(msg) == 1 else torch.cat(msg)).index_select(0, lv.to_target)
+        for (T, _, target), m in zip(lv.targets, msg.split([c for _, c, _ in lv.targets])):
+            acc[T].index_add_(0, target, m)
     flat = torch.cat(parts)
-    starts = np.concatenate([[0], np.cumsum([len(lv.idx) for lv in schedule.levels])[:-1]])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     w = schedule.where if nodes is None else schedule.where[nodes]
     return flat.index_select(0, torch.from_numpy(starts[w[:, 0]] + w[:, 1]).to(x.device))
 

@@ -240,13 +240,35 @@ class SttSystem(vse.VseSystem):
 
     def caption_nll(self, u: torch.Tensor, rows: Rows) -> torch.Tensor:
         """(h·m,) Eq. 10/11: −log P(caption | u) of the m captions ``rows`` (teacher forcing) from each of
-        the h·m rows of ``u`` (h heads stacked: rows k, m + k, … all decode caption k)."""
+        the h·m rows of ``u`` (h heads stacked: rows k, m + k, … all decode caption k). The output layer
+        and its softmax run on the real positions only (the packed sequence: each caption's words and
+        ``</s>``), never on padding; :meth:`caption_nll_padded` is the same on the padded grid."""
+        tok, lengths, targets = self._teacher_forcing(u, rows)
+        steps = (lengths + 1).cpu()
+        x = torch.cat([self.bos.expand(len(tok), 1, -1), self.text.embed(tok)], 1)
+        packed = pack_padded_sequence(self.text.drop(x), steps, batch_first=True, enforce_sorted=False)
+        y, _ = self.dec(packed, torch.tanh(self.init(u))[None].contiguous())
+        logits = self.out(self.text.drop(y.data))                                       # (Σ steps, V+1)
+        pick = lambda t: pack_padded_sequence(t, steps, batch_first=True, enforce_sorted=False).data  # noqa: E731
+        logp = torch.log_softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        logp = logp.gather(1, pick(targets)[:, None])[:, 0]
+        owner = pick(torch.arange(len(tok), device=tok.device)[:, None].expand_as(targets))
+        return -logp.new_zeros(len(tok)).index_add_(0, owner, logp)
+
+    def caption_nll_padded(self, u: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """:meth:`caption_nll` on the padded (h·m, L+1) grid (:meth:`decoder_logits`, :func:`teacher_forced_nll`):
+        its exactness reference."""
+        tok, lengths, targets = self._teacher_forcing(u, rows)
+        return teacher_forced_nll(self.decoder_logits(u, tok, lengths), targets, lengths)
+
+    def _teacher_forcing(self, u: torch.Tensor, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(inputs (h·m, L) token ids, lengths (h·m,), targets (h·m, L+1) with ``</s>`` at each length)."""
         tok, mask = vse.padded(rows.data["rel"], rows.owner, rows.n)
         heads = len(u) // max(rows.n, 1)
         tok, lengths = tok.repeat(heads, 1), mask.sum(1).repeat(heads)
         targets = torch.cat([tok, tok.new_zeros((len(tok), 1))], 1)
         targets[torch.arange(len(tok)), lengths] = self.eos
-        return teacher_forced_nll(self.decoder_logits(u, tok, lengths), targets, lengths)
+        return tok, lengths, targets
 
     def loss(self, images: Any, sentences: Sentences, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 12; a term weighted 0 is not computed (text-only runs: ``lambda_ic = lambda_sim = 0``)."""

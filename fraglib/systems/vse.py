@@ -40,7 +40,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
-                                  fill_input_buffers, image_map, mean_rows, standardized_linear, tuned_cnn)
+                                  fill_input_buffers, image_map, mean_rows, standardized_linear)
+from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import contrastive_hinge, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
