@@ -20,7 +20,7 @@ from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, add_input_buffers,
-                                  check_finetune, fill_input_buffers, image_map, standardized_linear)
+                                  check_finetune, fill_input_buffers, image_map)
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
 
@@ -113,7 +113,7 @@ class FragmentSystem(System):
 
     def embed_images(self, x: torch.Tensor) -> torch.Tensor:
         """(R, img_dim) CNN descriptors -> (R, h) image-fragment embeddings."""
-        return self.unit(standardized_linear(self.img, x, self.img_mean, self.img_std))
+        return self.unit(self.img((x - self.img_mean) / self.img_std))
 
     def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings (a loop over
