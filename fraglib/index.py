@@ -56,6 +56,24 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     import io
 
     out = []
+    epochs = [e for e in entries if e["name"].startswith("epoch_")]
+    if epochs:
+        out.append("<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
+                   "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
+                   f"100 / 500 validation), {epochs[0].get('threads')} thread(s), median of {epochs[0].get('repeats')} "
+                   f"epochs ({html.escape(epochs[0]['machine'])}; <code>make bench</code>). FLOPs: matmul-like operations "
+                   "as executed (<code>FlopCounterMode</code>); ratio = achieved FLOP/s ÷ the same process's matmul "
+                   "FLOP/s; critical path = sequential steps × one step's measured latency.</p><table><tr><th>run</th>"
+                   "<th>views</th><th>seconds (train + validation)</th><th>GFLOP</th><th>ratio</th>"
+                   "<th>critical path</th></tr>")
+        for e in epochs:
+            cp = e.get("critical_path_s")
+            cp_cell = f"{cp} s (time = {e.get('seconds_over_critical_path')}×)" if cp else "—"
+            ratio = e["ratio"] if e["ratio"] is not None else "—"
+            out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td><td>{html.escape(str(e.get('views')))}</td>"
+                       f"<td>{e['value']} ({e.get('train_s')} + {e.get('val_s')})</td><td>{e.get('gflop')}</td>"
+                       f"<td>{ratio}</td><td>{cp_cell}</td></tr>")
+        out.append("</table>")
     growth = [e for e in entries if e["name"].startswith("growth_")]
     if growth:
         from fraglib.plots import growth_figure
