@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import parse_overrides, read_params
+from fraglib.outputs import claim
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -115,6 +116,14 @@ def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]
     return meta, configs, crit
 
 
+def json_arg(ap: argparse.ArgumentParser, flag: str, text: str) -> Any:
+    """The JSON value of a command-line flag, or a usage error naming the flag and the parse error."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        ap.error(f"{flag} {text!r}: not JSON ({e})")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", help="the run (params.yaml `runs`) whose settings are searched")
@@ -135,9 +144,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rescore", type=Path, metavar="TABLE", help="second stage: the --top best rows of this earlier "
                     "table (its run, keys, epochs, folders) on --splits, ranked over all splits")
     ap.add_argument("--top", type=int, default=4, help="rows of --rescore trained again")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out table (and its .json)")
     args = ap.parse_args(argv)
     if not args.rescore and not (args.run and args.dataset_dir):
         ap.error("--run and --dataset-dir are required (unless --rescore supplies them)")
+    for name in ("trials", "epochs", "jobs", "top"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    if args.splits and args.dataset_dir and "{seed}" not in args.dataset_dir:
+        ap.error(f"--splits {' '.join(map(str, args.splits))}: --dataset-dir {args.dataset_dir!r} has no {{seed}} "
+                 "to put each split in (e.g. data/pascal1k/split{seed})")
+    out = Path(args.out)
+    try:                                             # before any training: no work is lost to a refusal
+        claim([out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out")
+    except FileExistsError as e:
+        ap.error(str(e))
     configs, prev = None, None
     if args.rescore:
         if not args.splits:
@@ -151,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         space, fixed = meta["space"], {**meta["fixed"], **parse_overrides(args.set)}
         args.trials = len(configs)
     elif args.configs:
-        configs = json.loads(args.configs)
+        configs = json_arg(ap, "--configs", args.configs)
         if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and c for c in configs):
             raise ValueError("--configs: a non-empty JSON list of non-empty objects, e.g. '[{\"lr\": 0.01}]'")
         space = {k: list(dict.fromkeys(c[k] for c in configs if k in c)) for c in configs for k in c}
@@ -160,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError("--configs: every configuration must set the same keys (put shared values in --set)")
         fixed, args.trials = parse_overrides(args.set), len(configs)
     else:
-        space = json.loads(args.space) if args.space else SPACE
+        space = json_arg(ap, "--space", args.space) if args.space else SPACE
+        if not isinstance(space, dict) or not space or not all(isinstance(v, list) and v for v in space.values()):
+            ap.error(f"--space {args.space}: a non-empty JSON object of non-empty lists, e.g. '{{\"lr\": [0.01, 0.03]}}'")
         fixed = parse_overrides(args.set)
     rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
                   args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs)
@@ -172,7 +195,6 @@ def main(argv: list[str] | None = None) -> None:
             r["val_rsum_all"] = round((n0 * r["val_rsum_prev"] + n1 * r["val_rsum_best"]) / (n0 + n1), 2)
         rows.sort(key=lambda r: -r["val_rsum_all"])
     keys = list(rows[0])
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
     out.with_suffix(".json").write_text(json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,

@@ -149,7 +149,7 @@ def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, t
     assert json.loads(third.with_suffix(".json").read_text())["space"] == {"lr": [0.2, 0.01], "margin": [0.1, 0.3]}
     with pytest.raises(ValueError, match="same keys"):
         search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--params", str(params),
-                     "--out", str(third), "--configs", '[{"lr": 0.2}, {"margin": 0.3}]'])
+                     "--out", str(tmp_path / "fourth.csv"), "--configs", '[{"lr": 0.2}, {"margin": 0.3}]'])
     with pytest.raises(ValueError, match=r"splits \[0\] were already scored"):
         search.main(["--rescore", str(first), "--splits", "0", "--params", str(params), "--out", str(tmp_path / "x.csv")])
 
@@ -171,7 +171,8 @@ def test_search_over_feature_caches(tiny_full, tmp_path):
     assert rows[0][0] == "features_dir" and {r[0] for r in rows[1:]} == {str(tiny_full / "features"), str(other)}
     assert rows[1][1] == rows[2][1]                     # the same cache under two names: the same criterion
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        search.main(base + ["--trials", "1", "--space", json.dumps({"features_dir": [str(tmp_path / "nowhere")]})])
+        search.main(base[:-1] + [str(tmp_path / "missing.csv"), "--trials", "1",
+                                 "--space", json.dumps({"features_dir": [str(tmp_path / "nowhere")]})])
 
 
 def test_resolve_run_layers_and_routing():
@@ -237,3 +238,29 @@ def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_d
     assert checkpoint.load(out / "last.pt")["epoch"] == 3
     with pytest.raises(CheckpointError, match="other train_config"):     # but not at another value
         train(tiny_full, out, tiny_spec(epochs=3, select="last"), device=cpu, progress=False)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--trials", "0"], "--trials 0: must be at least 1"),
+    (["--jobs", "0"], "--jobs 0: must be at least 1"),
+    (["--space", "{lr: [1]}"], "--space '{lr: [1]}': not JSON"),
+    (["--space", "{}"], "a non-empty JSON object of non-empty lists"),
+    (["--space", '{"lr": 0.01}'], "a non-empty JSON object of non-empty lists"),
+    (["--space", '{"lr": []}'], "a non-empty JSON object of non-empty lists"),
+    (["--configs", "[{"], "--configs '[{': not JSON"),
+    (["--splits", "0", "1"], "has no {seed}"),
+    ([], "refusing to replace 1 existing file"),
+])
+def test_search_refuses_unusable_arguments_before_any_work(extra, says, tmp_path, capsys):
+    """Each bad argument stops the search with a usage error naming it, before a trial trains; an existing
+    table is never rewritten without --overwrite."""
+    from fraglib import search
+
+    out = tmp_path / "table.csv"
+    if not extra:
+        out.write_text("lr,val_rsum_best\n0.01,100\n")
+    with pytest.raises(SystemExit) as e:
+        search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "nowhere"), "--out", str(out), *extra])
+    assert e.value.code == 2 and says in capsys.readouterr().err
+    assert not extra or not out.exists()
+    assert extra or out.read_text() == "lr,val_rsum_best\n0.01,100\n"
