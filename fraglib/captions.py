@@ -352,7 +352,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True, help="a study run of a generating system (runs/<data>/<run>)")
-    ap.add_argument("--split", default="test")
+    ap.add_argument("--split", default="test", choices=["train", "val", "test"])
     ap.add_argument("--beam", type=int, help="beam width (default: the system's `beam`)")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--dataset-dir", help="default: each checkpoint's own; may hold {seed}")
@@ -362,6 +362,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--images", choices=["none"], help="none: text only (paraphrasing alone), e.g. data without images")
     ap.add_argument("--name", default="captions", help="output name: <run-dir>/<name>.json and <run-dir>/<name>/")
     args = ap.parse_args(argv)
+    if args.beam is not None and args.beam < 1:
+        ap.error(f"--beam {args.beam}: the beam width is at least 1 (1 = greedy)")
+    if args.n_boot < 1:
+        ap.error(f"--n-boot {args.n_boot}: at least 1 bootstrap resample")
     why = java_missing()
     if why:
         raise SystemExit(f"fraglib.captions: {why}")

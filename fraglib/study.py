@@ -165,7 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds or <dataset>.splits)")
     args = ap.parse_args(argv)
     params = read_params(args.params)
-    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     s = run_study(args.dataset_dir, args.run, params, args.out, args.dataset, args.features_dir, seeds)
     print(f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
           f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}")

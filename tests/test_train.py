@@ -264,3 +264,18 @@ def test_search_refuses_unusable_arguments_before_any_work(extra, says, tmp_path
     assert e.value.code == 2 and says in capsys.readouterr().err
     assert not extra or not out.exists()
     assert extra or out.read_text() == "lr,val_rsum_best\n0.01,100\n"
+
+
+@pytest.mark.parametrize("module, argv, says", [
+    ("captions", ["--run-dir", "x", "--split", "dev"], "invalid choice: 'dev'"),
+    ("captions", ["--run-dir", "x", "--beam", "0"], "--beam 0: the beam width is at least 1"),
+    ("captions", ["--run-dir", "x", "--beam", "-2"], "--beam -2: the beam width is at least 1"),
+    ("captions", ["--run-dir", "x", "--n-boot", "0"], "--n-boot 0: at least 1"),
+    ("study", ["--run", "full", "--dataset-dir", "x", "--out", "y", "--seeds", "0,x"], "--seeds '0,x': comma-separated"),
+])
+def test_commands_refuse_unusable_arguments(module, argv, says, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(f"fraglib.{module}").main(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
