@@ -49,6 +49,18 @@ def _version(p: str) -> str:
         return "not installed"
 
 
+def growth_slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares b of ``seconds = a · scale^b`` over (scale, seconds) points; None for fewer than two
+    scales or a non-positive time."""
+    import math
+
+    pts = [(math.log(x), math.log(y)) for x, y in points if y and y > 0]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
 def _scale_sections(entries: list[dict]) -> list[str]:
     """What a user needs to predict their cost: growth with data size (table and figure) and COCO-size
     evaluation per system, from ``python -m fraglib.bench growth`` / ``coco_eval``."""
@@ -86,12 +98,15 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         cell = {(e["name"][len("growth_"):].rsplit("_x", 1)[0], e["scale"]): e for e in growth}
         out.append("<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
                    "the default size × " + ", ".join(map(str, scales)) + f" ({html.escape(growth[0]['machine'])}, "
-                   f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>).</p>"
-                   "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "</tr>")
+                   f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>)."
+                   " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
+                   "(1 = linear; Eq. 5's all-negatives systems grow faster).</p>"
+                   "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th></tr>")
         for c in comps:
+            slope = growth_slope([(s, cell[c, s]["value"]) for s in scales if (c, s) in cell])
             out.append(f"<tr><td>{html.escape(c)}</td>" + "".join(
                 f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>" if (c, s) in cell else "<td>—</td>"
-                for s in scales) + "</tr>")
+                for s in scales) + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td></tr>")
         out.append("</table><img alt='growth curves' src='data:image/png;base64,"
                    + base64.b64encode(buf.getvalue()).decode() + "'>")
     coco = [e for e in entries if e["name"].startswith("coco5k_")]

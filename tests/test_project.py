@@ -4,6 +4,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fraglib.bench import merge
@@ -140,3 +141,11 @@ def test_no_import_circle_among_the_systems():
 
     circles = [m for m in graph if m != "__init__" and cycle(m, m, {m})]
     assert not circles, f"import circle through {circles}"
+
+
+def test_growth_slope_is_the_log_log_least_squares_exponent():
+    from fraglib.index import growth_slope
+
+    assert growth_slope([(1, 2.0), (4, 8.0)]) == pytest.approx(1.0)             # linear
+    assert growth_slope([(1, 1.0), (4, 16.0), (16, 256.0)]) == pytest.approx(2.0)  # quadratic, three scales
+    assert growth_slope([(1, 3.0)]) is None and growth_slope([(1, 0.0), (4, 1.0)]) is None
