@@ -68,7 +68,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     import io
 
     out = []
-    epochs = [e for e in entries if e["name"].startswith("epoch_")]
+    epochs = sorted((e for e in entries if e["name"].startswith("epoch_")), key=lambda e: e["value"] is None)
     if epochs:
         out.append("<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
                    "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
@@ -79,6 +79,10 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                    "<th>views</th><th>seconds (train + validation)</th><th>GFLOP</th><th>ratio</th>"
                    "<th>critical path</th></tr>")
         for e in epochs:
+            if e["value"] is None:                            # a GPU row not measured: say why
+                out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td>"
+                           f"<td colspan=5>{html.escape(e.get('note', ''))}</td></tr>")
+                continue
             cp = e.get("critical_path_s")
             cp_cell = f"{cp} s (time = {e.get('seconds_over_critical_path')}×)" if cp else "—"
             ratio = e["ratio"] if e["ratio"] is not None else "—"

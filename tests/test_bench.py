@@ -10,6 +10,8 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     from fraglib.bench.systems import bench_epoch
 
     got = {e["name"]: e for e in bench_epoch(["devise", "dtrnn"], repeats=1)}
+    gpu = got.pop("epoch_gpu", None)                                    # present (value None) without a GPU
+    assert gpu is None or (gpu["value"] is None and "systems_device" in gpu["note"])
     assert set(got) == {"epoch_devise", "epoch_dtrnn"}
     for e in got.values():
         assert {"name", "value", "unit", "reference", "ratio", "machine"} <= set(e)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.bench.common import REGIONS, entry, in_fresh_processes, matmul_gflops, random_split, token_split
+from fraglib.bench.common import REGIONS, entry, gpu_absent, in_fresh_processes, matmul_gflops, random_split, token_split
 
 
 def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
@@ -560,4 +560,4 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
                          peak_rss_mb=round(r["peak_rss_mb"]), **extra))
         print(f"[bench]   epoch_{run}: {sec:.2f} s, {flops / 1e9:.1f} GFLOP, ratio {out[-1]['ratio']}"
               + (f", critical path {extra['critical_path_s']} s" if extra else ""), flush=True)
-    return out
+    return out + gpu_absent("epoch_gpu")
