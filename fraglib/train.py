@@ -261,8 +261,6 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     """Train (or resume) ``spec`` and evaluate it; returns the test metrics. ``stop_after`` ends the
     process's work after that many epochs (used to test resumption); ``restart``: a checkpoint of
     other settings or inputs is replaced instead of refused."""
-    from tqdm.auto import tqdm
-
     from fraglib.device import make_deterministic, select_device
 
     tc, cls = spec.train_config.validate(), get_system(spec.system)
