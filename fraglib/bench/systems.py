@@ -438,12 +438,13 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     st_all = structure(every) if system.cfg.loss == "margin" else None
     n_lv_all = len(levels(st_all.parent)) if st_all is not None else 0
     n_nodes = len(st_all.parent) if st_all is not None else 0
-    per_step = []
+    per_step, nodes_b = [], 0
     for b in batches:
         st = structure(train.sentences.take(b))
         per_step.append(len(levels(st.parent)))
+        nodes_b += len(st.parent)
     lat_all = _level_latency(max(n_nodes // max(n_lv_all, 1), 1), system.words.shape[1]) if n_lv_all else 0.0
-    lat_b = _level_latency(max(len(batches[0]) * 10 // max(per_step[0], 1), 1), system.words.shape[1])
+    lat_b = _level_latency(max(nodes_b // max(sum(per_step), 1), 1), system.words.shape[1])   # mean level size
     total = len(batches) * n_lv_all * lat_all + sum(per_step) * lat_b
     return {"critical_path_s": round(total, 3),
             "sequential": {"levels_all_negatives": n_lv_all, "level_all_ms": round(lat_all * 1000, 3),
