@@ -6,13 +6,18 @@ tensors and plain containers, is written atomically and read with ``torch.load(w
 ``format``, ``run``, ``system`` (registry name), ``system_config``, ``train_config``, ``model_args``
 (the sizes the system was built from), ``fingerprint`` (SHA-256 of every input file it was trained
 on), ``model``, ``optimizer``, ``epoch``, ``history``, ``best_rsum``, ``best_epoch``,
-``train_seconds``, ``info``.
+``rng`` (the random generators' states after that epoch: dropout draws continue exactly on resume),
+``info``. No timings: the same run writes the same bytes (the trainer keeps its clock in
+``timing.json`` beside them).
 
 :func:`load_system` rebuilds the system from the checkpoint alone (no dataset, no GloVe).
 :func:`resume` returns a checkpoint only when its identity — system, both configs, model_args and
 input fingerprint — equals the current one; otherwise the run starts from scratch (``restart``)
 or stops with the differing fields named. A run whose ``best.pt`` has gone missing or does not
-belong to its ``last.pt`` is never finished silently from other weights.
+belong to its ``last.pt`` is never finished silently from other weights. The trainer writes
+``best.pt`` before ``last.pt``, so a kill between the two leaves ``best.pt`` one epoch ahead (or
+alone after epoch 1): the run resumes from ``last.pt`` (or starts again) and rewrites that epoch
+exactly.
 """
 from __future__ import annotations
 
@@ -107,10 +112,21 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
     message) and is an error otherwise."""
     last, best = out / "last.pt", out / "best.pt"
     if not last.exists():
-        if best.exists():
-            problem = f"{best} exists without {last}"
-        else:
+        if not best.exists():
             return None
+        try:
+            b = load(best)
+            problem = "" if not _differs(b, identity, defaults) else f"{best} was written for other inputs or settings"
+        except CheckpointError as exc:
+            b, problem = None, str(exc)
+        if not problem:
+            if b.get("epoch") == 0:                 # a closed-form fit (kcca, random): finished, nothing to train
+                return b
+            if b.get("epoch") == 1:                 # killed between best.pt and last.pt of the first epoch
+                log(f"{best} is ahead of a missing {last} (killed during epoch 1's writes): training from scratch")
+                best.unlink()
+                return None
+            problem = f"{best} (epoch {b.get('epoch')}) exists without {last}"
     else:
         try:
             ck = load(last)
@@ -124,7 +140,8 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
             elif ck.get("best_epoch") is not None:
                 try:
                     b = load(best)
-                    if _differs(b, identity, defaults) or b.get("epoch") != ck["best_epoch"]:
+                    ahead = b.get("epoch") == ck["epoch"] + 1      # killed between this epoch's two writes
+                    if _differs(b, identity, defaults) or (b.get("epoch") != ck["best_epoch"] and not ahead):
                         problem = f"{best} does not belong to {last} (best epoch {ck['best_epoch']})"
                 except CheckpointError as exc:
                     problem = f"{exc}; {last} records best epoch {ck['best_epoch']}"

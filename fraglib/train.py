@@ -242,6 +242,36 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
     return sums, len(batches), skipped
 
 
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """The states of the generators a training step draws from (dropout: torch's CPU generator, and the
+    device's on CUDA); batches and caption draws are seeded from (seed, epoch) and need none."""
+    out = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_state(state: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+    """Restore :func:`rng_state` (checkpoints written before it was saved carry none: left as seeded)."""
+    if state:
+        torch.set_rng_state(state["cpu"])
+        if device.type == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def read_timing(out: Path) -> dict[str, Any]:
+    """``timing.json`` of a run folder ({} when absent or unreadable): training seconds so far and epochs."""
+    try:
+        return json.loads((Path(out) / "timing.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_timing(out: Path, seconds: float, epochs: int) -> None:
+    """The clock lives beside the checkpoints, not in them (same run, same checkpoint bytes)."""
+    (Path(out) / "timing.json").write_text(json.dumps({"train_seconds": round(seconds, 3), "epochs": epochs}) + "\n")
+
+
 def check_usable(splits: dict[str, Any], where: str) -> None:
     """Refuse data on which training or evaluation would be meaningless, naming the cause."""
     for name, sp in splits.items():
@@ -293,8 +323,9 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         system.load_state_dict(ck["model"])
         if opt is not None:
             opt.load_state_dict(ck["optimizer"])
-        start, history, best_rsum, best_epoch, t_train = (ck["epoch"], ck["history"], ck["best_rsum"], ck["best_epoch"],
-                                                           ck["train_seconds"])
+        start, history, best_rsum, best_epoch = ck["epoch"], ck["history"], ck["best_rsum"], ck["best_epoch"]
+        set_rng_state(ck.get("rng"), device)
+        t_train = read_timing(out).get("train_seconds", 0.0)
     else:
         system.prepare(splits["train"])
         if not trainable:
@@ -303,7 +334,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     def state(epoch: int) -> dict[str, Any]:
         return {**identity, "run": spec.run, "model": system.state_dict(),
                 "optimizer": opt.state_dict() if opt else None, "epoch": epoch, "history": history,
-                "best_rsum": best_rsum, "best_epoch": best_epoch, "train_seconds": t_train, "info": info}
+                "best_rsum": best_rsum, "best_epoch": best_epoch, "rng": rng_state(device), "info": info}
 
     tr = splits["train"]
     system.use_training_split(tr)
@@ -340,6 +371,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
             checkpoint.save(out / "best.pt", state(epoch + 1))
         checkpoint.save(out / "last.pt", state(epoch + 1))
+        write_timing(out, t_train, epoch + 1)
         ctx.barrier()
     if not ctx.main:
         distributed.teardown(ctx)

@@ -132,12 +132,11 @@ def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> floa
     """One epoch of ``run`` (params.yaml settings); returns the training loop's seconds (no validation)."""
     import torch
 
-    from fraglib import checkpoint
-    from fraglib.train import resolve_run, train
+    from fraglib.train import read_timing, resolve_run, train
 
     train(data, out, resolve_run(params, run, extra={"epochs": 1, "n_boot": 10}), device=torch.device("cpu"),
           progress=False)
-    return float(checkpoint.load(Path(out) / "last.pt")["train_seconds"]) if (Path(out) / "last.pt").exists() else 0.0
+    return float(read_timing(Path(out)).get("train_seconds", 0.0))
 
 
 def _growth_eval(out: str) -> None:
