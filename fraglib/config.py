@@ -47,10 +47,14 @@ class _StrictLoader(yaml.SafeLoader):
     (YAML 1.1 reads it as a string)."""
 
     def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(k, deep=deep) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
-        dup = sorted({str(k) for k in keys if keys.count(k) > 1})
-        if dup:
-            raise ConfigError(f"line {node.start_mark.line + 1}: key {dup[0]!r} given twice")
+        seen: dict[Any, int] = {}
+        for k, _ in node.value:
+            if k.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(k, deep=deep)
+            if key in seen:
+                raise ConfigError(f"line {k.start_mark.line + 1}: key {key!r} given twice (first on line {seen[key]})")
+            seen[key] = k.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
@@ -77,7 +81,89 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
                           f"sections: {', '.join(SECTIONS)}")
+    try:
+        check_params(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return data
+
+
+# The keys of every nested mapping of params.yaml that is not read into a dataclass where it is used
+# (those are: synthetic, text, vision, train, systems.<s>, runs.<r>, checked against their fields).
+# Mappings whose keys the user names (results_report.socher_tables.margin, ….peri.generation) are free.
+DATASET_KEYS = ("root", "split_seed", "splits", "score", "image_size", "proposal_size", "num_workers", "objectness",
+                "nms_iou", "train", "systems", "runs")
+PLAIN_KEYS = {
+    "data_report": ("n_show", "sample_seed"), "text_report": ("n_examples", "example_seed"),
+    "vision_report": ("n_show", "sample_seed"), "study": ("seeds", "jobs", "replicates"), "captions": ("runs", "n_boot"),
+    "bench": ("growth_runs", "epoch_runs"), "pascal1k": DATASET_KEYS, "flickr8k": DATASET_KEYS,
+    "pascal1k.objectness": ("model", "hidden", "epochs"), "flickr8k.objectness": ("model", "hidden", "epochs"),
+    "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
+    "results_report.socher_tables": ("margin", "squared", "length_weighting"),
+    "results_report.peri": ("runs", "baselines", "masking", "generation"),
+    "results_report.fight": ("ladder", "baselines", "searches"),
+}
+RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings
+RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "pascal1k.runs", "flickr8k.runs")
+
+
+def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
+    """``value`` as a mapping whose keys are all in ``allowed`` (None/empty: {})."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    for k in value:
+        if k not in allowed:
+            raise ConfigError(f"{where}.{k}: unknown parameter{did_you_mean(k, allowed)}, allowed: {', '.join(map(str, allowed))}")
+    return value
+
+
+def check_params(data: dict[str, Any]) -> None:
+    """Every nested mapping of a params dict against its schema: a misspelt key anywhere (``study.jobz``,
+    ``pascal1k.trian``, ``systems.fragmnet``, ``runs.full.epohcs``) is a ConfigError with "did you mean";
+    so is a run list naming an unknown run. Values are checked where they are used."""
+    from fraglib.data.synthetic import SynthConfig
+    from fraglib.systems import SYSTEMS
+    from fraglib.text.build import TextConfig
+    from fraglib.train import TrainConfig
+    from fraglib.vision.rcnn import VisionConfig
+
+    names = lambda cls: tuple(f.name for f in dataclasses.fields(cls))  # noqa: E731
+    trainer = names(TrainConfig)
+    for sec, cls in (("synthetic", SynthConfig), ("text", TextConfig), ("vision", VisionConfig), ("train", TrainConfig)):
+        _keys(sec, data.get(sec), names(cls))
+    for where, allowed in PLAIN_KEYS.items():
+        head, _, sub = where.partition(".")
+        value = data.get(head)
+        if sub:
+            value = value.get(sub) if isinstance(value, dict) else None
+        _keys(where, value, allowed)
+
+    def systems(where: str, value: Any) -> None:
+        for name, settings in _keys(where, value, tuple(SYSTEMS)).items():
+            _keys(f"{where}.{name}", settings, trainer + names(SYSTEMS[name].Config))
+    systems("systems", data.get("systems"))
+    runs = data.get("runs") or {}
+    for run, entry in _keys("runs", runs, tuple(runs)).items():
+        entry = entry or {}
+        if not isinstance(entry, dict) or entry.get("system") not in SYSTEMS:
+            got = entry.get("system") if isinstance(entry, dict) else entry
+            raise ConfigError(f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: "
+                              f"{', '.join(SYSTEMS)}")
+        _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
+    for ds in ("pascal1k", "flickr8k"):
+        if isinstance(data.get(ds), dict):
+            _keys(f"{ds}.train", data[ds].get("train"), trainer)
+            systems(f"{ds}.systems", data[ds].get("systems"))
+    for where in RUN_LISTS:
+        head, _, sub = where.partition(".")
+        listed = (data.get(head) or {}).get(sub) or []
+        if not isinstance(listed, list):
+            raise ConfigError(f"{where}: expected a list of run names, got {listed!r}")
+        for r in listed:
+            if r not in runs:
+                raise ConfigError(f"{where}: unknown run {r!r}{did_you_mean(r, runs)}")
 
 
 def from_dict(section: str, values: dict[str, Any] | None, cls: type[T]) -> T:

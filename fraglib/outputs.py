@@ -10,7 +10,7 @@ outputs before it runs, so pipeline stages never meet an existing family.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 OVERWRITE_HELP = "replace outputs already in the target folder (they are otherwise never touched)"
 
@@ -33,3 +33,12 @@ def claim(family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what:
     for p in existing:
         if p not in writes:
             p.unlink()
+
+
+def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str) -> None:
+    """:func:`claim` for a command line: a refusal ends the command with its usage line and the message
+    (exit status 2) instead of a traceback. Call it before the command's work."""
+    try:
+        claim(family, writes, overwrite, what)
+    except FileExistsError as exc:
+        ap.error(str(exc))

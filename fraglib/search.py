@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import parse_overrides, read_params
-from fraglib.outputs import claim
+from fraglib.outputs import claim_cli
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -155,10 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--splits {' '.join(map(str, args.splits))}: --dataset-dir {args.dataset_dir!r} has no {{seed}} "
                  "to put each split in (e.g. data/pascal1k/split{seed})")
     out = Path(args.out)
-    try:                                             # before any training: no work is lost to a refusal
-        claim([out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out")
-    except FileExistsError as e:
-        ap.error(str(e))
+    # before any training: no work is lost to a refusal
+    claim_cli(ap, [out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out")
     configs, prev = None, None
     if args.rescore:
         if not args.splits:

@@ -30,8 +30,8 @@ def test_missing_params_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("synthetic: {seed: 1}\nsynthetic: {seed: 2}\n", r"key 'synthetic' given twice"),
-    ("synthetic: {seed: 1, seed: 2}\n", r"key 'seed' given twice"),
+    ("synthetic: {seed: 1}\nsynthetic: {seed: 2}\n", r"line 2: key 'synthetic' given twice \(first on line 1\)"),
+    ("synthetic:\n  seed: 1\n  n_train: 4\n  seed: 2\n", r"line 4: key 'seed' given twice \(first on line 2\)"),
     ("trian: {lr: 0.1}\n", r"unknown section 'trian' \(did you mean 'train'\?\)"),
 ])
 def test_params_file_refuses_duplicates_and_unknown_sections(tmp_path, text, message):
@@ -47,8 +47,8 @@ def test_exponent_floats_are_floats(tmp_path):
     from fraglib.config import parse_overrides, read_params
 
     p = tmp_path / "params.yaml"
-    p.write_text("train: {lr: 1e-3, alpha: 1.0e-05, seed: 3}\n")
-    assert read_params(p)["train"] == {"lr": 0.001, "alpha": 1e-5, "seed": 3}
+    p.write_text("train: {lr: 1e-3, grad_clip: 1.0e-05, seed: 3}\n")
+    assert read_params(p)["train"] == {"lr": 0.001, "grad_clip": 1e-5, "seed": 3}
     assert parse_overrides(["lr=2e-4"]) == {"lr": 2e-4}
 
 
@@ -60,3 +60,60 @@ def test_a_missing_vision_section_is_an_error(tmp_path):
     p.write_text("train: {}\n")
     with pytest.raises(ConfigError, match="section 'vision' missing"):
         load_with_overrides(p, "vision", VisionConfig, [])
+
+
+BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {system: fragment}, dv: {system: devise}}\n"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("study: {seeds: [0], jobz: 2}\n", r"study\.jobz: unknown parameter \(did you mean 'jobs'\?\)"),
+    ("pascal1k: {trian: {lr: 1}}\n", r"pascal1k\.trian: unknown parameter \(did you mean 'train'\?\)"),
+    ("pascal1k: {systems: {fragmnet: {lr: 1}}}\n", r"pascal1k\.systems\.fragmnet: unknown parameter \(did you mean 'fragment'\?\)"),
+    ("pascal1k: {train: {lrr: 1}}\n", r"pascal1k\.train\.lrr: unknown parameter \(did you mean 'lr'\?\)"),
+    ("pascal1k: {objectness: {hiden: 3}}\n", r"pascal1k\.objectness\.hiden: unknown parameter \(did you mean 'hidden'\?\)"),
+    ("captions: {runs: [ful]}\n", r"captions\.runs: unknown run 'ful' \(did you mean 'full'\?\)"),
+    ("bench: {epoch_run: [full]}\n", r"bench\.epoch_run: unknown parameter \(did you mean 'epoch_runs'\?\)"),
+    ("results_report: {fight: {ladder: full, baseline: dv}}\n", r"results_report\.fight\.baseline: unknown parameter"),
+    ("vision: {k: 3, nms_iu: 0.3}\n", r"vision\.nms_iu: unknown parameter \(did you mean 'nms_iou'\?\)"),
+])
+def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
+    from fraglib.config import read_params
+
+    p = tmp_path / "params.yaml"
+    p.write_text(BASE + extra)
+    assert read_params(tmp_path.joinpath("ok.yaml").write_text(BASE) and tmp_path / "ok.yaml")["runs"]
+    with pytest.raises(ConfigError, match=message):
+        read_params(p)
+
+
+@pytest.mark.parametrize("text, message", [
+    (BASE.replace("fragment: {}, devise", "fragmnet: {}, devise"), r"systems\.fragmnet: unknown parameter \(did you mean 'fragment'\?\)"),
+    (BASE.replace("fragment: {}", "fragment: {embed_dimm: 3}"), r"systems\.fragment\.embed_dimm: unknown parameter \(did you mean 'embed_dim'\?\)"),
+    (BASE.replace("{system: devise}", "{system: devise, simlarity: dot}"), r"runs\.dv\.simlarity: unknown parameter \(did you mean 'similarity'\?\)"),
+    (BASE.replace("{system: devise}", "{system: devis}"), r"runs\.dv\.system: 'devis' \(did you mean 'devise'\?\)"),
+])
+def test_misspelt_systems_and_run_keys_are_errors(tmp_path, text, message):
+    from fraglib.config import read_params
+
+    p = tmp_path / "params.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        read_params(p)
+
+
+@pytest.mark.parametrize("system, settings, message", [
+    ("fragment", {"images": "none"}, r"systems\.fragment\.images='none'"),
+    ("devise", {"images": "none"}, r"systems\.devise\.images='none'"),
+    ("vse", {"images": "none"}, r"systems\.vse\.images='none': a retrieval system needs"),
+    ("fragment", {"sentences": "tokens"}, r"systems\.fragment\.sentences='tokens'.*allowed: dependency, bow, bigram"),
+    ("fragment", {"sentences": "tree_basic"}, r"systems\.fragment\.sentences='tree_basic'"),
+    ("stt", {"images": "none"}, r"systems\.stt: images 'none' \(text only\)"),
+])
+def test_views_a_system_cannot_use_are_refused(system, settings, message):
+    from fraglib.config import from_dict
+    from fraglib.systems import get_system
+
+    with pytest.raises(ConfigError, match=message):
+        from_dict(f"systems.{system}", settings, get_system(system).Config)
+    if system == "stt":                                   # the paraphrasing branch alone is allowed
+        from_dict("systems.stt", {**settings, "lambda_ic": 0.0, "lambda_sim": 0.0}, get_system(system).Config)

@@ -45,6 +45,10 @@ def test_missing_file_and_bad_split(tmp_path):
     (lambda d: d["images"][1]["sentences"][0].update(sentid=d["images"][0]["sentences"][0]["sentid"]), "duplicate sentid"),
     (lambda d: d["images"][0].update(imgid="7"), r"images\[0\]\.imgid='7': expected an integer"),
     (lambda d: d["images"][0].pop("filename"), r"images\[0\] has no filename"),
+    (lambda d: d["images"][0]["sentences"][0].update(raw=None), r"images\[0\]\.sentences\[0\]\.raw=None: expected the caption's text"),
+    (lambda d: d["images"][1]["sentences"][0].update(raw=12345), r"images\[1\]\.sentences\[0\]\.raw=12345"),
+    (lambda d: d["images"][0]["sentences"][0].update(tokens="a dog"), r"sentences\[0\]\.tokens: expected a list of strings"),
+    (lambda d: d["images"][0].update(sentences="a dog"), r"images\[0\]: expected an object with a 'sentences' list"),
 ])
 def test_malformed_dataset_json_names_the_field(tmp_path, mutate, message):
     import json

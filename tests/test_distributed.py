@@ -113,7 +113,7 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
     one = train(tiny_full, tmp_path / "one", tiny_spec(), device=torch.device("cpu"), progress=False)
     two = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["best.pt", "history.csv", "last.pt", "metrics.json",
-                                                                   "ranks.json"]
+                                                                   "ranks.json", "timing.json"]
     h1 = (tmp_path / "one" / "history.csv").read_text().splitlines()
     h2 = (tmp_path / "two" / "history.csv").read_text().splitlines()
     assert h1[0] == h2[0] and len(h1) == len(h2)

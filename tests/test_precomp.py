@@ -80,15 +80,30 @@ def test_precomp_features_feed_the_systems(tiny_text, tmp_path):
 
 @pytest.mark.parametrize("problem,match", [
     ("ratio", "7 captions for 2 images"), ("empty", "empty caption on line"), ("missing", "not found"),
-    ("shape", "expected \\(N, D\\) or \\(N, R, D\\)")])
+    ("shape", "train_ims.npy: shape \\(4,\\); expected \\(N, D\\) or \\(N, R, D\\)"),
+    ("nan", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 1\)"),
+    ("inf", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 0\)"),
+    ("mixed", r"dev_ims.npy: shape \(2, 4, 3\) \(regions per image\) but train_ims.npy: one descriptor per image"),
+    ("dims", r"the splits' descriptors differ in size: train_ims.npy has 3, dev_ims.npy has 5"),
+    ("garbage", r"train_ims.npy: not a readable .npy array")])
 def test_precomp_refuses_bad_files_naming_them(tmp_path, problem, match):
     root = tmp_path / "p"
     ims = np.zeros((2, 3), np.float32) if problem != "shape" else np.zeros(4, np.float32)
     caps = [f"c {k}" for k in range(7 if problem == "ratio" else 4)]
     if problem == "empty":
         caps[1] = "  "
+    if problem == "nan":
+        ims[1, 2] = np.nan
+    if problem == "inf":
+        ims[0, 0] = -np.inf
     write_precomp(root, "train", ims, caps)
     if problem == "missing":
         (root / "train_caps.txt").unlink()
+    if problem == "garbage":
+        (root / "train_ims.npy").write_bytes(b"not an array")
+    splits = ["train"]
+    if problem in ("mixed", "dims"):
+        write_precomp(root, "dev", np.zeros((2, 4, 3) if problem == "mixed" else (2, 5), np.float32), ["c"] * 4)
+        splits.append("dev")
     with pytest.raises((ValueError, FileNotFoundError), match=match):
-        read_precomp(root, ["train"])
+        read_precomp(root, splits)

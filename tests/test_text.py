@@ -135,3 +135,33 @@ def test_tokens_view_vocabulary_from_train_split(tiny_text):
 def test_min_word_count_is_checked():
     with pytest.raises(ConfigError, match="text.min_word_count"):
         TextConfig(min_word_count=0).validate()
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("cut", r"its last sentence \(\d+\) does not end with a blank line: the file is cut short"),
+    ("no_blank", r"line \d+: sentence \d+ has no blank line after it"),
+    ("renumber", r"sentence \d+: token ids \[1, 3"),
+    ("head", r"sentence \d+: token ids .* a head is out of range"),
+])
+def test_a_damaged_parse_file_is_refused(tiny_text, tmp_path, damage, message):
+    """A CoNLL-U cache cut at a line end inside its last sentence (or edited) would silently drop a
+    caption's words: it is an error naming the sentence."""
+    src, _ = tiny_text
+    lines = (src / "parse.conllu").read_text().split("\n")
+    blanks = [i for i, x in enumerate(lines) if x == ""]
+    if damage == "cut":                                   # keep the last sentence up to its second token
+        lines = lines[:blanks[-3] + 5]
+    elif damage == "no_blank":                            # two sentences run together
+        lines.pop(blanks[5])
+    else:                                                 # the first token line of the third sentence
+        i = next(k for k in range(blanks[3], len(lines)) if lines[k] and not lines[k].startswith("#"))
+        c = lines[i + 1].split("\t")
+        if damage == "renumber":
+            c[0] = "3"
+        else:
+            c[6] = "99"
+        lines[i + 1] = "\t".join(c)
+    p = tmp_path / "parse.conllu"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_conllu(p)

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from fraglib.data import read_karpathy_json
+from fraglib.data.dataset import Dataset
 from fraglib.vision.rcnn import (BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k,
                             recall_at_iou)
 
@@ -460,3 +461,15 @@ def test_shards_merge_into_the_single_process_caches(tiny_full, tmp_path):
             progress=False, region_views=True)
     with pytest.raises(ValueError, match="other settings than shard 0"):
         merge_shards(ds, other, 2)
+    assert stats["pictures_sha256"] == one["pictures_sha256"]
+    # a shard computed from other pictures under the same file names is refused by their hash
+    pics = tmp_path / "pics"
+    shutil.copytree(ds.image_dir, pics)
+    moved = Dataset(ds.name, pics, ds.images, ds.sentences)
+    third = tmp_path / "third"
+    for i in range(2):
+        shutil.copytree(shard_dir(out, i, 2), shard_dir(third, i, 2))
+    victim = moved.image_path(len(ds.images) - 1)                  # an image of shard 1
+    victim.write_bytes(moved.image_path(0).read_bytes())
+    with pytest.raises(ValueError, match=r"1of2: computed from other pictures .* same file names"):
+        merge_shards(moved, third, 2)

@@ -2,12 +2,9 @@
 reference rate, and random inputs of Pascal1K's size for the systems."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable

@@ -2,7 +2,6 @@
 Pascal1K studies), and which settings change the bits of the float work."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
@@ -10,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fraglib.bench.common import entry
 

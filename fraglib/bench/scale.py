@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fraglib.bench.common import entry, fresh, gpu_absent, REGIONS, random_split, sentence_rows
 
@@ -19,7 +16,6 @@ def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None
     25,000 sentences) from random inputs; sentence tiles until ``budget_s`` is spent, the rest extrapolated."""
     import resource
 
-    import numpy as np
     import torch
 
     from fraglib.evaluate import score_matrix

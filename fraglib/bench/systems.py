@@ -3,14 +3,12 @@ every system on the selected device."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fraglib.bench.common import REGIONS, entry, gpu_absent, in_fresh_processes, matmul_gflops, random_split, token_split
 
@@ -458,7 +456,6 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
     under ``FlopCounterMode`` (its FLOPs), then ``repeats`` timed epochs (training loop, validation)."""
     import resource
 
-    import numpy as np
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 

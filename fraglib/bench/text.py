@@ -1,15 +1,12 @@
 """Benchmarks of the text side: parsing and triplet extraction."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fraglib.bench.common import entry
 

@@ -1,15 +1,11 @@
 """Benchmarks of the vision side: detection + region descriptors, and the detector's recall on Pascal1K."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fraglib.bench.common import entry
 

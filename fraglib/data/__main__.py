@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--n-val", type=int, default=1000, help="flickr30k from the token file: val images")
     ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP + " (precomp: its feature caches too)")
     args = ap.parse_args(argv)
     need = {"pascal1k": ["root"], "flickr8k": ["root"] + ([] if args.text_only else ["images"]), "flickr30k": ["token", "images"],
             "karpathy": ["json", "images"], "precomp": ["root"]}[args.dataset]
@@ -42,10 +44,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.text_only and (args.dataset != "flickr8k" or args.images):
         ap.error("--text-only: flickr8k only, without --images")
     report: dict[str, Any] = {}
+    out = Path(args.out)
+    family = [out / "dataset.json", out / "conversion.json"]
     if args.dataset == "precomp":
-        from fraglib.data.precomp import read_precomp, write_cache
+        from fraglib.data.precomp import cache_paths, read_precomp, write_cache
+        from fraglib.vision.features import cache_family
 
         ds, feats, counts = read_precomp(args.root, args.splits.split(","))
+        claim_cli(ap, family + cache_family(out / "features"), family[:1] + cache_paths(counts, out), args.overwrite,
+              f"python -m fraglib.data precomp --out {out}")
         write_karpathy_json(ds, Path(args.out) / "dataset.json")
         paths = write_cache(ds, feats, counts, args.out)
         print(f"wrote {ds} to {args.out}/dataset.json and {', '.join(map(str, paths))}")
@@ -62,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
                       else read_flickr30k(args.token, args.images, args.split_seed, args.n_val, args.n_test))
         image_root = Path(args.images).resolve() if args.images else None
+    claim_cli(ap, family, family if report else family[:1], args.overwrite, f"python -m fraglib.data {args.dataset} --out {out}")
     write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
     if report:
         (Path(args.out) / "conversion.json").write_text(json.dumps(report, indent=1) + "\n")

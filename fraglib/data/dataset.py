@@ -115,6 +115,8 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         raise ValueError(f"{path}: expected an object with an 'images' list (Karpathy's format)")
     images, sentences = [], []
     for n, im in enumerate(data["images"]):
+        if not isinstance(im, dict) or not isinstance(im.get("sentences", []), list):
+            raise ValueError(f"{path}: images[{n}]: expected an object with a 'sentences' list")
         missing = [k for k in ("imgid", "filename", "sentences") if k not in im]
         if missing:
             raise ValueError(f"{path}: images[{n}] has no {', '.join(missing)}")
@@ -127,8 +129,12 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         images.append({"imgid": im["imgid"], "filename": name, "split": split,
                        **({"category": im["category"]} if "category" in im else {})})
         for k, s in enumerate(im["sentences"]):
-            if "sentid" not in s or "raw" not in s or not isinstance(s["sentid"], int):
+            if not isinstance(s, dict) or "sentid" not in s or "raw" not in s or not isinstance(s["sentid"], int):
                 raise ValueError(f"{path}: images[{n}].sentences[{k}] needs an integer sentid and a raw caption")
+            if not isinstance(s["raw"], str):
+                raise ValueError(f"{path}: images[{n}].sentences[{k}].raw={s['raw']!r}: expected the caption's text")
+            if not isinstance(s.get("tokens", []), list) or not all(isinstance(t, str) for t in s.get("tokens", [])):
+                raise ValueError(f"{path}: images[{n}].sentences[{k}].tokens: expected a list of strings")
             sentences.append({"sentid": s["sentid"], "imgid": im["imgid"], "raw": s["raw"],
                               "tokens": list(s.get("tokens", []))})
     for key, rows in (("imgid", images), ("sentid", sentences)):

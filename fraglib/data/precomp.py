@@ -35,15 +35,24 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
         raise ValueError(f"precomp splits {splits}: two of them are the same split (test and testall?)")
     images: list[dict[str, Any]] = []
     sentences: list[dict[str, Any]] = []
-    feats, counts, dims = [], [], set()
+    feats, counts, dims, ndims, first = [], [], {}, set(), ""
     for s in splits:
         ims_file, caps_file = root / f"{s}_ims.npy", root / f"{s}_caps.txt"
         for f in (ims_file, caps_file):
             if not f.exists():
                 raise FileNotFoundError(f"{f}: not found (the precomp layout has {s}_ims.npy and {s}_caps.txt)")
-        ims = np.load(ims_file, mmap_mode="r")
-        if ims.ndim not in (2, 3) or ims.shape[0] == 0:
-            raise ValueError(f"{ims_file}: shape {ims.shape}; expected (N, D) or (N, R, D) with N > 0")
+        try:
+            ims = np.load(ims_file, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"{ims_file}: not a readable .npy array ({exc})") from None
+        if not isinstance(ims, np.ndarray) or ims.ndim not in (2, 3) or ims.shape[0] == 0:
+            raise ValueError(f"{ims_file}: shape {getattr(ims, 'shape', None)}; expected (N, D) or (N, R, D) with N > 0")
+        if ndims and ims.ndim not in ndims:
+            raise ValueError(f"{ims_file}: shape {ims.shape} ({'regions' if ims.ndim == 3 else 'one descriptor'} per "
+                             f"image) but {first}: {'regions' if 3 in ndims else 'one descriptor'} per image; "
+                             "every split must have the same layout")
+        ndims.add(ims.ndim)
+        first = first or ims_file.name
         caps = caps_file.read_text(encoding="utf-8").splitlines()
         while caps and not caps[-1].strip():
             caps.pop()
@@ -54,20 +63,32 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
         empty = [n + 1 for n, c in enumerate(caps) if not c.strip()]
         if empty:
             raise ValueError(f"{caps_file}: empty caption on line(s) {', '.join(map(str, empty[:5]))}")
-        dims.add(ims.shape[-1])
+        dims.setdefault(ims.shape[-1], ims_file.name)
         for k in range(ims.shape[0]):
             imgid = len(images)
             images.append({"imgid": imgid, "filename": f"{s}/{k}", "split": SPLIT_OF[s]})
             for c in caps[k * per:(k + 1) * per]:
                 sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": c.strip(), "tokens": tokenize(c)})
         x = np.asarray(ims, dtype=np.float32)
+        bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            raise ValueError(f"{ims_file}: {len(rows)} image row(s) hold NaN or Inf (first: row "
+                             f"{', '.join(map(str, rows[:5]))}); the features are unusable")
         if x.ndim == 3:                                  # regions + their mean as the whole-image row
             x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
         counts.append(np.full(x.shape[0], x.shape[1] if x.ndim == 3 else 1, np.int64))
         feats.append(x.reshape(-1, x.shape[-1]))
     if len(dims) > 1:
-        raise ValueError(f"{root}: the splits' descriptors differ in size ({sorted(dims)})")
+        raise ValueError(f"{root}: the splits' descriptors differ in size: "
+                         + ", ".join(f"{f} has {d}" for d, f in dims.items()))
     return Dataset(f"precomp:{root.name}", root, images, sentences), np.concatenate(feats), np.concatenate(counts)
+
+
+def cache_paths(counts: np.ndarray, out: str | Path) -> list[Path]:
+    """The caches :func:`write_cache` writes: ``rcnn.npz``, and ``top36.npz`` when images have regions."""
+    d = Path(out) / "features"
+    return [d / "rcnn.npz"] + ([d / "top36.npz"] if bool((counts > 1).any()) else [])
 
 
 def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str | Path) -> list[Path]:
@@ -83,9 +104,8 @@ def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str 
                          np.array([im["filename"] for im in ds.images]), np.array([""] * len(ds.images)),
                          {"detector": "precomp", "cnn": f"precomp ({'regions' if regions else 'global'}, "
                                                          f"{features.shape[1]}-d)", "source": str(ds.image_dir)})
-    d = Path(out) / "features"
-    d.mkdir(parents=True, exist_ok=True)
-    paths = [d / "rcnn.npz"] + ([d / "top36.npz"] if regions else [])
+    paths = cache_paths(counts, out)
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
         cache.save(p)
     return paths

@@ -51,6 +51,8 @@ IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe",      # detections + full fram
 SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
                   "tree_basic", "tree_collapsed",           # one tree per caption (fraglib.text.trees)
                   "tokens")                                 # one row per token, train-split vocabulary ids
+IMAGE_SIGNAL_VIEWS = IMAGE_VIEWS[:-1]     # views that carry image information: what a retrieval system needs
+FRAGMENT_VIEWS = SENTENCE_VIEWS[:3]       # sentence views made of fragments (the fragment model's input)
 
 
 @dataclasses.dataclass(frozen=True)

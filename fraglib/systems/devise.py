@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fraglib.config import check_choice, check_range
-from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
+from fraglib.systems.base import (IMAGE_SIGNAL_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
                                   image_map, mean_rows)
 from fraglib.systems.objectives import global_ranking
 
@@ -38,7 +38,7 @@ class Config:
 
     def validate(self) -> "Config":
         p = "systems.devise"
-        check_choice(f"{p}.images", self.images, IMAGE_VIEWS)
+        check_choice(f"{p}.images", self.images, IMAGE_SIGNAL_VIEWS)
         check_choice(f"{p}.similarity", self.similarity, ("dot", "cosine"))
         check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
         check_range(f"{p}.margin", self.margin, 0.0, 1e6, float)

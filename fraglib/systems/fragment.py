@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.systems.base import (IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views, add_input_buffers,
+from fraglib.systems.base import (FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, System, Views, add_input_buffers,
                                   check_finetune, fill_input_buffers, image_map)
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
@@ -49,8 +49,8 @@ class Config:
 
     def validate(self) -> "Config":
         p = "systems.fragment"
-        check_choice(f"{p}.images", self.images, IMAGE_VIEWS)
-        check_choice(f"{p}.sentences", self.sentences, SENTENCE_VIEWS)
+        check_choice(f"{p}.images", self.images, IMAGE_SIGNAL_VIEWS)
+        check_choice(f"{p}.sentences", self.sentences, FRAGMENT_VIEWS)
         check_choice(f"{p}.accumulate", self.accumulate, ("sum", "max"))
         check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
         check_range(f"{p}.detections", self.detections, 0, 10_000, int)

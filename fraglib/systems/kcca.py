@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows

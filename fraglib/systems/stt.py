@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fraglib.config import check_range
+from fraglib.config import ConfigError, check_range
 from fraglib.systems import vse
 from fraglib.systems.base import Rows
 
@@ -48,6 +48,7 @@ class Config(vse.Config):
     max_len: int = 20              # decoding: at most this many words
     beam: int = 1                  # decoding: 1 = greedy
     SECTION: ClassVar[str] = "systems.stt"
+    TEXT_ONLY: ClassVar[bool] = True                  # the paraphrasing branch alone (checked below)
 
     def validate(self) -> "Config":
         super().validate()
@@ -59,9 +60,9 @@ class Config(vse.Config):
         check_range(f"{p}.max_len", self.max_len, 1, 1000, int)
         check_range(f"{p}.beam", self.beam, 1, 100, int)
         if self.lambda_ic == 0 and self.lambda_para == 0:
-            raise ValueError(f"{p}: lambda_ic and lambda_para are both 0 — nothing trains the decoder")
+            raise ConfigError(f"{p}: lambda_ic and lambda_para are both 0 — nothing trains the decoder")
         if self.images == "none" and (self.lambda_ic or self.lambda_sim):
-            raise ValueError(f"{p}: images 'none' (text only) has no image to caption or retrieve: "
+            raise ConfigError(f"{p}: images 'none' (text only) has no image to caption or retrieve: "
                              f"set lambda_ic and lambda_sim to 0 (now {self.lambda_ic}, {self.lambda_sim})")
         return self
 

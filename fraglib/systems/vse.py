@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fraglib.config import check_choice, check_range
+from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
                                   fill_input_buffers, image_map, mean_rows, standardized_linear)
 from fraglib.systems.cnn import tuned_cnn
@@ -69,6 +69,7 @@ class Config:
     finetune: int = 0              # > 0: the CNN's last N blocks train with the system (pixels, no cache)
     finetune_lr_scale: float = 0.1  # their learning rate, × train.lr
     SECTION: ClassVar[str] = "systems.vse"                      # error messages name it (a subclass: its own)
+    TEXT_ONLY: ClassVar[bool] = False                           # may the image view be 'none'? (STT's paraphraser)
 
     def validate(self) -> "Config":
         p = self.SECTION
@@ -86,6 +87,9 @@ class Config:
         check_choice(f"{p}.clipped_l2norm", self.clipped_l2norm, (True, False))
         check_range(f"{p}.max_elems", self.max_elems, 1, 1 << 40, int)
         check_finetune(p, self)
+        if self.images == "none" and not self.TEXT_ONLY:
+            raise ConfigError(f"{p}.images='none': a retrieval system needs an image view with image information "
+                              f"({', '.join(IMAGE_VIEWS[:-1])})")
         return self
 
 

@@ -158,28 +158,56 @@ def write_conllu(path: str | Path, parsed: Iterable[ParsedCaption], parser_name:
 
 
 def read_conllu(path: str | Path) -> tuple[dict[str, str], list[ParsedCaption]]:
-    """``(header, captions)``; header holds ``parser`` and ``scheme``."""
+    """``(header, captions)``; header holds ``parser`` and ``scheme``. A sentence must end with a blank
+    line and number its tokens 1..n with heads in 0..n: a file cut short (even at a line end) or
+    edited by hand is an error naming the sentence, never a caption that silently lost words."""
     header: dict[str, str] = {}
     out: list[ParsedCaption] = []
     cur: ParsedCaption | None = None
-    for line in Path(path).read_text(encoding="utf-8").split("\n"):
+    open_block = False
+
+    def close(p: ParsedCaption) -> None:
+        ids = [t.id for t in p.tokens]
+        if ids != list(range(1, len(ids) + 1)) or any(not 0 <= t.head <= len(ids) for t in p.tokens):
+            raise ValueError(f"{path}: sentence {p.sentid}: token ids {ids[:12]} are not 1..n or a head is out of range")
+
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()                                      # what follows the last newline is not a line
+    for n, line in enumerate(lines, 1):
         if line.startswith("# sent_id = "):
-            cur = ParsedCaption(int(line[12:]), "", [])
+            if open_block:
+                raise ValueError(f"{path}: line {n}: sentence {cur.sentid} has no blank line after it")
+            try:
+                cur = ParsedCaption(int(line[12:]), "", [])
+            except ValueError:
+                raise ValueError(f"{path}: line {n}: {line!r} is not an integer sentence id") from None
             out.append(cur)
+            open_block = True
         elif line.startswith("# text = ") and cur is not None:
             cur.text = line[9:]
         elif line.startswith("# ") and cur is None and " = " in line:
             k, v = line[2:].split(" = ", 1)
             header[k] = v
-        elif line and not line.startswith("#"):
-            if cur is None:
-                raise ValueError(f"{path}: token line before any '# sent_id': {line!r}")
+        elif not line.strip():
+            if open_block:
+                close(cur)
+            open_block = False
+        elif not line.startswith("#"):
+            if cur is None or not open_block:
+                raise ValueError(f"{path}: line {n}: token line outside a sentence (no '# sent_id' before it): {line!r}")
             c = line.split("\t")
             if len(c) != 10:
                 raise ValueError(f"{path}: sentence {cur.sentid}: expected 10 columns, got {len(c)}: {line!r}")
             if "-" in c[0] or "." in c[0]:
                 continue  # multiword-token ranges and empty nodes carry no edge
-            cur.tokens.append(Token(int(c[0]), c[1], c[2], c[3], c[4], int(c[6]), c[7]))
+            try:
+                cur.tokens.append(Token(int(c[0]), c[1], c[2], c[3], c[4], int(c[6]), c[7]))
+            except ValueError:
+                raise ValueError(f"{path}: line {n}: sentence {cur.sentid}: id and head must be integers: {line!r}") from None
+    if open_block:
+        raise ValueError(f"{path}: its last sentence ({cur.sentid}) does not end with a blank line: the file is cut "
+                         "short; re-run the parse stage")
     if "scheme" not in header:
         raise ValueError(f"{path}: missing '# scheme = ...' header (not written by fraglib.text.parse?)")
     return header, out

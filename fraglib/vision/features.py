@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import resource
@@ -140,6 +141,12 @@ def _to_np(t: torch.Tensor) -> np.ndarray:
     return t.float().cpu().numpy().astype(np.float32)
 
 
+def cache_family(out_dir: str | Path) -> list[Path]:
+    """Every file a feature folder may hold (one cache per detector view, then the stats): the family that
+    :func:`fraglib.outputs.claim` replaces as a whole."""
+    return [Path(out_dir) / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [Path(out_dir) / "features_stats.json"]
+
+
 def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
             device: torch.device | None = None, progress: bool = True, regions: Any = None,
             overwrite: bool = False, region_views: bool = False) -> dict[str, Any]:
@@ -165,7 +172,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         objectness = Objectness.load(cfg.objectness_file)
     detectors = ["rcnn"] + (["groundtruth"] if truth is not None else []) + (["top36", "grid"] if region_views else [])
     out_dir = Path(out_dir)
-    family = [out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [out_dir / "features_stats.json"]
+    family = cache_family(out_dir)
     claim(family, [out_dir / f"{d}.npz" for d in detectors] + [family[-1]], overwrite, f"feature caches in {out_dir}")
     if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
         raise NotADirectoryError(f"{out_dir}: not a folder (a file, or a link to a missing folder); "
@@ -265,11 +272,24 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     }
     if truth is not None:
         stats.update(_recall(caches, truth))
+    if regions is None:                                  # what a shard merge checks: these very pictures
+        stats["pictures_sha256"] = pictures_digest(dataset)
     (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return stats
 
 
 # ----------------------------------------------------------------------------- shards
+def pictures_digest(dataset: Dataset) -> str:
+    """SHA-256 over the images of ``dataset`` in order: each one's file name and the SHA-256 of its bytes
+    ("missing" for an absent file). Two shards' caches are of the same pictures only if this agrees."""
+    from fraglib.checkpoint import file_sha256
+
+    h = hashlib.sha256()
+    for row in range(len(dataset.images)):
+        p = dataset.image_path(row)
+        h.update(f"{dataset.images[row]['filename']}\0{file_sha256(p) if p.is_file() else 'missing'}\n".encode())
+    return h.hexdigest()
+
 def shard_rows(n_images: int, shard: int, n_shards: int) -> np.ndarray:
     """The dataset rows of shard ``shard`` of ``n_shards``: contiguous, sizes differing by at most one."""
     if not 0 <= shard < n_shards:
@@ -298,10 +318,14 @@ def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: di
     if missing:
         raise FileNotFoundError(f"missing shard(s) {', '.join(missing)}: run --shard i/{n_shards} for each (they "
                                 "write features_stats.json last)")
+    for i, d in enumerate(dirs):                         # a hash of the pictures, not only their names
+        recorded = json.loads((d / "features_stats.json").read_text()).get("pictures_sha256")
+        if recorded is not None and recorded != pictures_digest(shard_dataset(dataset, i, n_shards)):
+            raise ValueError(f"{d}: computed from other pictures than {dataset.image_dir} holds now under the same "
+                             f"file names (their SHA-256 differs); re-run shard {i}/{n_shards}")
     detectors = sorted(p.stem for p in dirs[0].glob("*.npz"))
     out_dir = Path(out_dir)
-    claim([out_dir / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [out_dir / "features_stats.json"],
-          [out_dir / f"{d}.npz" for d in detectors] + [out_dir / "features_stats.json"], overwrite,
+    claim(cache_family(out_dir), [out_dir / f"{d}.npz" for d in detectors] + [out_dir / "features_stats.json"], overwrite,
           f"feature caches in {out_dir}")
     caches = {}
     for det in detectors:
@@ -323,7 +347,7 @@ def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: di
         cache.save(out_dir / f"{det}.npz")
         caches[det] = cache
     shards = [json.loads((d / "features_stats.json").read_text()) for d in dirs]
-    stats = _merged_stats(shards, caches)
+    stats = _merged_stats(shards, caches, dataset)
     if truth is not None:
         stats.update(_recall(caches, truth))
     (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
@@ -339,7 +363,7 @@ def _recall(caches: dict[str, FeatureCache], truth: dict[int, np.ndarray]) -> di
     return out
 
 
-def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache]) -> dict[str, Any]:
+def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache], dataset: Dataset) -> dict[str, Any]:
     """One process's stats keys from the shards': counts summed, fragments recomputed, timings per image as
     the median of the shards' medians, ``wall_seconds`` the slowest shard's (they run side by side)."""
     add = lambda key: dict(sum((Counter(s[key]) for s in shards), Counter()))  # noqa: E731
@@ -353,7 +377,8 @@ def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache])
             "wall_seconds": max(s["wall_seconds"] for s in shards),
             "wall_seconds_per_image": sum(s["wall_seconds"] for s in shards) / max(n, 1),
             "peak_rss_mb": max(s["peak_rss_mb"] for s in shards),
-            "peak_rss_workers_mb": max(s["peak_rss_workers_mb"] for s in shards), "shards": len(shards)}
+            "peak_rss_workers_mb": max(s["peak_rss_workers_mb"] for s in shards), "shards": len(shards),
+            **({"pictures_sha256": pictures_digest(dataset)} if all("pictures_sha256" in s for s in shards) else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
