@@ -33,6 +33,7 @@ mean sentence score, shifted to the corpus value). METEOR and the tokenizer run 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -40,6 +41,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 TASKS = ("captioning", "paraphrasing")
@@ -49,11 +52,28 @@ class JavaMissing(RuntimeError):
     """No Java runtime: METEOR and the PTB tokenizer of pycocoevalcap cannot run."""
 
 
+@functools.lru_cache(maxsize=None)
+def _java_fails(java: str) -> str:
+    """Why ``java -version`` fails ('' when it runs), once per Java path and process."""
+    import subprocess
+
+    try:
+        r = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return f"exit status {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}" if r.returncode else ""
+
+
 def java_missing() -> str | None:
-    """Why the caption metrics cannot run here, or None."""
-    if shutil.which("java") is None:
+    """Why the caption metrics cannot run here, or None: no ``java``, a ``java`` that does not run
+    (``java -version`` fails), or no pycocoevalcap."""
+    java = shutil.which("java")
+    if java is None:
         return ("no 'java' on PATH: pycocoevalcap's METEOR and PTB tokenizer need a Java runtime "
                 "(README, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)")
+    broken = _java_fails(java)
+    if broken:
+        return f"'{java} -version' fails ({broken}): pycocoevalcap's METEOR and PTB tokenizer need a working Java runtime"
     try:
         import pycocoevalcap  # noqa: F401
     except ImportError:
@@ -71,6 +91,10 @@ def tokenize(texts: dict[Any, list[str]]) -> dict[Any, list[str]]:
     keys = list(texts)
     flat = {i: [{"caption": c} for c in texts[k]] for i, k in enumerate(keys)}
     out = PTBTokenizer().tokenize(flat) if flat else {}
+    lost = [k for i, k in enumerate(keys) if i not in out]
+    if lost:
+        raise JavaMissing(f"pycocoevalcap's PTB tokenizer (Java) returned nothing for {len(lost)} of {len(keys)} "
+                          "sentence lists; check that Java runs (java -version)")
     return {k: out[i] for i, k in enumerate(keys)}
 
 
@@ -299,13 +323,20 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
     return scores, record
 
 
+def caption_family(run_dir: Path, name: str, seeds: list[int] | None = None) -> list[Path]:
+    """``<name>.json`` and the per-seed files under ``<name>/``: those there now, or (``seeds``) those a run writes."""
+    per = [run_dir / name / f"seed{s}.json" for s in seeds] if seeds is not None else sorted((run_dir / name).glob("*.json"))
+    return [run_dir / f"{name}.json"] + per
+
+
 def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = None, n_boot: int = 200,
                  dataset_dir: str | None = None, features_dir: str | None = None, parse_file: str | None = None,
-                 images: str | None = None, name: str = "captions") -> dict[str, Any]:
+                 images: str | None = None, name: str = "captions", overwrite: bool = False) -> dict[str, Any]:
     """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir`` and
     ``parse_file``): writes ``<run_dir>/<name>/seed<N>.json`` (the sentences) and returns the run's
     summary, also written to ``<run_dir>/<name>.json`` (beside, never inside, the training stage's
-    outputs). ``parse_file``: the data's captions re-encoded in each model's vocabulary (module docstring)."""
+    outputs). ``parse_file``: the data's captions re-encoded in each model's vocabulary (module docstring).
+    Existing outputs of ``name`` are refused before any decoding unless ``overwrite`` (:mod:`fraglib.outputs`)."""
     import tempfile
 
     from fraglib.checkpoint import load
@@ -314,6 +345,8 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
     seeds = summary["seeds"]
+    claim(caption_family(run_dir, name), caption_family(run_dir, name, seeds), overwrite,
+          f"fraglib.captions --run-dir {run_dir} --name {name}")
     (run_dir / name).mkdir(exist_ok=True)
     fmt = lambda x, s: x.format(seed=s) if x else None  # noqa: E731
     if parse_file and not dataset_dir:
@@ -361,6 +394,7 @@ def main(argv: list[str] | None = None) -> None:
                                          "re-encoded in each model's vocabulary (transfer)")
     ap.add_argument("--images", choices=["none"], help="none: text only (paraphrasing alone), e.g. data without images")
     ap.add_argument("--name", default="captions", help="output name: <run-dir>/<name>.json and <run-dir>/<name>/")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         ap.error(f"--beam {args.beam}: the beam width is at least 1 (1 = greedy)")
@@ -369,8 +403,13 @@ def main(argv: list[str] | None = None) -> None:
     why = java_missing()
     if why:
         raise SystemExit(f"fraglib.captions: {why}")
+    run_dir = Path(args.run_dir)
+    if (run_dir / "metrics.json").exists():
+        seeds = json.loads((run_dir / "metrics.json").read_text()).get("seeds", [])
+        claim_cli(ap, caption_family(run_dir, args.name), caption_family(run_dir, args.name, seeds), args.overwrite,
+                  f"fraglib.captions --run-dir {run_dir} --name {args.name}")
     s = run_captions(args.run_dir, args.split, args.beam, args.n_boot, args.dataset_dir, args.features_dir,
-                     args.parse_file, args.images, args.name)
+                     args.parse_file, args.images, args.name, overwrite=True)
     for t in (t for t in TASKS if t in s):
         print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))
 

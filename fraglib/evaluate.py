@@ -250,7 +250,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default: the one the run was trained on")
     ap.add_argument("--out", help="write the metrics (with per-query ranks) as JSON here")
     ap.add_argument("--folds", type=int, default=0, help="also the fold protocol (COCO 1K: --folds 5 on the 5K test)")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = ap.parse_args(argv)
+    if args.out:
+        from fraglib.outputs import claim_cli
+
+        claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.evaluate --out")
     m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir, folds=args.folds)
     if args.out:
         with open(args.out, "w") as f:

@@ -17,6 +17,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
+
 REPORTS = [
     ("data_report.html", "Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
     ("text_report.html", "Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
@@ -192,7 +194,10 @@ def build(out: str | Path = "reports/index.html") -> Path:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="reports/index.html")
-    print(f"wrote {build(ap.parse_args(argv).out)}")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    args = ap.parse_args(argv)
+    claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.index")
+    print(f"wrote {build(args.out)}")
 
 
 if __name__ == "__main__":

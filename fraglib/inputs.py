@@ -69,6 +69,14 @@ class Split:
     def n_sentences(self) -> int:
         return self.sentences.n
 
+    def known_word_sentences(self) -> np.ndarray:
+        """(n_sent,) bool: some fragment of the sentence has a word whose vector is not zero (in the dictionary)."""
+        known = (self.words != 0).any(dim=1)
+        rows = self.sentences.data
+        hit = (known[rows["w1"]] | known[rows["w2"]]).cpu().numpy()
+        owner = np.repeat(np.arange(self.sentences.n), self.sentences.counts())
+        return np.bincount(owner, weights=hit, minlength=self.sentences.n) > 0
+
     def usable_sentences(self) -> np.ndarray:
         """(n_sent,) bool: the sentence and its image both have rows (only those are trained on)."""
         return (self.sentences.counts() > 0) & (self.images.counts()[self.sentence_image] > 0)

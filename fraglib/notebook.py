@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
+
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -78,7 +80,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="a notebook parameter; VALUE is read as YAML (numbers, true/false, lists)")
     ap.add_argument("--executed", help="where to write the executed notebook")
     ap.add_argument("-k", "--kernel", default=None, help=f"Jupyter kernel (default {KERNEL!r})")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    pages = [Path(args.html), Path(args.executed) if args.executed else
+             Path(args.html).parent / "executed" / (Path(args.notebook).stem + ".ipynb")]
+    claim_cli(ap, pages, pages, args.overwrite, f"fraglib.notebook {args.notebook}")
     params = {k: yaml.safe_load(v) for k, v in args.parameter}
     out = run_notebook(args.notebook, args.html, params, args.executed, args.kernel, progress=True)
     print(f"wrote {out}")
@@ -96,6 +102,16 @@ def project_root(start: str | Path | None = None) -> Path:
         if (p / "params.yaml").is_file() and (p / "dvc.yaml").is_file():
             return p
     return here
+
+
+class MissingResults(RuntimeError):
+    """A report's inputs are not built yet: the message names the command that builds them."""
+
+
+def needs(ok: bool, what: str, command: str) -> None:
+    """Stop a notebook at once, before any table, when ``ok`` is false: "<what> — build them with <command>"."""
+    if not ok:
+        raise MissingResults(f"{what}: build them with `{command}` (or pass other parameters)")
 
 
 def at_project_root() -> Path:

@@ -45,19 +45,39 @@ def agreement(reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, A
 
 
 def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[str, Any]]:
-    """Summary metrics of every run under ``runs_dir``: from the working tree, or as committed at
-    git revision ``ref``."""
-    runs_dir = Path(runs_dir)
+    """Summary metrics of every run under ``runs_dir`` (absolute, or relative to the current folder): from
+    the working tree, or as committed at git revision ``ref`` (the folder's place in its repository is
+    found, so any working folder works). A damaged or foreign ``metrics.json`` is an error naming it."""
+    runs_dir = Path(runs_dir).resolve()
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"{runs_dir}: no such folder of runs")
+    top = None
+    if ref is not None:
+        res = subprocess.run(["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        if res.returncode:
+            raise ValueError(f"{runs_dir}: not inside a git repository, so there is no committed {ref} to compare "
+                             "with (use --reference-dir)")
+        top = Path(res.stdout.strip()).resolve()
     out = {}
     for p in sorted(runs_dir.glob("*/metrics.json")):
+        where = str(p)
         if ref is None:
             text = p.read_text()
         else:
-            res = subprocess.run(["git", "show", f"{ref}:{p.as_posix()}"], capture_output=True, text=True)
+            rel = p.relative_to(top).as_posix()
+            res = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{rel}"], capture_output=True, text=True)
             if res.returncode:
                 continue          # a run added since ``ref``
-            text = res.stdout
-        out[p.parent.name] = json.loads(text)
+            text, where = res.stdout, f"{ref}:{rel}"
+        try:
+            m = json.loads(text)
+            for t, k in METRICS:
+                float(m[t][k]), float(m[f"{t}_sd"][k])
+            len(m["seeds"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: not a run summary fraglib.study writes (damaged? {type(exc).__name__}: "
+                             f"{str(exc)[:120]})") from None
+        out[p.parent.name] = m
     if not out:
         raise FileNotFoundError(f"{runs_dir}: no */metrics.json" + (f" at git {ref}" if ref else ""))
     return out
@@ -65,13 +85,16 @@ def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[st
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("runs_dir", help="e.g. runs/synthetic (relative to the repository root)")
+    ap.add_argument("runs_dir", help="e.g. runs/synthetic (a path from the current folder, or absolute)")
     ap.add_argument("--reference", default="HEAD", help="git revision holding the committed results (default HEAD)")
     ap.add_argument("--reference-dir", help="compare with a folder of runs instead of a git revision")
     ap.add_argument("--z-max", type=float, default=3.0)
     args = ap.parse_args(argv)
-    ref = read_runs(args.reference_dir) if args.reference_dir else read_runs(args.runs_dir, args.reference)
-    rows = agreement(ref, read_runs(args.runs_dir), args.z_max)
+    try:
+        ref = read_runs(args.reference_dir) if args.reference_dir else read_runs(args.runs_dir, args.reference)
+        rows = agreement(ref, read_runs(args.runs_dir), args.z_max)
+    except (ValueError, FileNotFoundError) as exc:
+        ap.error(str(exc))
     bad = [r for r in rows if not r["ok"]]
     worst = max(rows, key=lambda r: abs(r["z"]))
     for r in bad or [worst]:

@@ -272,8 +272,10 @@ def write_timing(out: Path, seconds: float, epochs: int) -> None:
     (Path(out) / "timing.json").write_text(json.dumps({"train_seconds": round(seconds, 3), "epochs": epochs}) + "\n")
 
 
-def check_usable(splits: dict[str, Any], where: str) -> None:
-    """Refuse data on which training or evaluation would be meaningless, naming the cause."""
+def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
+    """Refuse data on which training or evaluation would be meaningless, naming the cause: a split without
+    images or sentences, fewer than half the sentences usable, or (``views`` reading word vectors, i.e.
+    every sentence view but ``tokens``) fewer than half the training sentences with a word that has one."""
     for name, sp in splits.items():
         if sp.n_images == 0 or sp.n_sentences == 0:
             raise ValueError(f"{where}: the {name} split has {sp.n_images} images and {sp.n_sentences} sentences")
@@ -283,6 +285,13 @@ def check_usable(splits: dict[str, Any], where: str) -> None:
             raise ValueError(f"{where}: only {int(ok.sum())} of {len(ok)} {name} sentences are usable "
                              f"({n_img} of {sp.n_images} images have features; sentences need fragments) — "
                              "check the image folder, the features stage and the fragments stage")
+    if views is not None and views.sentences != "tokens":
+        tr = splits["train"]
+        known = tr.known_word_sentences()
+        if known.mean() < 0.5:
+            raise ValueError(f"{where}: only {int(known.sum())} of {len(known)} train sentences have a word with a GloVe "
+                             f"vector (the view {views.sentences!r} reads word vectors; the rest are out of the "
+                             "dictionary) — are the captions English, tokenised and lower-cased?")
 
 
 def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: torch.device | None = None,
@@ -304,7 +313,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     torch.manual_seed(tc.seed)
     views = cls.views(spec.system_config)
     splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
-    check_usable(splits, str(dataset_dir))
+    check_usable(splits, str(dataset_dir), views)
     info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
     system = cls(spec.system_config, dims, tc.seed).to(device)
     identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),

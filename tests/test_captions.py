@@ -53,6 +53,19 @@ def test_the_java_check_names_what_is_missing(monkeypatch):
         c.tokenize({0: ["A caption."]})
 
 
+def test_a_broken_java_is_named_not_a_key_error(monkeypatch, tmp_path):
+    """A ``java`` that exists but does not run (once: KeyError: 1 from the tokenizer's empty output)."""
+    import fraglib.captions as c
+
+    fake = tmp_path / "java"
+    fake.write_text("#!/bin/sh\necho 'Error: could not find libjava.so' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(c.shutil, "which", lambda name: str(fake))
+    assert f"'{fake} -version' fails (exit status 1: Error: could not find libjava.so)" in java_missing()
+    with pytest.raises(c.JavaMissing, match="need a working Java runtime"):
+        c.tokenize({0: ["A caption."]})
+
+
 def needs_java():
     why = java_missing()
     if why:

@@ -120,6 +120,19 @@ def test_unusable_data_stops_before_training(tiny_full):
         check_usable(splits, "somewhere")
 
 
+def test_captions_without_a_known_word_stop_systems_that_read_word_vectors(tiny_full):
+    from fraglib.inputs import load_splits
+    from fraglib.systems.base import Views
+
+    for view in ("dependency", "tree_basic"):
+        splits, _, _ = load_splits(tiny_full, Views("fullframe", view), CPU)
+        check_usable(splits, "somewhere", Views("fullframe", view))        # English captions: fine
+        assert splits["train"].known_word_sentences().all()
+        splits["train"].words.zero_()                                      # every word out of the dictionary
+        with pytest.raises(ValueError, match=r"only 0 of \d+ train sentences have a word with a GloVe vector"):
+            check_usable(splits, "somewhere", Views("fullframe", view))
+
+
 def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, tmp_path):
     """No val (or no test) split once crashed only after every epoch had been trained."""
     data = tmp_path / "data"

@@ -90,6 +90,21 @@ def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_f
 
 
 @pytest.mark.slow
+def test_the_fight_report_without_runs_names_the_command_that_builds_them(tiny_study, tmp_path, monkeypatch):
+    import papermill as pm
+
+    from fraglib.notebook import run_notebook
+
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(pm.PapermillExecutionError, match=r"MissingResults.*no run of the ladder .* build them with "
+                                                         r"`dvc repro studies/pascal1k/dvc.yaml`"):
+        run_notebook(ROOT / "notebooks" / "fight_report.ipynb", tmp_path / "f.html",
+                     {"runs_dir": str(tmp_path / "runs"), "params_file": str(tiny_study / "params.yaml")},
+                     executed=tmp_path / "f.ipynb")
+
+
+@pytest.mark.slow
 def test_a_failed_notebook_never_leaves_a_page_that_looks_current(tmp_path):
     """A failing run once left the previous HTML in place, looking valid."""
     import nbformat

@@ -30,6 +30,8 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
     params["results_report"]["n_examples"] = 1
     params["captions"]["runs"] = []                     # no generating run here (tests/test_captions.py)
+    params["bench"] = {}                                # run lists must name runs that exist (fraglib.config)
+    params["flickr8k"]["runs"] = []
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

@@ -309,3 +309,25 @@ def test_split_differences_by_hand():
     assert t975(4) == 2.776 and t975(100) == 1.96
     with pytest.raises(ValueError, match="a t interval needs two"):
         split_differences({"a": run([1]), "b": run([1])}, [("a", "b")])
+
+
+def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, monkeypatch, capsys):
+    """``fraglib.rerun`` with an absolute path or from a subfolder finds the committed summaries (once: "no
+    metrics at git HEAD"); a damaged ``metrics.json`` is named, not a traceback."""
+    import shutil
+
+    from conftest import ROOT
+    from fraglib.rerun import main, read_runs
+
+    committed = read_runs(ROOT / "runs" / "synthetic", "HEAD")                        # absolute path
+    assert "full" in committed and len(committed["full"]["seeds"]) >= 1
+    monkeypatch.chdir(ROOT / "runs")
+    assert read_runs("synthetic", "HEAD").keys() == committed.keys()                  # from a subfolder
+    copy = tmp_path / "runs"
+    shutil.copytree(ROOT / "runs" / "synthetic" / "full", copy / "full", ignore=shutil.ignore_patterns("seeds"))
+    (copy / "full" / "metrics.json").write_text('{"annotation": {"r1": 3')
+    with pytest.raises(SystemExit):
+        main([str(copy), "--reference-dir", str(ROOT / "runs" / "synthetic")])
+    assert f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib.study writes (damaged?" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not inside a git repository"):
+        read_runs(copy, "HEAD")

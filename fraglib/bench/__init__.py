@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
                                              f"by name only: {', '.join(OPT_IN)})")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--in-place", action="store_true", help="repro_pascal1k: time the out-of-date stages of this checkout")
+    ap.add_argument("--overwrite", action="store_true", help="replace entries of --out measured on another machine "
+                    "(entries of this machine are always updated; others are kept)")
     args = ap.parse_args(argv)
     known = {**BENCHMARKS, **OPT_IN}
     unknown = [n for n in args.names if n not in known]
@@ -58,5 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         for e in run():
             print(f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else ""))
             new.append(e)
-    merge(new, Path(args.out))
+    try:
+        merge(new, Path(args.out), args.overwrite)
+    except FileExistsError as exc:
+        raise SystemExit(f"fraglib.bench: {exc}") from None
     print(f"wrote {args.out}")

@@ -103,9 +103,26 @@ def gpu_absent(name: str) -> list[dict[str, Any]]:
                   "systems_device` (training step and 1,000 x 5,000 scoring per system) on a GPU machine")]
 
 
-def merge(new: list[dict[str, Any]], path: Path = RESULTS) -> list[dict[str, Any]]:
+def host(m: str) -> str:
+    """The part of a ``machine`` string that names the computer and torch build (not the thread count)."""
+    return m.split(" (")[0]
+
+
+def merge(new: list[dict[str, Any]], path: Path = RESULTS, overwrite: bool = False) -> list[dict[str, Any]]:
+    """Put ``new`` into the results file at ``path``: an entry replaces the one of its name, other entries stay
+    (each names its machine). Replacing an entry measured on another machine (``host``) needs ``overwrite``;
+    without it the new entries go to ``<path>.pending.json`` (nothing measured is lost) and FileExistsError
+    names the entries."""
     old = json.loads(path.read_text()) if path.exists() else []
-    names = {e["name"] for e in new}
+    mine = {e["name"]: host(e.get("machine", "")) for e in new}
+    foreign = [e["name"] for e in old if e["name"] in mine and host(e.get("machine", "")) != mine[e["name"]]]
+    if foreign and not overwrite:
+        pending = path.with_suffix(".pending.json")
+        pending.write_text(json.dumps(new, indent=1) + "\n")
+        raise FileExistsError(f"{path}: {len(foreign)} entries to replace were measured on another machine "
+                              f"({', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}); this run's entries are in "
+                              f"{pending}. Pass --overwrite to replace them, or --out elsewhere.")
+    names = set(mine)
     merged = [e for e in old if e["name"] not in names] + new
     merged.sort(key=lambda e: e["name"])
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -648,7 +648,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     cfg = load_section(args.params, "synthetic", SynthConfig)
-    stats = write_benchmark(cfg, args.out, overwrite=args.overwrite)
+    try:
+        stats = write_benchmark(cfg, args.out, overwrite=args.overwrite)
+    except FileExistsError as exc:                       # refused before any image is drawn
+        ap.error(str(exc))
     print(f"wrote {stats['images']} images, {stats['captions']} captions to {args.out} "
           f"in {stats['_seconds']:.1f} s")
 

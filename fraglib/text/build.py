@@ -24,6 +24,7 @@ import numpy as np
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
 from fraglib.text.fragments import (MODES, encode, encode_tokens, frequent_relations, relation_inventory, triplets,
                                     vocabulary, words_of)
 from fraglib.text.trees import TREE_VIEWS, encode_trees
@@ -178,8 +179,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--parse-file", help="CoNLL-U cache (default <dataset-dir>/parse.conllu)")
     ap.add_argument("--out-dir", help="fragments output folder (default <dataset-dir>/fragments)")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     cfg = load_section(args.params, "text", TextConfig)
+    if args.command == "parse":
+        out = [Path(args.parse_file or Path(args.dataset_dir) / "parse.conllu")]
+    else:
+        d = Path(args.out_dir or Path(args.dataset_dir) / "fragments")
+        out = [d / f"{v}.npz" for v in (*MODES, *TREE_VIEWS, "tokens")] + [d / "relations.json", d / "text_stats.json"]
+    claim_cli(ap, out, out, args.overwrite, f"fraglib.text {args.command}")
     if args.command == "parse":
         r = run_parse(args.dataset_dir, cfg, args.parse_file)
         print(f"parsed {r['captions']} captions with {r['parser']} in {r['seconds']:.1f} s "

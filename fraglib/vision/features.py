@@ -415,22 +415,25 @@ def main(argv: list[str] | None = None) -> None:
 
         regions = Regions.load(args.regions)
     out = Path(args.out_dir or Path(args.dataset_dir) / "features")
-    if args.merge:
-        s = merge_shards(ds, out, args.merge, truth, args.overwrite)
-    elif args.shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from fraglib import distributed
+    try:                                                 # a refusal (fraglib.outputs) comes before any work
+        if args.merge:
+            s = merge_shards(ds, out, args.merge, truth, args.overwrite)
+        elif args.shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from fraglib import distributed
 
-        ctx = distributed.setup(torch.device("cpu")) if not args.shard else None
-        i, n = (ctx.rank, ctx.world) if ctx else _parse_shard(args.shard)
-        s = extract(shard_dataset(ds, i, n), cfg, shard_dir(out, i, n), truth, regions=regions,
-                    overwrite=args.overwrite, region_views=args.region_views)
-        if ctx is not None:
-            ctx.barrier()
-            if ctx.main:
-                s = merge_shards(ds, out, n, truth, args.overwrite)
-            distributed.teardown(ctx)
-    else:
-        s = extract(ds, cfg, out, truth, regions=regions, overwrite=args.overwrite, region_views=args.region_views)
+            ctx = distributed.setup(torch.device("cpu")) if not args.shard else None
+            i, n = (ctx.rank, ctx.world) if ctx else _parse_shard(args.shard)
+            s = extract(shard_dataset(ds, i, n), cfg, shard_dir(out, i, n), truth, regions=regions,
+                        overwrite=args.overwrite, region_views=args.region_views)
+            if ctx is not None:
+                ctx.barrier()
+                if ctx.main:
+                    s = merge_shards(ds, out, n, truth, args.overwrite)
+                distributed.teardown(ctx)
+        else:
+            s = extract(ds, cfg, out, truth, regions=regions, overwrite=args.overwrite, region_views=args.region_views)
+    except FileExistsError as exc:
+        ap.error(str(exc))
     print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
                                                          "seconds_per_image_median") or k.startswith("recall")}))
 

@@ -29,6 +29,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
 from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3   # IoU thresholds of the labels
@@ -229,7 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--regions", help="a fraglib.vision.regions cache of the dataset's images (no CNN pass)")
     ap.add_argument("--cv-out", help="also write a 2-fold cross-validation (recall per NMS threshold) here")
     ap.add_argument("--cv-nms", type=float, nargs="+", default=[0.3, 0.4, 0.5, 0.6])
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    out = [Path(args.out)] + ([Path(args.cv_out)] if args.cv_out else [])
+    claim_cli(ap, out, out, args.overwrite, "fraglib.vision.objectness")
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
     excluded = set()

@@ -43,6 +43,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json
+from fraglib.outputs import OVERWRITE_HELP, claim_cli
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
                             selective_search)
 
@@ -225,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.vision.regions")
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     meta = build(read_karpathy_json(Path(args.dataset_dir) / "dataset.json"), cfg, args.out)
     print(json.dumps({k: meta[k] for k in ("wall_seconds_per_image", "backbone_seconds_median", "skipped")}))
