@@ -1,11 +1,20 @@
 """Command-line outputs are never overwritten or deleted without ``--overwrite``.
 
-A command that writes a *family* of files (the synthetic benchmark: ``images/*.png`` and its JSON
-files; the feature stage: one ``.npz`` per detector and ``features_stats.json``) first calls
-:func:`claim`. When any member of the family already exists, it stops with the list unless the user
-passed ``--overwrite``; with it, members this run will not rewrite are removed, so no stale file
-(an old ``groundtruth.npz`` beside a new ``rcnn.npz``) survives as if current. DVC deletes a stage's
-outputs before it runs, so pipeline stages never meet an existing family.
+A command that writes a *family* of files first calls :func:`claim` (on a command line,
+:func:`claim_cli`), before its work. When any member of the family already exists, it stops with the
+list unless the user passed ``--overwrite``; with it, members this run will not rewrite are removed,
+so no stale file (an old ``groundtruth.npz`` beside a new ``rcnn.npz``) survives as if current.
+DVC deletes a stage's outputs before it runs, so pipeline stages never meet an existing family.
+
+The families: ``fraglib.data`` (``dataset.json``, ``conversion.json``; precomp: its feature caches
+too), ``fraglib.data.synthetic`` (the benchmark folder), ``fraglib.text`` (``parse.conllu``; the
+fragment files), ``fraglib.vision.features`` / ``regions`` / ``objectness`` (their caches),
+``fraglib.search --out``, ``fraglib.captions`` (``<name>.json`` and ``<name>/``),
+``fraglib.evaluate --out``, ``fraglib.notebook`` (a page and its executed notebook) and
+``fraglib.index``; tests/test_outputs.py tries every one. Two commands keep what exists on purpose:
+training (``fraglib.train`` / ``fraglib.study`` resume a run from its checkpoint) and
+``fraglib.bench`` (``benchmarks/results.json`` is a register: a run updates this machine's entries,
+and replacing another machine's needs ``--overwrite``).
 """
 from __future__ import annotations
 

@@ -107,3 +107,21 @@ def test_precomp_refuses_bad_files_naming_them(tmp_path, problem, match):
         splits.append("dev")
     with pytest.raises((ValueError, FileNotFoundError), match=match):
         read_precomp(root, splits)
+
+
+def test_a_feature_cache_with_nan_is_refused_where_it_enters(tiny_text, tmp_path):
+    """NaN / Inf in a cache (once: training died later with "cost is nan" or "SVD did not converge")."""
+    import shutil
+
+    from fraglib.data.precomp import write_cache
+
+    src, _ = tiny_text
+    out = tmp_path / "d"
+    shutil.copytree(src, out)
+    ds = read_karpathy_json(out / "dataset.json")
+    feats = np.ones((len(ds.images), 7), np.float32)
+    feats[3, 2] = np.inf
+    write_cache(ds, feats, np.ones(len(ds.images), np.int64), out)
+    with pytest.raises(ValueError, match=rf"rcnn.npz: 1 feature row\(s\) hold NaN or Inf \(first in image "
+                                         rf"{ds.images[3]['filename']}\)"):
+        load_splits(out, Views("fullframe", "dependency"), torch.device("cpu"))

@@ -105,6 +105,11 @@ class FeatureCache:
             if int(a) != int(b) or str(fa) != str(fb):
                 raise ValueError(f"{name}: row order differs from dataset {dataset.name} at image {n}: "
                                  f"cache has {fa} (imgid {a}), dataset has {fb} (imgid {b})")
+        bad = ~np.isfinite(self.features).all(axis=1)
+        if bad.any():
+            img = int(np.searchsorted(self.offsets, np.flatnonzero(bad)[0], side="right") - 1)
+            raise ValueError(f"{name}: {int(bad.sum())} feature row(s) hold NaN or Inf (first in image "
+                             f"{self.filenames[img]}); re-run the features stage")
 
     def rows(self, n: int) -> slice:
         return slice(int(self.offsets[n]), int(self.offsets[n + 1]))
