@@ -2,6 +2,7 @@
 #   make          the main job: create the environment if missing, then `dvc repro`
 #   make test     the test suite (what .ci/run calls)
 #   make bench    benchmarks -> benchmarks/results.json
+#   make reports  docs/results.md and reports/index.html from the committed run summaries (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -10,7 +11,7 @@ BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.fraglib-installed
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all env repro pascal1k flickr8k test bench lab clean-env
+.PHONY: all env repro pascal1k flickr8k test bench lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -34,6 +35,10 @@ test: env
 
 bench: env
 	$(BIN)/python -m fraglib.bench
+
+reports: env
+	$(BIN)/python -m fraglib.summary
+	$(BIN)/python -m fraglib.index --overwrite
 
 lab: env
 	$(BIN)/jupyter lab notebooks/

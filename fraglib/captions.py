@@ -28,7 +28,7 @@ recomputed by the toolkit on each resample (its cooked n-gram statistics reused)
 CIDEr-D resample the toolkit's per-sentence scores (CIDEr-D's document frequencies stay those of the
 whole split; METEOR's corpus value is not the mean of its sentence scores, so its CI is that of the
 mean sentence score, shifted to the corpus value). METEOR and the tokenizer run Java: without a
-``java`` on PATH this step stops with :class:`JavaMissing` (README: "Caption metrics").
+``java`` on PATH this step stops with :class:`JavaMissing` (docs/runs.md, "Caption metrics").
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def java_missing() -> str | None:
     java = shutil.which("java")
     if java is None:
         return ("no 'java' on PATH: pycocoevalcap's METEOR and PTB tokenizer need a Java runtime "
-                "(README, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)")
+                "(docs/runs.md, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)")
     broken = _java_fails(java)
     if broken:
         return f"'{java} -version' fails ({broken}): pycocoevalcap's METEOR and PTB tokenizer need a working Java runtime"

@@ -52,7 +52,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     env.update(git_env)
     run("git", "add", "-A")
     run("git", "commit", "-qm", "baseline")
-    # a shared cache (README "Sharing caches"): push to a local-folder remote, pull into a fresh clone,
+    # a shared cache (docs/scale.md, "Shared caches"): push to a local-folder remote, pull into a fresh clone,
     # which is then up to date without recomputing anything
     run("dvc", "remote", "add", "-d", "shared", str(tmp_path.parent / "remote"))
     run("git", "commit", "-qam", "remote")

@@ -331,3 +331,40 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
     assert f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib.study writes (damaged?" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not inside a git repository"):
         read_runs(copy, "HEAD")
+
+
+def test_results_page_is_generated_from_the_committed_summaries():
+    """docs/results.md holds no hand-typed number: it equals what the committed summaries give, its rows
+    read their metrics.json, and the verdict carries the replication on unused splits."""
+    import re
+
+    from conftest import ROOT
+    from fraglib.summary import results_markdown
+
+    page = (ROOT / "docs" / "results.md").read_text()
+    assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib.summary"
+    m = json.loads((ROOT / "runs" / "pascal1k" / "fr_lr01" / "metrics.json").read_text())
+    row = next(line for line in page.splitlines() if line.startswith("| `fr_lr01`"))
+    assert re.search(rf"\| {m['annotation']['r1']:.1f} ± {m['annotation_sd']['r1']:.1f} \|", row)
+    assert f"{m['search']['mean_rank']:.1f} ± {m['search_sd']['mean_rank']:.1f} |" in row
+    assert "+1.2 [−7.0, +9.7]" in page and "did not replicate" in page
+
+
+def test_the_readme_verdict_matches_the_committed_runs_and_carries_the_replication():
+    """The README states the fight's annotation lead: its number is the committed runs' difference, and
+    wherever the verdict is stated the failed replication on unused splits is stated too."""
+    import re
+
+    from conftest import ROOT
+    import yaml
+
+    from fraglib.summary import verdict_pair
+
+    pair = verdict_pair(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    best, base = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in pair)
+    lead = best["annotation"]["r1"] - base["annotation"]["r1"]
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"annotation\s+\(R@1 " + re.escape(f"{lead:+.1f}") + " points", readme)
+    fight = "".join("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / "fight_report.ipynb").read_text())["cells"])
+    for page in (readme, (ROOT / "docs" / "results.md").read_text(), fight):
+        assert "+1.2 [−7.0, +9.7]" in page and "not replicate" in page.replace("\n", " ")

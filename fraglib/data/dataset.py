@@ -187,7 +187,7 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
     root = Path(root)
     path = root / "sentences.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Data')")
+        raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Real data')")
     try:
         raw = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
