@@ -5,13 +5,14 @@
 #   make reports  docs/results.md and reports/index.html from the committed run summaries (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
+#   make synthetic-all  the extended synthetic study (every other run; after `make`), then the reports again
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.fraglib-installed
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all env repro pascal1k flickr8k test bench lab reports clean-env
+.PHONY: all env repro pascal1k flickr8k synthetic-all test bench lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -29,6 +30,10 @@ pascal1k: env
 
 flickr8k: env
 	$(BIN)/dvc repro studies/flickr8k/dvc.yaml
+
+synthetic-all: env
+	$(BIN)/dvc repro studies/synthetic/dvc.yaml
+	$(BIN)/dvc repro
 
 test: env
 	$(BIN)/python -m pytest -q

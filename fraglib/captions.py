@@ -339,7 +339,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     Existing outputs of ``name`` are refused before any decoding unless ``overwrite`` (:mod:`fraglib.outputs`)."""
     import tempfile
 
-    from fraglib.checkpoint import load
+    from fraglib.checkpoint import best_of, load
     from fraglib.text.build import run_tokens
 
     run_dir = Path(run_dir)
@@ -358,7 +358,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
             tokens = reencoded = None
             if parse_file:
                 tokens = Path(tmp) / "tokens.npz"
-                vocab = load(seed_dir / "best.pt", torch.device("cpu"))["info"]["relations"]
+                vocab = load(best_of(seed_dir), torch.device("cpu"))["info"]["relations"]
                 reencoded = run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s))
             scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
         record["reencoded"] = reencoded                                   # counts over all the data's captions

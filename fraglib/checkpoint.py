@@ -22,6 +22,7 @@ exactly.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import zipfile
@@ -77,6 +78,25 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     if not isinstance(ck, dict) or ck.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a fraglib checkpoint (no format {FORMAT!r})")
     return ck
+
+
+def best_of(seed_dir: str | Path) -> Path:
+    """The ``best.pt`` of a trained seed's results folder: beside its results, or in the folder its
+    ``metrics.json`` names (``checkpoint_dir``: studies keep checkpoints in DVC under ``models/`` and
+    results in git under ``runs/``). CheckpointError names what is missing and how to get it."""
+    seed_dir = Path(seed_dir)
+    if (seed_dir / "best.pt").exists():
+        return seed_dir / "best.pt"
+    named = None
+    try:
+        named = json.loads((seed_dir / "metrics.json").read_text()).get("checkpoint_dir")
+    except (OSError, ValueError):
+        pass
+    if named and (Path(named) / "best.pt").exists():
+        return Path(named) / "best.pt"
+    where = f"{seed_dir}/best.pt" + (f" or {named}/best.pt" if named else "")
+    raise CheckpointError(f"{where}: checkpoint not found; checkpoints are DVC outputs: `dvc pull` them from a shared "
+                          "remote or rebuild them with `dvc repro` (the run's train stage)")
 
 
 def load_system(path: str | Path, device: Any = "cpu"):

@@ -95,7 +95,9 @@ DATASET_KEYS = ("root", "split_seed", "splits", "score", "image_size", "proposal
                 "nms_iou", "train", "systems", "runs")
 PLAIN_KEYS = {
     "data_report": ("n_show", "sample_seed"), "text_report": ("n_examples", "example_seed"),
-    "vision_report": ("n_show", "sample_seed"), "study": ("seeds", "jobs", "replicates"), "captions": ("runs", "n_boot"),
+    "vision_report": ("n_show", "sample_seed"),
+    "study": ("seeds", "jobs", "replicates", "runs", "extended_runs", "captions", "extended_captions", "train", "systems"),
+    "captions": ("runs", "n_boot"),
     "bench": ("growth_runs", "epoch_runs"), "pascal1k": DATASET_KEYS, "flickr8k": DATASET_KEYS,
     "pascal1k.objectness": ("model", "hidden", "epochs"), "flickr8k.objectness": ("model", "hidden", "epochs"),
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
@@ -104,7 +106,8 @@ PLAIN_KEYS = {
     "results_report.fight": ("ladder", "baselines", "searches"),
 }
 RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings
-RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "pascal1k.runs", "flickr8k.runs")
+RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "pascal1k.runs", "flickr8k.runs", "study.runs",
+             "study.extended_runs", "study.captions", "study.extended_captions")
 
 
 def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
@@ -152,7 +155,7 @@ def check_params(data: dict[str, Any]) -> None:
             raise ConfigError(f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: "
                               f"{', '.join(SYSTEMS)}")
         _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
-    for ds in ("pascal1k", "flickr8k"):
+    for ds in ("study", "pascal1k", "flickr8k"):
         if isinstance(data.get(ds), dict):
             _keys(f"{ds}.train", data[ds].get("train"), trainer)
             systems(f"{ds}.systems", data[ds].get("systems"))

@@ -208,10 +208,10 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
     word / relation ids must be the checkpoint's (other data: re-encode them, ``fraglib.text.build.run_tokens``)."""
     import dataclasses
 
-    from fraglib.checkpoint import load_system
+    from fraglib.checkpoint import best_of, load_system
     from fraglib.inputs import load_splits
 
-    system, ck = load_system(Path(seed_dir) / "best.pt")
+    system, ck = load_system(best_of(seed_dir))
     info = ck["info"]
     views = system.views(system.cfg)
     views = dataclasses.replace(views, images=images) if images else views

@@ -75,15 +75,16 @@ def unit_key(seed: int, replicate: int) -> str:
     return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
 
 
-def _run_seed(args: tuple[str, Any, int, int, str, int, str | None]) -> dict[str, Any]:
+def _run_seed(args: tuple[str, Any, int, int, str, int, str | None, str | None]) -> dict[str, Any]:
     from fraglib.train import train
 
-    dataset_dir, spec, seed, replicate, out, threads, features_dir = args
+    dataset_dir, spec, seed, replicate, out, threads, features_dir, models_dir = args
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
     m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{key}",
               spec.with_seed(seed + REPLICATE_STRIDE * replicate), device=None,
-              progress=False, features_dir=features_dir, restart=True)
+              progress=False, features_dir=features_dir, restart=True,
+              checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None)
     if "test" not in m:
         return m
     print(f"[{spec.run} seed {key}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
@@ -102,8 +103,10 @@ def seed_threads(n_seeds: int, jobs: int, cores: int) -> list[int]:
 
 
 def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Path, dataset: str | None = None,
-              features_dir: str | None = None, seeds: list[int] | None = None) -> dict[str, Any]:
-    """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``."""
+              features_dir: str | None = None, seeds: list[int] | None = None,
+              models_dir: str | None = None) -> dict[str, Any]:
+    """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``; ``models_dir``:
+    checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git)."""
     spec = resolve_run(params, run, dataset)            # fails before any work
     seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
     if len(set(seeds)) != len(seeds) or not seeds:
@@ -116,7 +119,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     out.mkdir(parents=True, exist_ok=True)
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
     keys = [unit_key(s, r) for s, r in units]
-    work = [(dataset_dir, spec, s, r, str(out), t, features_dir)
+    work = [(dataset_dir, spec, s, r, str(out), t, features_dir, models_dir)
             for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))]
     if jobs > 1 and len(units) > 1:
         import multiprocessing as mp
@@ -163,13 +166,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds or <dataset>.splits)")
+    ap.add_argument("--models-dir", help="checkpoints under <models-dir>/seed<N>/ (a DVC output) instead of beside "
+                                         "the per-seed results in <out>/seeds/ (kept in git)")
     args = ap.parse_args(argv)
     params = read_params(args.params)
     try:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
-    s = run_study(args.dataset_dir, args.run, params, args.out, args.dataset, args.features_dir, seeds)
+    s = run_study(args.dataset_dir, args.run, params, args.out, args.dataset, args.features_dir, seeds, args.models_dir)
     print(f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
           f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}")
 

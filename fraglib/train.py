@@ -98,7 +98,8 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
 
     ``train`` ← ``<dataset>.train`` ← ``systems.<s>`` ← ``<dataset>.systems.<s>`` ← ``runs.<run>`` ← ``extra``
 
-    where ``s = runs.<run>.system``. Each key goes to the trainer or to the system by its name
+    where ``s = runs.<run>.system``; without ``dataset`` (the synthetic benchmark) the ``study`` section
+    plays the dataset section's part (``study.train``, ``study.systems.<s>``). Each key goes to the trainer or to the system by its name
     (the two field sets are disjoint); a key known to neither is an error naming its layer."""
     for sec in ("train", "systems", "runs"):
         if not isinstance(params.get(sec), dict):
@@ -114,18 +115,19 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
     entry.pop("seeds", None)                                        # which seeds run: fraglib.study
     entry.pop("replicates", None)                                   # training runs per seed: fraglib.study
     cls = get_system(name, f"runs.{run}.system")
-    ds = {}
+    ds = params.get("study") if isinstance(params.get("study"), dict) else {}
     if dataset is not None:
         if not isinstance(params.get(dataset), dict):
             raise ConfigError(f"params: dataset section '{dataset}' missing")
         ds = params[dataset]
+    section = dataset or "study"
     if name not in params["systems"]:
         raise ConfigError(f"systems.{name}: missing (every system used by a run needs an entry, may be {{}})")
     t_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     s_fields = {f.name for f in dataclasses.fields(cls.Config)}
-    layers = [("train", params["train"], True), (f"{dataset}.train", ds.get("train"), True),
+    layers = [("train", params["train"], True), (f"{section}.train", ds.get("train"), True),
               (f"systems.{name}", params["systems"][name], False),
-              (f"{dataset}.systems.{name}", (ds.get("systems") or {}).get(name), False),
+              (f"{section}.systems.{name}", (ds.get("systems") or {}).get(name), False),
               (f"runs.{run}", entry, False), ("--set", extra, False)]
     tvals: dict[str, Any] = {}
     svals: dict[str, Any] = {}
@@ -296,10 +298,12 @@ def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
 
 def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: torch.device | None = None,
           progress: bool = True, stop_after: int | None = None, features_dir: str | Path | None = None,
-          restart: bool = False) -> dict[str, Any]:
+          restart: bool = False, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
     """Train (or resume) ``spec`` and evaluate it; returns the test metrics. ``stop_after`` ends the
     process's work after that many epochs (used to test resumption); ``restart``: a checkpoint of
-    other settings or inputs is replaced instead of refused."""
+    other settings or inputs is replaced instead of refused. Results (``metrics.json``, ``ranks.json``,
+    ``history.csv``: small, kept in git) go to ``out_dir``; checkpoints and ``timing.json`` to
+    ``checkpoint_dir`` (default ``out_dir``; a DVC output), which ``metrics.json`` then names."""
     from fraglib.device import make_deterministic, select_device
 
     tc, cls = spec.train_config.validate(), get_system(spec.system)
@@ -308,8 +312,10 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     ctx = distributed.setup(device)
     progress = progress and ctx.main
     out = Path(out_dir)
+    ck_dir = Path(checkpoint_dir) if checkpoint_dir is not None else out
     if ctx.main:
         out.mkdir(parents=True, exist_ok=True)
+        ck_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tc.seed)
     views = cls.views(spec.system_config)
     splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
@@ -320,10 +326,10 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
                 "train_config": dataclasses.asdict(tc), "model_args": dims,
                 "fingerprint": checkpoint.fingerprint(input_files(dataset_dir, views, features_dir))}
     defaults = {"train_config": dataclasses.asdict(TrainConfig()), "system_config": dataclasses.asdict(cls.Config())}
-    ck = checkpoint.resume(out, identity, restart, defaults=defaults) if ctx.main else None
+    ck = checkpoint.resume(ck_dir, identity, restart, defaults=defaults) if ctx.main else None
     ctx.barrier()                                                    # rank 0 may have removed a foreign checkpoint
     if not ctx.main:
-        ck = checkpoint.resume(out, identity, False, defaults=defaults)
+        ck = checkpoint.resume(ck_dir, identity, False, defaults=defaults)
     trainable = cls.TRAINABLE and any(p.requires_grad for p in system.parameters())
     opt = make_optimizer(tc, system.lr_groups()) if trainable else None
     history: list[dict[str, Any]] = []
@@ -334,7 +340,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             opt.load_state_dict(ck["optimizer"])
         start, history, best_rsum, best_epoch = ck["epoch"], ck["history"], ck["best_rsum"], ck["best_epoch"]
         set_rng_state(ck.get("rng"), device)
-        t_train = read_timing(out).get("train_seconds", 0.0)
+        t_train = read_timing(ck_dir).get("train_seconds", 0.0)
     else:
         system.prepare(splits["train"])
         if not trainable:
@@ -349,7 +355,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
     if not trainable and ck is None and ctx.main:
-        checkpoint.save(out / "best.pt", state(0))
+        checkpoint.save(ck_dir / "best.pt", state(0))
     step = Step(system, ctx)
     if ctx.world > 1 and trainable:
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True, broadcast_buffers=False)
@@ -378,16 +384,16 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
             print(f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)
         if row["val_rsum"] > best_rsum or tc.select == "last":
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
-            checkpoint.save(out / "best.pt", state(epoch + 1))
-        checkpoint.save(out / "last.pt", state(epoch + 1))
-        write_timing(out, t_train, epoch + 1)
+            checkpoint.save(ck_dir / "best.pt", state(epoch + 1))
+        checkpoint.save(ck_dir / "last.pt", state(epoch + 1))
+        write_timing(ck_dir, t_train, epoch + 1)
         ctx.barrier()
     if not ctx.main:
         distributed.teardown(ctx)
         return {"rank": ctx.rank}
     distributed.teardown(ctx)
-    if (out / "best.pt").exists():
-        system.load_state_dict(checkpoint.load(out / "best.pt", device)["model"])
+    if (ck_dir / "best.pt").exists():
+        system.load_state_dict(checkpoint.load(ck_dir / "best.pt", device)["model"])
     te = splits["test"]
     S = score_matrix(system, te, tc.eval_chunk)
     test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed)
@@ -398,16 +404,17 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         r = similarity_ranks(sim, te.sentence_image)
         test["similarity"], test["similarity_ci"] = recall_table(r), bootstrap_ci(r, tc.n_boot, tc.seed + 2)
         test["ranks"]["similarity"] = r.tolist()
-    return write_outputs(out, spec, info, test, best_epoch, history)
+    return write_outputs(out, spec, info, test, best_epoch, history, checkpoint_dir)
 
 
 def write_outputs(out: Path, spec: RunSpec, info: dict[str, Any], test: dict[str, Any], best_epoch: int | None,
-                  history: list[dict[str, Any]]) -> dict[str, Any]:
+                  history: list[dict[str, Any]], checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
     """``metrics.json`` (no timings: identical runs give identical bytes), ``ranks.json``, ``history.csv``."""
     ranks = test.pop("ranks")
     metrics = {"test": test, "best_epoch": best_epoch, "run": spec.run, "system": spec.system,
                "system_config": dataclasses.asdict(spec.system_config), "train_config": dataclasses.asdict(spec.train_config),
-               "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None)}
+               "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
+               **({"checkpoint_dir": Path(checkpoint_dir).as_posix()} if checkpoint_dir is not None else {})}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     (out / "ranks.json").write_text(json.dumps(ranks) + "\n")
     keys = sorted({k for h in history for k in h}, key=lambda k: (k != "epoch", k))
@@ -431,12 +438,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a trainer or system key")
     ap.add_argument("--restart", action="store_true", help="replace a checkpoint of other settings or inputs")
     ap.add_argument("--stop-after", type=int, metavar="N", help="end after N epochs as if killed (resume later)")
+    ap.add_argument("--checkpoint-dir", help="checkpoints and timing.json here instead of --out")
     args = ap.parse_args(argv)
     spec = resolve_run(read_params(args.params), args.run, args.dataset, parse_overrides(args.set))
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
     m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart,
-              stop_after=args.stop_after)
+              stop_after=args.stop_after, checkpoint_dir=args.checkpoint_dir)
     if "test" not in m:                                              # stopped early, or not rank 0
         return
     t = m["test"]

@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +145,25 @@ def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, t
     with pytest.raises(ValueError, match="the val split has 0 images and 0 sentences"):
         train(data, tmp_path / "run", tiny_spec(epochs=2), device=CPU, progress=False)
     assert not list((tmp_path / "run").rglob("*.pt"))          # stopped before any training
+
+
+def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monkeypatch):
+    """A study keeps its small results in git (runs/) and its checkpoints in DVC (models/): the results
+    folder holds no checkpoint, names where they are, and everything that loads one finds it there."""
+    from conftest import tiny_params
+    from fraglib.checkpoint import CheckpointError, best_of
+    from fraglib.evaluate import evaluate_run
+    from fraglib.study import run_study
+
+    monkeypatch.chdir(tmp_path)                                   # the names are relative, as in the pipeline
+    run_study(str(tiny_full), "devise", tiny_params(), "runs/devise", models_dir="models/devise")
+    seed = tmp_path / "runs" / "devise" / "seeds" / "seed0"
+    assert sorted(p.name for p in seed.iterdir()) == ["history.csv", "metrics.json", "ranks.json"]
+    assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == ["best.pt", "last.pt", "timing.json"]
+    assert json.loads((seed / "metrics.json").read_text())["checkpoint_dir"] == "models/devise/seed0"
+    assert best_of(seed) == Path("models/devise/seed0/best.pt")
+    again = evaluate_run(seed, "test")
+    assert again["ranks"] == json.loads((seed / "ranks.json").read_text())
+    shutil.rmtree(tmp_path / "models")
+    with pytest.raises(CheckpointError, match=r"models/devise/seed0/best.pt: checkpoint not found; .*dvc pull"):
+        best_of(seed)

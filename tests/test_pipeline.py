@@ -26,7 +26,8 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["vision"].update(max_proposals=60, num_workers=0)
     params["train"].update(epochs=2, batch_size=10, n_boot=20, lr_drop_epochs=1)
     params["systems"]["fragment"].update(dense_epochs=1, embed_dim=16)
-    params["study"] = {"seeds": [0], "jobs": 1}
+    params["study"] = {"seeds": [0], "jobs": 1, "runs": ["full", "random"], "captions": [], "extended_runs": [],
+                       "extended_captions": []}
     params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
     params["results_report"]["n_examples"] = 1
     params["captions"]["runs"] = []                     # no generating run here (tests/test_captions.py)
@@ -61,6 +62,10 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     run("git", "clone", "-q", str(tmp_path), str(clone))
     cached = Path("data/synthetic/features/rcnn.npz")                   # a DVC-cached output (not in git)
     assert not (clone / cached).exists()
+    # results in git, models in DVC: a clone has every seed's metrics and ranks, and no checkpoint
+    assert (clone / "runs/synthetic/full/seeds/seed0/ranks.json").read_bytes() == \
+        (tmp_path / "runs/synthetic/full/seeds/seed0/ranks.json").read_bytes()
+    assert not (clone / "models/synthetic/full/seed0/best.pt").exists()
     run("dvc", "pull", "dvc.yaml", cwd=clone)                       # the studies' pipelines were never run here
     assert "up to date" in run("dvc", "status", "dvc.yaml", cwd=clone)
     assert "Running stage" not in run("dvc", "repro", cwd=clone)

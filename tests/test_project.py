@@ -149,3 +149,14 @@ def test_growth_slope_is_the_log_log_least_squares_exponent():
     assert growth_slope([(1, 2.0), (4, 8.0)]) == pytest.approx(1.0)             # linear
     assert growth_slope([(1, 1.0), (4, 16.0), (16, 256.0)]) == pytest.approx(2.0)  # quadratic, three scales
     assert growth_slope([(1, 3.0)]) is None and growth_slope([(1, 0.0), (4, 1.0)]) is None
+
+
+def test_every_run_is_in_exactly_one_synthetic_study():
+    """The default study (dvc.yaml) and the extended one (studies/synthetic/dvc.yaml) split params.yaml `runs`:
+    a run in both would be two stages writing one folder, a run in neither would never train on the benchmark."""
+    study = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
+    runs = set(yaml.safe_load((ROOT / "params.yaml").read_text())["runs"])
+    default, extended = study["runs"], study["extended_runs"]
+    assert not set(default) & set(extended) and set(default) | set(extended) == runs
+    assert len(set(default)) == len(default) and len(set(extended)) == len(extended)
+    assert set(study["captions"]) <= set(default) and set(study["extended_captions"]) <= set(extended)
