@@ -320,7 +320,40 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
                               "cider": cider.get(i)} for i in range(split.n_images) if captioning],
               "paraphrasing": [{"sentence": int(j), "input": text[j], "paraphrase": gen["paraphrases"][j],
                                 "references": para_refs.get(j, [])} for j in range(split.n_sentences)]}
-    return scores, record
+    return scores, compact_record(record)
+
+
+def compact_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A seed's record as written: every caption of the split once (``texts``), inputs and references as
+    positions into it (a 5,000-caption split: 0.6 MB instead of 2.2 MB). :func:`read_record` expands it."""
+    if "texts" in record:
+        return record
+    texts: list[str] = []
+    pos: dict[str, int] = {}
+
+    def at(t: str) -> int:
+        if t not in pos:
+            pos[t] = len(texts)
+            texts.append(t)
+        return pos[t]
+    out = {k: v for k, v in record.items() if k not in ("captioning", "paraphrasing")}
+    out["paraphrasing"] = [{"sentence": p["sentence"], "input": at(p["input"]), "paraphrase": p["paraphrase"],
+                            "references": [at(r) for r in p["references"]]} for p in record["paraphrasing"]]
+    out["captioning"] = [{**c, "references": [at(r) for r in c["references"]]} for c in record["captioning"]]
+    out["texts"] = texts
+    return out
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """A seed's ``<name>/seed<N>.json`` with inputs and references as text again (either format)."""
+    rec = json.loads(Path(path).read_text())
+    if "texts" not in rec:
+        return rec
+    t = rec.pop("texts")
+    rec["paraphrasing"] = [{**p, "input": t[p["input"]], "references": [t[r] for r in p["references"]]}
+                           for p in rec["paraphrasing"]]
+    rec["captioning"] = [{**c, "references": [t[r] for r in c["references"]]} for c in rec["captioning"]]
+    return rec
 
 
 def caption_family(run_dir: Path, name: str, seeds: list[int] | None = None) -> list[Path]:
@@ -363,7 +396,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
             scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
         record["reencoded"] = reencoded                                   # counts over all the data's captions
         unk.append(record["unk_share"])
-        (run_dir / name / f"seed{s}.json").write_text(json.dumps(record, indent=1) + "\n")
+        (run_dir / name / f"seed{s}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
         per_seed.append(scores)
     out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot,
                            "dataset_dir": dataset_dir, "images": images,

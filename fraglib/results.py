@@ -588,7 +588,9 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
     from fraglib.evaluate import load_trained, score_matrix
     from fraglib.vision.rcnn import load_image
 
-    rec = json.loads((Path(run_dir) / "captions" / f"seed{seed}.json").read_text())
+    from fraglib.captions import read_record
+
+    rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
     system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", dataset_dir, features_dir)
     S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")

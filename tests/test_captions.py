@@ -244,3 +244,18 @@ def test_committed_synthetic_captions_name_the_right_objects(run):
     assert g["colour_precision"] > g["colour_chance"]
     assert dep["captioning_own"] + 1.0 < dep["captioning_other"]          # nats per caption
     assert dep["paraphrasing_own"] < dep["paraphrasing_other"]
+
+
+def test_a_seed_record_is_written_compactly_and_read_back_whole(tmp_path):
+    from fraglib.captions import compact_record, read_record
+
+    rec = {"split": "test", "captioning": [{"image": 0, "caption": "a red circle", "references": ["a red ball", "red"],
+                                            "cider": 0.5}],
+           "paraphrasing": [{"sentence": 0, "input": "a red ball", "paraphrase": "a ball", "references": ["red"]},
+                            {"sentence": 1, "input": "red", "paraphrase": "red", "references": ["a red ball"]}]}
+    small = compact_record(rec)
+    assert small["texts"] == ["a red ball", "red"] and small["paraphrasing"][1]["input"] == 1
+    (tmp_path / "seed0.json").write_text(json.dumps(small))
+    assert read_record(tmp_path / "seed0.json") == rec
+    (tmp_path / "old.json").write_text(json.dumps(rec))                 # the earlier format reads as it is
+    assert read_record(tmp_path / "old.json") == rec

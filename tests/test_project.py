@@ -160,3 +160,12 @@ def test_every_run_is_in_exactly_one_synthetic_study():
     assert not set(default) & set(extended) and set(default) | set(extended) == runs
     assert len(set(default)) == len(default) and len(set(extended)) == len(extended)
     assert set(study["captions"]) <= set(default) and set(study["extended_captions"]) <= set(extended)
+
+
+def test_no_committed_file_reaches_one_megabyte():
+    """Results live in git, so each file stays small (models and caches are DVC outputs)."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    big = [(f, (ROOT / f).stat().st_size) for f in files if (ROOT / f).is_file() and (ROOT / f).stat().st_size >= 1 << 20]
+    assert not big, f"files of 1 MB or more in git: {big}"
