@@ -138,3 +138,14 @@ def test_report_template_loads_nothing_remote():
         nbformat.write(nb, f"{d}/n.ipynb")
         page = render_html(f"{d}/n.ipynb", f"{d}/n.html").read_text()
     assert "<details" in page and not REMOTE.findall(page)
+
+
+def test_every_notebook_names_the_command_that_builds_its_inputs():
+    """Opened in JupyterLab on a fresh clone, a notebook whose inputs are DVC outputs not built yet stops
+    in its first code cell with the `dvc repro` (or make) command that builds them (fraglib.notebook.needs;
+    executed for the fight report above)."""
+    for name in NOTEBOOKS:
+        cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+        code = [c for c in cells if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
+        first = "".join(code[0]["source"])
+        assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(r"dvc repro|make \w+", first), name
