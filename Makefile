@@ -5,7 +5,7 @@
 #   make reports  docs/results.md and reports/index.html from the committed run summaries (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
-#   make synthetic-all  the extended synthetic study (every other run; after `make`), then the reports again
+#   make synthetic-all  the extended synthetic study (every other run; after `make`) and its results page
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(abspath $(VENV))/bin
@@ -33,7 +33,6 @@ flickr8k: env
 
 synthetic-all: env
 	$(BIN)/dvc repro studies/synthetic/dvc.yaml
-	$(BIN)/dvc repro
 
 test: env
 	$(BIN)/python -m pytest -q

@@ -25,6 +25,8 @@ REPORTS = [
     ("vision_report.html", "Synthetic benchmark: image fragments", "detections, recall, timing"),
     ("training_report.html", "Synthetic benchmark: training the full model", "curves, test metrics, search table"),
     ("results_report.html", "Synthetic benchmark: the ablation study", "Table 2 layout, paired differences, figures"),
+    ("synthetic_extended/results_report.html", "Synthetic benchmark: default and extended studies together",
+     "every run of params.yaml on the benchmark (make synthetic-all)"),
     ("pascal1k/text_report.html", "Pascal1K: sentence fragments", "relation inventory vs the paper's 136 → 16"),
     ("pascal1k/vision_report.html", "Pascal1K: image fragments", "detections on real photographs"),
     ("pascal1k/results_report.html", "Pascal1K: the study", "Table 1 layout"),

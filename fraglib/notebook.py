@@ -34,12 +34,45 @@ def check_kernel(name: str = KERNEL) -> str:
     return name
 
 
+PNG_KEEP = 120_000        # bytes: a figure above this is re-encoded for the page (the executed notebook keeps it)
+
+
+def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1400, quality: int = 82) -> int:
+    """Re-encode every PNG output over ``keep`` bytes as a JPEG at most ``width`` px wide, in place, so a page
+    with photographs stays well under 1 MB (a 256 px thumbnail grid is ~1 MB as PNG). Returns bytes saved."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    saved = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            png = data.get("image/png")
+            if not png or len(png) * 3 // 4 <= keep:
+                continue
+            img = Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB")
+            if img.width > width:
+                img = img.resize((width, round(img.height * width / img.width)), Image.LANCZOS)
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=quality, optimize=True)
+            jpg = base64.b64encode(buf.getvalue()).decode()
+            if len(jpg) < len(png):
+                saved += (len(png) - len(jpg)) * 3 // 4
+                del data["image/png"]
+                data["image/jpeg"] = jpg
+    return saved
+
+
 def render_html(executed: str | Path, html: str | Path) -> Path:
-    """Render an executed notebook to a self-contained HTML page with code folded."""
+    """Render an executed notebook to a self-contained HTML page with code folded, large figures as JPEG
+    (:func:`shrink_images`)."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
+    shrink_images(nb)
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
     html = Path(html)

@@ -36,6 +36,22 @@ def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> lis
             or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())]
 
 
+def run_folders(params: dict[str, Any], runs_dirs: str | Path) -> dict[str, Path]:
+    """Run -> its folder, for the trained retrieval runs in ``runs_dirs`` (one folder, or several separated by
+    commas: the default synthetic study and the extended one), in ``params.yaml`` order; the first folder
+    holding a run wins."""
+    out: dict[str, Path] = {}
+    for d in str(runs_dirs).split(","):
+        for r in run_names(params, d.strip()):
+            out.setdefault(r, Path(d.strip()) / r)
+    return {r: out[r] for r in run_names(params) if r in out}
+
+
+def _folder(runs_dir: str | Path | dict[str, Path], r: str) -> Path:
+    """A run's folder: from :func:`run_folders`' mapping, or ``runs_dir / r``."""
+    return runs_dir[r] if isinstance(runs_dir, dict) else Path(runs_dir) / r
+
+
 def run_labels(params: dict[str, Any]) -> dict[str, str]:
     """Run -> label for tables: the run's ``label`` key, else "<system>: <run name>"."""
     return {r: (e or {}).get("label") or f"{(e or {}).get('system', '?')}: {r}" for r, e in (params.get("runs") or {}).items()}
@@ -447,11 +463,11 @@ def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k:
     return [(int(j), bool(sentence_image[j] == image)) for j in order]
 
 
-def run_histories(runs_dir: str | Path, names: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
+def run_histories(runs_dir: str | Path | dict[str, Path], names: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Per-epoch histories of the runs (all seeds), with a ``run`` column; runs never trained are left out."""
     parts = []
     for r in names:
-        h = pd.read_csv(Path(runs_dir) / r / "history.csv")
+        h = pd.read_csv(_folder(runs_dir, r) / "history.csv")
         if len(h) and "val_rsum" in h:
             parts.append(h.assign(run=(labels or {}).get(r, r)))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -513,7 +529,7 @@ def _mean_ci(value: float, ci: list[float] | None) -> str:
     return f"{100 * value:.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
 
 
-def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] | None = None,
+def caption_table(runs_dir: str | Path | dict[str, Path], runs: list[str], labels: dict[str, str] | None = None,
                   name: str = "captions") -> pd.DataFrame:
     """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/<name>.json``) of the ``runs``
     that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
@@ -522,7 +538,7 @@ def caption_table(runs_dir: str | Path, runs: list[str], labels: dict[str, str] 
 
     rows = {}
     for r in runs:
-        f = Path(runs_dir) / r / f"{name}.json"
+        f = _folder(runs_dir, r) / f"{name}.json"
         if not f.exists():
             continue
         c = json.loads(f.read_text())

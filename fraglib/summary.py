@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 STUDIES = (("synthetic", "Synthetic benchmark (800 / 100 / 100 images, `dvc repro`)", "seeds"),
+           ("synthetic_extended", "Synthetic benchmark, extended study (`make synthetic-all`)", "seeds"),
            ("pascal1k", "Pascal1K, five stratified splits (`make pascal1k`)", "splits"),
            ("flickr8k", "Flickr8K, text only (`make flickr8k`)", "splits"))
 

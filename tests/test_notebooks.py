@@ -68,7 +68,8 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     assert not [o for o in outputs if o["output_type"] == "error"]
     assert any("fraglib runs on" in "".join(o.get("text", "")) for o in outputs), "device line missing"
     page = html.read_text()
-    assert "<details" in page and "data:image/png;base64" in page  # code folded, figures embedded
+    assert "<details" in page and re.search(r"data:image/(png|jpeg);base64", page)  # code folded, figures embedded
+    assert len(page.encode()) < 1 << 20, f"{name}: page of {len(page.encode()) >> 10} KB"
     assert not REMOTE.findall(page), "the page must open offline"
 
 
@@ -149,3 +150,28 @@ def test_every_notebook_names_the_command_that_builds_its_inputs():
         code = [c for c in cells if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
         first = "".join(code[0]["source"])
         assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(r"dvc repro|make \w+", first), name
+
+
+def test_large_figures_are_reencoded_for_the_page():
+    import base64
+    import io
+
+    import nbformat
+    import numpy as np
+    from PIL import Image
+
+    from fraglib.notebook import shrink_images
+
+    noise = Image.fromarray(np.random.default_rng(0).integers(0, 255, (600, 2000, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    noise.save(buf, format="PNG")
+    small = io.BytesIO()
+    noise.resize((40, 12)).save(small, format="PNG")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output(
+        "display_data", data={"image/png": base64.b64encode(b.getvalue()).decode()})]) for b in (buf, small)]
+    saved = shrink_images(nb)
+    big, tiny = (c.outputs[0]["data"] for c in nb.cells)
+    assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny        # small figures stay PNG
+    out = Image.open(io.BytesIO(base64.b64decode(big["image/jpeg"])))
+    assert out.width == 1400 and saved > 0
