@@ -174,4 +174,4 @@ def test_large_figures_are_reencoded_for_the_page():
     big, tiny = (c.outputs[0]["data"] for c in nb.cells)
     assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny        # small figures stay PNG
     out = Image.open(io.BytesIO(base64.b64decode(big["image/jpeg"])))
-    assert out.width == 1400 and saved > 0
+    assert out.width == 1000 and saved > 0

@@ -26,8 +26,8 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["vision"].update(max_proposals=60, num_workers=0)
     params["train"].update(epochs=2, batch_size=10, n_boot=20, lr_drop_epochs=1)
     params["systems"]["fragment"].update(dense_epochs=1, embed_dim=16)
-    params["study"] = {"seeds": [0], "jobs": 1, "runs": ["full", "random"], "captions": [], "extended_runs": [],
-                       "extended_captions": []}
+    params["study"] = {"seeds": [0], "jobs": 1, "replicates": 1, "runs": ["full", "random"], "captions": [],
+                       "extended_runs": [], "extended_captions": [], "train": {}, "systems": {}}   # dvc.yaml reads each key
     params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
     params["results_report"]["n_examples"] = 1
     params["captions"]["runs"] = []                     # no generating run here (tests/test_captions.py)
