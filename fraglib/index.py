@@ -145,11 +145,11 @@ def markdown_table(rows: list[str]) -> str:
 def _verdict_section() -> list[str]:
     """The fight's verdict and its failed replication (fraglib.summary), when the Pascal1K summaries are here."""
     from fraglib.config import read_params
-    from fraglib.summary import _runs, verdict, verdict_pair
+    from fraglib.summary import study_runs, verdict, verdict_pair
 
     if not Path("params.yaml").exists():
         return []
-    lines = verdict(_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml")))
+    lines = verdict(study_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml")))
     if not lines:
         return []
     import re
@@ -163,15 +163,14 @@ def _study_sections() -> list[str]:
     """Per study: when its summaries were committed (git), and its retrieval table (fraglib.summary)."""
     from fraglib.config import read_params
     from fraglib.results import run_labels
-    from fraglib.summary import STUDIES, _runs, caption_table, retrieval_table
+    from fraglib.summary import STUDIES, caption_table, retrieval_runs, retrieval_table
 
     if not Path("params.yaml").exists():
         return []
     params = read_params("params.yaml")
-    text_only = {r for r, e in (params.get("runs") or {}).items() if (e or {}).get("images") == "none"}
     out = []
     for study, title, _ in STUDIES:
-        runs = {r: m for r, m in _runs(Path("."), study).items() if r not in text_only}
+        runs = retrieval_runs(Path("."), study, params)
         caps = caption_table(Path("."), study)
         if not runs and not caps:
             continue
