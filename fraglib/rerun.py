@@ -6,8 +6,9 @@
 On the machine that produced them, a re-run is byte-identical. On another CPU the float kernels
 differ (see README), training follows another trajectory, and each run's mean over seeds moves like
 a fresh draw of training noise. So each metric's difference of means is compared with the seed
-spread: z = (new - committed) / (sd * sqrt(2 / n_seeds)), where sd is that metric's seed standard
-deviation pooled over all runs (root mean square; one run's 3-seed sd is too noisy to use alone).
+spread: z = (new - committed) / (sd * sqrt(2 / n)), n the run's training runs (seeds x replicates) and
+sd that metric's standard deviation over training runs pooled over the runs trained more than once
+(root mean square; one run's 2-3-run sd is too noisy to use alone).
 A run passes when every |z| <= ``z_max`` (3 by default). Measured: the synthetic results committed
 from one 2-core AMD EPYC machine (2fb4ad0) against a re-run on another (5630995): largest |z| 2.66
 over 60 comparisons (10 runs x R@1/5/10 x both directions), none above 3.
@@ -27,15 +28,17 @@ METRICS = [(t, m) for t in ("annotation", "search") for m in ("r1", "r5", "r10")
 def agreement(reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, Any]],
               z_max: float = 3.0) -> list[dict[str, Any]]:
     """One row per (run, direction, metric) present in both: committed and new mean, the pooled
-    seed sd, z, and ``ok``. Inputs: run name -> summary ``metrics.json`` (``<dir>_sd`` and ``seeds``)."""
+    seed sd, z, and ``ok``. Inputs: run name -> summary ``metrics.json`` (``<dir>_sd``, ``seeds``, ``units``)."""
     runs = sorted(set(reference) & set(fresh))
     if not runs:
         raise ValueError("no run is in both the reference and the new results")
+    units = lambda s: len(s.get("units") or s["seeds"])                      # noqa: E731  training runs
+    spread = [r for r in runs if units(fresh[r]) > 1] or runs                # a one-run sd is 0, not a spread
     rows = []
     for t, m in METRICS:
-        pooled = math.sqrt(sum(fresh[r][f"{t}_sd"][m] ** 2 for r in runs) / len(runs))
+        pooled = math.sqrt(sum(fresh[r][f"{t}_sd"][m] ** 2 for r in spread) / len(spread))
         for r in runs:
-            n = min(len(fresh[r]["seeds"]), len(reference[r]["seeds"]))
+            n = min(units(fresh[r]), units(reference[r]))
             diff = fresh[r][t][m] - reference[r][t][m]
             scale = pooled * math.sqrt(2 / n)
             z = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)

@@ -39,9 +39,10 @@ METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
 def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | None = None) -> list[int]:
-    """``<dataset>.splits`` or ``study.seeds``: a non-empty list without duplicates; with ``run``, that
-    run's ``runs.<run>.seeds`` when given (a subset, in the study's order: an expensive run on fewer
-    seeds or splits, paired with the others on those)."""
+    """``<dataset>.splits`` or ``study.seeds``: a non-empty list without duplicates; with ``run``, those
+    of them in ``runs.<run>.seeds`` when given (in the study's order: an expensive run on fewer seeds
+    or splits, paired with the others on those; a seed the study does not have is skipped, so a run
+    limited to Pascal1K's splits 0–1 trains seed 0 of a one-seed synthetic study; none in common is an error)."""
     where = f"{dataset}.splits" if dataset else "study.seeds"
     seeds = (params.get(dataset) or {}).get("splits") if dataset else (params.get("study") or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds:
@@ -50,8 +51,8 @@ def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | N
         raise ConfigError(f"{where}={seeds}: duplicate seeds")
     own = ((params.get("runs") or {}).get(run) or {}).get("seeds") if run else None
     if own is not None:
-        if not isinstance(own, list) or not own or not set(own) <= set(seeds) or len(set(own)) != len(own):
-            raise ConfigError(f"runs.{run}.seeds={own!r}: expected a non-empty subset of {where}={seeds}")
+        if not isinstance(own, list) or not set(own) & set(seeds) or len(set(own)) != len(own):
+            raise ConfigError(f"runs.{run}.seeds={own!r}: expected a list without duplicates sharing a seed with {where}={seeds}")
         seeds = [s for s in seeds if s in own]
     return [int(s) for s in seeds]
 

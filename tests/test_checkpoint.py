@@ -82,11 +82,17 @@ def test_a_run_may_take_a_subset_of_the_seeds():
     from fraglib.study import study_seeds
 
     p = {"study": {"seeds": [0, 1, 2]}, "pascal1k": {"splits": [4, 3, 2, 1, 0]},
-         "runs": {"big": {"system": "vse", "seeds": [1, 0]}, "bad": {"system": "vse", "seeds": [7]}}}
+         "runs": {"big": {"system": "vse", "seeds": [1, 0]}, "bad": {"system": "vse", "seeds": [7]},
+                  "twice": {"system": "vse", "seeds": [1, 1]}}}
     assert study_seeds(p, None, "big") == [0, 1] and study_seeds(p, "pascal1k", "big") == [1, 0]  # the study's order
     assert study_seeds(p, None, "other") == [0, 1, 2]
-    with pytest.raises(ConfigError, match=r"runs.bad.seeds=\[7\]: expected a non-empty subset of study.seeds"):
+    one = {**p, "study": {"seeds": [0]}}
+    assert study_seeds(one, None, "big") == [0]                    # seed 1 is not in a one-seed study: skipped
+    with pytest.raises(ConfigError, match=r"runs.bad.seeds=\[7\]: expected a list without duplicates sharing a seed "
+                                          r"with study.seeds"):
         study_seeds(p, None, "bad")
+    with pytest.raises(ConfigError, match=r"runs.twice.seeds=\[1, 1\]"):
+        study_seeds(p, None, "twice")
 
 
 def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, tmp_path):

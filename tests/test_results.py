@@ -178,6 +178,12 @@ def test_rerun_agreement_by_hand():
     assert [(r["run"], r["metric"]) for r in bad] == [("a", "r1")] and bad[0]["z"] == pytest.approx(12 / pooled)
     with pytest.raises(ValueError, match="no run is in both"):
         agreement(ref, {"z": run(1.0, 1.0)})
+    one = lambda a1: {**run(a1, 0.0), "seeds": [0]}                        # noqa: E731  one training run: sd 0
+    twice = lambda a1: {**run(a1, 3.0), "seeds": [0], "units": ["0", "0r1"]}  # noqa: E731  seed 0 and its replicate
+    rows = {(r["run"], r["direction"], r["metric"]): r
+            for r in agreement({"a": twice(40.0), "o": one(20.0)}, {"a": twice(40.0), "o": one(23.0)})}
+    assert rows["o", "annotation", "r1"]["pooled_sd"] == 3.0                   # the one-run sd (0) is not pooled
+    assert rows["o", "annotation", "r1"]["z"] == pytest.approx(3.0 / (3.0 * 2 ** 0.5))   # n = 1 training run
 
 
 def test_verb_groups_by_hand():
