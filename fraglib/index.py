@@ -142,6 +142,99 @@ def markdown_table(rows: list[str]) -> str:
             + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in cells(r)) + "</tr>" for r in body) + "</table>")
 
 
+def _json(path: str) -> dict:
+    p = Path(path)
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _best_runs(study: str) -> str:
+    """'best annotation R@1: run (x); best image search R@1: run (y)' over a study's committed summaries."""
+    from fraglib.config import read_params
+    from fraglib.summary import retrieval_runs
+
+    runs = retrieval_runs(Path("."), study, read_params("params.yaml"))
+    if not runs:
+        return ""
+    best = {d: max(runs, key=lambda r: (runs[r][d]["r1"], r)) for d in ("annotation", "search")}
+    return (f"best annotation R@1: {best['annotation']} ({runs[best['annotation']]['annotation']['r1']:.1f}); "
+            f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs")
+
+
+def _detector_recall(path: str) -> str:
+    s = _json(path)
+    views = [v for v in ("rcnn", "top36", "groundtruth") if f"recall_iou50_{v}" in s]
+    if not views:
+        return ""
+    return "objects found at IoU 0.5: " + ", ".join(f"{v} {100 * s[f'recall_iou50_{v}']:.1f}%" for v in views)
+
+
+def _relations(path: str) -> str:
+    s = _json(path)
+    if "relation_types_before_filter" not in s:
+        return ""
+    return (f"{s['captions']} captions parsed ({s.get('parser', '?')}): {s['relation_types_before_filter']} relation types, "
+            f"{s['relation_types_after_filter']} kept")
+
+
+def _fight_line() -> str:
+    from fraglib.config import read_params
+    from fraglib.summary import REPLICATED, study_runs, verdict_pair
+
+    runs, (best, base) = study_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml"))
+    if best not in runs or base not in runs:
+        return ""
+    d = {k: runs[best][k]["r1"] - runs[base][k]["r1"] for k in ("annotation", "search")}
+    return (f"{best} − {base}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}; the annotation lead "
+            f"did not replicate on unused splits ({REPLICATED}): a tie")
+
+
+def _data_line() -> str:
+    s = _json("data/synthetic/stats.json")
+    if "images" not in s:
+        return ""
+    return (f"{s['images']} images, {s['captions']} captions, {s['objects_per_image_mean']:.1f} objects per image, "
+            f"{100 * s['objects_mentioned_by_some_caption']:.0f}% of objects named by some caption")
+
+
+def _training_line() -> str:
+    m = _json("runs/synthetic/full/metrics.json")
+    if "annotation" not in m:
+        return ""
+    epochs = sorted(set((m.get("best_epoch") or {}).values()))
+    return (f"full model: test R@1 annotation {m['annotation']['r1']:.1f}, search {m['search']['r1']:.1f}; "
+            f"best validation epoch {', '.join(map(str, epochs))}")
+
+
+FINDINGS = {      # report -> its one-line finding, computed from files in git (never typed)
+    "data_report.html": _data_line,
+    "text_report.html": lambda: _relations("data/synthetic/fragments/text_stats.json"),
+    "vision_report.html": lambda: _detector_recall("data/synthetic/features/features_stats.json"),
+    "training_report.html": _training_line,
+    "results_report.html": lambda: _best_runs("synthetic"),
+    "synthetic_extended/results_report.html": lambda: _best_runs("synthetic_extended"),
+    "pascal1k/text_report.html": lambda: _relations("data/pascal1k/fragments/text_stats.json"),
+    "pascal1k/vision_report.html": lambda: _detector_recall("data/pascal1k/features/features_stats.json"),
+    "pascal1k/results_report.html": lambda: _best_runs("pascal1k"),
+    "pascal1k/fight_report.html": _fight_line,
+    "flickr8k/text_only_report.html": lambda: _relations("data/flickr8k/fragments/text_stats.json"),
+}
+
+
+def _markdown_blocks(lines: list[str]) -> list[str]:
+    """HTML of Markdown lines holding paragraphs and tables (a run of lines starting with '|' is a table)."""
+    out, table = [], []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            out.append(markdown_table(table))
+            table = []
+        if line:
+            out.append(f"<p>{html.escape(line)}</p>")
+    return out
+
+
 def _verdict_section() -> list[str]:
     """The fight's verdict and its failed replication (fraglib.summary), when the Pascal1K summaries are here."""
     from fraglib.config import read_params
@@ -163,7 +256,7 @@ def _study_sections() -> list[str]:
     """Per study: when its summaries were committed (git), and its retrieval table (fraglib.summary)."""
     from fraglib.config import read_params
     from fraglib.results import run_labels
-    from fraglib.summary import STUDIES, caption_table, retrieval_runs, retrieval_table
+    from fraglib.summary import STUDIES, caption_table, retrieval_runs, retrieval_table, socher_tables, study_runs
 
     if not Path("params.yaml").exists():
         return []
@@ -179,6 +272,8 @@ def _study_sections() -> list[str]:
                    "(test split; mean ± sd over training runs; rows sorted by annotation + search R@1).</p>")
         if runs:
             out.append(markdown_table(retrieval_table(runs, run_labels(params))))
+        if study == "pascal1k":
+            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params))
         if caps:
             out.append("<p>Generated sentences (pycocoevalcap, × 100):</p>" + markdown_table(caps))
     return out
@@ -203,12 +298,12 @@ def build(out: str | Path = "reports/index.html") -> Path:
              "run (<code>make pascal1k</code>, <code>make flickr8k</code>). Every number below is read from the "
              "committed run summaries; <code>docs/results.md</code> has them all.</p>"]
     parts += _verdict_section()
-    parts.append("<h2>Reports</h2><table>")
+    parts.append("<h2>Reports</h2><table><tr><th>report</th><th>what it shows</th><th>finding (from the committed results)</th></tr>")
     for rel, title, what in REPORTS:
-        if (root / rel).exists():
-            parts.append(f"<tr><td><a href='{html.escape(rel)}'>{html.escape(title)}</a></td><td>{html.escape(what)}</td></tr>")
-        else:
-            parts.append(f"<tr><td>{html.escape(title)}</td><td><i>not built</i></td></tr>")
+        name = (f"<a href='{html.escape(rel)}'>{html.escape(title)}</a>" if (root / rel).exists()
+                else f"{html.escape(title)} <i>(page not built here)</i>")
+        finding = FINDINGS[rel]() if rel in FINDINGS else ""
+        parts.append(f"<tr><td>{name}</td><td>{html.escape(what)}</td><td>{html.escape(finding)}</td></tr>")
     parts.append("</table>")
     parts += _study_sections()
     parts.append("<h2>Provenance</h2><table>")
@@ -227,7 +322,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
     parts.append("</table>")
     bench = Path("benchmarks/results.json")
     if bench.exists():
-        rows = [e for e in json.loads(bench.read_text()) if e["name"].startswith("repro_")]
+        rows = [e for e in json.loads(bench.read_text()) if e["name"].startswith(("make_", "repro_"))]
         if rows:
             parts.append("<h2>Measured pipeline time</h2><table>")
             for e in rows:

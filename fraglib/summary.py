@@ -26,11 +26,11 @@ def verdict_pair(params: dict[str, Any]) -> tuple[str, str]:
     fight = (params.get("results_report") or {}).get("fight") or {}
     return str(fight.get("ladder", "")).split(",")[-1], str(fight.get("baselines", "")).split(",")[0]
 
+REPLICATED = "annotation R@1 +1.2 [−7.0, +9.7], image search R@1 +0.1"    # the maintainers' check, quoted
 REPLICATION = (
     "**Replication on unused splits.** The verdict was also checked by the maintainers on Pascal1K "
     "splits this project never uses (quoted, not computed here). There the best fragment recipe and "
-    "the tuned DeViSE-like model came out level: annotation R@1 +1.2 [−7.0, +9.7], image search R@1 "
-    "+0.1. The study's annotation lead did not replicate. Read it as a tie in both directions, not as "
+    f"the tuned DeViSE-like model came out level: {REPLICATED}. The study's annotation lead did not replicate. Read it as a tie in both directions, not as "
     "\"fragments help image annotation\".")
 
 
@@ -103,6 +103,53 @@ def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> list[str]
             "search is tied.", "", REPLICATION]
 
 
+SOCHER_TASKS = (("similarity", "sentence_similarity", "sentence similarity"), ("search", "image_search", "image search"),
+                ("annotation", "describing_images", "describing images"))
+
+
+def socher_tables(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[str]:
+    """Markdown of Socher et al. 2014's Tables 1–3 on Pascal1K, ours (mean over the splits' training runs,
+    from ``metrics.json``) beside the paper's as printed (``fraglib/reference/published_results.yaml``);
+    the paper row -> run maps of ``params.yaml: results_report.socher_tables``. Mean ranks of 100 test
+    items (lower is better), R@K in %. Empty when none of the runs is here."""
+    from fraglib.reference import published
+
+    paper = published()["socher2014_dtrnn"]
+    maps = ((params.get("results_report") or {}).get("socher_tables") or {})
+    out: list[str] = []
+    for key, table, title in (("margin", "pascal1k_mean_rank", "Table 1 (margin loss, inner product): mean rank, ours (paper)"),
+                              ("squared", "pascal1k_mean_rank_squared_loss_euclidean",
+                               "Table 2 (squared loss, Euclidean distance): mean rank, ours (paper)")):
+        rows = [(row, run) for row, run in (maps.get(key) or {}).items() if run in runs]
+        if not rows:
+            continue
+        tasks = [t for t in SOCHER_TASKS if t[1] in paper[table]]
+        out += [f"Socher et al. 2014, {title}:", "",
+                "| paper row | run | " + " | ".join(t[2] for t in tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+        for row, run in rows:
+            cells = []
+            for ours, theirs, _ in tasks:
+                v = (runs[run].get(ours) or {}).get("mean_rank")
+                ref = paper[table][theirs].get(row)
+                cells.append(("—" if v is None else f"{v:.1f}") + f" ({'—' if ref is None else f'{ref:g}'})")
+            out.append(f"| {row} | `{run}` | " + " | ".join(cells) + " |")
+        out.append("")
+    rec = paper["pascal1k_recall"]
+    rows = [(row, run) for row, run in (maps.get("margin") or {}).items() if run in runs and row in rec["image_search"]]
+    if rows:
+        out += ["Socher et al. 2014, Table 3 (margin loss): R@1 / R@5 / R@10 / mean rank, ours (paper):", "",
+                "| paper row | run | image search | describing images |", "|---|---|---|---|"]
+        for row, run in rows:
+            cells = []
+            for ours, theirs in (("search", "image_search"), ("annotation", "describing_images")):
+                m, ref = runs[run][ours], rec[theirs][row]
+                cells.append(" / ".join(f"{m[k]:.1f}" for k in ("r1", "r5", "r10", "mean_rank"))
+                             + " (" + " / ".join(f"{ref[k]:g}" for k in ("r1", "r5", "r10", "mean_rank")) + ")")
+            out.append(f"| {row} | `{run}` | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
 def results_markdown(root: str | Path = ".") -> str:
     from fraglib.results import run_labels
 
@@ -123,6 +170,9 @@ def results_markdown(root: str | Path = ".") -> str:
         out += [f"## {title}", ""]
         if study == "pascal1k":
             out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), ""]
+            socher = socher_tables(study_runs(root, study), params)
+            if socher:
+                out += ["### Socher et al. 2014 beside the paper", "", *socher]
         if runs:
             out += [f"Retrieval ({unit} × replicates = training runs per row):", "", *retrieval_table(runs, labels), ""]
         if caps:

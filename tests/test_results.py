@@ -374,3 +374,49 @@ def test_the_readme_verdict_matches_the_committed_runs_and_carries_the_replicati
     fight = "".join("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / "fight_report.ipynb").read_text())["cells"])
     for page in (readme, (ROOT / "docs" / "results.md").read_text(), fight):
         assert "+1.2 [−7.0, +9.7]" in page and "not replicate" in page.replace("\n", " ")
+
+
+def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
+    """Socher et al.'s Tables 1-3 in docs/results.md and on the index: our mean over the splits beside the
+    printed number, one row per paper row whose run is here (hand-made summaries)."""
+    from fraglib.reference import published
+    from fraglib.summary import socher_tables
+
+    def summary(mr_search, mr_ann, r1=20.0):
+        d = lambda mr: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": mr, "median_rank": 3.0}   # noqa: E731
+        return {"search": d(mr_search), "annotation": d(mr_ann)}
+
+    params = {"results_report": {"socher_tables": {"margin": {"dt_rnn": "dtrnn", "sdt_rnn": "sdtrnn", "kcca": "kcca"},
+                                                   "squared": {"dt_rnn": "dtrnn_sq"}}}}
+    runs = {"dtrnn": {**summary(8.24, 8.6), "similarity": {"mean_rank": 7.9}}, "sdtrnn": summary(8.2, 8.8),
+            "dtrnn_sq": summary(45.7, 60.2)}                                   # kcca: not run here -> no row
+    lines = socher_tables(runs, params)
+    paper = published()["socher2014_dtrnn"]
+    t1 = next(x for x in lines if x.startswith("| dt_rnn | `dtrnn`"))
+    assert t1 == f"| dt_rnn | `dtrnn` | 7.9 ({paper['pascal1k_mean_rank']['sentence_similarity']['dt_rnn']:g}) | 8.2 (13.6) | 8.6 (19.2) |"
+    assert next(x for x in lines if x.startswith("| sdt_rnn | `sdtrnn`")).split(" | ")[2] == "— (10.5)"   # no similarity
+    assert "| dt_rnn | `dtrnn_sq` | 45.7 (13.3) | 60.2 (26.8) |" in lines
+    assert not any("`kcca`" in x for x in lines)
+    t3 = next(x for x in lines if x.startswith("| sdt_rnn |") and "/" in x)
+    assert t3 == "| sdt_rnn | `sdtrnn` | 20.0 / 50.0 / 70.0 / 8.2 (16.4 / 46.6 / 65.6 / 12.5) | 20.0 / 50.0 / 70.0 / 8.8 (23 / 45 / 63 / 16.9) |"
+    assert socher_tables({}, params) == []
+
+
+def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
+    """Each report's one-line finding on the index comes from files in git: the fight's difference equals
+    the committed summaries' (and carries the replication), the best synthetic runs are the committed best."""
+    from conftest import ROOT
+    from fraglib.index import FINDINGS, REPORTS
+
+    monkeypatch.chdir(ROOT)
+    assert set(FINDINGS) <= {rel for rel, _, _ in REPORTS}
+    runs = {p.parent.name: json.loads(p.read_text()) for p in (ROOT / "runs" / "synthetic").glob("*/metrics.json")}
+    best = max(runs, key=lambda r: (runs[r]["search"]["r1"], r))
+    assert f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})" in FINDINGS["results_report.html"]()
+    fight = FINDINGS["pascal1k/fight_report.html"]()
+    from fraglib.config import read_params
+    from fraglib.summary import verdict_pair
+
+    pair = verdict_pair(read_params(ROOT / "params.yaml"))
+    a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in pair)
+    assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight and "+1.2 [−7.0, +9.7]" in fight
