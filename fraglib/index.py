@@ -152,6 +152,8 @@ def _best_runs(study: str) -> str:
     from fraglib.config import read_params
     from fraglib.summary import retrieval_runs
 
+    if not Path("params.yaml").exists():
+        return ""
     runs = retrieval_runs(Path("."), study, read_params("params.yaml"))
     if not runs:
         return ""
@@ -180,6 +182,8 @@ def _fight_line() -> str:
     from fraglib.config import read_params
     from fraglib.summary import REPLICATED, study_runs, verdict_pair
 
+    if not Path("params.yaml").exists():
+        return ""
     runs, (best, base) = study_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml"))
     if best not in runs or base not in runs:
         return ""

@@ -68,12 +68,15 @@ def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1000, quality: int
 
 def render_html(executed: str | Path, html: str | Path) -> Path:
     """Render an executed notebook to a self-contained HTML page with code folded, large figures as JPEG
-    (:func:`shrink_images`)."""
+    (:func:`shrink_images`); the same executed notebook gives the same bytes."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
     shrink_images(nb)
+    for cell in nb.cells:         # papermill draws this cell's id at random: fixed, a re-run renders the same bytes
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
     html = Path(html)

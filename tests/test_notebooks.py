@@ -141,6 +141,24 @@ def test_report_template_loads_nothing_remote():
     assert "<details" in page and not REMOTE.findall(page)
 
 
+def test_a_page_renders_to_the_same_bytes_whatever_id_papermill_drew(tmp_path):
+    """papermill gives its injected-parameters cell a random id; the page does not carry it, so re-running
+    a report stage on the same results leaves the committed page unchanged."""
+    import nbformat
+
+    from fraglib.notebook import render_html
+
+    pages = []
+    for cid in ("2c972dc8", "2e6ef344"):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("x = 1", id=cid)
+        cell.metadata["tags"] = ["injected-parameters"]
+        nb.cells = [nbformat.v4.new_markdown_cell("# t", id="md"), cell]
+        nbformat.write(nb, tmp_path / f"{cid}.ipynb")
+        pages.append(render_html(tmp_path / f"{cid}.ipynb", tmp_path / f"{cid}.html").read_bytes())
+    assert pages[0] == pages[1] and b"2c972dc8" not in pages[0]
+
+
 def test_every_notebook_names_the_command_that_builds_its_inputs():
     """Opened in JupyterLab on a fresh clone, a notebook whose inputs are DVC outputs not built yet stops
     in its first code cell with the `dvc repro` (or make) command that builds them (fraglib.notebook.needs;
