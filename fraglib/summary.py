@@ -150,6 +150,29 @@ def socher_tables(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> li
     return out
 
 
+PERI_ROWS = {"peri_exact": "vse_baseline_1024", "stt": "stt_1024", "stt_att": "stt_att_1024"}   # our run -> the thesis row
+
+
+def peri_table(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown of Peri 2018's retrieval systems: our runs (R@1 / R@5 / R@10, both directions) beside the
+    thesis's Flickr30K 1K-test row of the same system (``published_results.yaml``). Another dataset, ten
+    times as many test images: the paper's column shows scale, it is not a target."""
+    from fraglib.reference import published
+
+    paper = published()["peri2018_thesis"]["flickr30k_1k_test"]
+    rows = [r for r in PERI_ROWS if r in runs]
+    if not rows:
+        return []
+    fmt = lambda m: " / ".join(f"{m[k]:.1f}" for k in ("r1", "r5", "r10"))     # noqa: E731
+    out = ["Peri 2018: R@1 / R@5 / R@10, ours (the thesis on Flickr30K, 1,000 test images):", "",
+           "| run | Peri's row | image annotation | image search |", "|---|---|---|---|"]
+    for r in rows:
+        ref = paper.get(PERI_ROWS[r])
+        cells = [fmt(runs[r][d]) + (f" ({fmt(ref[k])})" if ref else "") for d, k in (("annotation", "i2t"), ("search", "t2i"))]
+        out.append(f"| `{r}` | {PERI_ROWS[r]} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def results_markdown(root: str | Path = ".") -> str:
     from fraglib.results import run_labels
 
@@ -173,6 +196,9 @@ def results_markdown(root: str | Path = ".") -> str:
             socher = socher_tables(study_runs(root, study), params)
             if socher:
                 out += ["### Socher et al. 2014 beside the paper", "", *socher]
+            peri = peri_table(runs)
+            if peri:
+                out += ["### Peri 2018 beside the thesis", "", *peri]
         if runs:
             out += [f"Retrieval ({unit} × replicates = training runs per row):", "", *retrieval_table(runs, labels), ""]
         if caps:
