@@ -278,7 +278,7 @@ def _study_sections() -> list[str]:
         if runs:
             out.append(markdown_table(retrieval_table(runs, run_labels(params))))
         if study == "pascal1k":
-            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params) + peri_table(runs))
+            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params) + peri_table(runs, params))
         if caps:
             out.append("<p>Generated sentences (pycocoevalcap, × 100):</p>" + markdown_table(caps))
     return out

@@ -150,26 +150,25 @@ def socher_tables(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> li
     return out
 
 
-PERI_ROWS = {"peri_exact": "vse_baseline_1024", "stt": "stt_1024", "stt_att": "stt_att_1024"}   # our run -> the thesis row
-
-
-def peri_table(runs: dict[str, dict[str, Any]]) -> list[str]:
+def peri_table(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[str]:
     """Markdown of Peri 2018's retrieval systems: our runs (R@1 / R@5 / R@10, both directions) beside the
-    thesis's Flickr30K 1K-test row of the same system (``published_results.yaml``). Another dataset, ten
-    times as many test images: the paper's column shows scale, it is not a target."""
+    thesis's Flickr30K 1K-test row of the same system (``published_results.yaml``; the run -> row map of
+    ``params.yaml: results_report.peri.thesis_rows``). Another dataset, ten times as many test images: the
+    paper's column shows scale, it is not a target."""
     from fraglib.reference import published
 
     paper = published()["peri2018_thesis"]["flickr30k_1k_test"]
-    rows = [r for r in PERI_ROWS if r in runs]
+    thesis = ((params.get("results_report") or {}).get("peri") or {}).get("thesis_rows") or {}
+    rows = [r for r in thesis if r in runs]
     if not rows:
         return []
     fmt = lambda m: " / ".join(f"{m[k]:.1f}" for k in ("r1", "r5", "r10"))     # noqa: E731
     out = ["Peri 2018: R@1 / R@5 / R@10, ours (the thesis on Flickr30K, 1,000 test images):", "",
            "| run | Peri's row | image annotation | image search |", "|---|---|---|---|"]
     for r in rows:
-        ref = paper.get(PERI_ROWS[r])
+        ref = paper.get(thesis[r])
         cells = [fmt(runs[r][d]) + (f" ({fmt(ref[k])})" if ref else "") for d, k in (("annotation", "i2t"), ("search", "t2i"))]
-        out.append(f"| `{r}` | {PERI_ROWS[r]} | " + " | ".join(cells) + " |")
+        out.append(f"| `{r}` | {thesis[r]} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
@@ -196,7 +195,7 @@ def results_markdown(root: str | Path = ".") -> str:
             socher = socher_tables(study_runs(root, study), params)
             if socher:
                 out += ["### Socher et al. 2014 beside the paper", "", *socher]
-            peri = peri_table(runs)
+            peri = peri_table(runs, params)
             if peri:
                 out += ["### Peri 2018 beside the thesis", "", *peri]
         if runs:
