@@ -180,14 +180,15 @@ def _relations(path: str) -> str:
 
 def _fight_line() -> str:
     from fraglib.config import read_params
-    from fraglib.summary import REPLICATED, study_runs, verdict_pair
+    from fraglib.summary import REPLICATED, study_runs, verdict_difference, verdict_pair
 
     if not Path("params.yaml").exists():
         return ""
-    runs, (best, base) = study_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml"))
-    if best not in runs or base not in runs:
+    pair = verdict_pair(read_params("params.yaml"))
+    d = verdict_difference(study_runs(Path("."), "pascal1k"), pair)
+    if d is None:
         return ""
-    d = {k: runs[best][k]["r1"] - runs[base][k]["r1"] for k in ("annotation", "search")}
+    best, base = pair
     return (f"{best} − {base}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}; the annotation lead "
             f"did not replicate on unused splits ({REPLICATED}): a tie")
 

@@ -91,11 +91,18 @@ def caption_table(root: Path, study: str) -> list[str]:
     return ["| run, output | task | seeds | BLEU-4 | METEOR | ROUGE-L | CIDEr-D |", "|---|---|---|---|---|---|---|", *rows]
 
 
-def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> list[str]:
+def verdict_difference(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> dict[str, float] | None:
+    """Mean R@1 of the verdict pair's best recipe minus its baseline, per direction; None when one is missing."""
     best, base = pair
     if best not in runs or base not in runs:
+        return None
+    return {k: runs[best][k]["r1"] - runs[base][k]["r1"] for k in ("annotation", "search")}
+
+
+def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> list[str]:
+    (best, base), d = pair, verdict_difference(runs, pair)
+    if d is None:
         return []
-    d = {k: runs[best][k]["r1"] - runs[base][k]["r1"] for k in ("annotation", "search")}
     return [f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), mean R@1 over the five "
             f"splits and both training runs: annotation {d['annotation']:+.1f}, image search {d['search']:+.1f} "
             "points. The fight report (reports/pascal1k/fight_report.html) gives the three-level bootstrap CIs "
