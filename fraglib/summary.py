@@ -30,7 +30,8 @@ REPLICATED = "annotation R@1 +1.2 [−7.0, +9.7], image search R@1 +0.1"    # th
 REPLICATION = (
     "**Replication on unused splits.** The verdict was also checked by the maintainers on Pascal1K "
     "splits this project never uses (quoted, not computed here). There the best fragment recipe and "
-    f"the tuned DeViSE-like model came out level: {REPLICATED}. The study's annotation lead did not replicate. Read it as a tie in both directions, not as "
+    f"the tuned DeViSE-like model came out level: {REPLICATED}. The study's annotation lead did not "
+    "replicate. Read it as a tie in both directions, not as "
     "\"fragments help image annotation\".")
 
 

@@ -54,11 +54,9 @@ def _timed_repro(workdir: Path, target: list[str], env: dict[str, str]) -> tuple
     return (end - t0) / 60, per
 
 
-def _venv_env() -> dict[str, str]:
-    """Environment in which DVC stages' ``python`` is this interpreter (the project's venv)."""
-    import sys
-
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+def _venv_env(bin_dir: Path | None = None) -> dict[str, str]:
+    """Environment in which DVC stages' ``python`` is the one in ``bin_dir`` (default: this interpreter's venv)."""
+    return dict(os.environ, PATH=f"{bin_dir or Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
 def _fresh_clone() -> Path:
@@ -78,7 +76,7 @@ def bench_repro() -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     subprocess.run(["make", "env"], cwd=clone, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     env_min = (time.perf_counter() - t0) / 60
-    total, per = _timed_repro(clone, [], dict(os.environ, PATH=f"{clone / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"))
+    total, per = _timed_repro(clone, [], _venv_env(clone / ".venv" / "bin"))
     make = env_min + total
     return [entry("repro_default_minutes", round(total, 1), "min", stages_minutes=per,
                   note="fresh clone of HEAD, empty DVC cache, `dvc repro` (environment not included)"),
