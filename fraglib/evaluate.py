@@ -143,26 +143,58 @@ def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- from a system to ranks
 @torch.no_grad()
-def score_matrix(system, split, chunk: int = 64, sent_chunk: int = 4096) -> torch.Tensor:
+def score_matrix(system, split, chunk: int = 64, sent_chunk: int = 4096, image_items: np.ndarray | None = None,
+                 sentences=None, sentence_items: np.ndarray | None = None) -> torch.Tensor:
     """(n_images, n_sentences) float32 scores of ``system`` on ``split`` (:class:`fraglib.inputs.Split`),
     in tiles: images encoded once in tiles of ``chunk`` (kept), sentences in tiles of ``sent_chunk``,
     each pair of tiles scored apart. Peak memory ≈ all image encodings + one sentence tile's encoding +
     one tile pair's scoring intermediates + the float32 output on the CPU (COCO 5K: 5,000 x 25,000 =
     0.5 GB; measured per system by ``python -m fraglib.bench coco_eval``). Images or sentences without rows
-    in the system's views score -inf (they rank last)."""
-    import numpy as np
-
+    in the system's views score -inf (they rank last). ``image_items`` / ``sentence_items`` (positions)
+    score only those items; ``sentences`` (another split's :class:`fraglib.inputs.Ragged`) replaces the
+    split's sentences (a hubness bank: :func:`hubness_banks`)."""
     system.eval()
-    n, m = split.n_images, split.n_sentences
+    items = np.arange(split.n_images) if image_items is None else np.asarray(image_items, np.int64)
+    sent = split.sentences if sentences is None else sentences
+    cols = np.arange(sent.n) if sentence_items is None else np.asarray(sentence_items, np.int64)
+    n, m = len(items), len(cols)
     out = torch.empty((n, m))
-    imgs = [(a, system.encode_images(split.images.take(np.arange(a, min(a + chunk, n))))) for a in range(0, n, chunk)]
+    imgs = [(a, system.encode_images(split.images.take(items[a:a + chunk]))) for a in range(0, n, chunk)]
     for b in range(0, m, sent_chunk):
-        sents = system.encode_sentences(split.sentences.take(np.arange(b, min(b + sent_chunk, m))))
+        sents = system.encode_sentences(sent.take(cols[b:b + sent_chunk]))
         for a, enc in imgs:
             out[a:a + chunk, b:b + sent_chunk] = system.scores(enc, sents).float().cpu()
-    out[:, torch.from_numpy(split.sentences.counts() == 0)] = float("-inf")
-    out[torch.from_numpy(split.images.counts() == 0), :] = float("-inf")
+    out[:, torch.from_numpy(sent.counts()[cols] == 0)] = float("-inf")
+    out[torch.from_numpy(split.images.counts()[items] == 0), :] = float("-inf")
     return out
+
+
+def hubness_banks(system, split, train, n_bank: int = 5000, chunk: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The inductive banks of ``split`` (docs/evaluation.md "Hubness"), query x candidate: ``annotation``
+    (training images x the split's sentences), ``search`` (training sentences x the split's images). Only
+    training items with rows; at most ``n_bank`` of each, a fixed draw of ``seed``."""
+    def pick(ok: np.ndarray) -> np.ndarray:
+        idx = np.flatnonzero(ok)
+        if len(idx) > n_bank:
+            idx = np.sort(np.random.default_rng(seed).choice(idx, n_bank, replace=False))
+        return idx
+
+    imgs = pick(train.images.counts() > 0)
+    sents = pick(train.usable_sentences())
+    return {"annotation": score_matrix(system, train, chunk, image_items=imgs, sentences=split.sentences),
+            "search": score_matrix(system, split, chunk, sentences=train.sentences, sentence_items=sents).T.contiguous()}
+
+
+def evaluate_hubness(system, splits: dict[str, Any], test_scores: torch.Tensor, k: int = 10, n_bank: int = 5000,
+                     chunk: int = 64) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Hubness of the test matrix and the corrected test metrics (:func:`fraglib.hubness.evaluate`): the
+    validation matrix and both splits' inductive banks scored here. (summary, per-query lists)."""
+    from fraglib import hubness
+
+    val = splits["val"]
+    banks = {name: hubness_banks(system, splits[name], splits["train"], n_bank, chunk) for name in ("val", "test")}
+    return hubness.evaluate(test_scores, splits["test"].sentence_image, score_matrix(system, val, chunk),
+                            val.sentence_image, banks, k)
 
 
 def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5) -> dict[str, Any]:
@@ -201,9 +233,9 @@ def similarity_matrix(system, split) -> torch.Tensor | None:
 
 
 def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
-                 split: str = "test", sentences_file: str | Path | None = None, images: str | None = None):
+                 split: str | None = "test", sentences_file: str | Path | None = None, images: str | None = None):
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
-    split read in the system's own views (default: the data it was trained on); ``sentences_file``
+    split (None: a dict of all three) read in the system's own views (default: the data it was trained on); ``sentences_file``
     replaces the sentence view's file, ``images`` the image view (``none``: text only). The split's
     word / relation ids must be the checkpoint's (other data: re-encode them, ``fraglib.text.build.run_tokens``)."""
     import dataclasses
@@ -221,18 +253,22 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
         raise ValueError(f"{seed_dir}: the sentences of {dataset_dir or info['dataset_dir']} are encoded with another "
                          f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
                          "them in the model's: `python -m fraglib.captions … --parse-file <their parse>`")
-    return system, ck, splits[split]
+    return system, ck, splits if split is None else splits[split]
 
 
 def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None,
-                 folds: int = 0) -> dict[str, Any]:
+                 folds: int = 0, hubness: bool | None = None) -> dict[str, Any]:
     """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
     metrics of ``split`` as the trainer computes them; ``folds`` > 1 adds the fold protocol
-    (:func:`fold_metrics`, key ``folds``)."""
-    system, ck, sp = load_trained(seed_dir, dataset_dir, features_dir, split)
-    tc = ck["train_config"]
+    (:func:`fold_metrics`, key ``folds``); ``hubness`` (test only; default: as the run was trained, ``train.hubness``) adds :func:`evaluate_hubness`
+    (key ``hubness``)."""
+    system, ck, splits = load_trained(seed_dir, dataset_dir, features_dir, None)
+    sp, tc = splits[split], ck["train_config"]
     S = score_matrix(system, sp, tc["eval_chunk"])
     m = evaluate_scores(S, sp.sentence_image, n_boot or tc["n_boot"], tc["seed"])
+    if (tc.get("hubness", False) if hubness is None else hubness) and split == "test":
+        m["hubness"], m["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.get("hub_k", 10),
+                                                               tc.get("hub_bank", 5000), tc["eval_chunk"])
     if folds > 1:
         m["folds"] = fold_metrics(S, sp.sentence_image, folds)
     return m
@@ -250,13 +286,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default: the one the run was trained on")
     ap.add_argument("--out", help="write the metrics (with per-query ranks) as JSON here")
     ap.add_argument("--folds", type=int, default=0, help="also the fold protocol (COCO 1K: --folds 5 on the 5K test)")
+    ap.add_argument("--hubness", action=argparse.BooleanOptionalAction, default=None,
+                    help="hubness and its corrections (test only; default: as the run was trained; docs/evaluation.md)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = ap.parse_args(argv)
     if args.out:
         from fraglib.outputs import claim_cli
 
         claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.evaluate --out")
-    m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir, folds=args.folds)
+    if args.hubness and args.split != "test":
+        ap.error("--hubness: test split only (its parameters are chosen on val)")
+    m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir, folds=args.folds, hubness=args.hubness)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(m, f, indent=1, sort_keys=True)

@@ -150,3 +150,22 @@ def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
     axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+
+def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, str], k: int = 10) -> plt.Figure:
+    """Hubness at a glance: per direction, the share of candidates (%, log scale) that appear in at least
+    x queries' top k, for each run (units pooled). Hubs make a long right tail; the value at x = 1 is the
+    share of candidates retrieved at all (100 − never %)."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    for ax, d, cand in zip(axes, ("annotation", "search"), ("sentences", "images")):
+        for i, r in enumerate(runs):
+            occ = np.concatenate(study[r]["occurrence"][d])
+            x = np.arange(occ.max() + 1)
+            ax.step(x, 100.0 * (occ[None, :] >= x[:, None]).mean(axis=1), where="post", color=f"C{i % 10}",
+                    ls="-" if i < 10 else "--", label=labels.get(r, r))
+        ax.set_yscale("log")
+        ax.set(title=f"image {d}: candidates are {cand}", xlabel=f"x = number of queries with the candidate in their top {k}",
+               ylabel="% of candidates with N ≥ x")
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig

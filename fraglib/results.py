@@ -69,6 +69,11 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     per_seed = [json.loads((run_dir / "seeds" / f"seed{u}" / "ranks.json").read_text()) for u in summary["units"]]
     tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
+    if all("hubness" in r for r in per_seed):                   # fraglib.hubness: k-occurrence, corrected ranks
+        h = [r["hubness"] for r in per_seed]
+        summary["corrected"] = {key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
+                                for key in h[0]["corrected"]}
+        summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
     return summary
 
 
@@ -627,3 +632,62 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
         panels.append({"image": load_image(ds.image_path(rows[i]))[0], "title": ds.images[rows[i]]["filename"],
                        "lines": lines})
     return panels
+
+
+# ----------------------------------------------------------------------------- hubness (fraglib.hubness)
+CORRECTIONS = {"inverted_softmax_inductive": "inverted softmax, inductive",
+               "csls_inductive": "CSLS, inductive",
+               "inverted_softmax_transductive": "inverted softmax, transductive",
+               "csls_transductive": "CSLS, transductive"}
+
+
+def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Rows: runs with hubness measured; columns (direction, statistic) of the test k-occurrence, mean over
+    units: skewness of N_k, % of candidates never in a top k, the largest N_k, % of top-k slots held by the
+    5 % most-retrieved candidates. Annotation's candidates are sentences, search's are images."""
+    rows = {}
+    for r, s in study.items():
+        h = s.get("hubness")
+        if not h:
+            continue
+        rows[(labels or {}).get(r, r)] = {
+            (d, name): h[d][key] for d in DIRECTIONS
+            for key, name in (("skewness", "skew"), ("never", "never %"), ("max", f"max N{int(h['k'])}"),
+                              ("top5_share", "top-5% share"))}
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    return out.round(2) if len(out) else out
+
+
+def correction_differences(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None,
+                           metric: str = "r1", n_boot: int = 1000) -> pd.DataFrame:
+    """Per run, correction (:data:`CORRECTIONS`) and direction: the test ``metric`` without and with the
+    correction (mean over units) and the paired three-level bootstrap difference (with − without, CI).
+    Long format."""
+    rows = []
+    for r, s in study.items():
+        for key, name in CORRECTIONS.items():
+            if key not in s.get("corrected", {}):
+                continue
+            for d in DIRECTIONS:
+                a, b = s["corrected"][key][d], s["ranks"][d]
+                diff = paired_difference(a, b, metric, n_boot, groups=s["groups"])
+                rows.append({"run": (labels or {}).get(r, r), "correction": name, "direction": d,
+                             "metric": metric_label(metric), "without": float(_metric(b, metric).mean()),
+                             "with": float(_metric(a, metric).mean()), **diff})
+    return pd.DataFrame(rows)
+
+
+def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`correction_differences` as 'with (Δ [lo, hi])' strings: rows runs, columns (direction,
+    correction), plus each direction's uncorrected value."""
+    if not len(diffs):
+        return diffs
+    d = diffs.assign(cell=[f"{w:.1f} ({x:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+                           for w, x, lo, hi in zip(diffs["with"], diffs["diff"], diffs["lo"], diffs["hi"])])
+    runs = list(dict.fromkeys(d["run"]))
+    table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")
+    plain = d.pivot_table(index="run", columns="direction", values="without", aggfunc="first").round(1)
+    for dirn in plain.columns:
+        table[(dirn, "none")] = plain[dirn]
+    order = [(dirn, c) for dirn in DIRECTIONS for c in ["none", *CORRECTIONS.values()] if (dirn, c) in table.columns]
+    return table.loc[runs, order]

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fraglib import hubness
 from fraglib.config import ConfigError, read_params
 from fraglib.evaluate import KS
 from fraglib.train import resolve_run
@@ -143,6 +144,8 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
         summary[f"{d}_sd"] = {m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0
                               for m in METRICS}
     summary["per_seed"] = per_seed
+    if all("hubness" in r["test"] for r in results):            # mean over units (per unit: seeds/seed<N>/metrics.json)
+        summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
     summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}
     (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     lines = []

@@ -28,7 +28,7 @@ import torch
 
 from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
-from fraglib.evaluate import (bootstrap_ci, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
+from fraglib.evaluate import (bootstrap_ci, evaluate_hubness, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
                               similarity_matrix, similarity_ranks)
 from fraglib.inputs import input_files, load_splits, make_batches
 from fraglib.systems import get_system
@@ -56,6 +56,9 @@ class TrainConfig:
     eval_chunk: int = 64                # images per score-matrix tile
     test_folds: int = 0                 # > 1: also the fold protocol on test (COCO "1K" = 5 folds of the 5K test)
     n_boot: int = 1000                  # bootstrap resamples for the test CIs
+    hubness: bool = True                # also hubness and its corrections on test (fraglib.hubness; docs/evaluation.md)
+    hub_k: int = 10                     # k of the k-occurrence
+    hub_bank: int = 5000                # at most this many training images / sentences in an inductive bank
 
     def validate(self) -> "TrainConfig":
         p = "train"
@@ -75,6 +78,9 @@ class TrainConfig:
         check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
         check_range(f"{p}.test_folds", self.test_folds, 0, 1000, int)
         check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
+        check_choice(f"{p}.hubness", self.hubness, (True, False))
+        check_range(f"{p}.hub_k", self.hub_k, 1, 1_000_000, int)
+        check_range(f"{p}.hub_bank", self.hub_bank, 2, 10_000_000, int)
         return self
 
 
@@ -399,6 +405,8 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed)
     if tc.test_folds > 1:
         test["folds"] = fold_metrics(S, te.sentence_image, tc.test_folds)
+    if tc.hubness:
+        test["hubness"], test["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.hub_k, tc.hub_bank, tc.eval_chunk)
     sim = similarity_matrix(system, te)
     if sim is not None:
         r = similarity_ranks(sim, te.sentence_image)

@@ -87,9 +87,11 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     trained_splits, _, _ = load_splits(tiny_full, reloaded.views(reloaded.cfg), CPU)
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     from fraglib.evaluate import evaluate_scores
-    again = evaluate_scores(score_matrix(reloaded, trained_splits["test"], spec.train_config.eval_chunk),
-                            trained_splits["test"].sentence_image, 10)
-    from fraglib.evaluate import similarity_matrix, similarity_ranks
+    S = score_matrix(reloaded, trained_splits["test"], spec.train_config.eval_chunk)
+    again = evaluate_scores(S, trained_splits["test"].sentence_image, 10)
+    from fraglib.evaluate import evaluate_hubness, similarity_matrix, similarity_ranks
+    tc = spec.train_config                                # hubness banks score training items: every system can
+    again["ranks"]["hubness"] = evaluate_hubness(reloaded, trained_splits, S, tc.hub_k, tc.hub_bank, tc.eval_chunk)[1]
     sim = similarity_matrix(reloaded, trained_splits["test"])
     if sim is not None:                                   # systems with a sentence space rank sentences too
         again["ranks"]["similarity"] = similarity_ranks(sim, trained_splits["test"].sentence_image).tolist()
