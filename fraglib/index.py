@@ -162,6 +162,24 @@ def _best_runs(study: str) -> str:
             f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs")
 
 
+def _hubness(study: str) -> str:
+    """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or '')."""
+    from fraglib.config import read_params
+    from fraglib.summary import retrieval_runs
+
+    if not Path("params.yaml").exists():
+        return ""
+    runs = {r: m for r, m in retrieval_runs(Path("."), study, read_params("params.yaml")).items() if m.get("hubness")}
+    if not runs:
+        return ""
+    dirs = ("annotation", "search")
+    r, d = max(((r, d) for r in runs for d in dirs), key=lambda t: runs[t[0]]["hubness"][t[1]]["skewness"])
+    up = {c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in dirs)
+          for c in ("inverted_softmax", "csls")}
+    return (f"; hubness: largest k-occurrence skew {runs[r]['hubness'][d]['skewness']:.1f} ({r}, {d}); inductive "
+            f"inverted softmax / CSLS raise R@1 in {up['inverted_softmax']} / {up['csls']} of {2 * len(runs)} run-directions")
+
+
 def _detector_recall(path: str) -> str:
     s = _json(path)
     views = [v for v in ("rcnn", "top36", "groundtruth") if f"recall_iou50_{v}" in s]
@@ -215,11 +233,11 @@ FINDINGS = {      # report -> its one-line finding, computed from files in git (
     "text_report.html": lambda: _relations("data/synthetic/fragments/text_stats.json"),
     "vision_report.html": lambda: _detector_recall("data/synthetic/features/features_stats.json"),
     "training_report.html": _training_line,
-    "results_report.html": lambda: _best_runs("synthetic"),
-    "synthetic_extended/results_report.html": lambda: _best_runs("synthetic_extended"),
+    "results_report.html": lambda: _best_runs("synthetic") + _hubness("synthetic"),
+    "synthetic_extended/results_report.html": lambda: _best_runs("synthetic_extended") + _hubness("synthetic_extended"),
     "pascal1k/text_report.html": lambda: _relations("data/pascal1k/fragments/text_stats.json"),
     "pascal1k/vision_report.html": lambda: _detector_recall("data/pascal1k/features/features_stats.json"),
-    "pascal1k/results_report.html": lambda: _best_runs("pascal1k"),
+    "pascal1k/results_report.html": lambda: _best_runs("pascal1k") + _hubness("pascal1k"),
     "pascal1k/fight_report.html": _fight_line,
     "flickr8k/text_only_report.html": lambda: _relations("data/flickr8k/fragments/text_stats.json"),
 }

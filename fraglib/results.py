@@ -677,6 +677,13 @@ def correction_differences(study: dict[str, dict[str, Any]], labels: dict[str, s
     return pd.DataFrame(rows)
 
 
+def corrected_study(study: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """The runs of ``study`` that measured correction ``key`` (:data:`CORRECTIONS`), their per-query ranks
+    replaced by the corrected ones: any table or paired difference of this module then reads the study
+    under that correction."""
+    return {r: {**s, "ranks": dict(s["corrected"][key])} for r, s in study.items() if key in s.get("corrected", {})}
+
+
 def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
     """:func:`correction_differences` as 'with (Δ [lo, hi])' strings: rows runs, columns (direction,
     correction), plus each direction's uncorrected value."""

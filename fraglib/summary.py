@@ -75,6 +75,27 @@ def retrieval_table(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> 
     return rows
 
 
+def hubness_table(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    """Markdown rows for the runs that measured hubness (``metrics.json: hubness``, mean over training runs):
+    skewness of the test k-occurrence and % of candidates never in a top k, per direction, and R@1 without
+    and with the inductive corrections (parameters chosen on validation; docs/evaluation.md "Hubness")."""
+    hub = {r: m for r, m in runs.items() if m.get("hubness")}
+    if not hub:
+        return []
+    k = int(next(iter(hub.values()))["hubness"]["k"])
+    rows = ["| run | annotation skew | annotation never % | search skew | search never % | annotation R@1: plain "
+            "/ inv. softmax / CSLS | search R@1: plain / inv. softmax / CSLS |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in ("annotation", "search"))):
+        h = hub[r]["hubness"]
+        r1 = [" / ".join(f"{v:.1f}" for v in (hub[r][d]["r1"], h["inverted_softmax_inductive"][d]["r1"],
+                                                h["csls_inductive"][d]["r1"])) for d in ("annotation", "search")]
+        rows.append(f"| `{r}` — {labels.get(r, r)} | " + " | ".join(
+            f"{h[d]['skewness']:.2f} | {h[d]['never']:.0f}" for d in ("annotation", "search")) + f" | {r1[0]} | {r1[1]} |")
+    return [f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
+            "R@1 under the two *inductive* corrections (banks from the training split, parameters chosen on "
+            "validation). Paired CIs and the transductive protocol are in the results report.", "", *rows, ""]
+
+
 def caption_table(root: Path, study: str) -> list[str]:
     """Markdown rows for every ``captions.json`` / ``transfer_*.json`` of a study (metrics × 100)."""
     rows = []
@@ -208,6 +229,7 @@ def results_markdown(root: str | Path = ".") -> str:
                 out += ["### Peri 2018 beside the thesis", "", *peri]
         if runs:
             out += [f"Retrieval ({unit} × replicates = training runs per row):", "", *retrieval_table(runs, labels), ""]
+        out += hubness_table(runs, labels)
         if caps:
             out += ["Generated sentences (test split; pycocoevalcap, × 100):", "", *caps, ""]
     return "\n".join(out).rstrip() + "\n"

@@ -435,3 +435,31 @@ def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
     assert row == ("| `stt_att` | stt_att_1024 | 26.5 / 50.0 / 70.0 (59.2 / 83.5 / 91.0) | "
                    f"2.7 / 50.0 / 70.0 ({ref['r1']:.1f} / {ref['r5']:.1f} / {ref['r10']:.1f}) |")
     assert not any("`full`" in x or "`stt`" in x for x in lines) and peri_table({}, params) == []
+
+
+def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
+    """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
+    from fraglib.index import _hubness
+    from fraglib.summary import hubness_table
+
+    def run(skew_a, skew_s, r1, is_r1, csls_r1):
+        corr = lambda v: {d: {"r1": v, "param": 1.0} for d in ("annotation", "search")}  # noqa: E731
+        return {"system": "x", "seeds": [0], "annotation": {"r1": r1}, "search": {"r1": r1},
+                "hubness": {"k": 10.0, "annotation": {"skewness": skew_a, "never": 40.0},
+                            "search": {"skewness": skew_s, "never": 2.0},
+                            "inverted_softmax_inductive": corr(is_r1), "csls_inductive": corr(csls_r1)}}
+
+    runs = {"a": run(0.5, 0.4, 20.0, 25.0, 19.0), "b": run(3.0, 1.0, 10.0, 12.0, 12.0), "c": {"annotation": {}, "search": {}}}
+    lines = hubness_table(runs, {"a": "Run A"})
+    assert lines[0].startswith("Hubness of the test scores (k = 10;")
+    rows = [x for x in lines if x.startswith("| `")]
+    assert rows == ["| `b` — b | 3.00 | 40 | 1.00 | 2 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
+                    "| `a` — Run A | 0.50 | 40 | 0.40 | 2 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |"]
+    assert hubness_table({"c": runs["c"]}, {}) == []
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("runs: {}\n")
+    for r in ("a", "b"):
+        (tmp_path / "runs" / "s" / r).mkdir(parents=True)
+        (tmp_path / "runs" / "s" / r / "metrics.json").write_text(json.dumps(runs[r]))
+    assert _hubness("s") == ("; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
+                             "CSLS raise R@1 in 4 / 2 of 4 run-directions")
