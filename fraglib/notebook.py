@@ -34,7 +34,7 @@ def check_kernel(name: str = KERNEL) -> str:
     return name
 
 
-PNG_KEEP = 60_000         # bytes: a figure above this is re-encoded for the page (the executed notebook keeps it)
+PNG_KEEP = 30_000         # bytes (line art included: the results page must stay under 1 MB): a figure above this is re-encoded for the page (the executed notebook keeps it)
 
 
 def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1000, quality: int = 70) -> int:

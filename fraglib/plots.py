@@ -156,7 +156,7 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
     """Hubness at a glance: per direction, the share of candidates (%, log scale) that appear in at least
     x queries' top k, for each run (units pooled). Hubs make a long right tail; the value at x = 1 is the
     share of candidates retrieved at all (100 − never %)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), dpi=72)          # line art: small enough for a page
     for ax, d, cand in zip(axes, ("annotation", "search"), ("sentences", "images")):
         for i, r in enumerate(runs):
             occ = np.concatenate(study[r]["occurrence"][d])
