@@ -21,7 +21,7 @@ The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the sa
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,8 +143,11 @@ def _ranks(Qc: torch.Tensor, d: str, sentence_image: np.ndarray) -> np.ndarray:
 
 
 def _rsum(ranks: np.ndarray) -> float:
-    r = ranks[ranks > 0]
-    return float(sum(100.0 * np.mean(r <= k) for k in (1, 5, 10)))
+    """R@1 + R@5 + R@10 of one direction's ranks (the validation criterion)."""
+    from fraglib.evaluate import KS, recall_table
+
+    t = recall_table(ranks)
+    return float(sum(t[f"r{k}"] for k in KS))
 
 
 def scale_of(S: torch.Tensor) -> float:
@@ -155,8 +158,7 @@ def scale_of(S: torch.Tensor) -> float:
 
 
 def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_image: np.ndarray,
-             banks: dict[str, dict[str, torch.Tensor]], k: int = 10,
-             recall: Callable[[np.ndarray], dict[str, float]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+             banks: dict[str, dict[str, torch.Tensor]], k: int = 10) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hubness of the test matrix and every correction's test metrics, parameters chosen on validation.
 
     ``test`` / ``val``: (n_images, n_sentences) scores, ``*_image`` their sentence -> image index;
@@ -167,7 +169,6 @@ def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_
     R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks."""
     from fraglib.evaluate import recall_table
 
-    recall = recall or recall_table
     scale = scale_of(val)
     summary: dict[str, Any] = {"k": k, "beta_unit": scale}
     lists: dict[str, Any] = {"occurrence": {}, "corrected": {}}
@@ -188,7 +189,7 @@ def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_
                 tried = [(p, _rsum(_ranks(correct(qv, method, p, bv), d, val_image))) for p in grid(method, scale, n_bank)]
                 param, val_rsum = max(tried, key=lambda t: t[1])            # first of the best on ties
                 r = _ranks(correct(qt, method, param, bt), d, test_image)
-                out[d] = {**recall(r), "param": param, "val_rsum": val_rsum,
+                out[d] = {**recall_table(r), "param": param, "val_rsum": val_rsum,
                           "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image))}
                 lists["corrected"].setdefault(key, {})[d] = r.tolist()
             summary[key] = out
