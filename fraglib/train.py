@@ -357,10 +357,19 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
                 "optimizer": opt.state_dict() if opt else None, "epoch": epoch, "history": history,
                 "best_rsum": best_rsum, "best_epoch": best_epoch, "rng": rng_state(device), "info": info}
 
+    def validate(epoch: int, phase: str, sums: dict[str, float], n_batches: int, skipped: int) -> dict[str, Any]:
+        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
+        return {"epoch": epoch, "lr": lr_at(tc, max(epoch - 1, 0)) if trainable else 0.0, "phase": phase,
+                **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
+                **({"skipped_pairs": skipped} if skipped else {}),
+                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
+
     tr = splits["train"]
     system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
-    if not trainable and ck is None and ctx.main:
+    if not trainable and ck is None and ctx.main:     # a closed-form fit: one validation row, "epoch 0"
+        history.append(validate(0, "fit", {}, 0, 0))
+        best_rsum, best_epoch = history[0]["val_rsum"], 0
         checkpoint.save(ck_dir / "best.pt", state(0))
     step = Step(system, ctx)
     if ctx.world > 1 and trainable:
@@ -380,11 +389,7 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         if not ctx.main:                                             # rank 0 validates and writes
             ctx.barrier()
             continue
-        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
-        row = {"epoch": epoch + 1, "lr": lr_at(tc, epoch), "phase": phase,
-               **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
-               **({"skipped_pairs": skipped} if skipped else {}),
-               "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
+        row = validate(epoch + 1, phase, sums, n_batches, skipped)
         history.append(row)
         if progress:
             print(f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)

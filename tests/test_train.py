@@ -109,6 +109,32 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     assert meta["splits"] == [0, 1] and meta["run"] == "devise" and meta["fixed"] == {"similarity": "cosine"}
 
 
+def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, tmp_path):
+    """kCCA is fitted, never stepped: its history is one "epoch 0" row whose R-sum is the fitted model's
+    validation R-sum, so the search ranks its settings like any trained system's."""
+    import yaml
+
+    from fraglib import search
+    from fraglib.checkpoint import load_system
+    from fraglib.evaluate import evaluate_scores, rsum, score_matrix
+
+    params = tiny_params(k={"system": "kcca", "kernel": "linear"})
+    m = train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), device=torch.device("cpu"), progress=False)
+    system, _ = load_system(tmp_path / "run" / "best.pt", torch.device("cpu"))
+    val = load_splits(tiny_full, type(system).views(system.cfg), torch.device("cpu"))[0]["val"]
+    head, *rows = (tmp_path / "run" / "history.csv").read_text().splitlines()
+    assert m["best_epoch"] == 0 and len(rows) == 1 and dict(zip(head.split(","), rows[0].split(",")))["epoch"] == "0"
+    assert m["val_rsum_best"] == rsum(evaluate_scores(score_matrix(system, val, 64), val.sentence_image, 10, 0))
+    (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    out = tmp_path / "kcca.csv"
+    search.main(["--run", "k", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
+                 str(tmp_path / "params.yaml"), "--jobs", "1", "--out", str(out),
+                 "--configs", '[{"reg": 0.01, "distance": "inner"}, {"reg": 100.0, "distance": "euclidean"}]'])
+    rows = [line.split(",") for line in out.read_text().splitlines()[1:]]
+    assert len(rows) == 2 and all(float(r[2]) > 0 for r in rows) and float(rows[0][2]) >= float(rows[1][2])
+
+
 def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, tmp_path):
     """--rescore: the --top best rows of a table again on new splits, ranked by the split-weighted mean."""
     import yaml
