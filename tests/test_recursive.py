@@ -276,6 +276,33 @@ def test_cca_recovers_known_canonical_correlations():
     np.testing.assert_allclose(u.T @ u / n, np.eye(3), atol=0.02)                  # unit variance, uncorrelated
 
 
+@pytest.mark.parametrize("dx, dy", [(30, 12), (12, 30)])
+def test_cca_equals_the_inverse_square_root_reference(dx, dy):
+    """The Cholesky-whitened solution equals C^{-1/2} whitening + SVD written from the equations: the same ρ
+    and, up to each direction's sign, the same canonical variates (both orientations of M)."""
+    from fraglib.systems.kcca import cca
+
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal((500, 4))
+    X = np.tanh(np.c_[z, rng.standard_normal((500, 3))] @ rng.standard_normal((7, dx)))
+    Y = np.c_[z, rng.standard_normal((500, 2))] @ rng.standard_normal((6, dy)) + 0.1 * rng.standard_normal((500, dy))
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    Cxx, Cyy, Cxy = Xc.T @ Xc / 500, Yc.T @ Yc / 500, Xc.T @ Yc / 500
+    Cxx, Cyy = (C + 0.1 * np.trace(C) / len(C) * np.eye(len(C)) for C in (Cxx, Cyy))
+
+    def inv_sqrt(C):
+        w, V = np.linalg.eigh(C)
+        return V @ np.diag(w ** -0.5) @ V.T
+
+    U, rho_ref, Vt = np.linalg.svd(inv_sqrt(Cxx) @ Cxy @ inv_sqrt(Cyy))
+    A_ref, B_ref = inv_sqrt(Cxx) @ U[:, :5], inv_sqrt(Cyy) @ Vt[:5].T
+    A, B, rho = cca(X, Y, reg=0.1, p=5)
+    np.testing.assert_allclose(rho, rho_ref[:5], rtol=1e-9)
+    for got, ref, V in ((A, A_ref, Xc), (B, B_ref, Yc)):
+        sign = np.sign(((V @ got) * (V @ ref)).sum(0))
+        np.testing.assert_allclose(V @ got * sign, V @ ref, atol=1e-8)
+
+
 def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(tiny_full):
     """Table 2's scheme: W_I alone in even epochs (sentence vectors fixed), θ alone in odd ones;
     the loss is the batch's mean ‖v − y‖² + λ‖trained part‖², scores are −‖v − y‖."""

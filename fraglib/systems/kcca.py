@@ -58,21 +58,27 @@ class Config:
 def cca(X: np.ndarray, Y: np.ndarray, reg: float, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Regularised linear CCA of paired rows (n, dx), (n, dy), centred here: (A (dx, p), B (dy, p),
     ρ (p,)) with ρ the canonical correlations, largest first. ``reg`` is added to both covariance
-    diagonals as a fraction of that side's mean variance."""
-    X, Y = X - X.mean(0), Y - Y.mean(0)
-    n = len(X)
-    Cxx, Cyy, Cxy = X.T @ X / n, Y.T @ Y / n, X.T @ Y / n
-    Cxx += reg * np.trace(Cxx) / len(Cxx) * np.eye(len(Cxx))
-    Cyy += reg * np.trace(Cyy) / len(Cyy) * np.eye(len(Cyy))
+    diagonals as a fraction of that side's mean variance.
 
-    def inv_sqrt(C: np.ndarray) -> np.ndarray:
-        w, V = np.linalg.eigh(C)
-        return (V / np.sqrt(np.maximum(w, 1e-12))) @ V.T
-
-    Wx, Wy = inv_sqrt(Cxx), inv_sqrt(Cyy)
-    U, rho, Vt = np.linalg.svd(Wx @ Cxy @ Wy, full_matrices=False)
-    p = min(p, len(rho))
-    return Wx @ U[:, :p], Wy @ Vt[:p].T, rho[:p]
+    Whitening by Cholesky factors (C = L Lᵀ): M = Lx⁻¹ Cxy Ly⁻ᵀ, whose singular pairs come from the
+    eigenvectors of the smaller of M Mᵀ, Mᵀ M; then A = Lx⁻ᵀ U, B = Ly⁻ᵀ V. The same directions as
+    C^{-1/2} whitening and an SVD, at about a third of the cost (tests/test_recursive.py)."""
+    Xt, Yt = torch.from_numpy(X - X.mean(0)), torch.from_numpy(Y - Y.mean(0))
+    n = len(Xt)
+    Cxx, Cyy, Cxy = Xt.T @ Xt / n, Yt.T @ Yt / n, Xt.T @ Yt / n
+    Lx, Ly = (torch.linalg.cholesky(C + reg * torch.trace(C) / len(C) * torch.eye(len(C), dtype=C.dtype))
+              for C in (Cxx, Cyy))
+    M = torch.linalg.solve_triangular(Ly, torch.linalg.solve_triangular(Lx, Cxy, upper=False).T, upper=False).T
+    tall = M.shape[0] > M.shape[1]
+    w, E = torch.linalg.eigh(M.T @ M if tall else M @ M.T)
+    p = min(p, len(w))
+    rho = w.flip(0)[:p].clamp_min(0).sqrt()
+    E = E.flip(1)[:, :p]
+    other = (M @ E if tall else M.T @ E) / rho.clamp_min(1e-12)
+    U, V = (other, E) if tall else (E, other)
+    A = torch.linalg.solve_triangular(Lx.T, U, upper=True)
+    B = torch.linalg.solve_triangular(Ly.T, V, upper=True)
+    return A.numpy(), B.numpy(), rho.numpy()
 
 
 class KccaSystem(System):
