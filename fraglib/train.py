@@ -367,8 +367,8 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     tr = splits["train"]
     system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
-    if not trainable and ck is None and ctx.main:     # a closed-form fit: one validation row, "epoch 0"
-        history.append(validate(0, "fit", {}, 0, 0))
+    if not trainable and not history and ctx.main:   # a closed-form fit: one validation row, "epoch 0" (also
+        history.append(validate(0, "fit", {}, 0, 0))  # added to a checkpoint written before the row existed)
         best_rsum, best_epoch = history[0]["val_rsum"], 0
         checkpoint.save(ck_dir / "best.pt", state(0))
     step = Step(system, ctx)

@@ -125,6 +125,11 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
     head, *rows = (tmp_path / "run" / "history.csv").read_text().splitlines()
     assert m["best_epoch"] == 0 and len(rows) == 1 and dict(zip(head.split(","), rows[0].split(",")))["epoch"] == "0"
     assert m["val_rsum_best"] == rsum(evaluate_scores(score_matrix(system, val, 64), val.sentence_image, 10, 0))
+    fresh = [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")]
+    ck = checkpoint.load(tmp_path / "run" / "best.pt")               # as written before the row existed
+    checkpoint.save(tmp_path / "run" / "best.pt", {**ck, "history": [], "best_epoch": None, "best_rsum": -1.0})
+    train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), device=torch.device("cpu"), progress=False)
+    assert [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")] == fresh
     (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "kcca.csv"
