@@ -132,6 +132,33 @@ def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> list[str]
             "search is tied.", "", REPLICATION]
 
 
+def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """Markdown rows: the best fragment recipe minus each fight baseline (``results_report.fight.baselines``),
+    mean R@1 per direction, plain and with both sides under the inductive inverted softmax (where both
+    measured hubness). Point differences only: the fight report has the CIs."""
+    fight = (params.get("results_report") or {}).get("fight") or {}
+    best = verdict_pair(params)[0]
+    bases = [b for b in str(fight.get("baselines", "")).split(",") if b in runs]
+    if best not in runs or not bases:
+        return []
+
+    def r1(run: str, d: str, corrected: bool) -> float | None:
+        h = runs[run].get("hubness")
+        return (h["inverted_softmax_inductive"][d]["r1"] if h else None) if corrected else runs[run][d]["r1"]
+
+    rows = [f"Best fragment recipe (`{best}`) − each baseline of the fight, mean R@1 in points; \"corrected\": both "
+            "runs' scores under the inverted softmax with training-split statistics (docs/evaluation.md, \"Hubness\").",
+            "", "| baseline | annotation | search | annotation, corrected | search, corrected |", "|---|---|---|---|---|"]
+    for b in bases:
+        cells = []
+        for corrected in (False, True):
+            for d in ("annotation", "search"):
+                x, y = r1(best, d, corrected), r1(b, d, corrected)
+                cells.append("—" if x is None or y is None else f"{x - y:+.1f}")
+        rows.append(f"| `{b}` — {labels.get(b, b)} | " + " | ".join(cells[:2] + cells[2:]) + " |")
+    return rows + [""]
+
+
 SOCHER_TASKS = (("similarity", "sentence_similarity", "sentence similarity"), ("search", "image_search", "image search"),
                 ("annotation", "describing_images", "describing images"))
 
@@ -220,7 +247,7 @@ def results_markdown(root: str | Path = ".") -> str:
             continue
         out += [f"## {title}", ""]
         if study == "pascal1k":
-            out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), ""]
+            out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), "", *fight_baselines(runs, params, labels)]
             socher = socher_tables(study_runs(root, study), params)
             if socher:
                 out += ["### Socher et al. 2014 beside the paper", "", *socher]

@@ -463,3 +463,22 @@ def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
         (tmp_path / "runs" / "s" / r / "metrics.json").write_text(json.dumps(runs[r]))
     assert _hubness("s") == ("; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
                              "CSLS raise R@1 in 4 / 2 of 4 run-directions")
+
+
+def test_fight_baselines_table_by_hand():
+    """docs/results.md's fight table: the ladder's last run minus each baseline present, in the baselines' order,
+    plain and under the inductive inverted softmax (— where a run measured no hubness)."""
+    from fraglib.summary import fight_baselines
+
+    def run(ann, srch, c_ann=None, c_srch=None):
+        out = {"annotation": {"r1": ann}, "search": {"r1": srch}}
+        if c_ann is not None:
+            out["hubness"] = {"inverted_softmax_inductive": {"annotation": {"r1": c_ann}, "search": {"r1": c_srch}}}
+        return out
+
+    params = {"results_report": {"fight": {"ladder": "old,best", "baselines": "k,missing,d"}}}
+    runs = {"best": run(40.0, 30.0, 45.0, 33.0), "k": run(15.0, 34.0, 47.5, 30.0), "d": run(36.0, 30.5)}
+    lines = fight_baselines(runs, params, {"k": "kCCA"})
+    rows = [x for x in lines if x.startswith("| `")]
+    assert rows == ["| `k` — kCCA | +25.0 | -4.0 | -2.5 | +3.0 |", "| `d` — d | +4.0 | -0.5 | — | — |"]
+    assert fight_baselines({"k": runs["k"]}, params, {}) == [] and fight_baselines(runs, {}, {}) == []
