@@ -155,7 +155,7 @@ def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], lab
             for d in ("annotation", "search"):
                 x, y = r1(best, d, corrected), r1(b, d, corrected)
                 cells.append("—" if x is None or y is None else f"{x - y:+.1f}")
-        rows.append(f"| `{b}` — {labels.get(b, b)} | " + " | ".join(cells[:2] + cells[2:]) + " |")
+        rows.append(f"| `{b}` — {labels.get(b, b)} | " + " | ".join(cells) + " |")
     return rows + [""]
 
 
