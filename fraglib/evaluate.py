@@ -217,6 +217,17 @@ def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, 
 
 
 @torch.no_grad()
+def similarity_hubness(sim: torch.Tensor) -> dict[str, float]:
+    """Hubness of the sentence-similarity task (:func:`fraglib.hubness.hubness_stats` with k = 1): each
+    sentence queries the *other* sentences by ``sim`` (n_s, n_s); N₁ of a sentence = the queries it is
+    the nearest neighbour of (pessimistic on ties)."""
+    from fraglib import hubness
+
+    S = torch.as_tensor(sim).clone().float()
+    S.fill_diagonal_(float("-inf"))
+    return hubness.hubness_stats(hubness.k_occurrence(S, 1), 1)
+
+
 def similarity_matrix(system, split) -> torch.Tensor | None:
     """(n_sentences, n_sentences) sentence–sentence scores of a system with a sentence space
     (``SENTENCE_SPACE``), else None. Sentences without rows score -inf."""
@@ -260,8 +271,9 @@ def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=N
                  folds: int = 0, hubness: bool | None = None) -> dict[str, Any]:
     """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
     metrics of ``split`` as the trainer computes them; ``folds`` > 1 adds the fold protocol
-    (:func:`fold_metrics`, key ``folds``); ``hubness`` (test only; default: as the run was trained, ``train.hubness``) adds :func:`evaluate_hubness`
-    (key ``hubness``)."""
+    (:func:`fold_metrics`, key ``folds``); ``hubness`` (test only; default: as the run was trained,
+    ``train.hubness``) adds :func:`evaluate_hubness` (key ``hubness``; with a sentence space, also
+    ``hubness.similarity``: :func:`similarity_hubness`)."""
     system, ck, splits = load_trained(seed_dir, dataset_dir, features_dir, None)
     sp, tc = splits[split], ck["train_config"]
     S = score_matrix(system, sp, tc["eval_chunk"])
@@ -269,6 +281,9 @@ def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=N
     if (tc.get("hubness", False) if hubness is None else hubness) and split == "test":
         m["hubness"], m["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.get("hub_k", 10),
                                                                tc.get("hub_bank", 5000), tc["eval_chunk"])
+        sim = similarity_matrix(system, sp)
+        if sim is not None:
+            m["hubness"]["similarity"] = similarity_hubness(sim)
     if folds > 1:
         m["folds"] = fold_metrics(S, sp.sentence_image, folds)
     return m

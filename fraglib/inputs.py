@@ -52,7 +52,9 @@ class Ragged:
 @dataclasses.dataclass
 class Split:
     """One split: ``images`` and ``sentences`` in the system's views, ``sentence_image`` (n_sent,)
-    the image position of each sentence, ``sentids``, and the compact ``words`` table (n_words, 50)."""
+    the image position of each sentence, ``sentids``, the compact ``words`` table (n_words, 50), and
+    ``image_group`` (n_images,) int: each image's category id where the data set has categories
+    (Pascal1K; ids from the sorted category names), else None. Read by training diagnostics only."""
 
     name: str
     images: Ragged
@@ -60,6 +62,7 @@ class Split:
     sentence_image: np.ndarray
     sentids: np.ndarray
     words: torch.Tensor
+    image_group: np.ndarray | None = None
 
     @property
     def n_images(self) -> int:
@@ -147,6 +150,8 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
         table = np.concatenate([table, np.zeros((1, table.shape[1]), table.dtype)])
     words = torch.from_numpy(np.ascontiguousarray(table)).to(device)
     row_of = {im["imgid"]: n for n, im in enumerate(ds.images)}
+    cats = [im.get("category") for im in ds.images]
+    cat_id = {c: i for i, c in enumerate(sorted({c for c in cats if c}))} if all(cats) else None
     splits = {}
     for split in SPLITS:
         imgs = [n for n, im in enumerate(ds.images) if im["split"] == split or (split == "train" and im["split"] == "restval")]
@@ -165,7 +170,8 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
                     **{k: t(c[rows].astype(np.int64)) for k, c in frags.columns.items()}},
                    np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)),
             np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
-            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words)
+            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words,
+            np.array([cat_id[cats[n]] for n in imgs], np.int64) if cat_id else None)
     dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
             "img_dim": int(cache.features.shape[1])}
     if views.pixels:                                  # the CNN of the cache, trained with the system

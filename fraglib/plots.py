@@ -169,3 +169,24 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
     axes[1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
+
+
+def collapse_figure(hist) -> plt.Figure:
+    """The hardest-negative collapse per epoch (``history.csv`` columns of ``hinge_diagnostics``, the mean
+    over seeds): the share of negatives within the margin, and the share of hardest negatives whose image
+    is of the positive's category against that share among all negatives (dashed: chance)."""
+    have = [c for c in ("train_violating", "train_hardest_same_group") if c in hist]
+    fig, axes = plt.subplots(1, len(have), figsize=(5.2 * len(have), 3.4), squeeze=False)
+    mean = hist.groupby(["run", "epoch"], sort=False).mean(numeric_only=True).reset_index()
+    for ax, col in zip(axes[0], have):
+        for run, g in mean.groupby("run", sort=False):
+            if g[col].notna().any():
+                line, = ax.plot(g.epoch, 100 * g[col], marker="o", ms=3, label=run)
+                if col == "train_hardest_same_group" and "train_same_group_negatives" in g:
+                    ax.plot(g.epoch, 100 * g.train_same_group_negatives, ls="--", color=line.get_color(), lw=1)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel({"train_violating": "% of negatives within the margin",
+                       "train_hardest_same_group": "% hardest negatives, same category"}[col])
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -698,3 +698,25 @@ def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
         table[(dirn, "none")] = plain[dirn]
     order = [(dirn, c) for dirn in DIRECTIONS for c in ["none", *CORRECTIONS.values()] if (dirn, c) in table.columns]
     return table.loc[runs, order]
+
+
+def search_budget(tables: list[str | Path], params: dict[str, Any]) -> pd.DataFrame:
+    """One row per searched system: its search tables' trials (rows), trainings (trials × splits, each
+    one training run of ``epochs`` epochs, or one fit) and compute (the tables' ``seconds``: one process
+    on one thread per trial, so core-minutes). ``tables``: CSVs written by ``fraglib.search`` (a JSON
+    beside each names its run and splits); a missing table is skipped."""
+    rows = []
+    for t in map(Path, tables):
+        meta_file = t.with_suffix(".json")
+        if not t.is_file() or not meta_file.is_file():
+            continue
+        meta, df = json.loads(meta_file.read_text()), pd.read_csv(t)
+        run = meta.get("run", "?")
+        system = params.get("runs", {}).get(run, {}).get("system", run)
+        rows.append({"system": system, "tables": 1, "trials": len(df),
+                     "trainings": len(df) * len(meta.get("splits") or [0]),
+                     "core_minutes": float(df["seconds"].sum()) / 60.0 if "seconds" in df else float("nan")})
+    if not rows:
+        return pd.DataFrame(columns=["system", "tables", "trials", "trainings", "core_minutes"])
+    out = pd.DataFrame(rows).groupby("system", sort=False).sum().reset_index()
+    return out.assign(core_minutes=out.core_minutes.round(1))

@@ -29,7 +29,7 @@ import torch
 from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
 from fraglib.evaluate import (bootstrap_ci, evaluate_hubness, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
-                              similarity_matrix, similarity_ranks)
+                              similarity_hubness, similarity_matrix, similarity_ranks)
 from fraglib.inputs import input_files, load_splits, make_batches
 from fraglib.systems import get_system
 
@@ -217,15 +217,17 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
                 run: str = "") -> tuple[dict[str, float], int, int]:
     """One epoch of optimisation steps on the training split ``tr`` (the trainer's loop, also timed by
     ``python -m fraglib.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
-    :func:`fraglib.inputs.make_batches`, autocast when ``tc.amp``, gradient clipping. Returns (sums of
-    the cost and the loss parts over the batches, number of batches, pairs skipped in batches smaller
-    than the number of processes); ``desc``: a progress bar with that title."""
+    :func:`fraglib.inputs.make_batches` (after the system's ``begin_epoch``), autocast when ``tc.amp``,
+    gradient clipping. Returns (sums of the cost and the loss parts over the batches, number of batches,
+    pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title."""
     from tqdm.auto import tqdm
 
     ctx = ctx or distributed.Context()
     system.train()
     set_lr(tc, opt, epoch)
     reset_adagrad(tc, opt, epoch)
+    with torch.no_grad():
+        system.begin_epoch(epoch)
     sums: dict[str, float] = {}
     batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
     skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
@@ -417,6 +419,8 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         r = similarity_ranks(sim, te.sentence_image)
         test["similarity"], test["similarity_ci"] = recall_table(r), bootstrap_ci(r, tc.n_boot, tc.seed + 2)
         test["ranks"]["similarity"] = r.tolist()
+        if tc.hubness:                                               # how many sentences each is the nearest of
+            test["hubness"]["similarity"] = similarity_hubness(sim)
     return write_outputs(out, spec, info, test, best_epoch, history, checkpoint_dir)
 
 

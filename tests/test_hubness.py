@@ -168,3 +168,22 @@ def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_ful
     assert set(h) >= {"annotation", "search", "csls_inductive", "inverted_softmax_transductive"}
     again = evaluate_run(tmp_path / "on", hubness=True, n_boot=50)  # re-scored from the checkpoint alone
     assert again["hubness"] == json.loads(json.dumps(h)) and again["ranks"]["hubness"] == r_on["hubness"]
+
+
+def test_similarity_hubness_counts_nearest_other_sentences_by_hand():
+    """N₁ of the sentence-similarity task: the diagonal (a sentence itself) never counts; sentence 0 is the
+    nearest other sentence of sentences 1, 2 and 3, sentence 1 of sentence 0."""
+    from fraglib.evaluate import similarity_hubness
+
+    sim = torch.tensor([[9.0, 0.8, 0.1, 0.0],
+                        [0.9, 9.0, 0.2, 0.1],
+                        [0.7, 0.3, 9.0, 0.5],
+                        [0.6, 0.2, 0.4, 9.0]])
+    got = similarity_hubness(sim)
+    assert got["k"] == 1 and got["max"] == 3 and got["never"] == 50.0        # counts (3, 1, 0, 0)
+    assert got["skewness"] == pytest.approx(hubness_ref_skew([3, 1, 0, 0]))
+
+
+def hubness_ref_skew(x):
+    x = np.asarray(x, float)
+    return float(((x - x.mean()) ** 3).mean() / x.std() ** 3)

@@ -7,7 +7,7 @@ import torch
 
 from fraglib.evaluate import median_rank_vsepp
 from fraglib.systems.base import Rows
-from fraglib.systems.objectives import contrastive_hinge, order_scores
+from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 from fraglib.systems import vse
 from fraglib.systems.vse import VseSystem, attention_scores, attention_scores_reference
 
@@ -48,6 +48,34 @@ def test_contrastive_hinge_matches_the_equation(hardest, masked, f64):
         S2 = S.clone()
         S2[0, 2] = 10.0
         assert float(contrastive_hinge(S2, 0.2, hardest, same)) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_collapse_diagnostics_match_a_loop(masked, f64):
+    """hinge_diagnostics term by term: violated negatives of both directions; each image's hardest caption
+    and each caption's hardest image, and whether its image is in the positive's group."""
+    g = torch.Generator().manual_seed(3)
+    S = torch.randn(7, 7, generator=g) * 0.3
+    image = torch.tensor([0, 1, 0, 2, 3, 1, 4])
+    group = torch.tensor([0, 1, 0, 1, 0, 1, 1])[image]
+    same = (image[:, None] == image[None, :]) & ~torch.eye(7, dtype=torch.bool)
+    got = hinge_diagnostics(S, 0.2, same if masked else None, group)
+    B, viol, n_neg, hits, n_hard, same_group = 7, 0, 0, 0, 0, 0
+    for b in range(B):
+        neg = [c for c in range(B) if c != b and not (masked and same[b, c])]
+        for c in neg:
+            n_neg += 1
+            viol += int(0.2 - S[b, b] + S[b, c] > 0) + int(0.2 - S[b, b] + S[c, b] > 0)
+            same_group += int(group[c] == group[b])
+        hc = max(neg, key=lambda c: S[b, c])              # image b's hardest caption (caption of pair hc)
+        hi = max(neg, key=lambda c: S[c, b])              # caption b's hardest image
+        hits += int(group[hc] == group[b]) + int(group[hi] == group[b])
+        n_hard += 2
+    assert got["violating"] == pytest.approx(float(viol) / (2 * n_neg))
+    assert got["hardest_same_group"] == pytest.approx(float(hits) / n_hard)
+    assert got["same_group_negatives"] == pytest.approx(float(same_group) / n_neg)
+    # a collapsed batch (every score alike) violates every negative; no groups: no group entries
+    assert hinge_diagnostics(torch.zeros(4, 4), 0.2) == {"violating": 1.0}
 
 
 def test_order_similarity_by_hand_and_tiled(f64):

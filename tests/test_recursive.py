@@ -342,3 +342,45 @@ def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(ti
         assert float(S.detach()[1, 2]) == pytest.approx(-float((v[1] - y[2]).norm()))
     bow = cls(dataclasses.replace(spec.system_config, encoder="bow"), dims, 0)
     assert {bow.phase(e) for e in range(6)} == {"image map"}                  # θ is empty for BoW
+
+
+def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tiny_full):
+    """``w_step: ridge``: before each round W_I is the exact minimiser of (1/N) Σ_p ‖W z_p − y_p‖² + λ‖W‖²
+    over the training pairs (y from the current θ): the objective's gradient in W_I vanishes, a lstsq of
+    the stacked system gives the same W, and every epoch then trains θ alone."""
+    from conftest import tiny_params
+    from fraglib.inputs import load_splits
+    from fraglib.systems import SYSTEMS
+    from fraglib.systems.base import mean_rows
+    from fraglib.systems.socher import ridge_map
+    from fraglib.train import resolve_run
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared", "w_step": "ridge",
+                                      "alternate_epochs": 2, "lam": 0.3}), "r")
+    cls = SYSTEMS["socher"]
+    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    system = cls(spec.system_config, dims, 0).double()
+    tr = splits["train"]
+    system.prepare(tr)
+    system.use_training_split(tr)
+    assert {system.phase(e) for e in range(4)} == {"sentence model"}
+    before = system.W_I.detach().clone()
+    with torch.no_grad():
+        system.begin_epoch(1)                                 # mid-round: nothing
+    assert torch.equal(system.W_I, before)
+    with torch.no_grad():
+        system.begin_epoch(2)
+    ok = np.nonzero(tr.usable_sentences())[0]
+    W = system.W_I.detach().clone().requires_grad_(True)
+    imgs = tr.images.take(tr.sentence_image[ok])
+    z = (mean_rows(imgs.data["x"], imgs.owner, imgs.n).double() - system.img_mean) / system.img_std
+    y = system.encode_sentences(tr.sentences.take(ok)).vec.detach()
+    J = ((z @ W.T - y) ** 2).sum(1).mean() + 0.3 * (W ** 2).sum()
+    J.backward()
+    assert float(W.grad.abs().max()) < 1e-9 * max(1.0, float(W.abs().max()))
+    N, d = z.shape
+    stacked = torch.cat([z, (N * 0.3) ** 0.5 * torch.eye(d, dtype=z.dtype)])  # [Z; √(Nλ) I] Wᵀ ≈ [Y; 0]
+    want = torch.linalg.lstsq(stacked, torch.cat([y, y.new_zeros((d, y.shape[1]))])).solution.T
+    torch.testing.assert_close(system.W_I.detach(), want, rtol=1e-7, atol=1e-9)
+    one = ridge_map(torch.tensor([[2.0]]), torch.tensor([3]), torch.tensor([[3.0, -6.0]]), 0.0)   # by hand: 3 pairs
+    torch.testing.assert_close(one, torch.tensor([[0.5], [-1.0]]))          # z = 2, y = (1, −2): W = y / z

@@ -482,3 +482,20 @@ def test_fight_baselines_table_by_hand():
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == ["| `k` — kCCA | +25.0 | -4.0 | -2.5 | +3.0 |", "| `d` — d | +4.0 | -0.5 | — | — |"]
     assert fight_baselines({"k": runs["k"]}, params, {}) == [] and fight_baselines(runs, {}, {}) == []
+
+
+def test_search_budget_by_hand(tmp_path):
+    """Trials, trainings (trials × splits) and core-minutes per system, two tables of one system summed."""
+    from fraglib.results import search_budget
+
+    def table(name, run, splits, seconds):
+        (tmp_path / f"{name}.csv").write_text("lr,val_rsum_best,seconds\n" + "".join(f"0.1,1.0,{s}\n" for s in seconds))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"run": run, "splits": splits}))
+        return tmp_path / f"{name}.csv"
+
+    params = {"runs": {"vse0": {"system": "vse"}, "att": {"system": "vse"}, "devise": {"system": "devise"}}}
+    got = search_budget([table("a", "vse0", [0, 1], [60, 120]), table("b", "att", [2, 3, 4], [30]),
+                         table("c", "devise", [0, 1], [600]), tmp_path / "absent.csv"], params)
+    assert got.to_dict("records") == [
+        {"system": "vse", "tables": 2, "trials": 3, "trainings": 2 * 2 + 1 * 3, "core_minutes": 3.5},
+        {"system": "devise", "tables": 1, "trials": 1, "trainings": 2, "core_minutes": 10.0}]

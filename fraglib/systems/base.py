@@ -18,6 +18,8 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``loss(img_enc, sent_enc, epoch)``     (cost, parts) for n = m corresponding pairs (pair k = image k, sentence k),
                                        the system's own regulariser included; ``parts`` are floats for the log
 ``phase(epoch) -> str``                a label of the training phase (history column ``phase``)
+``begin_epoch(epoch)``                 called before each training epoch's first step (no gradient): a closed-form
+                                       step of an alternation (Socher's Table 2 ridge ``W_I``); default none
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
 ``join(encs) -> enc``                  the encoding of consecutive item lists encoded apart, as if encoded together
@@ -103,6 +105,9 @@ class System(nn.Module):
 
     def phase(self, epoch: int) -> str:
         return "train"
+
+    def begin_epoch(self, epoch: int) -> None:
+        """A closed-form update before ``epoch``'s steps (default: none)."""
 
     def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:
         """(learning-rate multiplier, parameters) groups for the optimizer: all at 1, except the trained

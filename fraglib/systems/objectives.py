@@ -196,6 +196,38 @@ def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool, same: torch
     return cap.sum() + img.sum()
 
 
+@torch.no_grad()
+def hinge_diagnostics(S: torch.Tensor, margin: float, same: torch.Tensor | None = None,
+                      group: torch.Tensor | None = None) -> dict[str, float]:
+    """Why a hardest-negative loss collapses, measured on one batch of Eq. 7 (``S``, ``margin``, ``same``
+    as in :func:`contrastive_hinge`): ``violating`` the share of negative terms (both directions) within
+    the margin of their positive, in [0, 1] (near 1 at the collapse: every score alike); with ``group``
+    (B,) int labels of the pairs' images (Pascal1K's category), ``hardest_same_group`` the share of the 2B
+    hardest negatives (each image's hardest caption, each caption's hardest image) whose image is in
+    the positive's group, and ``same_group_negatives`` that share among all negatives (its chance level)."""
+    B = S.shape[0]
+    off = torch.eye(B, dtype=torch.bool, device=S.device)
+    if same is not None:
+        off = off | same
+    d = S.diagonal()
+    neg = ~off
+    n_neg = max(int(neg.sum()), 1)
+    cap = (margin - d[:, None] + S > 0) & neg
+    img = (margin - d[None, :] + S > 0) & neg
+    out = {"violating": float(cap.sum() + img.sum()) / (2 * n_neg)}
+    if group is not None and B > 1:
+        sg = group[:, None] == group[None, :]
+        masked = S.masked_fill(off, float("-inf"))
+        has = neg.any(1)
+        hc = masked.argmax(1)                        # row b: its hardest caption (of image hc)
+        hi = masked.argmax(0)                        # column b: its hardest image
+        hits = (sg[torch.arange(B, device=S.device), hc] & has).sum() + (sg[hi, torch.arange(B, device=S.device)]
+                                                                          & neg.any(0)).sum()
+        out["hardest_same_group"] = float(hits) / max(int(has.sum() + neg.any(0).sum()), 1)
+        out["same_group_negatives"] = float((sg & neg).sum()) / n_neg
+    return out
+
+
 def order_scores(images: torch.Tensor, sentences: torch.Tensor, max_elems: int = 1 << 24) -> torch.Tensor:
     """(n, m) order-violation similarity ``S(i, c) = −‖max(0, c − i)‖²`` (Vendrov et al. 2016; Peri
     Eq. 9 with its square) of ``images`` (n, D) and ``sentences`` (m, D), both already |L2-normalised|:

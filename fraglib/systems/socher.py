@@ -24,6 +24,8 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
   epochs of ``W_I`` alone (sentence vectors held fixed), then as many of θ alone (image vectors
   held fixed), and so on; λ applies to the parameters being trained. For ``bow`` θ is empty and
   every epoch trains ``W_I`` (a ridge regression onto the mean word vector, by AdaGrad).
+  ``w_step: ridge`` solves the ``W_I`` step in closed form instead (:func:`ridge_map`: the same objective
+  over all training pairs, y fixed) at the start of every round of ``alternate_epochs`` θ epochs.
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ class Config:
     init_noise: float = 0.01      # σ of the noise on the identity initialisation
     loss: str = "margin"          # margin (Eq. 5, inner products) | squared (Table 2: ‖v − y‖², −Euclidean)
     alternate_epochs: int = 1     # squared: epochs per phase of the W_I / θ alternation
+    w_step: str = "adagrad"       # squared: W_I phase by AdaGrad epochs | ridge (closed form, then θ epochs)
+    sentence_cosine: bool = False  # sentence similarity on unit vectors (cosine) instead of the raw measure
 
     def validate(self) -> "Config":
         p = "systems.socher"
@@ -67,6 +71,8 @@ class Config:
         check_range(f"{p}.init_noise", self.init_noise, 0.0, 10.0, float)
         check_choice(f"{p}.loss", self.loss, LOSSES)
         check_range(f"{p}.alternate_epochs", self.alternate_epochs, 1, 10_000, int)
+        check_choice(f"{p}.w_step", self.w_step, ("adagrad", "ridge"))
+        check_choice(f"{p}.sentence_cosine", self.sentence_cosine, (True, False))
         return self
 
 
@@ -93,6 +99,15 @@ class Structure:
     n_extra: int
     roots: np.ndarray
     root_items: torch.Tensor
+
+
+def ridge_map(Z: torch.Tensor, counts: torch.Tensor, Ysum: torch.Tensor, lam: float) -> torch.Tensor:
+    """(k, d) W minimising ``(1/N) Σ_p ‖W z_p − y_p‖² + λ ‖W‖²_F`` over N pairs, from each image's
+    descriptor ``Z`` (n, d), its number of pairs ``counts`` (n,) and the sum of its pairs' targets
+    ``Ysum`` (n, k): ``W = (Σ_p y_p z_pᵀ)(Σ_p z_p z_pᵀ + N λ I)⁻¹`` (in float64)."""
+    Z64, c = Z.double(), counts.double()
+    A = (Z64 * c[:, None]).T @ Z64 + float(c.sum()) * lam * torch.eye(Z.shape[1], dtype=torch.float64, device=Z.device)
+    return torch.linalg.solve(A, Z64.T @ Ysum.double()).T.to(Z.dtype)
 
 
 def _identity_plus_noise(k: int, n: int, sigma: float, g: torch.Generator) -> torch.Tensor:
@@ -134,8 +149,8 @@ class SocherSystem(System):
 
     def use_training_split(self, train: Any) -> None:
         """Keep every usable training image and sentence (Eq. 5's negatives), with the sentences'
-        tree structure computed once (the squared loss needs only the batch)."""
-        if self.cfg.loss != "margin":
+        tree structure computed once (the squared loss needs them only for the ridge W_I step)."""
+        if self.cfg.loss != "margin" and self.cfg.w_step != "ridge":
             return
         ok = np.nonzero(train.usable_sentences())[0]
         imgs = np.unique(train.sentence_image[ok])
@@ -213,15 +228,36 @@ class SocherSystem(System):
         return self._similarity(images.vec, sentences.vec)
 
     def sentence_scores(self, a: Encoded, b: Encoded) -> torch.Tensor:
-        """The same measure between sentence vectors (the paper's nearest neighbours)."""
+        """The same measure between sentence vectors (the paper's nearest neighbours); ``sentence_cosine``:
+        between their unit vectors (inner products → cosines), the variant that removes the vectors' norms."""
+        if self.cfg.sentence_cosine:
+            return self._similarity(nn.functional.normalize(a.vec, dim=1), nn.functional.normalize(b.vec, dim=1))
         return self._similarity(a.vec, b.vec)
 
     def phase(self, epoch: int) -> str:
-        """``train`` (margin); under the squared loss ``image map`` or ``sentence model`` (θ)."""
+        """``train`` (margin); under the squared loss ``image map`` or ``sentence model`` (θ); with
+        ``w_step: ridge`` every epoch trains θ (``bow``: W_I), after :meth:`begin_epoch`'s closed-form W_I."""
         if self.cfg.loss == "margin":
             return "train"
-        theta = self.cfg.encoder != "bow" and (epoch // self.cfg.alternate_epochs) % 2 == 1
+        if self.cfg.encoder == "bow":
+            return "image map"
+        theta = self.cfg.w_step == "ridge" or (epoch // self.cfg.alternate_epochs) % 2 == 1
         return "sentence model" if theta else "image map"
+
+    def begin_epoch(self, epoch: int) -> None:
+        """``w_step: ridge``: W_I ← :func:`ridge_map` of the training pairs, their sentence vectors from the
+        current θ, at the start of every ``alternate_epochs`` epochs."""
+        if self.cfg.loss != "squared" or self.cfg.w_step != "ridge" or epoch % self.cfg.alternate_epochs:
+            return
+        if self._negatives is None:
+            raise RuntimeError("socher: use_training_split(train) must be called before training (the ridge W_I step)")
+        imgs, ok, all_img, all_sent, st, img_of = self._negatives
+        z = (mean_rows(all_img.data["x"], all_img.owner, all_img.n) - self.img_mean) / self.img_std
+        y = self._sentence_vectors(all_sent, st)
+        img_of = img_of.to(y.device)
+        Ysum = y.new_zeros((len(imgs), y.shape[1])).index_add_(0, img_of, y)
+        counts = torch.bincount(img_of, minlength=len(imgs))
+        self.W_I.copy_(ridge_map(z, counts, Ysum, self.cfg.lam))
 
     def regulariser(self, params=None) -> torch.Tensor:
         return sum((p ** 2).sum() for p in (self.parameters() if params is None else params))

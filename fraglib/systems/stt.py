@@ -168,6 +168,7 @@ class SttSystem(vse.VseSystem):
         self._targets: tuple[int, np.ndarray] | None = None
 
     def use_training_split(self, train: Any) -> None:
+        super().use_training_split(train)
         self._train_split = train
 
     def lr_groups(self) -> list[tuple[float, list[nn.Parameter]]]:

@@ -42,7 +42,7 @@ from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
                                   fill_input_buffers, image_map, mean_rows, standardized_linear)
 from fraglib.systems.cnn import tuned_cnn
-from fraglib.systems.objectives import contrastive_hinge, order_scores
+from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
 
@@ -310,6 +310,11 @@ class VseSystem(System):
         if self.cfg.word_init == "glove":
             self.text.init_from_glove(train.sentences.data, self.words)
 
+    def use_training_split(self, train: Any) -> None:
+        """The training images' groups (``train.image_group``, or none) for the loss's diagnostics."""
+        group = getattr(train, "image_group", None)
+        self._group = None if group is None else torch.as_tensor(group, device=self.img_mean.device)
+
     def _unit(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.normalize(x, dim=-1)
         return x.abs() if self.cfg.similarity == "order" else x
@@ -352,12 +357,18 @@ class VseSystem(System):
         return "hardest" if self.hardest(epoch) else "sum"
 
     def loss(self, images: tuple[torch.Tensor, ...], sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 7 on the batch; pairs sharing an image are masked when ``mask_same_image`` and counted either way."""
+        """Eq. 7 on the batch; pairs sharing an image are masked when ``mask_same_image`` and counted either
+        way; the collapse diagnostics of :func:`~fraglib.systems.objectives.hinge_diagnostics` (the image
+        groups: the training split's categories, where the data has them) are logged with it."""
         index = images[-1]
         same = (index[:, None] == index[None, :]) & ~torch.eye(len(index), dtype=torch.bool, device=index.device)
-        cost = contrastive_hinge(self.scores(images, sentences), self.cfg.margin, self.hardest(epoch),
-                                 same if self.cfg.mask_same_image else None)
-        return cost, {"L_sim": float(cost.detach()), "same_image_pairs": float(same.sum()) / 2}
+        mask = same if self.cfg.mask_same_image else None
+        S = self.scores(images, sentences)
+        cost = contrastive_hinge(S, self.cfg.margin, self.hardest(epoch), mask)
+        group = getattr(self, "_group", None)
+        return cost, {"L_sim": float(cost.detach()), "same_image_pairs": float(same.sum()) / 2,
+                      **hinge_diagnostics(S.detach(), self.cfg.margin, mask,
+                                          None if group is None else group[index])}
 
     def sentence_scores(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Cosines of the sentence vectors (the sentence-similarity task; not for attention)."""
