@@ -303,22 +303,31 @@ def test_cca_equals_the_inverse_square_root_reference(dx, dy):
         np.testing.assert_allclose(V @ got * sign, V @ ref, atol=1e-8)
 
 
-def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(tiny_full):
-    """Table 2's scheme: W_I alone in even epochs (sentence vectors fixed), θ alone in odd ones;
-    the loss is the batch's mean ‖v − y‖² + λ‖trained part‖², scores are −‖v − y‖."""
+def squared_dtrnn(dataset_dir, **over):
+    """A float64 squared-loss DT-RNN (settings ``over``) prepared on ``dataset_dir``'s training split:
+    (system, train split, run spec, system class, dims)."""
     from conftest import tiny_params
-    from fraglib.inputs import load_splits, make_batches
+    from fraglib.inputs import load_splits
     from fraglib.systems import SYSTEMS
-    from fraglib.train import TrainConfig, make_optimizer, resolve_run
+    from fraglib.train import resolve_run
 
-    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared",
-                                      "alternate_epochs": 2, "lam": 0.5}), "r")
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared", **over}), "r")
     cls = SYSTEMS["socher"]
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    splits, dims, _ = load_splits(dataset_dir, cls.views(spec.system_config), torch.device("cpu"))
     system = cls(spec.system_config, dims, 0).double()
     tr = splits["train"]
     system.prepare(tr)
     system.use_training_split(tr)
+    return system, tr, spec, cls, dims
+
+
+def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(tiny_full):
+    """Table 2's scheme: W_I alone in even epochs (sentence vectors fixed), θ alone in odd ones;
+    the loss is the batch's mean ‖v − y‖² + λ‖trained part‖², scores are −‖v − y‖."""
+    from fraglib.inputs import make_batches
+    from fraglib.train import TrainConfig, make_optimizer
+
+    system, tr, spec, cls, dims = squared_dtrnn(tiny_full, alternate_epochs=2, lam=0.5)
     assert [system.phase(e) for e in range(5)] == ["image map", "image map", "sentence model", "sentence model",
                                                    "image map"]
     b = make_batches(tr, 6, seed=0, epoch=0)[0]
@@ -348,21 +357,10 @@ def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tin
     """``w_step: ridge``: before each round W_I is the exact minimiser of (1/N) Σ_p ‖W z_p − y_p‖² + λ‖W‖²
     over the training pairs (y from the current θ): the objective's gradient in W_I vanishes, a lstsq of
     the stacked system gives the same W, and every epoch then trains θ alone."""
-    from conftest import tiny_params
-    from fraglib.inputs import load_splits
-    from fraglib.systems import SYSTEMS
     from fraglib.systems.base import mean_rows
     from fraglib.systems.socher import ridge_map
-    from fraglib.train import resolve_run
 
-    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared", "w_step": "ridge",
-                                      "alternate_epochs": 2, "lam": 0.3}), "r")
-    cls = SYSTEMS["socher"]
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
-    system = cls(spec.system_config, dims, 0).double()
-    tr = splits["train"]
-    system.prepare(tr)
-    system.use_training_split(tr)
+    system, tr, *_ = squared_dtrnn(tiny_full, w_step="ridge", alternate_epochs=2, lam=0.3)
     assert {system.phase(e) for e in range(4)} == {"sentence model"}
     before = system.W_I.detach().clone()
     with torch.no_grad():
