@@ -38,7 +38,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
 
 
 SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "flickr8k", "vision", "vision_report", "train",
-            "systems", "study", "runs", "captions", "results_report", "bench")
+            "systems", "study", "runs", "fusion", "captions", "results_report", "bench")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -159,6 +159,11 @@ def check_params(data: dict[str, Any]) -> None:
         if isinstance(data.get(ds), dict):
             _keys(f"{ds}.train", data[ds].get("train"), trainer)
             systems(f"{ds}.systems", data[ds].get("systems"))
+    for name, entry in _keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
+        for side in ("a", "b"):                     # late fusion of two trained runs (fraglib/fusion.py)
+            r = _keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)
+            if r not in runs:
+                raise ConfigError(f"fusion.{name}.{side}: unknown run {r!r}{did_you_mean(r, runs)}")
     for where in RUN_LISTS:
         head, _, sub = where.partition(".")
         listed = (data.get(head) or {}).get(sub) or []

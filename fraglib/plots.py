@@ -190,3 +190,19 @@ def collapse_figure(hist) -> plt.Figure:
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
+    """Validation R-sum against the fusion weight ``w`` of the first run (``fraglib.fusion``: label ->
+    {str(w): R-sum}); w = 0 is the second run alone, w = 1 the first; a dot marks each curve's choice."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for label, by_w in curves.items():
+        w = np.array([float(k) for k in by_w])
+        v = np.array(list(by_w.values()), dtype=float)
+        line, = ax.plot(w, v, marker="o", ms=3, label=label)
+        ax.plot(w[v.argmax()], v.max(), "o", ms=8, color=line.get_color(), mfc="none")
+    ax.set_xlabel("w (weight of the first run's standardised score)")
+    ax.set_ylabel("validation R-sum")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -20,6 +20,10 @@ history of that file.
 ``N`` best rows of an earlier table again, with that table's run, fixed keys, epochs and folders, on
 other splits, and ranks them by the mean over all splits (the table's and the new ones, weighted by
 their number) — a search over every split's validation set at a fraction of the cost.
+
+Every finished trial is appended to ``<out>.partial.jsonl`` at once; a search killed part-way and
+started again with the same command trains only the trials missing from it (the journal is removed
+when the table is written).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import argparse
 import json
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +87,9 @@ def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict
 def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epochs: int, seed: int, jobs: int,
            splits: list[int] | None = None, features_dir: str | None = None, space: dict[str, list[Any]] | None = None,
            dataset: str | None = None, fixed: dict[str, Any] | None = None,
-           configs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rows (trial settings + criterion), best first; ``configs`` replaces the ``trials`` drawn."""
+           configs: list[dict[str, Any]] | None = None, journal: Path | None = None) -> list[dict[str, Any]]:
+    """Rows (trial settings + criterion), best first; ``configs`` replaces the ``trials`` drawn. Each
+    finished row is appended to ``journal`` (JSON lines); rows already there are not trained again."""
     from fraglib.train import resolve_run
 
     fixed = {**(fixed or {}), "epochs": epochs, "n_boot": 10}
@@ -92,10 +97,21 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
     specs = [resolve_run(params, run, dataset, {**fixed, **{k: v for k, v in c.items() if k != "features_dir"}})
              for c in configs]                                                    # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
+    key = lambda c: json.dumps({k: c[k] for k in configs[0]}, sort_keys=True)    # noqa: E731
+    done = {}
+    if journal is not None and journal.exists():
+        done = {key(r): r for r in map(json.loads, journal.read_text().splitlines()) if key(r) in map(key, configs)}
+        print(f"{journal}: {len(done)} of {len(configs)} trials already done")
+    todo = [(s, c) for s, c in zip(specs, configs) if key(c) not in done]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        rows = list(ex.map(_trial, [(dataset_dir, splits, c.get("features_dir", features_dir), s, c)
-                                    for s, c in zip(specs, configs)]))
-    return sorted(rows, key=lambda r: -r["val_rsum_best"])
+        futures = [ex.submit(_trial, (dataset_dir, splits, c.get("features_dir", features_dir), s, c)) for s, c in todo]
+        for f in as_completed(futures):
+            row = f.result()
+            done[key(row)] = row
+            if journal is not None:
+                with journal.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    return sorted((done[key(c)] for c in configs), key=lambda r: -r["val_rsum_best"])
 
 
 def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[float]]:
@@ -184,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--space {args.space}: a non-empty JSON object of non-empty lists, e.g. '{{\"lr\": [0.01, 0.03]}}'")
         fixed = parse_overrides(args.set)
     rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
-                  args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs)
+                  args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs,
+                  journal=out.with_suffix(".partial.jsonl"))
     if prev:       # weight each stage's mean by its number of splits
         n0, n1 = len(prev["splits"]), len(args.splits)
         by_key = {json.dumps(c, sort_keys=True): v for c, v in zip(configs, prev["criteria"])}
@@ -200,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
                                                     "splits": args.splits, "features_dir": args.features_dir,
                                                     "run": args.run, "dataset": args.dataset,
                                                     "fixed": fixed, "rescore": prev}, indent=1) + "\n")
+    out.with_suffix(".partial.jsonl").unlink(missing_ok=True)
     print(f"best: {rows[0]}")
 
 

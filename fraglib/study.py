@@ -104,6 +104,23 @@ def seed_threads(n_seeds: int, jobs: int, cores: int) -> list[int]:
     return [max(1, cores // j) if i < full else max(1, cores // tail) for i in range(n_seeds)]
 
 
+def summarise(head: dict[str, Any], keys: list[str], groups: list[int], tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's ``metrics.json`` summary: ``head`` (run, system, seeds, ...) + per direction the mean and
+    sd over units of each metric, ``per_seed``; ``units`` / ``groups`` / ``replicates`` when a seed has
+    more than one unit (``keys``: unit names; ``tests``: each unit's test metrics)."""
+    dirs = DIRECTIONS + (("similarity",) if all("similarity" in t for t in tests) else ())
+    per_seed = {k: {d: t[d] for d in dirs} for k, t in zip(keys, tests)}
+    summary = dict(head)
+    if len(keys) > len(head["seeds"]):
+        summary.update(units=keys, groups=groups, replicates=len(keys) // len(head["seeds"]))
+    for d in dirs:
+        summary[d] = {m: float(np.mean([per_seed[k][d][m] for k in keys])) for m in METRICS}
+        summary[f"{d}_sd"] = {m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0
+                              for m in METRICS}
+    summary["per_seed"] = per_seed
+    return summary
+
+
 def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Path, dataset: str | None = None,
               features_dir: str | None = None, seeds: list[int] | None = None,
               models_dir: str | None = None) -> dict[str, Any]:
@@ -132,18 +149,10 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
         results = [_run_seed(w) for w in work]
     if "test" not in results[0]:                    # not rank 0: rank 0 summarises
         return {}
-    dirs = DIRECTIONS + (("similarity",) if all("similarity" in r["test"] for r in results) else ())
-    per_seed = {k: {d: r["test"][d] for d in dirs} for k, r in zip(keys, results)}
     # units on one test set share queries: the splits when the data is split per seed, else all one group
     groups = [s if "{seed}" in dataset_dir else 0 for s, _ in units]
-    summary: dict[str, Any] = {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides}
-    if len(keys) > len(seeds):
-        summary.update(units=keys, groups=groups, replicates=len(keys) // len(seeds))
-    for d in dirs:
-        summary[d] = {m: float(np.mean([per_seed[k][d][m] for k in keys])) for m in METRICS}
-        summary[f"{d}_sd"] = {m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0
-                              for m in METRICS}
-    summary["per_seed"] = per_seed
+    summary = summarise({"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides},
+                        keys, groups, [r["test"] for r in results])
     if all("hubness" in r["test"] for r in results):            # mean over units (per unit: seeds/seed<N>/metrics.json)
         summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
     summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}

@@ -128,6 +128,13 @@ def test_fragment_modern_options(tiny_full):
     soft, _ = total_cost(im.x, se.x, im.owner, se.owner, dense=True, beta=system.cfg.beta, margin=system.cfg.margin,
                          smooth=system.cfg.smooth, hardest=False)
     assert soft.item() != pytest.approx(ref.item())                                      # hardest is used
+    late = SYSTEMS["fragment"](resolve_run(tiny_params(r={"system": "fragment", "cosine_scale": 4.0, "hardest": True,
+                                                          "hardest_after": 2, "dense_epochs": 9, "alpha": 0.0}),
+                                        "r").system_config, dims, 0)
+    late.load_state_dict(system.state_dict(), strict=False)
+    li, ls = late.encode_images(tr.images.take(tr.sentence_image[b])), late.encode_sentences(tr.sentences.take(b))
+    assert late.loss(li, ls, epoch=1)[0].item() == pytest.approx(soft.item() / im.n, rel=1e-6)   # warm-up: summed
+    assert late.loss(li, ls, epoch=2)[0].item() == pytest.approx(ref.item() / im.n, rel=1e-6)    # then the hardest
     torch.testing.assert_close(system.words, tr.words)                                    # GloVe, untouched
     assert float(system.word_offset.abs().sum()) == 0.0
     loss.backward()

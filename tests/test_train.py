@@ -109,6 +109,29 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     assert meta["splits"] == [0, 1] and meta["run"] == "devise" and meta["fixed"] == {"similarity": "cosine"}
 
 
+def test_search_resumes_from_its_journal(tiny_full, tmp_path):
+    """A trial already in ``<out>.partial.jsonl`` (a killed search) is taken from it, not trained again;
+    the others train; the journal is removed once the table is written."""
+    import yaml
+
+    from fraglib import search
+
+    (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(tiny_params()))
+    out = tmp_path / "table.csv"
+    journal = out.with_suffix(".partial.jsonl")
+    journal.write_text(json.dumps({"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0, "seconds": 0.0,
+                                   "val_rsum_splits": "999.0"}) + "\n")
+    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0",
+                 "--params", str(params), "--epochs", "1", "--jobs", "1", "--out", str(out),
+                 "--configs", '[{"lr": 0.01}, {"lr": 0.03}]'])
+    rows = [line.split(",") for line in out.read_text().splitlines()]
+    assert rows[1][:2] == ["0.01", "999.0"]                  # from the journal
+    assert rows[2][0] == "0.03" and 0 < float(rows[2][1]) < 600      # trained now
+    assert not journal.exists()
+
+
 def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, tmp_path):
     """kCCA is fitted, never stepped: its history is one "epoch 0" row whose R-sum is the fitted model's
     validation R-sum, so the search ranks its settings like any trained system's."""

@@ -43,6 +43,7 @@ class Config:
     normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
     cosine_scale: float = 0.0           # 0: raw inner products (paper); > 0: unit-norm fragments, M = scale · cosine
     hardest: bool = False               # C_G with the hardest negative per image / sentence only (VSE++)
+    hardest_after: int = 0              # with hardest: epochs of the summed C_G first (VSE++'s warm-up)
     tune_words: bool = False            # word vectors train too (from GloVe; their offset counts in α ||θ||²)
     finetune: int = 0                   # > 0: the CNN's last N blocks train with the system (pixels, no cache)
     finetune_lr_scale: float = 0.1      # their learning rate, × train.lr
@@ -55,6 +56,7 @@ class Config:
         check_range(f"{p}.embed_dim", self.embed_dim, 1, 100_000, int)
         check_range(f"{p}.detections", self.detections, 0, 10_000, int)
         check_range(f"{p}.dense_epochs", self.dense_epochs, 0, 10_000, int)
+        check_range(f"{p}.hardest_after", self.hardest_after, 0, 10_000, int)
         for name in ("fragment_weight", "beta", "alpha", "margin", "smooth"):
             check_range(f"{p}.{name}", getattr(self, name), 0.0, 1e6, float)
         check_range(f"{p}.cosine_scale", self.cosine_scale, 0.0, 1e6, float)
@@ -162,7 +164,7 @@ class FragmentSystem(System):
         cost, parts = total_cost(images.x, sentences.x, images.owner, sentences.owner,
                                  dense=self.phase(epoch) == "dense", fragment_weight=c.fragment_weight, beta=c.beta,
                                  margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize,
-                                 hardest=c.hardest)
+                                 hardest=c.hardest and epoch >= c.hardest_after)
         cost = cost / images.n
         if c.alpha:
             reg = self.regularizer()

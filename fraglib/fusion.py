@@ -1,0 +1,140 @@
+"""Late fusion of two trained runs: one image–sentence score from two systems' scores (docs/systems.md).
+
+    python -m fraglib.fusion --runs runs/pascal1k/fr_lr01 runs/pascal1k/devise_d2048 \
+        --out runs/pascal1k/fuse_fr_lr01_devise_d2048
+
+``S = w · z_A(S_A) + (1 − w) · z_B(S_B)``, where ``z`` standardises a model's score matrix with the mean
+and standard deviation of that model's *validation* scores (an affine map fixed before the test split
+is seen; it leaves each model's own ranking unchanged) and ``w`` is the one weight of a grid that gives
+the best mean validation R-sum over every unit of every split. The test split is scored once, at that
+weight. Units pair by name (``seed0`` with ``seed0``, ``seed0r1`` with ``seed0r1``); a run fused with
+itself pairs its two training runs per split (``seed{s}`` with ``seed{s}r1``: the ensemble control, what
+fusing any two models gains). The output folder has the layout of a trained run (``metrics.json``,
+``seeds/seed<unit>/{metrics.json,ranks.json}``), so the reports' paired bootstrap reads it like one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fraglib.evaluate import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
+
+WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
+
+
+def standardiser(S: torch.Tensor) -> tuple[float, float]:
+    """(mean, sd) of the finite entries of a score matrix (items without rows score -inf)."""
+    x = S[torch.isfinite(S)].double()
+    sd = float(x.std()) if x.numel() > 1 else 1.0
+    return float(x.mean()), sd if sd > 0 else 1.0
+
+
+def fuse(Sa: torch.Tensor, Sb: torch.Tensor, w: float, za: tuple[float, float], zb: tuple[float, float]) -> torch.Tensor:
+    """(n, m) ``w (Sa − μa)/σa + (1 − w)(Sb − μb)/σb``; a term of weight 0 is left out (its -inf entries
+    do not turn the sum into NaN)."""
+    terms = [(w, Sa, za), (1.0 - w, Sb, zb)]
+    return sum(c * (S - mu) / sd for c, S, (mu, sd) in terms if c > 0)
+
+
+def val_rsum(S: torch.Tensor, sentence_image: np.ndarray) -> float:
+    """Validation R-sum (R@1+5+10 of both directions) of one score matrix."""
+    return rsum({"annotation": recall_table(annotation_ranks(S, sentence_image)),
+                 "search": recall_table(search_ranks(S, sentence_image))})
+
+
+def unit_pairs(run_a: Path, run_b: Path) -> list[tuple[str, str, str]]:
+    """(fused unit name, unit of A, unit of B): by name, or a run's two training runs per split when A is B."""
+    sa, sb = (json.loads((r / "metrics.json").read_text()) for r in (run_a, run_b))
+    ua = sa.get("units") or [str(s) for s in sa["seeds"]]
+    ub = sb.get("units") or [str(s) for s in sb["seeds"]]
+    if run_a.resolve() == run_b.resolve():
+        pairs = [(str(s), str(s), f"{s}r1") for s in sa["seeds"] if f"{s}r1" in ua and str(s) in ua]
+        what = "two training runs per split (runs.<run>.replicates: 2)"
+    else:
+        pairs = [(u, u, u) for u in ua if u in ub]
+        what = "a unit in common"
+    if not pairs:
+        raise ValueError(f"{run_a} and {run_b}: no {what} to fuse")
+    return pairs
+
+
+def unit_scores(seed_dir: Path) -> dict[str, Any]:
+    """Validation and test score matrices of one trained unit (from its checkpoint alone)."""
+    from fraglib.evaluate import load_trained, score_matrix
+
+    system, ck, splits = load_trained(seed_dir, split=None)
+    chunk = ck["train_config"]["eval_chunk"]
+    return {s: (score_matrix(system, splits[s], chunk), splits[s].sentence_image) for s in ("val", "test")}
+
+
+def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tuple[float, ...] = WEIGHTS,
+              n_boot: int = 1000, label: str | None = None, models_a: str | Path | None = None,
+              models_b: str | Path | None = None) -> dict[str, Any]:
+    """Fuse two trained runs (module docstring) into the run folder ``out``; returns its summary.
+    ``models_*``: the folders holding ``seed<unit>/best.pt`` (default ``<run>/seeds``)."""
+    from tqdm.auto import tqdm
+
+    from fraglib.results import unit_seed
+    from fraglib.study import summarise
+
+    run_a, run_b, out = Path(run_a), Path(run_b), Path(out)
+    ma, mb = Path(models_a or run_a / "seeds"), Path(models_b or run_b / "seeds")
+    pairs = unit_pairs(run_a, run_b)
+    scores = []
+    for name, ua, ub in tqdm(pairs, desc=f"scoring {run_a.name} + {run_b.name}"):
+        a, b = unit_scores(ma / f"seed{ua}"), unit_scores(mb / f"seed{ub}")
+        scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
+    by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1])
+                              for _, a, b, za, zb in scores])) for w in weights}
+    w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))       # ties: the more even mix
+    tests = []
+    for name, a, b, za, zb in scores:
+        if not np.array_equal(a["test"][1], b["test"][1]):
+            raise ValueError(f"unit {name}: {run_a.name} and {run_b.name} were scored on different test splits")
+        m = evaluate_scores(fuse(a["test"][0], b["test"][0], w_best, za, zb), a["test"][1], n_boot, unit_seed(name))
+        d = out / "seeds" / f"seed{name}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "ranks.json").write_text(json.dumps(m.pop("ranks")) + "\n")
+        (d / "metrics.json").write_text(json.dumps({"test": m, "weight": w_best}, indent=1, sort_keys=True) + "\n")
+        tests.append(m)
+    keys = [p[0] for p in pairs]
+    seeds = sorted({unit_seed(k) for k in keys})
+    head = {"run": out.name, "system": "fusion", "seeds": seeds, "runs": [run_a.name, run_b.name],
+            "units_fused": {n: [ua, ub] for n, ua, ub in pairs}, "weight": w_best,
+            "val_rsum_by_weight": {str(w): round(v, 2) for w, v in by_w.items()},
+            "label": label or f"late fusion: {run_a.name} + {run_b.name} (weight chosen on validation)"}
+    summary = summarise(head, keys, [unit_seed(k) for k in keys], tests)
+    (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", nargs=2, required=True, metavar=("RUN_A", "RUN_B"),
+                    help="two trained run folders (metrics.json + seeds/); the weight w multiplies RUN_A")
+    ap.add_argument("--out", required=True, help="the fused run's folder")
+    ap.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="the grid of w (comma-separated, in [0, 1])")
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--label")
+    args = ap.parse_args(argv)
+    try:
+        weights = tuple(float(w) for w in args.weights.split(","))
+    except ValueError:
+        ap.error(f"--weights {args.weights!r}: comma-separated numbers in [0, 1]")
+    if not weights or not all(0.0 <= w <= 1.0 for w in weights):
+        ap.error(f"--weights {args.weights!r}: every weight must lie in [0, 1]")
+    for r in args.runs:
+        if not (Path(r) / "metrics.json").exists():
+            ap.error(f"--runs: {r} has no metrics.json (train it first, e.g. `dvc repro ...:train@{Path(r).name}`)")
+    s = fuse_runs(args.runs[0], args.runs[1], args.out, weights, args.n_boot, args.label)
+    print(f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
+          f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
