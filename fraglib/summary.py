@@ -159,6 +159,31 @@ def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], lab
     return rows + [""]
 
 
+def fusion_rows(root: Path, study: str, params: dict[str, Any]) -> list[str]:
+    """Markdown rows: each late fusion of ``params.yaml: fusion`` built in ``runs/<study>/`` (fraglib/fusion.py):
+    its weight and validation R-sum, its test R@1 and the fusion minus each of its two runs (mean over units)."""
+    rows = []
+    for name in (params.get("fusion") or {}):
+        f = root / "runs" / study / name / "metrics.json"
+        if not f.exists():
+            continue
+        m = json.loads(f.read_text())
+        parts = [json.loads((root / "runs" / study / r / "metrics.json").read_text()) for r in dict.fromkeys(m["runs"])]
+        diff = " / ".join(f"{m['annotation']['r1'] - q['annotation']['r1']:+.1f}, {m['search']['r1'] - q['search']['r1']:+.1f}"
+                          for q in parts)
+        rows.append(f"| `{name}` | {' + '.join(f'`{r}`' for r in m['runs'])} | {m['weight']} | "
+                    f"{m['val_rsum_by_weight'][str(m['weight'])]:.1f} | {m['annotation']['r1']:.1f} | "
+                    f"{m['search']['r1']:.1f} | {diff} |")
+    if not rows:
+        return []
+    return ["### Image search attempt: late fusion", "",
+            "Two trained runs' standardised scores summed with the weight `w` of the first chosen on validation "
+            "(docs/systems.md, \"Late fusion\"); a run with itself is the ensemble control. The fight report has the "
+            "paired CIs; not replicated on unused splits.", "",
+            "| fusion | runs | w | validation R-sum | annotation R@1 | search R@1 | minus each run (annotation, search) |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
+
+
 SOCHER_TASKS = (("similarity", "sentence_similarity", "sentence similarity"), ("search", "image_search", "image search"),
                 ("annotation", "describing_images", "describing images"))
 
@@ -247,7 +272,8 @@ def results_markdown(root: str | Path = ".") -> str:
             continue
         out += [f"## {title}", ""]
         if study == "pascal1k":
-            out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), "", *fight_baselines(runs, params, labels)]
+            out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), "", *fight_baselines(runs, params, labels),
+                    *fusion_rows(root, study, params)]
             socher = socher_tables(study_runs(root, study), params)
             if socher:
                 out += ["### Socher et al. 2014 beside the paper", "", *socher]

@@ -48,3 +48,21 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys):
     assert "must lie in [0, 1]" in capsys.readouterr().err
     with pytest.raises(ValueError, match="two training runs per split"):     # one unit per split: no self-ensemble
         fusion.unit_pairs(tiny_study / "full", tiny_study / "full")
+
+
+def test_results_page_row_is_read_from_the_fused_metrics(tiny_study, tmp_path):
+    from fraglib.summary import fusion_rows
+
+    study = tmp_path / "runs" / "s"
+    study.mkdir(parents=True)
+    for r in ("full", "devise"):
+        (study / r).symlink_to(tiny_study / r, target_is_directory=True)
+    m = fusion.fuse_runs(study / "full", study / "devise", study / "fz", weights=(0.3,), n_boot=20)
+    rows = fusion_rows(tmp_path, "s", {"fusion": {"fz": {"a": "full", "b": "devise"}, "absent": {"a": "x", "b": "y"}}})
+    row = [r for r in rows if r.startswith("| `fz`")]
+    assert len(row) == 1 and not any("absent" in r for r in rows)
+    full = load_run(tiny_study / "full")
+    cells = [c.strip() for c in row[0].split("|")[1:-1]]
+    assert cells[2] == "0.3" and cells[4] == f"{m['annotation']['r1']:.1f}" and cells[5] == f"{m['search']['r1']:.1f}"
+    assert cells[6].split(" / ")[0] == f"{m['annotation']['r1'] - full['annotation']['r1']:+.1f}, " \
+                                       f"{m['search']['r1'] - full['search']['r1']:+.1f}"
