@@ -103,7 +103,7 @@ PLAIN_KEYS = {
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows"),
-    "results_report.fight": ("ladder", "baselines", "searches", "collapse"),
+    "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
 RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings
 RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "pascal1k.runs", "flickr8k.runs", "study.runs",

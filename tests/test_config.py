@@ -75,6 +75,8 @@ BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {sys
     ("bench: {epoch_run: [full]}\n", r"bench\.epoch_run: unknown parameter \(did you mean 'epoch_runs'\?\)"),
     ("results_report: {fight: {ladder: full, baseline: dv}}\n", r"results_report\.fight\.baseline: unknown parameter"),
     ("vision: {k: 3, nms_iu: 0.3}\n", r"vision\.nms_iu: unknown parameter \(did you mean 'nms_iou'\?\)"),
+    ("fusion: {f: {a: full, b: dvv}}\n", r"fusion\.f\.b: unknown run 'dvv' \(did you mean 'dv'\?\)"),
+    ("fusion: {f: {a: full, b: dv, weight: 1}}\n", r"fusion\.f\.weight: unknown parameter"),
 ])
 def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
     from fraglib.config import read_params
