@@ -22,7 +22,8 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
                             "n_boot": 50},
         "fight_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "params_file": str(runs / "params.yaml"),
                          "ladder": "random,full", "baselines": "devise,dtrnn,not_run",
-                         "searches": f"{runs / 'search.csv'},missing.csv", "n_boot": 50},
+                         "searches": f"{runs / 'search.csv'},missing.csv", "n_boot": 50,
+                         "fusions": "fz,not_fused", "attempts": f"{runs / 'search.csv'},missing.csv"},
         "text_only_report": {"runs": f"Tiny={runs / 'text_only' / 'a'};Other={runs / 'text_only' / 'b'}",
                              "conversion_file": "", "n_examples": 2},
         "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
@@ -60,6 +61,10 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     synth = tiny_full
     if name == "text_only_report":
         text_only_runs(synth, tiny_study)
+    if name == "fight_report" and not (tiny_study / "fz" / "metrics.json").exists():
+        from fraglib.fusion import fuse_runs
+
+        fuse_runs(tiny_study / "full", tiny_study / "devise", tiny_study / "fz", weights=(0.0, 0.5, 1.0), n_boot=20)
     monkeypatch.chdir(ROOT)
     html = run_notebook(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.html",
                         tiny_parameters(name, synth, tiny_study), executed=tmp_path / f"{name}.ipynb")
