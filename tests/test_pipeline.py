@@ -29,6 +29,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["study"] = {"seeds": [0], "jobs": 1, "replicates": 1, "runs": ["full", "random"], "captions": [],
                        "extended_runs": [], "extended_captions": [], "train": {}, "systems": {}}   # dvc.yaml reads each key
     params["runs"] = {"full": {"system": "fragment"}, "random": {"system": "random"}}
+    params["fusion"] = {}                               # fusions name runs of the real-data study
     params["results_report"]["n_examples"] = 1
     params["captions"]["runs"] = []                     # no generating run here (tests/test_captions.py)
     params["bench"] = {}                                # run lists must name runs that exist (fraglib.config)
