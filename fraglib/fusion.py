@@ -73,21 +73,19 @@ def unit_scores(seed_dir: Path) -> dict[str, Any]:
 
 
 def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tuple[float, ...] = WEIGHTS,
-              n_boot: int = 1000, label: str | None = None, models_a: str | Path | None = None,
-              models_b: str | Path | None = None) -> dict[str, Any]:
-    """Fuse two trained runs (module docstring) into the run folder ``out``; returns its summary.
-    ``models_*``: the folders holding ``seed<unit>/best.pt`` (default ``<run>/seeds``)."""
+              n_boot: int = 1000, label: str | None = None) -> dict[str, Any]:
+    """Fuse two trained runs (module docstring; checkpoints in ``<run>/seeds/seed<unit>/``) into the run
+    folder ``out``; returns its summary."""
     from tqdm.auto import tqdm
 
     from fraglib.results import unit_seed
     from fraglib.study import summarise
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)
-    ma, mb = Path(models_a or run_a / "seeds"), Path(models_b or run_b / "seeds")
     pairs = unit_pairs(run_a, run_b)
     scores = []
     for name, ua, ub in tqdm(pairs, desc=f"scoring {run_a.name} + {run_b.name}"):
-        a, b = unit_scores(ma / f"seed{ua}"), unit_scores(mb / f"seed{ub}")
+        a, b = unit_scores(run_a / "seeds" / f"seed{ua}"), unit_scores(run_b / "seeds" / f"seed{ub}")
         scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
     by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1])
                               for _, a, b, za, zb in scores])) for w in weights}
