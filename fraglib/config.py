@@ -102,7 +102,7 @@ PLAIN_KEYS = {
     "pascal1k.objectness": ("model", "hidden", "epochs"), "flickr8k.objectness": ("model", "hidden", "epochs"),
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
-    "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows"),
+    "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
     "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
 RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings

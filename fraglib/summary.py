@@ -253,6 +253,36 @@ def peri_table(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[
     return out + [""]
 
 
+def working_forms(root: Path, studies: tuple[str, ...], params: dict[str, Any]) -> list[str]:
+    """Markdown: each of Peri's systems in the form that collapses here and in its working form (the run
+    pairs of ``params.yaml: results_report.peri.working_forms``), test R@1 per direction (mean over
+    training runs) and CIDEr-D of generating runs; runs are looked up in ``runs/<study>/`` for each of
+    ``studies`` in turn. Empty when no pair has both runs."""
+    found: dict[str, tuple[dict[str, Any], Path]] = {}
+    for study in studies:
+        for run, m in study_runs(root, study).items():
+            found.setdefault(run, (m, root / "runs" / study / run))
+    pairs = ((params.get("results_report") or {}).get("peri") or {}).get("working_forms") or {}
+    rows = []
+
+    def cider(d: Path) -> str:
+        f = d / "captions.json"
+        return f"{100 * json.loads(f.read_text())['captioning']['cider']:.1f}" if f.exists() else "—"
+
+    for before, after in pairs.items():
+        if before not in found or after not in found:
+            continue
+        (mb, db), (ma, da) = found[before], found[after]
+        cells = [f"{mb[d]['r1']:.1f} → {ma[d]['r1']:.1f}" for d in ("annotation", "search")]
+        n = f"{len(mb.get('best_epoch', {}))} → {len(ma.get('best_epoch', {}))}"
+        rows.append(f"| `{before}` → `{after}` | {n} | {' | '.join(cells)} | {cider(db)} → {cider(da)} |")
+    if not rows:
+        return []
+    return ["Peri's systems, the form that collapses here → the working form (docs/systems.md, "
+            "system `vse`; chosen on Pascal1K validation), test R@1 in % (mean over training runs):", "",
+            "| runs | training runs | annotation R@1 | search R@1 | captions CIDEr-D |", "|---|---|---|---|---|", *rows, ""]
+
+
 def results_markdown(root: str | Path = ".") -> str:
     from fraglib.results import run_labels
 
@@ -280,6 +310,9 @@ def results_markdown(root: str | Path = ".") -> str:
             peri = peri_table(runs, params)
             if peri:
                 out += ["### Peri 2018 beside the thesis", "", *peri]
+        if study != "synthetic":
+            lookup = ("synthetic_extended", "synthetic") if study == "synthetic_extended" else (study,)
+            out += working_forms(root, lookup, params)
         if runs:
             out += [f"Retrieval ({unit} × replicates = training runs per row):", "", *retrieval_table(runs, labels), ""]
         out += hubness_table(runs, labels)

@@ -437,6 +437,32 @@ def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
     assert not any("`full`" in x or "`stt`" in x for x in lines) and peri_table({}, params) == []
 
 
+def test_working_forms_table_by_hand(tmp_path):
+    """Before -> after rows: a run is found in the first study folder that has it; CIDEr from captions.json."""
+    from fraglib.summary import working_forms
+
+    def put(study, run, a, s, n, cider=None):
+        d = tmp_path / "runs" / study / run
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps({"annotation": {"r1": a}, "search": {"r1": s},
+                                                    "best_epoch": {str(i): 3 for i in range(n)}}))
+        if cider is not None:
+            (d / "captions.json").write_text(json.dumps({"captioning": {"cider": cider}}))
+
+    put("base", "vsepp", 21.4, 3.0, 5)
+    put("ext", "vsepp_tuned", 37.4, 26.1, 10)
+    put("base", "vsepp_tuned", 1.0, 1.0, 1)          # shadowed: "ext" is looked up first
+    put("base", "stt_att", 26.5, 2.7, 2, 0.487)
+    put("ext", "stt_att_sum", 43.0, 28.2, 2, 0.351)
+    params = {"results_report": {"peri": {"working_forms": {"vsepp": "vsepp_tuned", "stt_att": "stt_att_sum",
+                                                             "att_top36": "att_tuned"}}}}
+    lines = working_forms(tmp_path, ("ext", "base"), params)
+    assert "| `vsepp` → `vsepp_tuned` | 5 → 10 | 21.4 → 37.4 | 3.0 → 26.1 | — → — |" in lines
+    assert "| `stt_att` → `stt_att_sum` | 2 → 2 | 26.5 → 43.0 | 2.7 → 28.2 | 48.7 → 35.1 |" in lines
+    assert not any("att_top36" in x for x in lines)                 # neither run exists
+    assert working_forms(tmp_path, ("ext", "base"), {}) == []
+
+
 def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
     """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
     from fraglib.index import _hubness
