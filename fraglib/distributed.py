@@ -147,3 +147,26 @@ def setup(device: torch.device) -> Context:
 def teardown(ctx: Context) -> None:
     if ctx.world > 1 and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _die_with_parent() -> None:
+    """Pool initializer: on Linux the kernel sends this worker SIGTERM when the process that started it
+    dies (``prctl(PR_SET_PDEATHSIG)``), so a killed study or search leaves no orphan training behind."""
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # 1 = PR_SET_PDEATHSIG
+        if os.getppid() == 1:                     # the parent died before the line above took effect
+            os._exit(1)
+
+
+def worker_pool(jobs: int):
+    """A ``ProcessPoolExecutor`` of ``jobs`` spawned workers that die with this process (the seeds of a
+    study, the trials of a search)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_die_with_parent)

@@ -31,13 +31,14 @@ import argparse
 import json
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fraglib.config import parse_overrides, read_params
+from fraglib.distributed import worker_pool
 from fraglib.outputs import claim_cli
 
 SPACE: dict[str, list[Any]] = {
@@ -103,7 +104,7 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
         done = {key(r): r for r in map(json.loads, journal.read_text().splitlines()) if key(r) in map(key, configs)}
         print(f"{journal}: {len(done)} of {len(configs)} trials already done")
     todo = [(s, c) for s, c in zip(specs, configs) if key(c) not in done]
-    with ProcessPoolExecutor(max_workers=jobs) as ex:
+    with worker_pool(jobs) as ex:
         futures = [ex.submit(_trial, (dataset_dir, splits, c.get("features_dir", features_dir), s, c)) for s, c in todo]
         for f in as_completed(futures):
             row = f.result()

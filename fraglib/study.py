@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +140,9 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     work = [(dataset_dir, spec, s, r, str(out), t, features_dir, models_dir)
             for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))]
     if jobs > 1 and len(units) > 1:
-        import multiprocessing as mp
+        from fraglib.distributed import worker_pool
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(units)), mp_context=mp.get_context("spawn")) as ex:
+        with worker_pool(min(jobs, len(units))) as ex:
             results = list(ex.map(_run_seed, work))
     else:
         results = [_run_seed(w) for w in work]

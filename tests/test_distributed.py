@@ -179,3 +179,54 @@ def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
                 np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5, err_msg=f"{det} {k}")
             else:
                 assert np.array_equal(a[k], b[k]), (det, k)
+
+
+PARENT = """
+import os, sys, time
+from fraglib.distributed import worker_pool
+
+if __name__ == "__main__":
+    with worker_pool(1) as ex:
+        pid = ex.submit(os.getpid).result()
+        ex.submit(time.sleep, 300)
+        open(sys.argv[1], "w").write(str(pid))
+        time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state                      # a zombie has stopped; only its entry is left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_pool_workers_die_with_the_process_that_started_them(tmp_path):
+    """A killed study or search must not leave its seed workers training (they wrote into the killed run's
+    folder): kill the parent while its worker sleeps, and the worker goes too."""
+    import time
+
+    (tmp_path / "parent.py").write_text(PARENT)
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(pid_file)], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        t0 = time.time()
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None and time.time() - t0 < 120, "the parent did not start its worker"
+            time.sleep(0.2)
+        worker = int(pid_file.read_text())
+        assert worker != parent.pid and _alive(worker)
+        parent.kill()
+        parent.wait()
+        t0 = time.time()
+        while _alive(worker) and time.time() - t0 < 30:
+            time.sleep(0.2)
+        assert not _alive(worker), f"worker {worker} outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if pid_file.exists() and pid_file.read_text() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), 9)             # no orphan left by a failing run
