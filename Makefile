@@ -2,7 +2,7 @@
 #   make          the main job: create the environment if missing, then `dvc repro`
 #   make test     the test suite (what .ci/run calls)
 #   make bench    benchmarks -> benchmarks/results.json
-#   make reports  docs/results.md and reports/index.html from the committed run summaries (no training)
+#   make reports  every report page, docs/results.md and reports/index.html from the committed results (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
 #   make synthetic-all  the extended synthetic study (every other run; after `make`) and its results page
@@ -41,8 +41,7 @@ bench: env
 	$(BIN)/python -m fraglib.bench
 
 reports: env
-	$(BIN)/python -m fraglib.summary
-	$(BIN)/python -m fraglib.index --overwrite
+	$(BIN)/python -m fraglib.reports
 
 lab: env
 	$(BIN)/jupyter lab notebooks/

@@ -96,7 +96,7 @@ def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, A
     import papermill as pm
 
     html = Path(html)
-    executed = Path(executed) if executed else html.parent / "executed" / (Path(notebook).stem + ".ipynb")
+    executed = executed_path(notebook, html, executed)
     executed.parent.mkdir(parents=True, exist_ok=True)
     html.unlink(missing_ok=True)
     executed.unlink(missing_ok=True)
@@ -109,8 +109,9 @@ def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, A
     return render_html(executed, html)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m fraglib.notebook`` (``fraglib.reports`` reads dvc.yaml's commands with it)."""
+    ap = argparse.ArgumentParser(prog="python -m fraglib.notebook", description=__doc__.split("\n")[0])
     ap.add_argument("notebook")
     ap.add_argument("html")
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
@@ -118,17 +119,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--executed", help="where to write the executed notebook")
     ap.add_argument("-k", "--kernel", default=None, help=f"Jupyter kernel (default {KERNEL!r})")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    return ap
+
+
+def executed_path(notebook: str | Path, html: str | Path, executed: str | Path | None = None) -> Path:
+    """Where the executed notebook of a page goes: ``executed`` or ``<html folder>/executed/<notebook>.ipynb``."""
+    return Path(executed) if executed else Path(html).parent / "executed" / (Path(notebook).stem + ".ipynb")
+
+
+def parameters(pairs: list[list[str]]) -> dict[str, Any]:
+    """``-p NAME VALUE`` pairs as notebook parameters, each VALUE read as YAML."""
+    return {k: yaml.safe_load(v) for k, v in pairs}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
     args = ap.parse_args(argv)
-    pages = [Path(args.html), Path(args.executed) if args.executed else
-             Path(args.html).parent / "executed" / (Path(args.notebook).stem + ".ipynb")]
+    pages = [Path(args.html), executed_path(args.notebook, args.html, args.executed)]
     claim_cli(ap, pages, pages, args.overwrite, f"fraglib.notebook {args.notebook}")
-    params = {k: yaml.safe_load(v) for k, v in args.parameter}
-    out = run_notebook(args.notebook, args.html, params, args.executed, args.kernel, progress=True)
+    out = run_notebook(args.notebook, args.html, parameters(args.parameter), args.executed, args.kernel, progress=True)
     print(f"wrote {out}")
 
-
-if __name__ == "__main__":
-    main()
 
 
 def project_root(start: str | Path | None = None) -> Path:
@@ -157,3 +168,31 @@ def at_project_root() -> Path:
     root = project_root()
     os.chdir(root)
     return root
+
+
+STUDY_COMMANDS = [("synthetic_extended", "dvc repro studies/synthetic/dvc.yaml"),
+                  ("pascal1k", "dvc repro studies/pascal1k/dvc.yaml"),
+                  ("flickr8k", "dvc repro studies/flickr8k/dvc.yaml")]
+
+
+def study_command(path: str | Path, default: str = "dvc repro") -> str:
+    """The command that builds a study's DVC outputs, from a path of it (``data/pascal1k/...``,
+    ``runs/synthetic_extended``, ...): the default study's ``dvc repro`` unless the path names another."""
+    parts = Path(str(path)).parts
+    return next((cmd for key, cmd in STUDY_COMMANDS if any(key in p for p in parts)), default)
+
+
+def section(ok: bool, what: str, command: str) -> bool:
+    """For a section that needs inputs a clone of the repository lacks (data, features, checkpoints: DVC
+    outputs): when ``ok`` is false, say in place what is missing and the command that builds it, and return
+    False so the section is skipped; the rest of the page still renders from the committed results."""
+    if not ok:
+        from IPython.display import Markdown, display
+
+        display(Markdown(f"*This section needs {what}, which this copy of the project does not hold: "
+                         f"`{command}` builds them.*"))
+    return ok
+
+
+if __name__ == "__main__":
+    main()
