@@ -279,8 +279,8 @@ def _study_sections() -> list[str]:
     """Per study: when its summaries were committed (git), and its retrieval table (fraglib.summary)."""
     from fraglib.config import read_params
     from fraglib.results import run_labels
-    from fraglib.summary import (STUDIES, caption_table, peri_table, retrieval_runs, retrieval_table, socher_tables,
-                                 study_runs)
+    from fraglib.summary import (STUDIES, caption_table, peri_caption_table, peri_table, retrieval_runs, retrieval_table,
+                                 socher_tables, study_runs)
 
     if not Path("params.yaml").exists():
         return []
@@ -297,7 +297,8 @@ def _study_sections() -> list[str]:
         if runs:
             out.append(markdown_table(retrieval_table(runs, run_labels(params))))
         if study == "pascal1k":
-            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params) + peri_table(runs, params))
+            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params) + peri_table(runs, params)
+                                    + peri_caption_table(Path("."), study, params))
         if caps:
             out.append("<p>Generated sentences (pycocoevalcap, × 100):</p>" + markdown_table(caps))
     return out

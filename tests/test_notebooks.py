@@ -172,7 +172,7 @@ def test_every_notebook_names_the_command_that_builds_its_inputs():
         cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
         code = [c for c in cells if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
         first = "".join(code[0]["source"])
-        assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(r"dvc repro|make \w+", first), name
+        assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(r"dvc repro|make \w+|study_command\(", first), name
 
 
 def test_large_figures_are_reencoded_for_the_page():

@@ -463,6 +463,28 @@ def test_working_forms_table_by_hand(tmp_path):
     assert working_forms(tmp_path, ("ext", "base"), {}) == []
 
 
+def test_peri_caption_table_by_hand(tmp_path):
+    """Our captions beside the thesis's Flickr30K row of the same decoder; text-only runs are left out."""
+    from fraglib.summary import peri_caption_table
+
+    def put(run, **tasks):
+        d = tmp_path / "runs" / "p" / run
+        d.mkdir(parents=True)
+        (d / "captions.json").write_text(json.dumps(tasks))
+
+    put("stt", captioning={"bleu4": 0.136, "meteor": 0.146, "cider": 0.421})
+    put("stt_att", paraphrasing={"bleu4": 0.129, "meteor": 0.135, "cider": 0.364})
+    put("stt_text", paraphrasing={"bleu4": 0.5, "meteor": 0.5, "cider": 0.5})
+    params = {"runs": {"stt": {"system": "stt"}, "stt_att": {"system": "stt", "similarity": "attention"},
+                       "stt_text": {"system": "stt", "images": "none"}}}
+    lines = peri_caption_table(tmp_path, "p", params)
+    # thesis, Flickr30K: STT captioning B-4 .129, METEOR .178, CIDEr .252; STT-ATT paraphrasing .252 / .221 / .573
+    assert "| `stt` | captioning | stt_1024 | 13.6 (12.9) | 14.6 (17.8) | 42.1 (25.2) |" in lines
+    assert "| `stt_att` | paraphrasing | stt_att_1024 | 12.9 (25.2) | 13.5 (22.1) | 36.4 (57.3) |" in lines
+    assert not any("stt_text" in x for x in lines)
+    assert peri_caption_table(tmp_path, "none", params) == []
+
+
 def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
     """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
     from fraglib.index import _hubness

@@ -1,0 +1,81 @@
+"""`make reports` (fraglib.reports): every page from what git holds, on a copy of the tracked files alone."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
+    from fraglib.reports import report_pages
+
+    pages = {p.html: p for p in report_pages(ROOT)}
+    assert {"reports/results_report.html", "reports/pascal1k/fight_report.html",
+            "reports/synthetic_extended/results_report.html", "reports/flickr8k/text_only_report.html"} <= set(pages)
+    fight = pages["reports/pascal1k/fight_report.html"]
+    assert fight.stage == "studies/pascal1k/dvc.yaml:fight_report"
+    assert fight.parameters["ladder"].startswith("full,")                # ${results_report.fight.ladder}, resolved
+    assert fight.executed == "reports/pascal1k/executed/fight_report.ipynb"
+
+
+def test_study_command_names_the_pipeline_of_a_path():
+    from fraglib.notebook import study_command
+
+    assert study_command("data/pascal1k/split{seed}") == "dvc repro studies/pascal1k/dvc.yaml"
+    assert study_command("runs/synthetic_extended") == "dvc repro studies/synthetic/dvc.yaml"
+    assert study_command("data/synthetic/features") == "dvc repro"
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The files git tracks, as they are in the working tree, copied to ``dest`` (a clone without DVC outputs)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)      # DVC wants a repository; provenance reads it
+    return dest
+
+
+def _cells(html: str) -> str:
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+@pytest.mark.slow
+def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
+    """No data, features or checkpoints: the results pages render, with the committed headline numbers; the
+    data pages keep their committed version and name the command that builds their inputs."""
+    copy = _tracked_copy(tmp_path / "clone")
+    before = {p: p.read_bytes() for p in (copy / "reports").rglob("*.html")}
+    out = subprocess.run([sys.executable, "-m", "fraglib.reports", "--no-index"], cwd=copy, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    status = {line.split()[1]: line.split()[0] for line in out.stdout.splitlines()
+              if line.split() and line.split()[0] in ("rendered", "kept", "failed")}
+    assert status["reports/results_report.html"] == "rendered"
+    assert status["reports/training_report.html"] == "rendered"
+    assert status["reports/flickr8k/text_only_report.html"] == "rendered"
+    for page in ("reports/data_report.html", "reports/vision_report.html"):        # about data a clone lacks
+        assert status[page] == "kept" and (copy / page).read_bytes() == before[copy / page]
+        assert "dvc repro" in out.stdout
+    # headline numbers: every run's R@1 mean ± sd, both directions, as metrics.json has them
+    page = _cells((copy / "reports/results_report.html").read_text())
+    runs = sorted((copy / "runs/synthetic").glob("*/metrics.json"))
+    assert runs
+    for m in runs:
+        s = json.loads(m.read_text())
+        if "images" in s.get("overrides", {}) and s["overrides"]["images"] == "none":
+            continue
+        for d in ("annotation", "search"):
+            assert f"{s[d]['r1']:.1f} ± {s[d + '_sd']['r1']:.1f}" in page, (m.parent.name, d)
+    assert "builds them" in page            # the sections that need checkpoints say which command brings them
+    full = json.loads((copy / "runs/synthetic/full/metrics.json").read_text())
+    training = _cells((copy / "reports/training_report.html").read_text())
+    assert f"annotation: R@1 {full['annotation']['r1']:.1f} ± {full['annotation_sd']['r1']:.1f}" in training
+    assert not (copy / "build" / "reports").exists() or not any((copy / "build" / "reports").rglob("*.html"))
