@@ -50,6 +50,19 @@ def retrieval_runs(root: Path, study: str, params: dict[str, Any]) -> dict[str, 
     return {r: m for r, m in study_runs(root, study).items() if r not in text_only}
 
 
+def per_unit_coverage(root: Path, study: str) -> list[str]:
+    """A Markdown line: how many of a study's runs have every training unit's ranks here (what the reports'
+    bootstrap CIs need), and which do not (their summary alone is in git until the run is re-run)."""
+    runs = study_runs(root, study)
+    if not runs:
+        return []
+    missing = [r for r, m in runs.items()
+               if not all((root / "runs" / study / r / "seeds" / f"seed{u}" / "ranks.json").exists()
+                          for u in m.get("units", m.get("seeds", [])))]
+    line = f"Per-query results of every training run are here for {len(runs) - len(missing)} of {len(runs)} runs"
+    return [line + ("." if not missing else f"; summaries only: {', '.join(f'`{r}`' for r in missing)}."), ""]
+
+
 def _params(root: Path) -> dict[str, Any]:
     from fraglib.config import read_params
 
@@ -327,7 +340,7 @@ def results_markdown(root: str | Path = ".") -> str:
         caps = caption_table(root, study)
         if not runs and not caps:
             continue
-        out += [f"## {title}", ""]
+        out += [f"## {title}", "", *per_unit_coverage(root, study)]
         if study == "pascal1k":
             out += ["### The verdict", "", *verdict(runs, verdict_pair(params)), "", *fight_baselines(runs, params, labels),
                     *fusion_rows(root, study, params)]

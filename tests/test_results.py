@@ -485,6 +485,21 @@ def test_peri_caption_table_by_hand(tmp_path):
     assert peri_caption_table(tmp_path, "none", params) == []
 
 
+def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
+    from fraglib.summary import per_unit_coverage
+
+    for run, units, have in (("a", ["0", "0r1"], ["0", "0r1"]), ("b", ["0", "1"], ["0"])):
+        d = tmp_path / "runs" / "s" / run
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps({"annotation": {"r1": 1.0}, "units": units}))
+        for u in have:
+            (d / "seeds" / f"seed{u}").mkdir(parents=True)
+            (d / "seeds" / f"seed{u}" / "ranks.json").write_text("{}")
+    assert per_unit_coverage(tmp_path, "s")[0] == ("Per-query results of every training run are here for 1 of 2 runs; "
+                                                   "summaries only: `b`.")
+    assert per_unit_coverage(tmp_path, "none") == []
+
+
 def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
     """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
     from fraglib.index import _hubness
