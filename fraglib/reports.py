@@ -81,7 +81,9 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
     try:
         run_notebook(page.notebook, tmp_html, page.parameters, tmp_exec)
     except pm.PapermillExecutionError as e:
-        if e.ename == "MissingResults":
+        if e.ename == "MissingResults":                 # nothing to show: no stopped page is left behind
+            tmp_html.unlink(missing_ok=True)
+            tmp_exec.unlink(missing_ok=True)
             return Outcome(page, "kept", time.perf_counter() - t0, e.evalue)
         return Outcome(page, "failed", time.perf_counter() - t0, f"{e.ename}: {e.evalue} (page: {tmp_html})")
     for src, dst in ((tmp_html, Path(page.html)), (tmp_exec, Path(page.executed))):
