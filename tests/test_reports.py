@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +62,14 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     assert status["reports/results_report.html"] == "rendered"
     assert status["reports/training_report.html"] == "rendered"
     assert status["reports/flickr8k/text_only_report.html"] == "rendered"
+    fight = yaml.safe_load((copy / "params.yaml").read_text())["results_report"]["fight"]
+    summary_only = [r for r in (fight["ladder"] + "," + fight["baselines"]).split(",")
+                    if (copy / "runs/pascal1k" / r / "metrics.json").exists() and not (copy / "runs/pascal1k" / r / "seeds").is_dir()]
+    if summary_only:          # the fight compares every run it names: never a page over a subset of them
+        assert status["reports/pascal1k/fight_report.html"] == "kept"
+        assert (copy / "reports/pascal1k/fight_report.html").read_bytes() == before[copy / "reports/pascal1k/fight_report.html"]
+    else:
+        assert status["reports/pascal1k/fight_report.html"] == "rendered"
     for page in ("reports/data_report.html", "reports/vision_report.html"):        # about data a clone lacks
         assert status[page] == "kept" and (copy / page).read_bytes() == before[copy / page]
         assert "dvc repro" in out.stdout
