@@ -1,7 +1,7 @@
 """``make reports``: every page re-rendered from what git holds, without training.
 
     python -m fraglib.reports            # every page, then docs/results.md and reports/index.html
-    python -m fraglib.reports --list     # the pages, the stage that builds each and whether its inputs are here
+    python -m fraglib.reports --list     # the pages and the stage that builds each
 
 The pages and their parameters are the report stages of every ``dvc.yaml`` (a stage whose command is
 ``python -m fraglib.notebook …``): the command DVC runs is the command run here, so the two never differ.
@@ -15,6 +15,7 @@ and the command that builds its inputs is listed. Any other failure is an error:
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs {args.jobs}: must be at least 1")
-    import os
-
     os.chdir(project_root())
     pages = report_pages()
     if args.only:
