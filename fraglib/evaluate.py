@@ -16,6 +16,7 @@ the authors' code) ranks last, and a constant score matrix gives every query the
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,32 +158,62 @@ def score_matrix(system, split, chunk: int = 64, sent_chunk: int = 4096, image_i
     items = np.arange(split.n_images) if image_items is None else np.asarray(image_items, np.int64)
     sent = split.sentences if sentences is None else sentences
     cols = np.arange(sent.n) if sentence_items is None else np.asarray(sentence_items, np.int64)
-    n, m = len(items), len(cols)
-    out = torch.empty((n, m))
-    imgs = [(a, system.encode_images(split.images.take(items[a:a + chunk]))) for a in range(0, n, chunk)]
-    for b in range(0, m, sent_chunk):
-        sents = system.encode_sentences(sent.take(cols[b:b + sent_chunk]))
-        for a, enc in imgs:
-            out[a:a + chunk, b:b + sent_chunk] = system.scores(enc, sents).float().cpu()
-    out[:, torch.from_numpy(sent.counts()[cols] == 0)] = float("-inf")
-    out[torch.from_numpy(split.images.counts()[items] == 0), :] = float("-inf")
+    return _score_tiles(system, split.images, items, list(_encoded(system.encode_images, split.images, items, chunk)),
+                        sent, cols, _encoded(system.encode_sentences, sent, cols, sent_chunk))
+
+
+def _encoded(encode, rows, items: np.ndarray, size: int) -> Iterator[tuple[int, Any]]:
+    """``(start, encode(rows.take(items[start:start + size])))`` tile by tile, lazily."""
+    return ((a, encode(rows.take(items[a:a + size]))) for a in range(0, len(items), size))
+
+
+def _score_tiles(system, images, items: np.ndarray, image_tiles: list[tuple[int, Any]], sentences, cols: np.ndarray,
+                 sentence_tiles: Iterable[tuple[int, Any]]) -> torch.Tensor:
+    """(len(items), len(cols)) float32 scores of every image tile against every sentence tile (each
+    sentence tile encoded once, when reached); items without rows in ``images`` / ``sentences`` -inf."""
+    out = torch.empty((len(items), len(cols)))
+    for b, sents in sentence_tiles:
+        for a, enc in image_tiles:
+            s = system.scores(enc, sents).float().cpu()
+            out[a:a + s.shape[0], b:b + s.shape[1]] = s
+    out[:, torch.from_numpy(sentences.counts()[cols] == 0)] = float("-inf")
+    out[torch.from_numpy(images.counts()[items] == 0), :] = float("-inf")
     return out
 
 
-def hubness_banks(system, split, train, n_bank: int = 5000, chunk: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The inductive banks of ``split`` (docs/evaluation.md "Hubness"), query x candidate: ``annotation``
-    (training images x the split's sentences), ``search`` (training sentences x the split's images). Only
-    training items with rows; at most ``n_bank`` of each, a fixed draw of ``seed``."""
+def bank_items(train, n_bank: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the training images and sentences with rows, at most ``n_bank`` of each (a sorted
+    draw of ``seed``): the queries of the inductive hubness banks."""
     def pick(ok: np.ndarray) -> np.ndarray:
         idx = np.flatnonzero(ok)
         if len(idx) > n_bank:
             idx = np.sort(np.random.default_rng(seed).choice(idx, n_bank, replace=False))
         return idx
 
-    imgs = pick(train.images.counts() > 0)
-    sents = pick(train.usable_sentences())
-    return {"annotation": score_matrix(system, train, chunk, image_items=imgs, sentences=split.sentences),
-            "search": score_matrix(system, split, chunk, sentences=train.sentences, sentence_items=sents).T.contiguous()}
+    return pick(train.images.counts() > 0), pick(train.usable_sentences())
+
+
+@torch.no_grad()
+def hubness_banks(system, splits: dict[str, Any], train, n_bank: int = 5000, chunk: int = 64, seed: int = 0,
+                  sent_chunk: int = 4096) -> dict[str, dict[str, torch.Tensor]]:
+    """The inductive banks of each split of ``splits`` (name -> split; docs/evaluation.md "Hubness"),
+    query x candidate: ``annotation`` (training images x the split's sentences), ``search`` (training
+    sentences x the split's images). Only training items with rows; at most ``n_bank`` of each, a fixed
+    draw of ``seed`` (:func:`bank_items`). The training items are encoded once for all splits, in the
+    tiles of :func:`score_matrix`, so each bank equals the matrix it would score."""
+    system.eval()
+    imgs, sents = bank_items(train, n_bank, seed)
+    train_imgs = list(_encoded(system.encode_images, train.images, imgs, chunk))
+    train_sents = list(_encoded(system.encode_sentences, train.sentences, sents, sent_chunk))
+    banks = {}
+    for name, split in splits.items():
+        cols, items = np.arange(split.sentences.n), np.arange(split.n_images)
+        banks[name] = {
+            "annotation": _score_tiles(system, train.images, imgs, train_imgs, split.sentences, cols,
+                                       _encoded(system.encode_sentences, split.sentences, cols, sent_chunk)),
+            "search": _score_tiles(system, split.images, items, list(_encoded(system.encode_images, split.images, items, chunk)),
+                                   train.sentences, sents, train_sents).T.contiguous()}
+    return banks
 
 
 def evaluate_hubness(system, splits: dict[str, Any], test_scores: torch.Tensor, k: int = 10, n_bank: int = 5000,
@@ -192,7 +223,7 @@ def evaluate_hubness(system, splits: dict[str, Any], test_scores: torch.Tensor, 
     from fraglib import hubness
 
     val = splits["val"]
-    banks = {name: hubness_banks(system, splits[name], splits["train"], n_bank, chunk) for name in ("val", "test")}
+    banks = hubness_banks(system, {name: splits[name] for name in ("val", "test")}, splits["train"], n_bank, chunk)
     return hubness.evaluate(test_scores, splits["test"].sentence_image, score_matrix(system, val, chunk),
                             val.sentence_image, banks, k)
 

@@ -134,7 +134,7 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
     (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`."""
     from fraglib.data import read_karpathy_json
     from fraglib.text.fragments import Fragments
-    from fraglib.text.vectors import load_glove
+    from fraglib.text.vectors import glove_table
 
     files = input_files(dataset_dir, views, features_dir, sentences_file)
     ds = read_karpathy_json(files["dataset"])
@@ -144,8 +144,7 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
                          "(re-run the fragments stage)")
     cache = image_cache(files, ds, views)
     used, w1, w2 = compact_words(frags.w1, frags.w2)
-    _, table = load_glove()
-    table = table[used]
+    table = glove_table()[used]
     if (frags.w1 < 0).any() or (frags.w2 < 0).any():
         table = np.concatenate([table, np.zeros((1, table.shape[1]), table.dtype)])
     words = torch.from_numpy(np.ascontiguousarray(table)).to(device)

