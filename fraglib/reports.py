@@ -72,9 +72,10 @@ class Outcome:
 
 def render(page: Page, staging: Path = STAGING) -> Outcome:
     """Render ``page`` into ``staging``; on success move page and executed notebook into place."""
-    import papermill as pm
+    from fraglib.notebook import run_notebook, skip_iri_grammars
 
-    from fraglib.notebook import run_notebook
+    skip_iri_grammars()
+    import papermill as pm
 
     t0 = time.perf_counter()
     tmp_html = staging / page.html

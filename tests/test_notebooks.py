@@ -198,3 +198,28 @@ def test_large_figures_are_reencoded_for_the_page():
     assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny        # small figures stay PNG
     out = Image.open(io.BytesIO(base64.b64decode(big["image/jpeg"])))
     assert out.width == 1000 and saved > 0
+
+
+def test_the_renderer_skips_only_the_iri_grammars_and_still_validates(tmp_path):
+    """fraglib.notebook.skip_iri_grammars: nbformat still imports jsonschema and rejects an invalid notebook,
+    and rfc3987_syntax's grammars are not built (a fresh process: the suite's own may have imported them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fraglib.notebook import skip_iri_grammars\n"
+        "skip_iri_grammars()\n"
+        "import nbformat\n"
+        "nb = nbformat.v4.new_notebook()\n"
+        "nbformat.validate(nb)\n"
+        "nb.cells = [{'cell_type': 'code', 'source': 'x'}]\n"
+        "try:\n"
+        "    nbformat.validate(nb)\n"
+        "    raise SystemExit('an invalid notebook passed validation')\n"
+        "except nbformat.ValidationError:\n"
+        "    pass\n"
+        "assert 'jsonschema' in sys.modules and sys.modules.get('rfc3987_syntax') is None\n"
+        "assert 'lark' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
