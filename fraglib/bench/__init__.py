@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fraglib.bench.common import RESULTS, merge
-from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_synthetic
+from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
 from fraglib.bench.scale import bench_coco_eval, bench_growth
 from fraglib.bench.systems import (bench_epoch, bench_eval, bench_peri, bench_socher, bench_stt, bench_systems_device,
                                    bench_train_step)
@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {    # `make bench` 
     "epoch": bench_epoch,
     "eval": bench_eval,
     "synthetic": bench_synthetic,
+    "startup": bench_startup,
     "parse": bench_parse,
     "features": bench_features,
 }

@@ -1,5 +1,6 @@
-"""Benchmarks of the pipeline: the synthetic generator, `dvc repro` from a fresh clone (default and
-Pascal1K studies), and which settings change the bits of the float work."""
+"""Benchmarks of the pipeline: the synthetic generator, what each pipeline process pays at start-up,
+`dvc repro` from a fresh clone (default and Pascal1K studies), and which settings change the bits of the
+float work."""
 from __future__ import annotations
 
 import json
@@ -103,6 +104,44 @@ def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:
     total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], _venv_env())
     return [entry("repro_pascal1k_minutes", round(total, 1), "min", stages_minutes=per,
                   note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`")]
+
+
+def _wall(cmd: list[str], env: dict[str, str] | None = None, repeats: int = 3) -> float:
+    """Median wall seconds of ``cmd`` in a fresh process, from the project root."""
+    import subprocess
+
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def bench_startup(repeats: int = 3) -> list[dict[str, Any]]:
+    """What every pipeline process pays before its work, each in fresh processes (median of ``repeats``):
+    torch + torch._dynamo (torch.optim imports it) with this environment's bytecode and with none (what a
+    venv installed without compiling gives when PYTHONDONTWRITEBYTECODE is set, as in CI); papermill in the
+    page renderer with and without :func:`fraglib.notebook.skip_iri_grammars`; ``dvc status`` of one stage."""
+    py = sys.executable
+    torch_cmd = [py, "-c", "import torch, torch._dynamo"]
+    with tempfile.TemporaryDirectory() as empty:
+        cold = _wall([py, "-X", f"pycache_prefix={empty}", *torch_cmd[1:]],
+                     {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, repeats)
+    warm = _wall(torch_cmd, None, repeats)
+    skip = _wall([py, "-c", "from fraglib.notebook import skip_iri_grammars; skip_iri_grammars(); import papermill"],
+                 None, repeats)
+    plain = _wall([py, "-c", "import papermill"], None, repeats)
+    dvc = _wall([str(Path(py).parent / "dvc"), "status", "train_synthetic@fullframe"], None, repeats)
+    return [entry("startup_import_torch_s", round(warm, 2), "s", reference=round(cold, 2), ratio=round(warm / cold, 3),
+                  reference_is="the same import with no bytecode (`make env` compiles it: uv --compile-bytecode)",
+                  repeats=repeats),
+            entry("startup_import_papermill_s", round(skip, 2), "s", reference=round(plain, 2), ratio=round(skip / plain, 3),
+                  reference_is="the same import building rfc3987_syntax's grammars (fraglib.notebook.skip_iri_grammars)",
+                  repeats=repeats),
+            entry("startup_dvc_status_stage_s", round(dvc, 2), "s", repeats=repeats,
+                  note="`dvc status train_synthetic@fullframe`: DVC reads every dvc.yaml and dvc.lock of the project "
+                       "(ruamel.yaml.clib parses them in C)")]
 
 
 KERNEL_ENVS = {  # how another CPU can pick other float kernels for the same code
