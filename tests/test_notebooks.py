@@ -200,7 +200,7 @@ def test_large_figures_are_reencoded_for_the_page():
     assert out.width == 1000 and saved > 0
 
 
-def test_the_renderer_skips_only_the_iri_grammars_and_still_validates(tmp_path):
+def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():
     """fraglib.notebook.skip_iri_grammars: nbformat still imports jsonschema and rejects an invalid notebook,
     and rfc3987_syntax's grammars are not built (a fresh process: the suite's own may have imported them)."""
     import subprocess
