@@ -98,7 +98,7 @@ PLAIN_KEYS = {
     "vision_report": ("n_show", "sample_seed"),
     "study": ("seeds", "jobs", "replicates", "runs", "extended_runs", "captions", "extended_captions", "train", "systems"),
     "captions": ("runs", "n_boot"),
-    "bench": ("growth_runs", "epoch_runs"), "pascal1k": DATASET_KEYS, "flickr8k": DATASET_KEYS,
+    "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs"), "pascal1k": DATASET_KEYS, "flickr8k": DATASET_KEYS,
     "pascal1k.objectness": ("model", "hidden", "epochs"), "flickr8k.objectness": ("model", "hidden", "epochs"),
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
@@ -106,8 +106,8 @@ PLAIN_KEYS = {
     "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
 RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings
-RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "pascal1k.runs", "flickr8k.runs", "study.runs",
-             "study.extended_runs", "study.captions", "study.extended_captions")
+RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "bench.profile_runs", "bench.amp_runs",
+             "pascal1k.runs", "flickr8k.runs", "study.runs", "study.extended_runs", "study.captions", "study.extended_captions")
 
 
 def _keys(where: str, value: Any, allowed) -> dict[str, Any]:

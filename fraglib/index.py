@@ -72,28 +72,49 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     import io
 
     out = []
-    epochs = sorted((e for e in entries if e["name"].startswith("epoch_")), key=lambda e: e["value"] is None)
-    if epochs:
+    by = {e["name"]: e for e in entries}
+    cpu = [e for e in entries if e["name"].startswith("epoch_") and not e["name"].endswith(("_cuda", "_gpu"))]
+    if cpu:
+        gpus = [e for e in entries if e["name"].startswith("epoch_") and e["name"].endswith("_cuda")]
+        gpu_note = (f"GPU: {html.escape(gpus[0].get('device', ''))} ({html.escape(gpus[0]['machine'])}), ratio against "
+                    "that GPU's float32 matmul rate" if gpus else
+                    html.escape(by.get("epoch_gpu", {}).get("note", "GPU: not measured")))
         out.append("<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
                    "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
-                   f"100 / 500 validation), {epochs[0].get('threads')} thread(s), median of {epochs[0].get('repeats')} "
-                   f"epochs ({html.escape(epochs[0]['machine'])}; <code>make bench</code>). FLOPs: matmul-like operations "
-                   "as executed (<code>FlopCounterMode</code>); ratio = achieved FLOP/s ÷ the same process's matmul "
-                   "FLOP/s; critical path = sequential steps × one step's measured latency.</p><table><tr><th>run</th>"
-                   "<th>views</th><th>seconds (train + validation)</th><th>GFLOP</th><th>ratio</th>"
-                   "<th>critical path</th></tr>")
-        for e in epochs:
-            if e["value"] is None:                            # a GPU row not measured: say why
-                out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td>"
-                           f"<td colspan=5>{html.escape(e.get('note', ''))}</td></tr>")
-                continue
-            cp = e.get("critical_path_s")
-            cp_cell = f"{cp} s (time = {e.get('seconds_over_critical_path')}×)" if cp else "—"
-            ratio = e["ratio"] if e["ratio"] is not None else "—"
+                   f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
+                   f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
+                   f"{gpu_note}. FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
+                   "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
+                   "step's measured latency (× = seconds over it).</p><table><tr><th>run</th><th>views</th>"
+                   "<th>GFLOP</th><th>CPU seconds</th><th>CPU ratio</th><th>CPU critical path</th><th>GPU seconds</th>"
+                   "<th>GPU ratio</th><th>GPU critical path</th></tr>")
+
+        def cells(e: dict | None) -> str:
+            if e is None or e["value"] is None:
+                return "<td>—</td>" * 3
+            cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
+            return (f"<td>{e['value']}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
+                    f"<td>{f'{cp} s ({over}×)' if cp else '—'}</td>")
+        for e in cpu:
             out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td><td>{html.escape(str(e.get('views')))}</td>"
-                       f"<td>{e['value']} ({e.get('train_s')} + {e.get('val_s')})</td><td>{e.get('gflop')}</td>"
-                       f"<td>{ratio}</td><td>{cp_cell}</td></tr>")
+                       f"<td>{e.get('gflop')}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>")
         out.append("</table>")
+    prof = [e for e in entries if e["name"].startswith("profile_") and e.get("device_busy_share") is not None]
+    if prof:
+        out.append("<p>Where a GPU training step goes (<code>python -m fraglib.bench profile</code>, "
+                   f"{html.escape(prof[0].get('device', ''))}): " + "; ".join(
+                       f"{html.escape(e['name'][len('profile_'):])}: {e['ms_per_step']} ms per step, the GPU busy "
+                       f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
+                       f"{e['syncs_per_step']:.0f} host synchronisations per step" for e in prof)
+                   + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>")
+    amp = [e for e in entries if e["name"].startswith("amp_") and e["value"] is not None]
+    if amp:
+        out.append("<p>bfloat16 autocast (<code>train.amp</code>) against float32, synthetic benchmark, seeds "
+                   f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib.bench amp</code>): " + "; ".join(
+                       f"{html.escape(e['name'][len('amp_'):])}: annotation R@1 {e['fp32']['annotation_r1']} ± "
+                       f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "
+                       f"{e['bf16']['annotation_r1_sd']} (bf16), search {e['fp32']['search_r1']} vs {e['bf16']['search_r1']}, "
+                       f"time × {e['ratio']}" for e in amp) + " (± = SD over seeds).</p>")
     growth = [e for e in entries if e["name"].startswith("growth_")]
     if growth:
         from fraglib.plots import growth_figure

@@ -9,7 +9,7 @@ from fraglib.bench import BENCHMARKS, OPT_IN
 def test_epoch_entries_count_the_work_and_the_critical_path():
     from fraglib.bench.systems import bench_epoch
 
-    got = {e["name"]: e for e in bench_epoch(["devise", "dtrnn"], repeats=1)}
+    got = {e["name"].removesuffix("_cuda"): e for e in bench_epoch(["devise", "dtrnn"], repeats=1)}
     gpu = got.pop("epoch_gpu", None)                                    # present (value None) without a GPU
     assert gpu is None or (gpu["value"] is None and "systems_device" in gpu["note"])
     assert set(got) == {"epoch_devise", "epoch_dtrnn"}
@@ -21,6 +21,35 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     assert "critical_path_s" not in got["epoch_devise"]                 # no recurrence
     tree = got["epoch_dtrnn"]
     assert tree["critical_path_s"] > 0 and tree["sequential"]["levels_all_negatives"] >= 2
+
+
+@pytest.mark.slow
+def test_profile_entries_say_where_an_epoch_goes():
+    from fraglib.bench.systems import bench_profile
+
+    (e,) = bench_profile(["devise"])
+    assert e["name"].removesuffix("_cuda") == "profile_devise" and e["steps"] >= 40
+    assert e["ms_per_step"] == pytest.approx(e["value"] / e["steps"] * 1000, rel=0.01)
+    ops = dict((name, ms) for name, ms, _ in e["top_self_cpu_ms_per_step"])
+    assert len(ops) == 10 and any(k.startswith("aten::") for k in ops) and all(ms >= 0 for ms in ops.values())
+    assert e["scalar_reads_per_step"] >= 1                              # the loss parts read back per step, at least
+
+
+def _exits_silently(q) -> None:
+    raise SystemExit(3)
+
+
+def test_a_benchmark_process_that_dies_is_named_not_waited_for():
+    import multiprocessing as mp
+
+    from fraglib.bench.systems import _result_of
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_exits_silently, args=(q,))
+    p.start()
+    with pytest.raises(RuntimeError, match="epoch att_top36: .* code 3"):
+        _result_of(p, q, "epoch att_top36")
 
 
 def test_the_default_list_holds_the_epoch_table_and_names_are_unique():

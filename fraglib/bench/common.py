@@ -100,7 +100,8 @@ def gpu_absent(name: str) -> list[dict[str, Any]]:
         return []
     return [entry(name, None, "s", note="not measured: no CUDA device visible to this process (torch "
                   f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib.bench "
-                  "systems_device` (training step and 1,000 x 5,000 scoring per system) on a GPU machine")]
+                  "epoch systems_device profile` (the epoch table, each system's training step and 1,000 x 5,000 "
+                  "scoring, where a step's time goes) on a GPU machine")]
 
 
 def host(m: str) -> str:
@@ -134,11 +135,11 @@ REGIONS = {"rcnn": 20, "top36": 37, "grid": 37, "groundtruth": 4, "fullframe": 1
 
 
 def random_split(n_images: int = 800, per_image: int = 5, img_dim: int = 1280, seed: int = 0, regions: int = 1,
-                 n_rel: int = 40):
+                 n_rel: int = 40, device: Any = "cpu"):
     """A training split of Pascal1K's size with random trees (≈ 10 nodes, as spaCy's Pascal1K trees)
     and ``regions`` random descriptors per image: the cost of the systems does not depend on the values.
     Every sentence view reads it: ``rel`` < ``n_rel`` is a relation type, or a token id of the tokens view
-    (``n_rel`` = its vocabulary, ~1,000 words on Pascal1K)."""
+    (``n_rel`` = its vocabulary, ~1,000 words on Pascal1K). Tensors on ``device``."""
     import numpy as np
     import torch
 
@@ -162,11 +163,11 @@ def random_split(n_images: int = 800, per_image: int = 5, img_dim: int = 1280, s
                      ("bin_left", np.append(left, -1)), ("bin_right", np.append(right, -1))):
             cols[k].append(np.asarray(v, np.int64))
         counts.append(m)
-    t = lambda a: torch.from_numpy(np.concatenate(a))  # noqa: E731
-    sent = Ragged({k: t(v) for k, v in cols.items()}, np.concatenate([[0], np.cumsum(counts)]))
-    imgs = Ragged({"x": torch.from_numpy(rng.standard_normal((n_images * regions, img_dim)).astype(np.float32))},
+    t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+    sent = Ragged({k: t(np.concatenate(v)) for k, v in cols.items()}, np.concatenate([[0], np.cumsum(counts)]))
+    imgs = Ragged({"x": t(rng.standard_normal((n_images * regions, img_dim)).astype(np.float32))},
                   np.arange(0, n_images * regions + 1, regions))
-    words = torch.from_numpy(rng.standard_normal((3000, 50)).astype(np.float32))
+    words = t(rng.standard_normal((3000, 50)).astype(np.float32))
     split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image), words)
     return split, {"n_words": 3000, "word_dim": 50, "img_dim": img_dim, "n_relations": n_rel, "max_rank": 6}
 

@@ -130,21 +130,15 @@ def bench_systems_device() -> list[dict[str, Any]]:
     from fraglib import checkpoint
     from fraglib.device import make_deterministic, select_device
     from fraglib.evaluate import score_matrix
-    from fraglib.inputs import Ragged, Split
     from fraglib.systems import SYSTEMS
 
     dev, dev_name = select_device()
     make_deterministic(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    g = torch.Generator().manual_seed(0)
-    n_img, n_sent, Fi, Fs, D, wd, R = 1000, 5000, 20, 10, 1280, 50, 16
-    words = torch.randn(4000, wd, generator=g)
-    img = Ragged({"x": torch.rand(n_img * Fi, D, generator=g).to(dev)}, np.arange(0, n_img * Fi + 1, Fi))
-    sent = Ragged({"rel": torch.randint(0, R, (n_sent * Fs,), generator=g).to(dev),
-                   "w1": torch.randint(0, 4000, (n_sent * Fs,), generator=g).to(dev),
-                   "w2": torch.randint(0, 4000, (n_sent * Fs,), generator=g).to(dev)}, np.arange(0, n_sent * Fs + 1, Fs))
-    split = Split("test", img, sent, np.repeat(np.arange(n_img), 5), np.arange(n_sent), words.to(dev))
-    dims = {"n_words": 4000, "word_dim": wd, "n_relations": R, "img_dim": D}
+    # 1,000 images of 20 rows, 5,000 random trees (every sentence view reads them: tokens are ids < 40)
+    split, dims = random_split(1000, 5, regions=20, n_rel=40, seed=0, device=dev)
+    split = dataclasses.replace(split, name="test")
+    img, sent = split.images, split.sentences
     out = []
     for name, cls in SYSTEMS.items():
         cfg = cls.Config(**({"embed_dim": 1000} if "embed_dim" in cls.Config.__dataclass_fields__ else {}))
@@ -152,6 +146,7 @@ def bench_systems_device() -> list[dict[str, Any]]:
         system.prepare(split)
         step_ms = None
         if cls.TRAINABLE:
+            system.use_training_split(split)
             opt = torch.optim.SGD(system.parameters(), lr=1e-4, momentum=0.9)
             b = np.arange(100)
             ts = []
@@ -371,34 +366,48 @@ def _rows_per_image(views: Any) -> int:
     return views.detections + 1 if views.detections else REGIONS[views.images]
 
 
-def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
-    """Seconds of one time step of ``gru`` (an ``nn.GRU``) at ``batch`` rows, forward + backward: the
-    latency that a recurrence over L tokens pays L times whatever else runs."""
+def _sync(dev: Any) -> None:
     import torch
 
-    x = torch.randn(batch, 1, gru.input_size, requires_grad=True)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
+    """Seconds of one time step of ``gru`` (an ``nn.GRU``) at ``batch`` rows, forward + backward, on the
+    GRU's device: the latency that a recurrence over L tokens pays L times whatever else runs."""
+    import torch
+
+    dev, mode = next(gru.parameters()).device, gru.training
+    x = torch.randn(batch, 1, gru.input_size, requires_grad=True, device=dev)
+    gru.train()                                         # cuDNN's backward runs in training mode only
     ts = []
     for _ in range(repeats + 3):
+        _sync(dev)
         t0 = time.perf_counter()
         y, _ = gru(x)
         y.sum().backward()
+        _sync(dev)
         ts.append(time.perf_counter() - t0)
+    gru.train(mode)
     return statistics.median(ts[3:])
 
 
-def _level_latency(nodes: int, n: int, repeats: int = 20) -> float:
-    """Seconds of the least one tree level costs, forward + backward: its ``nodes`` children's messages in
-    one (nodes × n) @ (n × n) matmul, the tanh, and the scatter into their parents."""
+def _level_latency(nodes: int, n: int, dev: Any, repeats: int = 20) -> float:
+    """Seconds of the least one tree level costs on ``dev``, forward + backward: its ``nodes`` children's
+    messages in one (nodes × n) @ (n × n) matmul, the tanh, and the scatter into their parents."""
     import torch
 
-    W = torch.randn(n, n, requires_grad=True)
-    h = torch.randn(nodes, n, requires_grad=True)
-    parent = torch.randint(0, max(nodes // 2, 1), (nodes,))
+    W = torch.randn(n, n, requires_grad=True, device=dev)
+    h = torch.randn(nodes, n, requires_grad=True, device=dev)
+    parent = torch.randint(0, max(nodes // 2, 1), (nodes,), device=dev)
     ts = []
     for _ in range(repeats + 3):
+        _sync(dev)
         t0 = time.perf_counter()
-        out = torch.zeros(max(nodes // 2, 1), n).index_add_(0, parent, torch.tanh(h @ W))
+        out = torch.zeros(max(nodes // 2, 1), n, device=dev).index_add_(0, parent, torch.tanh(h @ W))
         out.sum().backward()
+        _sync(dev)
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts[3:])
 
@@ -441,8 +450,9 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
         st = structure(train.sentences.take(b))
         per_step.append(len(levels(st.parent)))
         nodes_b += len(st.parent)
-    lat_all = _level_latency(max(n_nodes // max(n_lv_all, 1), 1), system.words.shape[1]) if n_lv_all else 0.0
-    lat_b = _level_latency(max(nodes_b // max(sum(per_step), 1), 1), system.words.shape[1])   # mean level size
+    dev = system.words.device
+    lat_all = _level_latency(max(n_nodes // max(n_lv_all, 1), 1), system.words.shape[1], dev) if n_lv_all else 0.0
+    lat_b = _level_latency(max(nodes_b // max(sum(per_step), 1), 1), system.words.shape[1], dev)   # mean level size
     total = len(batches) * n_lv_all * lat_all + sum(per_step) * lat_b
     return {"critical_path_s": round(total, 3),
             "sequential": {"levels_all_negatives": n_lv_all, "level_all_ms": round(lat_all * 1000, 3),
@@ -451,70 +461,108 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
                                 "cost (one matmul, tanh, scatter; fwd+bwd) at its mean size"}
 
 
+def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """``run``'s system (params.yaml, seed 0) on ``dev`` with random training (800 images, 4,000 captions) and
+    validation (100 / 500) splits of Pascal1K's size in its views: (class, system, train config, train, val)."""
+    import torch
+
+    from fraglib.config import read_params
+    from fraglib.device import make_deterministic
+    from fraglib.systems import get_system
+    from fraglib.train import resolve_run
+
+    torch.manual_seed(0)
+    make_deterministic(dev)
+    spec = resolve_run(read_params("params.yaml"), run)
+    cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
+    views = cls.views(cfg)
+    rows, n_rel = _rows_per_image(views), 1000 if views.sentences == "tokens" else 40
+    train, dims = random_split(800, 5, regions=rows, n_rel=n_rel, seed=0, device=dev)
+    val, _ = random_split(100, 5, regions=rows, n_rel=n_rel, seed=1, device=dev)
+    system = cls(cfg, dims, tc.seed).to(dev)
+    system.prepare(train)
+    return cls, system, tc, train, dataclasses.replace(val, name="val")
+
+
 def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
-    """A fresh process: ``run``'s settings (params.yaml) at Pascal1K size on random inputs; one epoch
-    under ``FlopCounterMode`` (its FLOPs), then ``repeats`` timed epochs (training loop, validation)."""
+    """A fresh process: ``run``'s settings (params.yaml) at Pascal1K size on random inputs, on the selected
+    device (:func:`fraglib.device.select_device`); one epoch under ``FlopCounterMode`` (its FLOPs), then
+    ``repeats`` timed epochs (training loop, validation)."""
     import resource
 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fraglib.config import read_params
+    from fraglib.device import select_device
     from fraglib.distributed import Context
     from fraglib.evaluate import score_matrix
-    from fraglib.systems import get_system
-    from fraglib.train import Step, make_optimizer, resolve_run, train_epoch
+    from fraglib.train import Step, make_optimizer, train_epoch
 
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    spec = resolve_run(read_params("params.yaml"), run)
-    cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
-    views = cls.views(cfg)
-    rows, n_rel = _rows_per_image(views), 1000 if views.sentences == "tokens" else 40
-    train, dims = random_split(800, 5, regions=rows, n_rel=n_rel, seed=0)
-    val, _ = random_split(100, 5, regions=rows, n_rel=n_rel, seed=1)
-    val = dataclasses.replace(val, name="val")
-    system = cls(cfg, dims, tc.seed)
-    system.prepare(train)
-    dev = torch.device("cpu")
-    out: dict[str, Any] = {"rows_per_image": rows, "views": f"{views.images}/{views.sentences}"}
+    dev, dev_name = select_device()
+    cls, system, tc, train, val = _pascal1k_sized(run, dev)
+    views = cls.views(system.cfg)
+    out: dict[str, Any] = {"rows_per_image": _rows_per_image(views), "views": f"{views.images}/{views.sentences}",
+                           "device": dev_name, "device_type": dev.type}
+
+    def timed(f: Any) -> float:
+        _sync(dev)
+        t0 = time.perf_counter()
+        f()
+        _sync(dev)
+        return time.perf_counter() - t0
+
     if not cls.TRAINABLE:                                                    # closed form: the fit is the epoch
         with FlopCounterMode(display=False) as fc:
             system.fit(train)
         flops = fc.get_total_flops()
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            system.fit(train)
-            ts.append(time.perf_counter() - t0)
+        ts = [timed(lambda: system.fit(train)) for _ in range(repeats)]
         out.update(train_s=ts, val_s=[0.0] * repeats, flops_train=flops, flops_val=0, steps=0, fit=True)
     else:
         system.use_training_split(train)
         opt = make_optimizer(tc, system.lr_groups())
         step = Step(system, Context())
+        steps = []
 
-        def epoch(e: int) -> tuple[float, float, int]:
-            t0 = time.perf_counter()
-            _, n, _ = train_epoch(step, system, opt, train, tc, e, dev)
-            t1 = time.perf_counter()
+        def validate() -> None:
             with torch.no_grad():
                 system.eval()
                 score_matrix(system, val, tc.eval_chunk)
-            return t1 - t0, time.perf_counter() - t1, n
+
+        def epoch(e: int) -> tuple[float, float]:
+            t_train = timed(lambda: steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1]))
+            return t_train, timed(validate)
 
         with FlopCounterMode(display=False) as fc:
-            _, _, steps = epoch(0)
+            epoch(0)
         flops_total = fc.get_total_flops()
         with FlopCounterMode(display=False) as fv:                          # validation alone
-            with torch.no_grad():
-                score_matrix(system, val, tc.eval_chunk)
-        timed = [epoch(e) for e in range(1, repeats + 1)]
-        out.update(train_s=[t[0] for t in timed], val_s=[t[1] for t in timed], flops_train=flops_total - fv.get_total_flops(),
-                   flops_val=fv.get_total_flops(), steps=steps, fit=False)
+            validate()
+        times = [epoch(e) for e in range(1, repeats + 1)]
+        out.update(train_s=[t[0] for t in times], val_s=[t[1] for t in times], flops_train=flops_total - fv.get_total_flops(),
+                   flops_val=fv.get_total_flops(), steps=steps[0], fit=False)
         out["critical"] = _critical_path(system, train, tc, 1)
-    out["matmul_gflops"] = matmul_gflops(*REFERENCE_MATMUL)
+    out["matmul_gflops"] = matmul_gflops(*REFERENCE_MATMUL, device=dev)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if dev.type == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated(dev) / 2 ** 20
     q.put(out)
+
+
+def _result_of(p: Any, q: Any, what: str) -> Any:
+    """What process ``p`` puts on ``q``; a RuntimeError naming ``what`` if it exits without (its traceback is
+    on stderr) instead of waiting for ever."""
+    import queue
+
+    while True:
+        try:
+            r = q.get(timeout=5)
+            p.join()
+            return r
+        except queue.Empty:
+            if not p.is_alive():
+                raise RuntimeError(f"{what}: the benchmark process exited with code {p.exitcode} before reporting "
+                                   "(its error is printed above)") from None
 
 
 def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[str, Any]]:
@@ -524,7 +572,8 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
     as the study's parallel jobs): seconds (median of ``repeats`` epochs after a counted one), the epoch's
     FLOPs (``torch.utils.flop_counter.FlopCounterMode``: matmuls, convolutions and attention kernels as
     executed, padding included; element-wise work is not counted), the same process's matmul rate, and
-    ``ratio`` = achieved FLOP/s ÷ matmul FLOP/s; for recurrent systems also the measured critical path."""
+    ``ratio`` = achieved FLOP/s ÷ matmul FLOP/s; for recurrent systems also the measured critical path.
+    On a GPU (detected, or ``FRAGLIB_DEVICE``) the entries are ``epoch_<run>_cuda``, against the GPU's rate."""
     import multiprocessing as mp
 
     from fraglib.config import read_params
@@ -536,8 +585,7 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
         q = ctx.Queue()
         p = ctx.Process(target=_epoch_child, args=(q, run, repeats, threads))
         p.start()
-        r = q.get()
-        p.join()
+        r = _result_of(p, q, f"epoch {run}")
         seconds = [a + b for a, b in zip(r["train_s"], r["val_s"])]
         sec = statistics.median(seconds)
         flops = r["flops_train"] + r["flops_val"]
@@ -546,7 +594,8 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
         if r.get("critical"):
             cp = r["critical"]["critical_path_s"]
             extra = {**r["critical"], "seconds_over_critical_path": round(sec / cp, 2) if cp else None}
-        out.append(entry(f"epoch_{run}", round(sec, 2), "s", reference=round(r["matmul_gflops"], 1),
+        suffix = "" if r["device_type"] == "cpu" else f"_{r['device_type']}"
+        out.append(entry(f"epoch_{run}{suffix}", round(sec, 2), "s", reference=round(r["matmul_gflops"], 1), device=r["device"],
                          ratio=round(ratio, 3) if ratio is not None else None,
                          reference_is=f"GFLOP/s of torch.matmul {REFERENCE_MATMUL[0]}x{REFERENCE_MATMUL[1]} @ "
                                       f"{REFERENCE_MATMUL[1]}x{REFERENCE_MATMUL[2]}, same process",
@@ -555,7 +604,114 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
                          gflop_val=round(r["flops_val"] / 1e9, 2), achieved_gflops=round(flops / sec / 1e9, 1) if sec else None,
                          steps=r["steps"], closed_form_fit=r["fit"], views=r["views"], rows_per_image=r["rows_per_image"],
                          threads=threads, repeats=repeats, all_runs=[round(x, 2) for x in seconds],
-                         peak_rss_mb=round(r["peak_rss_mb"]), **extra))
-        print(f"[bench]   epoch_{run}: {sec:.2f} s, {flops / 1e9:.1f} GFLOP, ratio {out[-1]['ratio']}"
+                         peak_rss_mb=round(r["peak_rss_mb"]),
+                         peak_gpu_mb=round(r["peak_gpu_mb"]) if "peak_gpu_mb" in r else None, **extra))
+        print(f"[bench]   epoch_{run}{suffix}: {sec:.2f} s, {flops / 1e9:.1f} GFLOP, ratio {out[-1]['ratio']}"
               + (f", critical path {extra['critical_path_s']} s" if extra else ""), flush=True)
     return out + gpu_absent("epoch_gpu")
+
+
+def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
+    """Where one training epoch's time goes (``torch.profiler``), for ``params.yaml: bench.profile_runs`` at
+    Pascal1K size on random inputs, on the selected device: the epoch's seconds unprofiled, the operators
+    with the most self time (host, and device on a GPU), the device's busy share of the epoch, and per step
+    the kernel launches and the host–device synchronisations (each one stalls the host until the device
+    has drained its queue: on a GPU the usual reason a small model runs far under the matmul rate)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from fraglib.config import read_params
+    from fraglib.device import select_device
+    from fraglib.distributed import Context
+    from fraglib.train import Step, make_optimizer, train_epoch
+
+    runs = runs or (read_params("params.yaml").get("bench") or {}).get("profile_runs") or []
+    dev, dev_name = select_device()
+    out = []
+    for run in runs:
+        _, system, tc, train, _ = _pascal1k_sized(run, dev)
+        system.use_training_split(train)
+        opt = make_optimizer(tc, system.lr_groups())
+        step = Step(system, Context())
+        n_steps: list[int] = []
+
+        def epoch(e: int) -> float:
+            _sync(dev)
+            t0 = time.perf_counter()
+            n_steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1])
+            _sync(dev)
+            return time.perf_counter() - t0
+
+        epoch(0)
+        sec = statistics.median(epoch(e) for e in (1, 2, 3))
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            epoch(4)
+        ev = prof.key_averages()
+        steps = n_steps[-1]
+        count = {k: sum(e.count for e in ev if e.key == k) for k in
+                 ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaLaunchKernel",
+                  "cudaLaunchKernelExC", "aten::item", "aten::_local_scalar_dense")}
+        top_cpu = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+        extra: dict[str, Any] = {
+            "steps": steps, "top_self_cpu_ms_per_step": [[e.key, round(e.self_cpu_time_total / 1e3 / steps, 3), e.count]
+                                                         for e in top_cpu],
+            "scalar_reads_per_step": round(count["aten::_local_scalar_dense"] / steps, 1)}
+        if dev.type == "cuda":
+            kern = [e for e in ev if e.self_device_time_total > 0 and not e.key.startswith("aten::")]
+            busy = sum(e.self_device_time_total for e in kern) / 1e6
+            top_dev = sorted(kern, key=lambda e: e.self_device_time_total, reverse=True)[:10]
+            extra.update(device_busy_s_per_step=round(busy / steps, 5), device_busy_share=round(busy / sec, 3),
+                         launches_per_step=round((count["cudaLaunchKernel"] + count["cudaLaunchKernelExC"]) / steps, 1),
+                         syncs_per_step=round((count["cudaStreamSynchronize"] + count["cudaDeviceSynchronize"]) / steps, 1),
+                         memcpy_per_step=round(count["cudaMemcpyAsync"] / steps, 1),
+                         top_device_ms_per_step=[[e.key[:80], round(e.self_device_time_total / 1e3 / steps, 3), e.count]
+                                                 for e in top_dev])
+        suffix = "" if dev.type == "cpu" else f"_{dev.type}"
+        out.append(entry(f"profile_{run}{suffix}", round(sec, 3), "s per epoch (unprofiled)", device=dev_name,
+                         ms_per_step=round(sec / steps * 1000, 2), **extra))
+        print(prof.key_averages().table(sort_by="self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total",
+                                        row_limit=15, max_name_column_width=60), flush=True)
+    return out
+
+
+def amp_entry(run: str, dev_type: str, fp32: dict[str, Any], bf16: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The ``amp_<run>_<device>`` entry from two study summaries (``metrics.json`` + ``seconds``): value =
+    bf16 − fp32 annotation R@1 (points), with both runs' R@1 means and seed SDs and their training seconds."""
+    def part(m: dict[str, Any]) -> dict[str, Any]:
+        return {"annotation_r1": round(m["annotation"]["r1"], 2), "search_r1": round(m["search"]["r1"], 2),
+                "annotation_r1_sd": round(m["annotation_sd"]["r1"], 2), "search_r1_sd": round(m["search_sd"]["r1"], 2),
+                "seconds": round(m["seconds"], 1)}
+    a, b = part(fp32), part(bf16)
+    return entry(f"amp_{run}_{dev_type}", round(b["annotation_r1"] - a["annotation_r1"], 2), "R@1 points (bf16 - fp32)",
+                 reference=a["seconds"], ratio=round(b["seconds"] / a["seconds"], 3), fp32=a, bf16=b,
+                 search_r1_change=round(b["search_r1"] - a["search_r1"], 2), seeds=fp32.get("seeds"),
+                 reference_is="seconds of the fp32 study (ratio: bf16 seconds / fp32 seconds)", **extra)
+
+
+def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2)) -> list[dict[str, Any]]:
+    """bfloat16 autocast of the training step (``train.amp``) against fp32, on the selected device: each run of
+    ``params.yaml: bench.amp_runs`` trained on the synthetic benchmark (``data/synthetic``, from `dvc repro`) for
+    ``seeds`` with ``amp`` off and on, one seed after another; test metrics and seconds of each (validation and
+    test are fp32 in both). Meant for a GPU; on a CPU autocast runs too, slowly."""
+    import copy
+
+    from fraglib.config import read_params
+    from fraglib.device import select_device
+    from fraglib.study import run_study
+
+    params = read_params("params.yaml")
+    runs = runs or (params.get("bench") or {}).get("amp_runs") or []
+    dev, dev_name = select_device()
+    out = []
+    for run in runs:
+        got = {}
+        for amp in (False, True):
+            p = copy.deepcopy(params)
+            p["train"]["amp"], p["study"]["jobs"] = amp, 1
+            with tempfile.TemporaryDirectory() as tmp:
+                t0 = time.perf_counter()
+                m = run_study("data/synthetic", run, p, tmp, seeds=list(seeds))
+                got[amp] = {**m, "seconds": time.perf_counter() - t0}
+        out.append(amp_entry(run, dev.type, got[False], got[True], device=dev_name))
+    return out

@@ -139,14 +139,15 @@ class KccaSystem(System):
                 sub = V[torch.randperm(len(V), generator=torch.Generator().manual_seed(0))[:1000]]
                 d = torch.cdist(sub, sub)
                 self.width[side] = self.cfg.rbf_scale * d[d > 0].median().float()
-        Fx, Fy = self._features(X.float(), 0).double().numpy(), self._features(Y.float(), 1).double().numpy()
+        # the eigenproblem in float64 NumPy on the host, whatever the device of the inputs
+        Fx, Fy = (self._features(V.float(), side).double().cpu().numpy() for side, V in ((0, X), (1, Y)))
         A, B, rho = cca(Fx, Fy, self.cfg.reg, self.A.shape[1])
         self.mean_x.copy_(torch.from_numpy(Fx.mean(0)))
         self.mean_y.copy_(torch.from_numpy(Fy.mean(0)))
         p = len(rho)
-        self.A.zero_()[:, :p] = torch.from_numpy(A).float()
-        self.B.zero_()[:, :p] = torch.from_numpy(B).float()
-        self.rho.zero_()[:p] = torch.from_numpy(rho).float()
+        self.A.zero_()[:, :p] = torch.from_numpy(A).float().to(self.A.device)
+        self.B.zero_()[:, :p] = torch.from_numpy(B).float().to(self.B.device)
+        self.rho.zero_()[:p] = torch.from_numpy(rho).float().to(self.rho.device)
 
     # ------------------------------------------------------------------ protocol
     def encode_images(self, rows: Rows) -> torch.Tensor:
