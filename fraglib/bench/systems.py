@@ -596,7 +596,7 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
             extra = {**r["critical"], "seconds_over_critical_path": round(sec / cp, 2) if cp else None}
         suffix = "" if r["device_type"] == "cpu" else f"_{r['device_type']}"
         out.append(entry(f"epoch_{run}{suffix}", round(sec, 2), "s", reference=round(r["matmul_gflops"], 1), device=r["device"],
-                         ratio=round(ratio, 3) if ratio is not None else None,
+                         ratio=float(f"{ratio:.3g}") if ratio is not None else None,   # 3 significant figures
                          reference_is=f"GFLOP/s of torch.matmul {REFERENCE_MATMUL[0]}x{REFERENCE_MATMUL[1]} @ "
                                       f"{REFERENCE_MATMUL[1]}x{REFERENCE_MATMUL[2]}, same process",
                          train_s=round(statistics.median(r["train_s"]), 2), val_s=round(statistics.median(r["val_s"]), 2),
