@@ -651,7 +651,7 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
         steps = n_steps[-1]
         count = {k: sum(e.count for e in ev if e.key == k) for k in
                  ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaLaunchKernel",
-                  "cudaLaunchKernelExC", "aten::item", "aten::_local_scalar_dense")}
+                  "cudaLaunchKernelExC", "aten::_local_scalar_dense")}
         top_cpu = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
         extra: dict[str, Any] = {
             "steps": steps, "top_self_cpu_ms_per_step": [[e.key, round(e.self_cpu_time_total / 1e3 / steps, 3), e.count]
