@@ -25,7 +25,6 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     from fraglib.systems.fragment import Config, FragmentSystem
 
     dev, dev_name = select_device()
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     g = torch.Generator().manual_seed(0)
     B, Fi, Fs, D, wd, h, R = 100, 20, 10, 4096, 200, 1000, 16
     model = FragmentSystem(Config(embed_dim=h, dense_epochs=1, beta=1.0, alpha=1e-5),
@@ -45,7 +44,7 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
         opt.zero_grad(set_to_none=True)
         c.backward()
         opt.step()
-        sync()
+        _sync(dev)
 
     out = []
     # useful FLOPs: image map fwd + weight grad, sentence maps fwd + weight grad, M fwd + 2 grads
@@ -134,7 +133,6 @@ def bench_systems_device() -> list[dict[str, Any]]:
 
     dev, dev_name = select_device()
     make_deterministic(dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     # 1,000 images of 20 rows, 5,000 random trees (every sentence view reads them: tokens are ids < 40)
     split, dims = random_split(1000, 5, regions=20, n_rel=40, seed=0, device=dev)
     split = dataclasses.replace(split, name="test")
@@ -151,20 +149,20 @@ def bench_systems_device() -> list[dict[str, Any]]:
             b = np.arange(100)
             ts = []
             for _ in range(6):
-                sync()
+                _sync(dev)
                 t0 = time.perf_counter()
                 cost, _ = system.loss(system.encode_images(img.take(split.sentence_image[b * 5])),
                                       system.encode_sentences(sent.take(b * 5)), epoch=0)
                 opt.zero_grad(set_to_none=True)
                 cost.backward()
                 opt.step()
-                sync()
+                _sync(dev)
                 ts.append(time.perf_counter() - t0)
             step_ms = round(statistics.median(ts[1:]) * 1000, 2)
-        sync()
+        _sync(dev)
         t0 = time.perf_counter()
         S = score_matrix(system, split, chunk=256)
-        sync()
+        _sync(dev)
         eval_s = time.perf_counter() - t0
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint.save(Path(tmp) / "best.pt", {"system": name, "system_config": dataclasses.asdict(cfg),
@@ -373,6 +371,15 @@ def _sync(dev: Any) -> None:
         torch.cuda.synchronize(dev)
 
 
+def _timed(dev: Any, f: Any) -> float:
+    """Wall seconds of ``f()`` with ``dev``'s queue drained before and after."""
+    _sync(dev)
+    t0 = time.perf_counter()
+    f()
+    _sync(dev)
+    return time.perf_counter() - t0
+
+
 def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
     """Seconds of one time step of ``gru`` (an ``nn.GRU``) at ``batch`` rows, forward + backward, on the
     GRU's device: the latency that a recurrence over L tokens pays L times whatever else runs."""
@@ -505,18 +512,11 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
     out: dict[str, Any] = {"rows_per_image": _rows_per_image(views), "views": f"{views.images}/{views.sentences}",
                            "device": dev_name, "device_type": dev.type}
 
-    def timed(f: Any) -> float:
-        _sync(dev)
-        t0 = time.perf_counter()
-        f()
-        _sync(dev)
-        return time.perf_counter() - t0
-
     if not cls.TRAINABLE:                                                    # closed form: the fit is the epoch
         with FlopCounterMode(display=False) as fc:
             system.fit(train)
         flops = fc.get_total_flops()
-        ts = [timed(lambda: system.fit(train)) for _ in range(repeats)]
+        ts = [_timed(dev, lambda: system.fit(train)) for _ in range(repeats)]
         out.update(train_s=ts, val_s=[0.0] * repeats, flops_train=flops, flops_val=0, steps=0, fit=True)
     else:
         system.use_training_split(train)
@@ -530,8 +530,8 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
                 score_matrix(system, val, tc.eval_chunk)
 
         def epoch(e: int) -> tuple[float, float]:
-            t_train = timed(lambda: steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1]))
-            return t_train, timed(validate)
+            t_train = _timed(dev, lambda: steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1]))
+            return t_train, _timed(dev, validate)
 
         with FlopCounterMode(display=False) as fc:
             epoch(0)
@@ -636,11 +636,7 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
         n_steps: list[int] = []
 
         def epoch(e: int) -> float:
-            _sync(dev)
-            t0 = time.perf_counter()
-            n_steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1])
-            _sync(dev)
-            return time.perf_counter() - t0
+            return _timed(dev, lambda: n_steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1]))
 
         epoch(0)
         sec = statistics.median(epoch(e) for e in (1, 2, 3))
