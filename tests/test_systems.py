@@ -153,6 +153,39 @@ def test_fragment_modern_options(tiny_full):
     assert plain.word_offset is None and not any(n.startswith("word") for n, _ in plain.named_parameters())
 
 
+def test_sentence_fragments_equal_the_per_fragment_equation():
+    """``s = ReLU(W_R[rel] [w1; w2] + b_R[rel])`` one fragment at a time (the equation) gives the batched
+    loop's embeddings, and the loop's gradients are bit-identical to those of the former per-type
+    ``W_R[r]`` indexing (each unused entry is an exact zero either way)."""
+    from fraglib.systems.fragment import Config, FragmentSystem
+
+    torch.manual_seed(0)
+    dims = {"n_words": 30, "word_dim": 6, "n_relations": 5, "img_dim": 8}
+    system = FragmentSystem(Config(embed_dim=7), dims, 0)
+    system.words = torch.randn(30, 6)
+    with torch.no_grad():
+        system.b_R.normal_()
+    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3])             # type 2 and 4 unused, 3 not contiguous
+    w1, w2 = torch.randint(0, 30, (9,)), torch.randint(0, 30, (9,))
+    g = torch.randn(9, 7)
+    out = system.embed_sentences(rel, w1, w2)
+    out.backward(g)
+    new = system.W_R.grad.clone(), system.b_R.grad.clone()
+    x = torch.cat([system.words[w1], system.words[w2]], dim=1)
+    eq = torch.stack([torch.relu(system.W_R[r] @ x[i] + system.b_R[r]) for i, r in enumerate(rel.tolist())])
+    torch.testing.assert_close(out, eq, rtol=1e-6, atol=1e-6)
+    system.W_R.grad = system.b_R.grad = None                     # the former code: W_R[r] per relation type
+    order = torch.argsort(rel, stable=True)
+    pieces = [torch.relu(p @ system.W_R[r].T + system.b_R[r])
+              for r, p in enumerate(torch.split(x[order], torch.bincount(rel, minlength=5).tolist())) if len(p)]
+    old = torch.empty_like(out)
+    old[order] = torch.cat(pieces).detach()
+    torch.cat(pieces).backward(g[order])
+    assert torch.equal(old, out.detach())
+    assert torch.equal(system.W_R.grad, new[0]) and torch.equal(system.b_R.grad, new[1])
+    assert float(new[0][2].abs().sum()) == 0.0 and float(new[0][3].abs().sum()) > 0
+
+
 def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
