@@ -127,7 +127,8 @@ class FragmentSystem(System):
         order = torch.argsort(rel, stable=True)
         counts = torch.bincount(rel, minlength=self.W_R.shape[0]).tolist()
         # each matrix taken once by unbind: its backward is one stack, where W_R[r] in the loop gave every
-        # type a zero-filled gradient of the whole (n_relations, h, 2 word_dim) tensor (3-4x the step on a CPU)
+        # type a zero-filled gradient of the whole (n_relations, h, 2 word_dim) tensor (3-4x this embedding's
+        # forward + backward on a CPU at h 1000, 15 types; the whole step gained about 5 %)
         W, b = self.W_R.unbind(0), self.b_R.unbind(0)
         pieces = [torch.relu(part @ W[r].T + b[r])
                   for r, part in enumerate(torch.split(x[order], counts)) if len(part)]
