@@ -85,7 +85,8 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                    f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
                    f"{gpu_note}. FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
                    "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
-                   "step's measured latency (× = seconds over it).</p><table><tr><th>run</th><th>views</th>"
+                   "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
+                   "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
                    "<th>GFLOP</th><th>CPU seconds</th><th>CPU ratio</th><th>CPU critical path</th><th>GPU seconds</th>"
                    "<th>GPU ratio</th><th>GPU critical path</th></tr>")
 

@@ -24,6 +24,21 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
 
 
 @pytest.mark.slow
+def test_a_closed_form_fit_reports_its_solver_bound():
+    """kCCA's fit is mostly LAPACK (uncounted FLOPs): its entry says how long the decompositions and
+    products took inside the fit, and that part is no more than the fit itself."""
+    from fraglib.bench.systems import bench_epoch
+
+    e = next(e for e in bench_epoch(["kcca"], repeats=1) if e["name"].startswith("epoch_kcca"))
+    assert e["closed_form_fit"] and e["steps"] == 0 and e["value"] > 0
+    parts = e["sequential"]
+    assert parts["eigh_s"] > 0 and parts["cholesky_s"] > 0 and parts["mm_s"] > 0
+    assert sum(parts.values()) == pytest.approx(e["critical_path_s"], abs=0.01)
+    assert e["critical_path_s"] <= 1.2 * e["value"]                      # a part of the fit (profiler: +20 % slack)
+    assert e["seconds_over_critical_path"] == pytest.approx(e["value"] / e["critical_path_s"], rel=0.05)
+
+
+@pytest.mark.slow
 def test_profile_entries_say_where_an_epoch_goes():
     from fraglib.bench.systems import bench_profile
 
