@@ -108,9 +108,31 @@ def test_level_batched_equals_recursive_reference_on_random_trees():
             torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw),
                                        compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw))
             roots = np.nonzero(parent < 0)[0]
-            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw, nodes=roots),
+            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw, roots_only=True),
                                        compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw)[roots])
     assert sorted(np.concatenate(levels(parent)).tolist()) == list(range(len(parent)))
+
+
+def test_roots_only_takes_the_same_floats_as_every_node():
+    """``roots_only`` gathers the roots from the ends of their levels instead of from every node's vector:
+    the same values and the same gradients to the bit (only copies differ), so trained runs do not move."""
+    rng = np.random.default_rng(3)
+    g = torch.Generator().manual_seed(4)
+    for trial in range(4):
+        parent, slot, k = _random_forest(rng)
+        N, n = len(parent), 5
+        x = torch.randn(N, n, generator=g)
+        ell = torch.from_numpy(subtree_sizes(parent)).float()
+        roots, raw = np.nonzero(parent < 0)[0], (rng.random(N) < 0.2 if trial % 2 else None)
+        out = []
+        for roots_only in (False, True):
+            W = (torch.randn(k, n, n, generator=torch.Generator().manual_seed(trial)) * 0.5).requires_grad_()
+            Win = torch.randn(n, n, generator=torch.Generator().manual_seed(trial)).requires_grad_()
+            h = compose(x, parent, slot, W, Win, ell, 1 / ell, raw, roots_only=roots_only)
+            h = h if roots_only else h[roots]
+            w_out = torch.randn(h.shape, generator=torch.Generator().manual_seed(9))
+            out.append((h, *torch.autograd.grad((h * w_out).sum(), (W, Win))))
+        assert all(torch.equal(a, b) for a, b in zip(*out))
 
 
 def test_level_batched_gradients_equal_the_recursive_reference():
@@ -140,7 +162,7 @@ def test_compose_gradcheck():
     Win = (torch.eye(3, dtype=torch.float64) + 0.1 * torch.randn(3, 3, generator=g, dtype=torch.float64)).requires_grad_()
     assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, weight=ell, scale=1 / ell), (base, W))
     assert torch.autograd.gradcheck(lambda w, wi: compose(base.detach(), parent, slot, w, W_in=wi, weight=ell,
-                                                          scale=1 / ell, nodes=np.nonzero(parent < 0)[0]), (W, Win))
+                                                          scale=1 / ell, roots_only=True), (W, Win))
 
 
 def test_levels_refuse_a_cycle():

@@ -77,12 +77,14 @@ class Level:
 class Plan:
     """The schedule of one forest for :func:`compose`, built once per structure (:func:`plan`): the
     levels, ``order`` (N,) the node ids level after level in level order (one gather puts every input in
-    place; each level is then a contiguous run), and ``where`` (N, 2) = (level, position in level) of
-    every node."""
+    place; each level is then a contiguous run), ``where`` (N, 2) = (level, position in level) of
+    every node, and ``root_order`` (R,): the roots, which end their levels, taken level after level,
+    permuted into node-id order."""
 
     levels: list[Level]
     order: torch.Tensor
     where: np.ndarray
+    root_order: torch.Tensor
 
 
 def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu") -> Plan:
@@ -106,15 +108,16 @@ def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu
         Ts, tcounts = np.unique(tl, return_counts=True)
         out.append(Level(len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)], t(perm),
                          [(int(T), int(c), t(where[par[perm][tl[perm] == T], 1])) for T, c in zip(Ts, tcounts)]))
-    return Plan(out, t(np.concatenate(lv) if lv else np.zeros(0, np.int64)), where)
+    roots = np.concatenate([idx[parent[idx] < 0] for idx in lv]) if lv else np.zeros(0, np.int64)
+    return Plan(out, t(np.concatenate(lv) if lv else np.zeros(0, np.int64)), where, t(np.argsort(roots, kind="stable")))
 
 
 def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor, W_in: torch.Tensor | None = None,
             weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
             raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
-            schedule: Plan | None = None, nodes: np.ndarray | None = None) -> torch.Tensor:
-    """Node vectors of a forest (module docstring), level by level: (N, n), or (len(nodes), n)
-    for the nodes asked for (e.g. the roots).
+            schedule: Plan | None = None, roots_only: bool = False) -> torch.Tensor:
+    """Node vectors of a forest (module docstring), level by level: (N, n), or with ``roots_only`` the
+    (R, n) vectors of the roots (``parent == -1``) in node-id order.
 
     ``x`` (N, d) node inputs, ``base = x @ W_in.T`` (``x`` itself when ``W_in`` is None);
     ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
@@ -122,7 +125,9 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
     when already known. The inputs are gathered once into level order and split into per-level views
     (whose backward is one concatenation), each matrix is taken once (``unbind``), a level's children
     are consecutive runs per matrix, and each level keeps its own small accumulator: no gradient of a
-    full-size tensor is formed per level or per matrix."""
+    full-size tensor is formed per level or per matrix. Each level is split into its children (the
+    messages' input) and its roots (the output's, when ``roots_only``); the leaves' level receives no
+    message, so it has no accumulator."""
     if x.shape[0] == 0:
         return x if W_in is None else x @ W_in.T
     schedule = plan(parent, slot, x.device) if schedule is None else schedule
@@ -136,29 +141,30 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
     weights = per_level(weight) if weight is not None else None
     raws = per_level(torch.from_numpy(raw).to(x.device)) if raw is not None else None
     Wt = W.transpose(1, 2).contiguous().unbind(0)
-    acc = [x.new_zeros((size, n)) for size in sizes]
+    acc = [None] + [x.new_zeros((size, n)) for size in sizes[1:]]           # level 0: leaves, no message
     parts = []
     for L, lv in enumerate(schedule.levels):
-        pre = base[L] + acc[L]
+        pre = base[L] if acc[L] is None else base[L] + acc[L]
         if scales is not None:
             pre = pre * scales[L][:, None]
         h = f(pre)
         if raws is not None:
             h = torch.where(raws[L][:, None], base[L], h)
-        parts.append(h)
+        hc, hr = h.split([lv.n_child, lv.size - lv.n_child])
+        parts.append(hr if roots_only else h)
         if not lv.n_child:
             continue
-        hc = h[:lv.n_child]
         if weights is not None:
             hc = hc * weights[L][:lv.n_child, None]
         msg = [piece @ Wt[k] for (k, _), piece in zip(lv.groups, hc.split([c for _, c in lv.groups]))]
         msg = (msg[0] if len(msg) == 1 else torch.cat(msg)).index_select(0, lv.to_target)
         for (T, _, target), m in zip(lv.targets, msg.split([c for _, c, _ in lv.targets])):
             acc[T].index_add_(0, target, m)
-    flat = torch.cat(parts)
+    if roots_only:
+        return torch.cat(parts).index_select(0, schedule.root_order)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    w = schedule.where if nodes is None else schedule.where[nodes]
-    return flat.index_select(0, torch.from_numpy(starts[w[:, 0]] + w[:, 1]).to(x.device))
+    w = schedule.where
+    return torch.cat(parts).index_select(0, torch.from_numpy(starts[w[:, 0]] + w[:, 1]).to(x.device))
 
 
 def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,

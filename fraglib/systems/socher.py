@@ -182,7 +182,7 @@ class SocherSystem(System):
             W_in = self.W_v
         weight = st.ell.to(x) if st.ell is not None else None
         h = compose(x, st.parent, st.slot, self.W, W_in, weight, None if weight is None else 1.0 / weight, st.raw,
-                    schedule=st.plan, nodes=st.roots)
+                    schedule=st.plan, roots_only=True)
         return x.new_zeros((rows.n, x.shape[1])).index_copy(0, st.root_items, h)
 
     def structure(self, rows: Rows) -> Structure:
