@@ -42,7 +42,7 @@ def test_worked_example_composition_by_hand():
     t = basic_tree(EXAMPLE)
     side, rank = slots(t.parent)
     ell = torch.from_numpy(subtree_sizes(t.parent)).double()
-    h = compose(x, t.parent, side * 2 + rank, W, W_in=Wv, weight=ell, scale=1 / ell)
+    h = compose(x @ Wv.T, t.parent, side * 2 + rank, W, weight=ell, scale=1 / ell)
     f = torch.tanh
     l1, r1, r2 = W[0], W[2], W[3]
     h1, h3, h5 = f(Wv @ x[0]), f(Wv @ x[2]), f(Wv @ x[4])
@@ -128,7 +128,7 @@ def test_roots_only_takes_the_same_floats_as_every_node():
         for roots_only in (False, True):
             W = (torch.randn(k, n, n, generator=torch.Generator().manual_seed(trial)) * 0.5).requires_grad_()
             Win = torch.randn(n, n, generator=torch.Generator().manual_seed(trial)).requires_grad_()
-            h = compose(x, parent, slot, W, Win, ell, 1 / ell, raw, roots_only=roots_only)
+            h = compose(x @ Win.T, parent, slot, W, ell, 1 / ell, raw, roots_only=roots_only)
             h = h if roots_only else h[roots]
             w_out = torch.randn(h.shape, generator=torch.Generator().manual_seed(9))
             out.append((h, *torch.autograd.grad((h * w_out).sum(), (W, Win))))
@@ -146,8 +146,8 @@ def test_level_batched_gradients_equal_the_recursive_reference():
     W = (torch.randn(k, 3, 3, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
     Win = torch.randn(3, 3, generator=g, dtype=torch.float64, requires_grad=True)
     w_out = torch.randn(len(parent), 3, generator=g, dtype=torch.float64)
-    got = torch.autograd.grad((compose(x, parent, slot, W, Win, ell, 1 / ell) * w_out).sum(), (x, W, Win))
-    want = torch.autograd.grad((compose_reference(x, parent, slot, W, Win, ell, 1 / ell) * w_out).sum(), (x, W, Win))
+    got = torch.autograd.grad((compose(x @ Win.T, parent, slot, W, ell, 1 / ell) * w_out).sum(), (x, W, Win))
+    want = torch.autograd.grad((compose_reference(x @ Win.T, parent, slot, W, ell, 1 / ell) * w_out).sum(), (x, W, Win))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
 
@@ -161,7 +161,7 @@ def test_compose_gradcheck():
     ell = torch.from_numpy(subtree_sizes(parent)).double()
     Win = (torch.eye(3, dtype=torch.float64) + 0.1 * torch.randn(3, 3, generator=g, dtype=torch.float64)).requires_grad_()
     assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, weight=ell, scale=1 / ell), (base, W))
-    assert torch.autograd.gradcheck(lambda w, wi: compose(base.detach(), parent, slot, w, W_in=wi, weight=ell,
+    assert torch.autograd.gradcheck(lambda w, wi: compose(base.detach() @ wi.T, parent, slot, w, weight=ell,
                                                           scale=1 / ell, roots_only=True), (W, Win))
 
 
@@ -261,21 +261,50 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
                     slot = d["side"] * system.max_rank + d["rank"] if encoder == "dtrnn" else d["rel"]
                     ell = torch.from_numpy(subtree_sizes(parent)).double()
                     assert ell.tolist() == d["ell"].tolist()
-                h = compose_reference(x, parent, np.maximum(slot, 0), system.W, system.W_v, ell,
+                h = compose_reference(x @ system.W_v.T, parent, np.maximum(slot, 0), system.W, ell,
                                       None if ell is None else 1 / ell)
                 want = h[int(np.nonzero(parent < 0)[0][0])]
             torch.testing.assert_close(got[k], want)
     b = make_batches(tr, 4, seed=0, epoch=0)[0]
     system.use_training_split(tr)
-    imgs, ok_pos, all_img, all_sent, _, img_of = system._negatives
-    cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
-                              system.encode_sentences(tr.sentences.take(b)), epoch=0)
+    neg = system._negatives
+    imgs, all_img, all_sent, img_of = neg.images, neg.image_rows, neg.sentence_rows, neg.image_of
+    enc_i, enc_s = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
+    cost, parts = system.loss(enc_i, enc_s, epoch=0)
+    assert "vec" not in vars(enc_i) and "vec" not in vars(enc_s)    # Eq. 5 never encodes the batch itself
     with torch.no_grad():
         v_all, y_all = system.encode_images(all_img).vec, system.encode_sentences(all_sent).vec
     ok = list(all_sent.index)
     pairs = [(int(np.searchsorted(imgs, tr.sentence_image[j])), ok.index(int(j))) for j in b]
     assert parts["hinge"] == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, 3.0))
     assert float(cost.detach()) == pytest.approx(parts["hinge"] + 0.08 * parts["reg"])
+
+
+@pytest.mark.parametrize("encoder", ["chain", "dtrnn", "sdtrnn"])
+def test_word_map_once_per_distinct_word_equals_once_per_node(encoder):
+    """The encoders take ``W_v x`` once per distinct word and gather it to the nodes: the same vectors as
+    ``W_v`` applied at every node (the former code), to the bit in float32 (each row is its own dot
+    products); the gradients agree to float tolerance (W_v's is summed per word first)."""
+    from fraglib.bench.common import random_split
+    from fraglib.systems.socher import Config, SocherSystem
+
+    train, dims = random_split(12, 5, img_dim=8, seed=2)
+    system = SocherSystem(Config(encoder=encoder, init_noise=0.3), dims, 0)
+    system.prepare(train)
+    rows = train.sentences.take(np.arange(train.n_sentences))
+    st = system.structure(rows)
+    assert len(st.vocab) < len(st.parent)                          # words repeat: fewer products than nodes
+    w_out = torch.randn(rows.n, dims["word_dim"], generator=torch.Generator().manual_seed(0))
+    new = system._sentence_vectors(rows, st)
+    x = system.words[rows.data["w1"]] / system.word_scale           # the per-node formulation
+    weight = st.ell.float() if st.ell is not None else None
+    h = compose(x @ system.W_v.T, st.parent, st.slot, system.W, weight, None if weight is None else 1 / weight,
+                schedule=st.plan, roots_only=True)
+    old = torch.zeros_like(new).index_copy(0, st.root_items, h)
+    assert torch.equal(new, old)
+    params = (system.W_v, system.W)
+    for a, b in zip(torch.autograd.grad((new * w_out).sum(), params), torch.autograd.grad((old * w_out).sum(), params)):
+        assert (a - b).abs().max() <= 1e-5 * a.abs().max()           # float32 sums in another order
 
 
 def test_cca_recovers_known_canonical_correlations():

@@ -18,7 +18,8 @@ chain RNN      words, parent = next word    W_x x_i         0 (W_h)   1         
 CT-RNN         words (raw) + binary nodes   x_i | 0         0 left/1 right  1      1
 =============  ===========================  =============  ========  ===========  =========
 
-(ℓ(i) = nodes in the subtree of i, Eq. 4.) :func:`compose` runs it level by level — one matmul per
+(ℓ(i) = nodes in the subtree of i, Eq. 4; the caller supplies ``base``, e.g. ``W_v x`` taken once per
+distinct word and gathered to the nodes.) :func:`compose` runs it level by level — one matmul per
 matrix per level, scattered into the parents, never one Python call per node;
 :func:`compose_reference` is the plain recursion it is tested against.
 
@@ -112,14 +113,14 @@ def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu
     return Plan(out, t(np.concatenate(lv) if lv else np.zeros(0, np.int64)), where, t(np.argsort(roots, kind="stable")))
 
 
-def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor, W_in: torch.Tensor | None = None,
+def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
             weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
             raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
             schedule: Plan | None = None, roots_only: bool = False) -> torch.Tensor:
     """Node vectors of a forest (module docstring), level by level: (N, n), or with ``roots_only`` the
     (R, n) vectors of the roots (``parent == -1``) in node-id order.
 
-    ``x`` (N, d) node inputs, ``base = x @ W_in.T`` (``x`` itself when ``W_in`` is None);
+    ``x`` (N, n) node inputs ``base``;
     ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
     (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` = :func:`plan` of (parent, slot)
     when already known. The inputs are gathered once into level order and split into per-level views
@@ -129,12 +130,11 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
     messages' input) and its roots (the output's, when ``roots_only``); the leaves' level receives no
     message, so it has no accumulator."""
     if x.shape[0] == 0:
-        return x if W_in is None else x @ W_in.T
+        return x
     schedule = plan(parent, slot, x.device) if schedule is None else schedule
     order = schedule.order
     sizes = [lv.size for lv in schedule.levels]
-    xs = x.index_select(0, order)
-    base = (xs if W_in is None else xs @ W_in.T).split(sizes)
+    base = x.index_select(0, order).split(sizes)
     n = base[0].shape[1]
     per_level = lambda v: v.index_select(0, order).split(sizes)  # noqa: E731
     scales = per_level(scale) if scale is not None else None
@@ -168,11 +168,11 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
 
 
 def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
-                      W_in: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                      weight: torch.Tensor | None = None,
                       scale: torch.Tensor | None = None, raw: np.ndarray | None = None,
                       f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> torch.Tensor:
     """The same as :func:`compose` by plain recursion, one node at a time (tests and benchmark)."""
-    base = x if W_in is None else x @ W_in.T
+    base = x
     children: dict[int, list[int]] = {}
     for i, p in enumerate(parent):
         if p >= 0:

@@ -30,7 +30,8 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -78,18 +79,44 @@ class Config:
 
 @dataclasses.dataclass
 class Encoded:
-    """n items' positions in their split (``index``; the margin loss finds the batch's rows and the
-    negatives with them in its encoding of the whole training split) and their vectors ``vec`` (n, 50)."""
+    """n items' positions in their split (``index``) and their vectors ``vec`` (n, 50), computed by
+    ``compute`` when first read: the margin loss reads only ``index`` (it finds the batch's vectors in its
+    encoding of the whole training split), so a training step never encodes the batch itself."""
 
     index: np.ndarray
-    vec: torch.Tensor
+    compute: Callable[[], torch.Tensor] | None
+
+    @functools.cached_property
+    def vec(self) -> torch.Tensor:
+        v, self.compute = self.compute(), None                  # the closure (and its rows) is not kept
+        return v
+
+
+@dataclasses.dataclass
+class Negatives:
+    """Eq. 5's negatives, the usable training split, fixed for a run: the images' and sentences' split
+    positions (``images``, ``sentences``, sorted), their rows, the sentences' :class:`Structure` (None for
+    ``bow``), each sentence's image as a position in ``images`` (``image_of``), and what does not depend on
+    parameters, computed once: the standardised image descriptors ``z`` (n, d) and, for ``bow``, the
+    sentence vectors ``y_fixed`` (m, 50)."""
+
+    images: np.ndarray
+    sentences: np.ndarray
+    image_rows: Rows
+    sentence_rows: Rows
+    structure: "Structure | None"
+    image_of: torch.Tensor
+    z: torch.Tensor
+    y_fixed: torch.Tensor | None
 
 
 @dataclasses.dataclass
 class Structure:
     """What an encoder needs besides parameters, for one batch of sentences: the forest
     (``parent``, ``slot``, its :class:`Plan`), Eq. 4 weights, CT-RNN raw leaves and extra nodes,
-    and the root node of each item (``roots``, at items ``root_items``)."""
+    the root node of each item (``roots``, at items ``root_items``), and the word-table rows the
+    nodes read: ``vocab`` (V,) the distinct ones, ``word_of_node`` (N,) each node's position in
+    ``vocab`` (CT-RNN's binary nodes: V, a zero input)."""
 
     parent: np.ndarray
     slot: np.ndarray
@@ -99,6 +126,8 @@ class Structure:
     n_extra: int
     roots: np.ndarray
     root_items: torch.Tensor
+    vocab: torch.Tensor
+    word_of_node: torch.Tensor
 
 
 def ridge_map(Z: torch.Tensor, counts: torch.Tensor, Ysum: torch.Tensor, lam: float) -> torch.Tensor:
@@ -140,7 +169,7 @@ class SocherSystem(System):
         if n_mats:
             self.W = nn.Parameter(_identity_plus_noise(n_mats, n, cfg.init_noise, g))
         self.max_rank = dims.get("max_rank", 1)
-        self._negatives: tuple | None = None
+        self._negatives: Negatives | None = None
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, train: Any) -> None:
@@ -154,35 +183,42 @@ class SocherSystem(System):
             return
         ok = np.nonzero(train.usable_sentences())[0]
         imgs = np.unique(train.sentence_image[ok])
-        sents = train.sentences.take(ok)
-        self._negatives = (imgs, ok, train.images.take(imgs), sents,
-                           None if self.cfg.encoder == "bow" else self.structure(sents),
-                           torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])))
+        sents, img_rows = train.sentences.take(ok), train.images.take(imgs)
+        bow = self.cfg.encoder == "bow"
+        with torch.no_grad():
+            self._negatives = Negatives(imgs, ok, img_rows, sents, None if bow else self.structure(sents),
+                                        torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])).to(self.words.device),
+                                        self._standardised(img_rows), self._sentence_vectors(sents, None) if bow else None)
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
-        return Encoded(rows.index, self._image_vectors(rows))
+        return Encoded(rows.index, lambda: self._image_vectors(rows))
 
     def _image_vectors(self, rows: Rows) -> torch.Tensor:
-        z = (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
-        return z @ self.W_I.T
+        return self._standardised(rows) @ self.W_I.T
+
+    def _standardised(self, rows: Rows) -> torch.Tensor:
+        """(n, d) each image's mean descriptor, standardised (no parameters)."""
+        return (mean_rows(rows.data["x"], rows.owner, rows.n) - self.img_mean) / self.img_std
 
     def encode_sentences(self, rows: Rows, structure: Structure | None = None) -> Encoded:
         """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
-        return Encoded(rows.index, self._sentence_vectors(rows, structure))
+        return Encoded(rows.index, lambda: self._sentence_vectors(rows, structure))
 
     def _sentence_vectors(self, rows: Rows, st: Structure | None) -> torch.Tensor:
-        x = self.words[rows.data["w1"]] / self.word_scale
+        """The encoder's roots. ``W_v x`` is taken once per distinct word, not once per node (the same
+        floats for every node; only W_v's gradient is summed per word first)."""
         if self.cfg.encoder == "bow":
-            return mean_rows(x, rows.owner, rows.n)
+            return mean_rows(self.words[rows.data["w1"]] / self.word_scale, rows.owner, rows.n)
         st = st or self.structure(rows)
+        x = self.words[st.vocab] / self.word_scale                            # (V, 50)
         if self.cfg.encoder == "ctrnn":                       # raw word leaves, zero input at binary nodes
-            x, W_in = torch.cat([x, x.new_zeros((st.n_extra, x.shape[1]))]), None
+            x = torch.cat([x, x.new_zeros((1, x.shape[1]))])
         else:
-            W_in = self.W_v
+            x = x @ self.W_v.T
         weight = st.ell.to(x) if st.ell is not None else None
-        h = compose(x, st.parent, st.slot, self.W, W_in, weight, None if weight is None else 1.0 / weight, st.raw,
-                    schedule=st.plan, roots_only=True)
+        h = compose(x.index_select(0, st.word_of_node), st.parent, st.slot, self.W, weight,
+                    None if weight is None else 1.0 / weight, st.raw, schedule=st.plan, roots_only=True)
         return x.new_zeros((rows.n, x.shape[1])).index_copy(0, st.root_items, h)
 
     def structure(self, rows: Rows) -> Structure:
@@ -216,8 +252,14 @@ class SocherSystem(System):
             if self.cfg.length_weighting:
                 ell = torch.from_numpy(col["ell"]).to(dev)
         roots = np.nonzero(parent < 0)[0]
-        return Structure(parent, slot, plan(parent, slot, dev), ell, raw, n_extra, roots,
-                         torch.from_numpy(node_owner[roots]).to(dev))
+        vocab, word_of_node = np.unique(rows.data["w1"].cpu().numpy(), return_inverse=True)
+        word_of_node = np.concatenate([word_of_node.ravel(), np.full(n_extra, len(vocab))])
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
+        return Structure(parent, slot, plan(parent, slot, dev), ell, raw, n_extra, roots, t(node_owner[roots]),
+                         t(vocab), t(word_of_node))
+
+    def join(self, encs: list[Encoded]) -> Encoded:
+        return Encoded(np.concatenate([e.index for e in encs]), lambda: torch.cat([e.vec for e in encs]))
 
     # ------------------------------------------------------------------ scores and loss
     def _similarity(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -251,13 +293,11 @@ class SocherSystem(System):
             return
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (the ridge W_I step)")
-        imgs, ok, all_img, all_sent, st, img_of = self._negatives
-        z = (mean_rows(all_img.data["x"], all_img.owner, all_img.n) - self.img_mean) / self.img_std
-        y = self._sentence_vectors(all_sent, st)
-        img_of = img_of.to(y.device)
-        Ysum = y.new_zeros((len(imgs), y.shape[1])).index_add_(0, img_of, y)
-        counts = torch.bincount(img_of, minlength=len(imgs))
-        self.W_I.copy_(ridge_map(z, counts, Ysum, self.cfg.lam))
+        neg = self._negatives
+        y = neg.y_fixed if neg.y_fixed is not None else self._sentence_vectors(neg.sentence_rows, neg.structure)
+        Ysum = y.new_zeros((len(neg.images), y.shape[1])).index_add_(0, neg.image_of, y)
+        counts = torch.bincount(neg.image_of, minlength=len(neg.images))
+        self.W_I.copy_(ridge_map(neg.z, counts, Ysum, self.cfg.lam))
 
     def regulariser(self, params=None) -> torch.Tensor:
         return sum((p ** 2).sum() for p in (self.parameters() if params is None else params))
@@ -277,12 +317,13 @@ class SocherSystem(System):
                                              "norm_y": float(y.detach().norm(dim=1).mean())}
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
-        imgs, ok, all_img, all_sent, st, img_of = self._negatives
-        v_all, y_all = self._image_vectors(all_img), self._sentence_vectors(all_sent, st)
+        neg = self._negatives
+        v_all = neg.z @ self.W_I.T
+        y_all = neg.y_fixed if neg.y_fixed is not None else self._sentence_vectors(neg.sentence_rows, neg.structure)
         dev = v_all.device
-        k = torch.from_numpy(np.searchsorted(imgs, images.index)).to(dev)
-        j = torch.from_numpy(np.searchsorted(ok, sentences.index)).to(dev)
+        k = torch.from_numpy(np.searchsorted(neg.images, images.index)).to(dev)
+        j = torch.from_numpy(np.searchsorted(neg.sentences, sentences.index)).to(dev)
         hinge = hinge_all_negatives(v_all.index_select(0, k), y_all.index_select(0, j), v_all, y_all, k,
-                                    img_of.to(dev), self.cfg.margin)
+                                    neg.image_of, self.cfg.margin)
         reg = self.regulariser()
         return hinge + self.cfg.lam * reg, {"hinge": float(hinge.detach()), "reg": float(reg.detach())}
