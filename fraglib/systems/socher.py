@@ -30,8 +30,7 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,17 +78,11 @@ class Config:
 
 @dataclasses.dataclass
 class Encoded:
-    """n items' positions in their split (``index``) and their vectors ``vec`` (n, 50), computed by
-    ``compute`` when first read: the margin loss reads only ``index`` (it finds the batch's vectors in its
-    encoding of the whole training split), so a training step never encodes the batch itself."""
+    """n items' positions in their split (``index``; the margin loss finds the batch's rows and the
+    negatives with them in its encoding of the whole training split) and their vectors ``vec`` (n, 50)."""
 
     index: np.ndarray
-    compute: Callable[[], torch.Tensor] | None
-
-    @functools.cached_property
-    def vec(self) -> torch.Tensor:
-        v, self.compute = self.compute(), None                  # the closure (and its rows) is not kept
-        return v
+    vec: torch.Tensor
 
 
 @dataclasses.dataclass
@@ -192,7 +185,7 @@ class SocherSystem(System):
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
-        return Encoded(rows.index, lambda: self._image_vectors(rows))
+        return Encoded(rows.index, self._image_vectors(rows))
 
     def _image_vectors(self, rows: Rows) -> torch.Tensor:
         return self._standardised(rows) @ self.W_I.T
@@ -203,7 +196,7 @@ class SocherSystem(System):
 
     def encode_sentences(self, rows: Rows, structure: Structure | None = None) -> Encoded:
         """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
-        return Encoded(rows.index, lambda: self._sentence_vectors(rows, structure))
+        return Encoded(rows.index, self._sentence_vectors(rows, structure))
 
     def _sentence_vectors(self, rows: Rows, st: Structure | None) -> torch.Tensor:
         """The encoder's roots. ``W_v x`` is taken once per distinct word, not once per node (the same
@@ -257,9 +250,6 @@ class SocherSystem(System):
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
         return Structure(parent, slot, plan(parent, slot, dev), ell, raw, n_extra, roots, t(node_owner[roots]),
                          t(vocab), t(word_of_node))
-
-    def join(self, encs: list[Encoded]) -> Encoded:
-        return Encoded(np.concatenate([e.index for e in encs]), lambda: torch.cat([e.vec for e in encs]))
 
     # ------------------------------------------------------------------ scores and loss
     def _similarity(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
