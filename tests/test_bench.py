@@ -21,6 +21,7 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     assert "critical_path_s" not in got["epoch_devise"]                 # no recurrence
     tree = got["epoch_dtrnn"]
     assert tree["critical_path_s"] > 0 and tree["sequential"]["levels_all_negatives"] >= 2
+    assert tree["sequential"]["levels_batch_mean"] == 0                 # Eq. 5 reads the batch by position only
 
 
 @pytest.mark.slow

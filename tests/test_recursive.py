@@ -237,6 +237,7 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
     tr = splits["train"]
     system.prepare(tr)
     items = np.arange(min(12, tr.n_sentences))
+    system.eval()
     with torch.no_grad():
         got = system.encode_sentences(tr.sentences.take(items)).vec
         for k, j in enumerate(items):
@@ -267,10 +268,13 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
             torch.testing.assert_close(got[k], want)
     b = make_batches(tr, 4, seed=0, epoch=0)[0]
     system.use_training_split(tr)
+    system.train()
     neg = system._negatives
     imgs, all_img, all_sent, img_of = neg.images, neg.image_rows, neg.sentence_rows, neg.image_of
     enc_i, enc_s = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
     cost, parts = system.loss(enc_i, enc_s, epoch=0)
+    assert enc_i.vec is None and enc_s.vec is None          # a training step of Eq. 5 never encodes its batch apart
+    system.eval()
     with torch.no_grad():
         v_all, y_all = system.encode_images(all_img).vec, system.encode_sentences(all_sent).vec
     ok = list(all_sent.index)

@@ -78,11 +78,12 @@ class Config:
 
 @dataclasses.dataclass
 class Encoded:
-    """n items' positions in their split (``index``; the margin loss finds the batch's rows and the
-    negatives with them in its encoding of the whole training split) and their vectors ``vec`` (n, 50)."""
+    """n items' positions in their split (``index``) and their vectors ``vec`` (n, 50). In a training step
+    of the margin loss ``vec`` is None: Eq. 5 finds the batch's vectors by position in its encoding of the
+    whole training split, so the batch is not encoded apart (evaluation runs the system in eval mode)."""
 
     index: np.ndarray
-    vec: torch.Tensor
+    vec: torch.Tensor | None
 
 
 @dataclasses.dataclass
@@ -185,7 +186,7 @@ class SocherSystem(System):
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
-        return Encoded(rows.index, self._image_vectors(rows))
+        return Encoded(rows.index, None if self._positions_only() else self._image_vectors(rows))
 
     def _image_vectors(self, rows: Rows) -> torch.Tensor:
         return self._standardised(rows) @ self.W_I.T
@@ -196,7 +197,11 @@ class SocherSystem(System):
 
     def encode_sentences(self, rows: Rows, structure: Structure | None = None) -> Encoded:
         """(m, 50): the root vector of each sentence's tree (the mean for ``bow``; zeros without rows)."""
-        return Encoded(rows.index, self._sentence_vectors(rows, structure))
+        return Encoded(rows.index, None if self._positions_only() else self._sentence_vectors(rows, structure))
+
+    def _positions_only(self) -> bool:
+        """A training step of the margin loss reads only the batch's positions (:class:`Encoded`)."""
+        return self.training and self.cfg.loss == "margin"
 
     def _sentence_vectors(self, rows: Rows, st: Structure | None) -> torch.Tensor:
         """The encoder's roots. ``W_v x`` is taken once per distinct word, not once per node (the same
