@@ -452,9 +452,8 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     st_all = structure(every) if system.cfg.loss == "margin" else None
     n_lv_all = len(levels(st_all.parent)) if st_all is not None else 0
     n_nodes = len(st_all.parent) if st_all is not None else 0
-    per_step, nodes_b = [0], 0
+    per_step, nodes_b = [], 0
     if st_all is None:                     # the squared loss encodes the batch; Eq. 5 reads it by position only
-        per_step = []
         for b in batches:
             st = structure(train.sentences.take(b))
             per_step.append(len(levels(st.parent)))
@@ -465,7 +464,7 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     total = len(batches) * n_lv_all * lat_all + sum(per_step) * lat_b
     return {"critical_path_s": round(total, 3),
             "sequential": {"levels_all_negatives": n_lv_all, "level_all_ms": round(lat_all * 1000, 3),
-                           "levels_batch_mean": round(float(np.mean(per_step)), 1), "level_batch_ms": round(lat_b * 1000, 3)},
+                           "levels_batch_mean": round(float(np.mean(per_step)), 1) if per_step else 0.0, "level_batch_ms": round(lat_b * 1000, 3)},
             "critical_path_is": "tree levels per step (Eq. 5: the whole training split's forest; the squared loss: the "
                                 "batch's) x one level's least cost (one matmul, tanh, scatter; fwd+bwd) at its mean size"}
 
