@@ -381,9 +381,13 @@ def _timed(dev: Any, f: Any) -> float:
 
 
 def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
-    """Seconds of one time step of ``gru`` (an ``nn.GRU``) at ``batch`` rows, forward + backward, on the
-    GRU's device: the latency that a recurrence over L tokens pays L times whatever else runs."""
+    """Seconds of one time step of ``gru`` (an ``nn.GRU``) at ``batch`` rows, forward + backward, as the
+    systems run it (:func:`fraglib.systems.gru.packed_gru`), on the GRU's device: the latency that a
+    recurrence over L tokens pays L times whatever else runs."""
     import torch
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from fraglib.systems.gru import packed_gru
 
     dev, mode = next(gru.parameters()).device, gru.training
     x = torch.randn(batch, 1, gru.input_size, requires_grad=True, device=dev)
@@ -392,8 +396,8 @@ def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
     for _ in range(repeats + 3):
         _sync(dev)
         t0 = time.perf_counter()
-        y, _ = gru(x)
-        y.sum().backward()
+        y, _ = packed_gru(gru, pack_padded_sequence(x, torch.ones(batch, dtype=torch.int64), batch_first=True))
+        y.data.sum().backward()
         _sync(dev)
         ts.append(time.perf_counter() - t0)
     gru.train(mode)

@@ -31,6 +31,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from fraglib.config import ConfigError, check_range
 from fraglib.systems import vse
 from fraglib.systems.base import Rows
+from fraglib.systems.gru import packed_gru
 
 Step = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Embed = Callable[[torch.Tensor], torch.Tensor]
@@ -212,7 +213,7 @@ class SttSystem(vse.VseSystem):
         x = torch.cat([self.bos.expand(len(tokens), 1, -1), self.text.embed(tokens)], 1)
         h0 = torch.tanh(self.init(u))[None]
         packed = pack_padded_sequence(self.text.drop(x), (lengths + 1).cpu(), batch_first=True, enforce_sorted=False)
-        y, _ = self.dec(packed, h0.contiguous())
+        y, _ = packed_gru(self.dec, packed, h0.contiguous())
         y, _ = pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
         return self.out(self.text.drop(y))
 
@@ -249,7 +250,7 @@ class SttSystem(vse.VseSystem):
         steps = (lengths + 1).cpu()
         x = torch.cat([self.bos.expand(len(tok), 1, -1), self.text.embed(tok)], 1)
         packed = pack_padded_sequence(self.text.drop(x), steps, batch_first=True, enforce_sorted=False)
-        y, _ = self.dec(packed, torch.tanh(self.init(u))[None].contiguous())
+        y, _ = packed_gru(self.dec, packed, torch.tanh(self.init(u))[None].contiguous())
         logits = self.out(self.text.drop(y.data))                                       # (Σ steps, V+1)
         pick = lambda t: pack_padded_sequence(t, steps, batch_first=True, enforce_sorted=False).data  # noqa: E731
         logp = torch.log_softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32))

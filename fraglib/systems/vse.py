@@ -42,6 +42,7 @@ from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
                                   fill_input_buffers, image_map, mean_rows, standardized_linear)
 from fraglib.systems.cnn import tuned_cnn
+from fraglib.systems.gru import packed_gru
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
@@ -122,7 +123,7 @@ class TokenGRU(nn.Module):
         lengths = mask.sum(1)
         x = self.drop(self.embed(tok))
         packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-        out, h = self.gru(packed)
+        out, h = packed_gru(self.gru, packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=tok.shape[1])
         return self.drop(out), self.drop(h[-1]), lengths
 
