@@ -86,3 +86,15 @@ def test_sentence_encoder_uses_packed_gru_exactly(monkeypatch):
     monkeypatch.setattr("fraglib.systems.vse.packed_gru", lambda g, p, h0=None: g(p, h0))
     ref = grads()
     assert all(torch.equal(a, b) for a, b in zip(ref, new))
+
+
+def test_packed_gru_refuses_a_weight_changed_before_backward():
+    """A weight edited in place between forward and backward is an error, not a silently wrong gradient."""
+    torch.manual_seed(0)
+    g = nn.GRU(4, 6, batch_first=True)
+    p = pack_padded_sequence(torch.randn(3, 5, 4), torch.tensor([5, 2, 3]), batch_first=True, enforce_sorted=False)
+    y, _ = packed_gru(g, p)
+    with torch.no_grad():
+        g.weight_hh_l0.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.data.sum().backward()

@@ -50,6 +50,8 @@ class _Recurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gi, h, w, b, sizes):  # type: ignore[override]
+        ctx.save_for_backward(w, h)                         # their version counters guard against in-place edits
+        ctx.set_materialize_grads(False)                    # an unused output's gradient is None, not zeros
         wt = w.t()
         outs, finals, steps = [], [], []
         off, last = 0, sizes[0]
@@ -70,12 +72,12 @@ class _Recurrence(torch.autograd.Function):
             outs.append(h)
             off, last = off + bs, bs
         finals.append(h)
-        ctx.sizes, ctx.steps, ctx.w = sizes, steps, w
+        ctx.sizes, ctx.steps = sizes, steps
         return torch.cat(outs, 0), torch.cat(finals[::-1], 0)
 
     @staticmethod
     def backward(ctx, dy, dhn):  # type: ignore[override]
-        sizes, steps, w = ctx.sizes, ctx.steps, ctx.w
+        (w, _), sizes, steps = ctx.saved_tensors, ctx.sizes, ctx.steps
         ctx.steps = None
         starts = [0]
         for bs in sizes[:-1]:
@@ -89,7 +91,6 @@ class _Recurrence(torch.autograd.Function):
             fin = None if dhn is None or nxt == bs else dhn.narrow(0, nxt, bs - nxt)  # rows that end here
             if sub is None:                                 # the last step: its output and the final state
                 g = _add(a, fin)
-                g = torch.zeros_like(steps[t][1].contiguous()) if g is None else g
             elif nxt == bs:                                 # state read whole by step t+1: three terms in turn
                 g = sub + mm if a is None else (a + sub) + mm
             else:                                           # read through two slices (narrow): summed apart
