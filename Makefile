@@ -40,8 +40,11 @@ flickr8k: env
 synthetic-all: env
 	$(BIN)/dvc repro studies/synthetic/dvc.yaml
 
+# one pytest worker per core (at most TEST_WORKERS), one thread each (tests/conftest.py); worksteal balances
+# the few minute-long tests (dvc repro, every report page) against the many short ones
+TEST_WORKERS ?= 4
 test: env
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist worksteal
 
 bench: env
 	$(BIN)/python -m fraglib.bench
