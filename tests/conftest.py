@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):       # `pytest -n 2` (make test): one thread per worker, and for the
-    os.environ["OMP_NUM_THREADS"] = "1"         # processes it starts; two workers of two threads on two cores
-    torch.set_num_threads(1)                    # made the suite slower than one worker (CNN tests 6-10x)
+if os.environ.get("PYTEST_XDIST_WORKER"):       # under pytest-xdist (make test): one thread per worker and per
+    os.environ["OMP_NUM_THREADS"] = "1"         # process it starts; two workers of two threads on two cores made
+    torch.set_num_threads(1)                    # the suite slower than one worker (CNN tests 6-10x)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
