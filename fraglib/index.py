@@ -83,7 +83,8 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                    "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
                    f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
                    f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
-                   f"{gpu_note}. FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
+                   f"{gpu_note}; <i>was</i>: the same GPU in the same call, before the GPU forms of the relation maps and "
+                   "the attention tiles (docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
                    "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
                    "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
                    "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
@@ -94,7 +95,8 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             if e is None or e["value"] is None:
                 return "<td>—</td>" * 3
             cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
-            return (f"<td>{e['value']}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
+            was = f" (was {e['before']['value']})" if e.get("before") else ""
+            return (f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
                     f"<td>{f'{cp} s ({over}×)' if cp else '—'}</td>")
         for e in cpu:
             out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td><td>{html.escape(str(e.get('views')))}</td>"
@@ -104,13 +106,16 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     if prof:
         out.append("<p>Where a GPU training step goes (<code>python -m fraglib.bench profile</code>, "
                    f"{html.escape(prof[0].get('device', ''))}): " + "; ".join(
-                       f"{html.escape(e['name'][len('profile_'):])}: {e['ms_per_step']} ms per step, the GPU busy "
+                       f"{html.escape(e['name'][len('profile_'):])}: {e['ms_per_step']} ms per step"
+                       + (f" (was {e['before']['ms_per_step']} ms, {e['before']['launches_per_step']:.0f} launches)"
+                          if e.get("before") else "") + ", the GPU busy "
                        f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
                        f"{e['syncs_per_step']:.0f} host synchronisations per step" for e in prof)
                    + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>")
     amp = [e for e in entries if e["name"].startswith("amp_") and e["value"] is not None]
     if amp:
-        out.append("<p>bfloat16 autocast (<code>train.amp</code>) against float32, synthetic benchmark, seeds "
+        out.append(f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "
+                   "synthetic benchmark, seeds "
                    f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib.bench amp</code>): " + "; ".join(
                        f"{html.escape(e['name'][len('amp_'):])}: annotation R@1 {e['fp32']['annotation_r1']} ± "
                        f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "

@@ -152,11 +152,14 @@ def ragged_attention_inputs(n, m, R, L, D, seed, dtype=torch.float64):
 
 @pytest.mark.parametrize("lam", [4.0, 60.0])                    # shift by λ | by the largest real word
 @pytest.mark.parametrize("keep", [True, False])                 # backward from kept tiles | recomputed
-def test_fused_attention_equals_the_reference(lam, keep, monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])              # the tile shape chosen for that device, run here
+def test_fused_attention_equals_the_reference(lam, keep, device, monkeypatch):
     """The fused scorer (length-sorted caption tiles, closed-form backward) gives the autograd
     reference's scores and gradients: float64 to 1e-12, float32 to 1e-5 × λ/4 (the gradient carries λ s);
-    tiles of one image too."""
+    tiles of one image too, and the GPU's tile shape (all 70 captions in one tile) on this machine."""
     monkeypatch.setattr(vse, "KEEP_ELEMS", 1 << 30 if keep else 0)
+    shape = vse.tile_shape(torch.device(device))
+    monkeypatch.setattr(vse, "tile_shape", lambda _: shape)
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5 * max(1.0, lam / 4))):
         V, vm, E, em = ragged_attention_inputs(9, 70, 5, 9, 8, seed=4, dtype=dtype)
         W = torch.randn(9, 70, generator=torch.Generator().manual_seed(5), dtype=dtype)

@@ -186,6 +186,35 @@ def test_sentence_fragments_equal_the_per_fragment_equation():
     assert float(new[0][2].abs().sum()) == 0.0 and float(new[0][3].abs().sum()) > 0
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_grouped_relation_maps_equal_the_per_type_loop(dtype, tol):
+    """The GPU form of the relation maps (types padded into one batched product) gives the CPU loop's
+    embeddings and gradients (rows, matrices, biases), with types unused, non-contiguous and single, and
+    an empty batch; the padding rows receive no gradient."""
+    from fraglib.systems.fragment import relation_maps
+
+    g = torch.Generator().manual_seed(4)
+    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3, 5, 3])              # 2 and 4 unused, 5 once
+    grads = {}
+    for grouped in (False, True):
+        x = torch.randn(11, 6, generator=g, dtype=dtype).requires_grad_()
+        W = torch.randn(6, 7, 6, generator=g, dtype=dtype).requires_grad_()
+        b = torch.randn(6, 7, generator=g, dtype=dtype).requires_grad_()
+        gen = torch.Generator().manual_seed(5)                             # the same inputs both times
+        with torch.no_grad():
+            for t in (x, W, b):
+                t.copy_(torch.randn(t.shape, generator=gen, dtype=dtype))
+        out = relation_maps(x, rel, W, b, grouped)
+        out.backward(torch.randn(out.shape, generator=gen, dtype=dtype))
+        grads[grouped] = (out.detach(), x.grad, W.grad, b.grad)
+        assert relation_maps(x[:0], rel[:0], W, b, grouped).shape == (0, 7)
+    for a, c in zip(grads[False], grads[True]):
+        torch.testing.assert_close(c, a, rtol=tol, atol=tol)
+    eq = torch.stack([torch.relu(W[r] @ x[i] + b[r]) for i, r in enumerate(rel.tolist())])
+    torch.testing.assert_close(grads[True][0], eq.detach(), rtol=tol, atol=tol)
+    assert float(grads[True][2][2].abs().sum()) == 0.0 and float(grads[True][2][5].abs().sum()) > 0
+
+
 def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""

@@ -118,24 +118,14 @@ class FragmentSystem(System):
         return self.unit(self.img((x - self.img_mean) / self.img_std))
 
     def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings (a loop over
-        the relation types, never over fragments)."""
+        """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings, never a loop over
+        fragments: on a CPU one exact-size product per relation type, on a GPU one batched product of the
+        types padded to the most frequent (:func:`relation_maps`)."""
         words = self.words if self.word_offset is None else self.words + self.word_offset
         x = torch.cat([words[w1], words[w2]], dim=1)
         if self.W_R.shape[0] == 1:
             return self.unit(torch.relu(x @ self.W_R[0].T + self.b_R[0]))
-        order = torch.argsort(rel, stable=True)
-        counts = torch.bincount(rel, minlength=self.W_R.shape[0]).tolist()
-        # each matrix taken once by unbind: its backward is one stack, where W_R[r] in the loop gave every
-        # type a zero-filled gradient of the whole (n_relations, h, 2 word_dim) tensor (3-4x this embedding's
-        # forward + backward on a CPU at h 1000, 15 types; the whole step gained about 5 %)
-        W, b = self.W_R.unbind(0), self.b_R.unbind(0)
-        pieces = [torch.relu(part @ W[r].T + b[r])
-                  for r, part in enumerate(torch.split(x[order], counts)) if len(part)]
-        out = torch.cat(pieces) if pieces else x.new_zeros((0, self.W_R.shape[1]))
-        inv = torch.empty_like(order)
-        inv[order] = torch.arange(len(order), device=order.device)
-        return self.unit(out[inv])
+        return self.unit(relation_maps(x, rel, self.W_R, self.b_R, grouped=x.is_cuda))
 
     def encode_images(self, rows: Rows) -> Fragments:
         return Fragments(self.embed_images(self.image_rows(rows)), rows.owner, rows.n)
@@ -175,3 +165,31 @@ class FragmentSystem(System):
             parts["reg"] = float(reg.detach())
             cost = cost + c.alpha * reg
         return cost, parts
+
+
+def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.Tensor, grouped: bool) -> torch.Tensor:
+    """``ReLU(W[rel_i] x_i + b[rel_i])`` for every row: ``x`` (F, d), ``rel`` (F,) in [0, T), ``W`` (T, h, d),
+    ``b`` (T, h) -> (F, h). Two exact forms of the same sums (equal to float rounding; tests/test_systems.py):
+
+    * ``grouped=False`` (CPU): rows sorted by type, one (count_r, d) @ (d, h) product per type present;
+      each matrix is taken once by ``unbind`` (its backward is one stack; ``W[r]`` in the loop gave every
+      type a zero-filled gradient of all of ``W``);
+    * ``grouped=True`` (GPU): the rows scattered into a zero-padded (T, max count, d) block and one batched
+      product: a constant number of kernels where the loop launches about ten per type (the GPU step is
+      bound by launches, not arithmetic), for the padding's extra FLOPs."""
+    if grouped:
+        counts = torch.bincount(rel, minlength=W.shape[0])
+        order = torch.argsort(rel, stable=True)
+        pos = torch.empty_like(order)
+        pos[order] = torch.arange(len(rel), device=rel.device) - (torch.cumsum(counts, 0) - counts)[rel[order]]
+        P = x.new_zeros((W.shape[0], max(int(counts.max()) if len(rel) else 0, 1), x.shape[1]))
+        P = P.index_put((rel, pos), x)
+        return torch.relu(torch.baddbmm(b[:, None, :], P, W.transpose(1, 2))[rel, pos])
+    order = torch.argsort(rel, stable=True)
+    counts = torch.bincount(rel, minlength=W.shape[0]).tolist()
+    Ws, bs = W.unbind(0), b.unbind(0)
+    pieces = [torch.relu(part @ Ws[r].T + bs[r]) for r, part in enumerate(torch.split(x[order], counts)) if len(part)]
+    out = torch.cat(pieces) if pieces else x.new_zeros((0, W.shape[1]))
+    inv = torch.empty_like(order)
+    inv[order] = torch.arange(len(order), device=order.device)
+    return out[inv]

@@ -152,9 +152,17 @@ def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emas
     return AttentionScores.apply(V, vmask, E, emask, float(lam), int(max_elems))
 
 
-CAPTIONS_PER_TILE = 32       # captions of one tile, grouped by length (their padding is the tile's longest)
-TILE_ELEMS = 1 << 19         # (captions × words × regions) entries of one tile: a few MB, cache-sized
+CAPTIONS_PER_TILE = 32       # CPU: captions of one tile, grouped by length (their padding is the tile's longest)
+TILE_ELEMS = 1 << 19         # CPU: (captions × words × regions) entries of one tile: a few MB, cache-sized
+GPU_CAPTIONS_PER_TILE = 256  # GPU: a training batch is one tile, bounded by max_elems alone (launches, not cache)
 KEEP_ELEMS = 1 << 27         # training: the tiles' terms are kept for the backward up to this many entries
+
+
+def tile_shape(device: torch.device) -> tuple[int, int]:
+    """(captions, entries) at most in one tile of :class:`AttentionScores` on ``device``: cache-sized tiles on
+    a CPU; on a GPU, whose step is bound by kernel launches (about 15 per tile forward, 25 backward), tiles as
+    large as ``max_elems`` allows. The tiling changes only how sums are split (equal to float rounding)."""
+    return (GPU_CAPTIONS_PER_TILE, 1 << 62) if device.type == "cuda" else (CAPTIONS_PER_TILE, TILE_ELEMS)
 
 
 def _tiles(vmask: torch.Tensor, emask: torch.Tensor, max_elems: int):
@@ -163,11 +171,12 @@ def _tiles(vmask: torch.Tensor, emask: torch.Tensor, max_elems: int):
     n, R = vmask.shape
     lengths = emask.sum(1)
     order = torch.argsort(lengths, stable=True)
-    per = max(1, min(CAPTIONS_PER_TILE, len(order)))
+    captions, elems = tile_shape(vmask.device)
+    per = max(1, min(captions, len(order)))
     for c0 in range(0, len(order), per):
         idx = order[c0:c0 + per]
         Lb = max(int(lengths[idx].max()), 1)
-        bn = max(1, min(TILE_ELEMS, max_elems) // (len(idx) * Lb * R))
+        bn = max(1, min(elems, max_elems) // (len(idx) * Lb * R))
         yield idx, Lb, [(a, min(a + bn, n)) for a in range(0, n, bn)]
 
 
