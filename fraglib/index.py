@@ -144,16 +144,24 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                 for s in scales) + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td></tr>")
         out.append("</table><img alt='growth curves' src='data:image/png;base64,"
                    + base64.b64encode(buf.getvalue()).decode() + "'>")
-    coco = [e for e in entries if e["name"].startswith("coco5k_")]
+    coco = [e for e in entries if e["name"].startswith("coco5k_") and not e["name"].endswith("_cuda")]
+    gpu = {e["name"][:-len("_cuda")]: e for e in entries if e["name"].startswith("coco5k_") and e["name"].endswith("_cuda")}
+    if gpu:                                     # measured: the entry saying how to measure it is moot
+        coco = [e for e in coco if e["name"] != "coco5k_gpu"]
     if coco:
-        out.append("<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2><table>"
-                   "<tr><th>step</th><th>seconds</th><th>peak RSS</th><th>measured</th></tr>")
+        dev = next(iter(gpu.values())).get("device", "") if gpu else ""
+        out.append("<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
+                   f"<p>CPU: {html.escape(coco[0]['machine'])}" + (f"; GPU: {html.escape(dev)} (<code>python -m fraglib.bench "
+                   "coco_eval</code> on that machine)" if gpu else "") + ".</p><table><tr><th>step</th><th>CPU seconds</th>"
+                   "<th>peak RSS</th><th>measured</th><th>GPU seconds</th><th>GPU peak memory</th></tr>")
         for e in coco:
             if e["value"] is None:
-                out.append(f"<tr><td>{html.escape(e['name'])}</td><td colspan=3>{html.escape(e.get('note', ''))}</td></tr>")
+                out.append(f"<tr><td>{html.escape(e['name'])}</td><td colspan=5>{html.escape(e.get('note', ''))}</td></tr>")
                 continue
+            g = gpu.get(e["name"])
             out.append(f"<tr><td>{html.escape(e['name'])}</td><td>{e['value']}</td><td>{e.get('peak_rss_mb')} MB</td>"
-                       f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td></tr>")
+                       f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td>"
+                       + (f"<td>{g['value']}</td><td>{g.get('peak_gpu_mb')} MB</td>" if g else "<td>—</td><td>—</td>") + "</tr>")
         out.append("</table>")
     return out
 

@@ -92,16 +92,16 @@ def fresh(fn: Callable, *args: Any) -> tuple[float, float, Any]:
     return out
 
 
-def gpu_absent(name: str) -> list[dict[str, Any]]:
-    """An entry saying why a GPU figure is missing (none when a CUDA device is visible)."""
+def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list[dict[str, Any]]:
+    """An entry saying why a GPU figure is missing and which ``python -m fraglib.bench`` ``command`` fills it
+    (none when a CUDA device is visible)."""
     import torch
 
     if torch.cuda.is_available():
         return []
     return [entry(name, None, "s", note="not measured: no CUDA device visible to this process (torch "
                   f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib.bench "
-                  "epoch systems_device profile` (the epoch table, each system's training step and 1,000 x 5,000 "
-                  "scoring, where a step's time goes) on a GPU machine")]
+                  f"{command}` on a GPU machine")]
 
 
 def host(m: str) -> str:

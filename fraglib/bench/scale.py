@@ -13,24 +13,27 @@ from fraglib.bench.common import entry, fresh, gpu_absent, REGIONS, random_split
 
 def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None:
     """A fresh process: one system of ``params.yaml``'s settings scores COCO's 5K test (5,000 images x
-    25,000 sentences) from random inputs; sentence tiles until ``budget_s`` is spent, the rest extrapolated."""
+    25,000 sentences) from random inputs on the selected device; sentence tiles until ``budget_s`` is spent,
+    the rest extrapolated."""
     import resource
 
     import torch
 
+    from fraglib.device import select_device
     from fraglib.evaluate import score_matrix
     from fraglib.systems import get_system
 
+    dev, dev_name = select_device()
     cls = get_system(name)
     cfg = cls.Config(**settings).validate()
     regions = REGIONS[cls.views(cfg).images]
-    split, dims = random_split(5000, 5, regions=regions, seed=1)
+    split, dims = random_split(5000, 5, regions=regions, seed=1, device=dev)
     dims = {**dims, "n_relations": 40}
     torch.manual_seed(0)
-    system = cls(cfg, dims, 0)
+    system = cls(cfg, dims, 0).to(dev)
     system.prepare(split)
     if not cls.TRAINABLE:
-        small, _ = random_split(500, 5, regions=regions, seed=2)
+        small, _ = random_split(500, 5, regions=regions, seed=2, device=dev)
         system.fit(small)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tile, tiles, t0 = 4096, 0, time.perf_counter()
@@ -39,12 +42,15 @@ def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None
         sub = dataclasses.replace(split, sentences=sentence_rows(split, a, min(a + tile, split.n_sentences)),
                                   sentence_image=split.sentence_image[a:a + tile])
         score_matrix(system, sub, 64, tile)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         tiles += 1
         if time.perf_counter() - t0 > budget_s:
             break
     t = (time.perf_counter() - t0) * n_tiles / tiles
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    q.put((t, tiles, n_tiles, peak / 1024, (peak - base) / 1024, regions))
+    gpu = {"device": dev_name, "peak_gpu_mb": round(torch.cuda.max_memory_allocated(dev) / 2 ** 20)} if dev.type == "cuda" else {}
+    q.put((t, tiles, n_tiles, peak / 1024, (peak - base) / 1024, regions, dev.type, gpu))
 
 
 def _ranks_child(q) -> None:
@@ -85,13 +91,15 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
         q = ctx.Queue()
         p = ctx.Process(target=_coco_child, args=(q, name, settings, budget_s))
         p.start()
-        t, tiles, n_tiles, peak, growth, regions = q.get()
+        t, tiles, n_tiles, peak, growth, regions, dev_type, gpu = q.get()
         p.join()
         label = name + ("_attention" if settings.get("similarity") == "attention" else "")
-        out.append(entry(f"coco5k_scores_{label}_s", round(t, 1), "s", measured_tiles=f"{tiles}/{n_tiles}",
+        suffix = "" if dev_type == "cpu" else f"_{dev_type}"
+        out.append(entry(f"coco5k_scores_{label}_s{suffix}", round(t, 1), "s", measured_tiles=f"{tiles}/{n_tiles}",
                          peak_rss_mb=round(peak), growth_during_scoring_mb=round(growth), regions_per_image=regions,
                          memory_aim_mb=8192, note="5,000 images x 25,000 sentences, random inputs and weights; "
-                         "seconds scaled from the sentence tiles measured"))
+                         "seconds scaled from the sentence tiles measured", **gpu))
+        print(f"[bench]   {out[-1]['name']}: {t:.1f} s ({tiles}/{n_tiles} tiles)", flush=True)
     q = ctx.Queue()
     p = ctx.Process(target=_ranks_child, args=(q,))
     p.start()
@@ -99,7 +107,7 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
     p.join()
     out.append(entry("coco5k_ranks_s", round(t, 1), "s", peak_rss_mb=round(peak), growth_mb=round(growth),
                      note="annotation + search ranks, 1,000 bootstrap CIs each, and the 5-fold 1K protocol"))
-    return out + gpu_absent("coco5k_gpu")
+    return out + gpu_absent("coco5k_gpu", "coco_eval")
 
 
 def _growth_data(params: dict[str, Any], scale: int, out: str) -> None:
