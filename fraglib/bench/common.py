@@ -26,8 +26,10 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}; {os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} threads); " \
-           f"Python {platform.python_version()}"
+    # the instruction set torch's CPU kernels use: two CPUs of one name can differ in it, and with it in the
+    # last bits of their floats (README "Reproducibility") and in speed (AVX-512 made `make` 2.4x faster)
+    return f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} " \
+           f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
 
 
 def entry(name: str, value: float, unit: str, reference: float | None = None, ratio: float | None = None,
