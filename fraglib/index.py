@@ -151,7 +151,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     if coco:
         dev = next(iter(gpu.values())).get("device", "") if gpu else ""
         out.append("<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
-                   f"<p>CPU: {html.escape(coco[0]['machine'])}" + (f"; GPU: {html.escape(dev)} (<code>python -m fraglib.bench "
+                   f"<p>CPU: {html.escape(coco[0].get('machine', ''))}" + (f"; GPU: {html.escape(dev)} (<code>python -m fraglib.bench "
                    "coco_eval</code> on that machine)" if gpu else "") + ".</p><table><tr><th>step</th><th>CPU seconds</th>"
                    "<th>peak RSS</th><th>measured</th><th>GPU seconds</th><th>GPU peak memory</th></tr>")
         for e in coco:

@@ -149,18 +149,20 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
     def ep(name, value, ratio, **kw):
         return {"name": name, "value": value, "ratio": ratio, "machine": "m", "threads": 1, "repeats": 3,
                 "views": "rcnn/dependency", "gflop": 234.9, **kw}
-    entries = [ep("epoch_full", 6.8, 0.49), ep("epoch_full_cuda", 0.69, 0.009, device="H200"),
+    entries = [ep("epoch_full", 6.8, 0.49), ep("epoch_full_cuda", 0.69, 0.009, device="H200", before={"value": 0.91}),
                ep("epoch_dtrnn", 4.5, 0.17, critical_path_s=1.9, seconds_over_critical_path=2.4),
                {"name": "profile_full_cuda", "value": 1.1, "ms_per_step": 27.4, "device_busy_share": 0.082,
-                "launches_per_step": 875.8, "syncs_per_step": 31.1, "device": "H200", "machine": "m"},
+                "launches_per_step": 875.8, "syncs_per_step": 31.1, "device": "H200", "machine": "m",
+                "before": {"ms_per_step": 40.2, "launches_per_step": 1200.4}},
                {"name": "amp_vse0_cuda", "value": 2.67, "ratio": 1.004, "seeds": [0, 1, 2], "machine": "m",
                 "fp32": {"annotation_r1": 28.0, "annotation_r1_sd": 4.0, "search_r1": 18.33},
                 "bf16": {"annotation_r1": 30.67, "annotation_r1_sd": 4.16, "search_r1": 19.47}}]
     page = "".join(_scale_sections(entries))
     assert "<tr><td>full</td><td>rcnn/dependency</td><td>234.9</td><td>6.8</td><td>0.49</td><td>—</td>" \
-           "<td>0.69</td><td>0.009</td><td>—</td></tr>" in page
+           "<td>0.69 (was 0.91)</td><td>0.009</td><td>—</td></tr>" in page   # the same GPU before a change
     assert "<td>4.5</td><td>0.17</td><td>1.9 s (2.4×)</td><td>—</td><td>—</td><td>—</td></tr>" in page  # no GPU row
     assert "epoch_full_cuda" not in page and "GPU busy 8% of it, 876 kernel launches and 31 host" in page
+    assert "27.4 ms per step (was 40.2 ms, 1200 launches)" in page
     assert "28.0 ± 4.0 (fp32) vs 30.67 ± 4.16 (bf16)" in page
 
 

@@ -289,12 +289,19 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
     (tmp_path / "benchmarks" / "results.json").write_text(json.dumps(
         [e("growth_features_x1_s", 3.0, 1, 1000), e("growth_features_x4_s", 12.5, 4, 4000),
          e("growth_epoch_full_x1_s", 1.0, 1, 1000),
-         {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"}]))
+         {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"},
+         {"name": "coco5k_scores_vse_s_cuda", "value": 0.8, "unit": "s", "peak_gpu_mb": 385, "device": "cuda:0 G"},
+         {"name": "coco5k_scores_kcca_s", "value": 6.2, "unit": "s", "peak_rss_mb": 9, "measured_tiles": "7/7"},
+         {"name": "coco5k_gpu", "value": None, "unit": "s", "note": "not measured: run coco_eval"}]))
     monkeypatch.chdir(tmp_path)
     page = build(tmp_path / "reports" / "index.html").read_text()
     assert "Growth with data size" in page and "12.5 s, 400 MB" in page and "data:image/png;base64," in page
     assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page      # a missing scale is a dash
-    assert "coco5k_scores_vse_s" in page and "972 MB" in page
+    # the GPU figure sits in its CPU row; a system without one gets dashes; the "how to measure" row is moot
+    assert ("<td>coco5k_scores_vse_s</td><td>7.1</td><td>972 MB</td><td>7/7 sentence tiles</td><td>0.8</td>"
+            "<td>385 MB</td>") in page
+    assert "<td>coco5k_scores_kcca_s</td><td>6.2</td><td>9 MB</td><td>7/7 sentence tiles</td><td>—</td><td>—</td>" in page
+    assert "coco5k_scores_vse_s_cuda" not in page and "run coco_eval" not in page and "GPU: cuda:0 G" in page
 
 
 def test_split_differences_by_hand():
