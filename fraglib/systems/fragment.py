@@ -175,7 +175,7 @@ def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.
       each matrix is taken once by ``unbind`` (its backward is one stack; ``W[r]`` in the loop gave every
       type a zero-filled gradient of all of ``W``);
     * ``grouped=True`` (GPU): the rows scattered into a zero-padded (T, max count, d) block and one batched
-      product: a constant number of kernels where the loop launches about ten per type (the GPU step is
+      product: a constant number of kernels where the loop launches several per type (the GPU step is
       bound by launches, not arithmetic), for the padding's extra FLOPs."""
     if grouped:
         counts = torch.bincount(rel, minlength=W.shape[0])

@@ -160,7 +160,7 @@ KEEP_ELEMS = 1 << 27         # training: the tiles' terms are kept for the backw
 
 def tile_shape(device: torch.device) -> tuple[int, int]:
     """(captions, entries) at most in one tile of :class:`AttentionScores` on ``device``: cache-sized tiles on
-    a CPU; on a GPU, whose step is bound by kernel launches (about 15 per tile forward, 25 backward), tiles as
+    a CPU; on a GPU, whose step is bound by kernel launches (about 55 per tile, forward and backward), tiles as
     large as ``max_elems`` allows. The tiling changes only how sums are split (equal to float rounding)."""
     return (GPU_CAPTIONS_PER_TILE, 1 << 62) if device.type == "cuda" else (CAPTIONS_PER_TILE, TILE_ELEMS)
 
