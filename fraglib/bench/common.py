@@ -27,7 +27,8 @@ def machine() -> str:
     except OSError:
         pass
     # the instruction set torch's CPU kernels use: two CPUs of one name can differ in it, and with it in the
-    # last bits of their floats (README "Reproducibility") and in speed (AVX-512 made `make` 2.4x faster)
+    # last bits of their floats (README "Reproducibility"); an AVX-512 'AMD EPYC; 2 cores' ran `make` in 11.8 min,
+    # its AVX2 namesake in 24-28
     return f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} " \
            f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
 
