@@ -65,27 +65,29 @@ class Level:
     """One level of a :class:`Plan`, its nodes in *level order*: the ``n_child`` nodes with a parent first,
     sorted by matrix, so that ``groups`` = [(matrix k, count)] are consecutive runs of them; their messages
     are permuted by ``to_target`` into runs per target level, ``targets`` = [(target level, count, the
-    parents' positions in that level)]."""
+    parents' positions in that level)], and ``from_target`` the inverse permutation."""
 
     size: int
     n_child: int
     groups: list[tuple[int, int]]
     to_target: torch.Tensor
     targets: list[tuple[int, int, torch.Tensor]]
+    from_target: torch.Tensor
 
 
 @dataclasses.dataclass
 class Plan:
     """The schedule of one forest for :func:`compose`, built once per structure (:func:`plan`): the
     levels, ``order`` (N,) the node ids level after level in level order (one gather puts every input in
-    place; each level is then a contiguous run), ``where`` (N, 2) = (level, position in level) of
-    every node, and ``root_order`` (R,): the roots, which end their levels, taken level after level,
-    permuted into node-id order."""
+    place; each level is then a contiguous run), ``root_order`` (R,): the roots, which end their levels, taken level after level,
+    permuted into node-id order, and the inverse permutations: ``inverse`` (N,) each node's position in
+    ``order``, ``root_inverse`` (R,) that of ``root_order``."""
 
     levels: list[Level]
     order: torch.Tensor
-    where: np.ndarray
     root_order: torch.Tensor
+    inverse: torch.Tensor
+    root_inverse: torch.Tensor
 
 
 def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu") -> Plan:
@@ -108,44 +110,138 @@ def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu
         perm = np.argsort(tl, kind="stable")
         Ts, tcounts = np.unique(tl, return_counts=True)
         out.append(Level(len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)], t(perm),
-                         [(int(T), int(c), t(where[par[perm][tl[perm] == T], 1])) for T, c in zip(Ts, tcounts)]))
+                         [(int(T), int(c), t(where[par[perm][tl[perm] == T], 1])) for T, c in zip(Ts, tcounts)],
+                         t(np.argsort(perm, kind="stable"))))
     roots = np.concatenate([idx[parent[idx] < 0] for idx in lv]) if lv else np.zeros(0, np.int64)
-    return Plan(out, t(np.concatenate(lv) if lv else np.zeros(0, np.int64)), where, t(np.argsort(roots, kind="stable")))
+    order = np.concatenate(lv) if lv else np.zeros(0, np.int64)
+    root_order = np.argsort(roots, kind="stable")
+    return Plan(out, t(order), t(root_order), t(np.argsort(order, kind="stable")),
+                t(np.argsort(root_order, kind="stable")))
+
+
+class _Gather(torch.autograd.Function):
+    """``x.index_select(0, rows[perm])``, split into runs of ``sizes`` (or whole), with autograd's gradient of
+    ``x.index_select(0, rows).index_select(0, perm).split(sizes)`` taken more cheaply and to the same bits:
+    the runs' gradients are copied straight to their rows' places (one pass; autograd concatenates them,
+    then scatters the permutation into zeros), then scatter-added over ``rows`` in the same (row) order."""
+
+    @staticmethod
+    def forward(ctx, x, rows, perm, inverse, sizes):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(rows, perm, inverse)
+        ctx.n_in, ctx.sizes = x.shape[0], sizes
+        out = x.index_select(0, perm if rows is None else rows.index_select(0, perm))
+        return out if sizes is None else out.split(sizes)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        rows, perm, inverse = ctx.saved_tensors
+        ref = next((g for g in grads if g is not None), None)
+        if ref is None:
+            return None, None, None, None, None
+        if ctx.sizes is None:
+            g = ref.index_select(0, inverse)
+        else:
+            g = ref.new_empty((len(perm),) + ref.shape[1:])
+            for piece, at in zip(grads, perm.split(ctx.sizes)):
+                if piece is None:
+                    g.index_fill_(0, at, 0.0)
+                else:
+                    g.index_copy_(0, at, piece)
+        if rows is not None:
+            g = g.new_zeros((ctx.n_in,) + g.shape[1:]).index_add_(0, rows, g)
+        return g, None, None, None, None
+
+
+def gather_rows(x: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor, rows: torch.Tensor | None = None,
+                sizes: list[int] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """(P, ...) rows ``x[rows][perm]`` (``rows`` None: ``x[perm]``) for a permutation ``perm`` (P,) of the
+    rows of ``x[rows]`` and its ``inverse``, or with ``sizes`` its consecutive runs of those sizes; equal to
+    the gathers (and the split) in value and gradient, bit for bit (:class:`_Gather`)."""
+    return _Gather.apply(x, rows, perm, inverse, sizes)
+
+
+class _Messages(torch.autograd.Function):
+    """One level's messages ``hc[a:b] @ Wt[k]`` for its runs ``groups`` = [(k, count)] of children, written
+    into one (n_child, n) tensor; the gradient is autograd's for the products one by one (the same products
+    in the same layouts: ``g @ Wt[k]ᵀ``, ``hc[a:b]ᵀ @ g``), written into one buffer per input instead of
+    cut, concatenated and stacked by autograd's graph of ``len(groups)`` nodes."""
+
+    @staticmethod
+    def forward(ctx, hc, Wt, groups):
+        ctx.save_for_backward(hc, Wt)
+        ctx.groups = groups
+        if len(groups) == 1:
+            return hc.mm(Wt[groups[0][0]])
+        out = hc.new_empty((hc.shape[0], Wt.shape[2]))
+        a = 0
+        for k, c in groups:               # not mm(out=...): MKL rounds a few-row product into an unaligned slice otherwise
+            out[a:a + c] = hc[a:a + c].mm(Wt[k])
+            a += c
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        hc, Wt = ctx.saved_tensors
+        g_hc = torch.empty_like(hc) if ctx.needs_input_grad[0] else None
+        g_W = torch.zeros_like(Wt) if ctx.needs_input_grad[1] else None
+        a = 0
+        for k, c in ctx.groups:
+            gk = g[a:a + c]
+            if g_hc is not None:
+                torch.mm(gk, Wt[k].t(), out=g_hc[a:a + c])
+            if g_W is not None:
+                torch.mm(hc[a:a + c].t(), gk, out=g_W[k])
+            a += c
+        return g_hc, g_W, None
+
+
+def _factors(v: torch.Tensor | None, order: torch.Tensor, sizes: list[int], used: list[int] | None) -> list:
+    """Per level (level order) the factors ``v`` (N,) of its first ``used[L]`` nodes (all: ``used`` None), or
+    None where there is nothing to multiply: ``v`` None, or (on the CPU) every factor exactly 1, as ℓ and 1/ℓ
+    are at the leaves, half of all nodes: a product by 1 changes no bit, forward or backward. (Not checked
+    on a GPU, where reading the answer would stall the host.)"""
+    if v is None:
+        return [None] * len(sizes)
+    per = [p[:k] for p, k in zip(v.index_select(0, order).split(sizes), used or sizes)]
+    return per if v.device.type != "cpu" else [None if bool((p == 1).all()) else p for p in per]
 
 
 def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
             weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
             raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
-            schedule: Plan | None = None, roots_only: bool = False) -> torch.Tensor:
+            schedule: Plan | None = None, roots_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Node vectors of a forest (module docstring), level by level: (N, n), or with ``roots_only`` the
     (R, n) vectors of the roots (``parent == -1``) in node-id order.
 
-    ``x`` (N, n) node inputs ``base``;
+    ``x`` (N, n) node inputs ``base``, or with ``rows`` (N,) a table (V, n) of which node i reads row ``rows[i]``;
     ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
     (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` = :func:`plan` of (parent, slot)
     when already known. The inputs are gathered once into level order and split into per-level views
-    (whose backward is one concatenation), each matrix is taken once (``unbind``), a level's children
-    are consecutive runs per matrix, and each level keeps its own small accumulator: no gradient of a
-    full-size tensor is formed per level or per matrix. Each level is split into its children (the
-    messages' input) and its roots (the output's, when ``roots_only``); the leaves' level receives no
-    message, so it has no accumulator."""
-    if x.shape[0] == 0:
-        return x
+    (:func:`gather_rows`, whose gradient is copied back into place instead of concatenated and scattered),
+    a level's children are consecutive runs per matrix whose products are one autograd node
+    (:class:`_Messages`), and each level keeps its own small accumulator: no gradient of a full-size
+    tensor is formed per level or per matrix. Each level is split into its children (the messages'
+    input) and its roots (the output's, when ``roots_only``); the leaves' level receives no message, so
+    it has no accumulator, and on the CPU no product by weights or scales that are all 1
+    (:func:`_factors`). Outputs and gradients equal those of the same schedule in plain autograd ops
+    bit for bit (tests/test_recursive.py), so trained runs do not move."""
+    if len(parent) == 0:
+        return x[:0]
     schedule = plan(parent, slot, x.device) if schedule is None else schedule
     order = schedule.order
     sizes = [lv.size for lv in schedule.levels]
-    base = x.index_select(0, order).split(sizes)
+    base = gather_rows(x, order, schedule.inverse, rows, sizes)
     n = base[0].shape[1]
-    per_level = lambda v: v.index_select(0, order).split(sizes)  # noqa: E731
-    scales = per_level(scale) if scale is not None else None
-    weights = per_level(weight) if weight is not None else None
-    raws = per_level(torch.from_numpy(raw).to(x.device)) if raw is not None else None
-    Wt = W.transpose(1, 2).contiguous().unbind(0)
+    scales = _factors(scale, order, sizes, None)
+    weights = _factors(weight, order, sizes, [lv.n_child for lv in schedule.levels])
+    raws = torch.from_numpy(raw).to(x.device).index_select(0, order).split(sizes) if raw is not None else None
+    Wt = W.transpose(1, 2).contiguous()
     acc = [None] + [x.new_zeros((size, n)) for size in sizes[1:]]           # level 0: leaves, no message
     parts = []
     for L, lv in enumerate(schedule.levels):
         pre = base[L] if acc[L] is None else base[L] + acc[L]
-        if scales is not None:
+        if scales[L] is not None:
             pre = pre * scales[L][:, None]
         h = f(pre)
         if raws is not None:
@@ -154,17 +250,14 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
         parts.append(hr if roots_only else h)
         if not lv.n_child:
             continue
-        if weights is not None:
-            hc = hc * weights[L][:lv.n_child, None]
-        msg = [piece @ Wt[k] for (k, _), piece in zip(lv.groups, hc.split([c for _, c in lv.groups]))]
-        msg = (msg[0] if len(msg) == 1 else torch.cat(msg)).index_select(0, lv.to_target)
+        if weights[L] is not None:
+            hc = hc * weights[L][:, None]
+        msg = gather_rows(_Messages.apply(hc, Wt, lv.groups), lv.to_target, lv.from_target)
         for (T, _, target), m in zip(lv.targets, msg.split([c for _, c, _ in lv.targets])):
             acc[T].index_add_(0, target, m)
     if roots_only:
-        return torch.cat(parts).index_select(0, schedule.root_order)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    w = schedule.where
-    return torch.cat(parts).index_select(0, torch.from_numpy(starts[w[:, 0]] + w[:, 1]).to(x.device))
+        return gather_rows(torch.cat(parts), schedule.root_order, schedule.root_inverse)
+    return gather_rows(torch.cat(parts), schedule.inverse, order)          # node i sits at inverse[i] in level order
 
 
 def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,

@@ -215,8 +215,8 @@ class SocherSystem(System):
         else:
             x = x @ self.W_v.T
         weight = st.ell.to(x) if st.ell is not None else None
-        h = compose(x.index_select(0, st.word_of_node), st.parent, st.slot, self.W, weight,
-                    None if weight is None else 1.0 / weight, st.raw, schedule=st.plan, roots_only=True)
+        h = compose(x, st.parent, st.slot, self.W, weight, None if weight is None else 1.0 / weight, st.raw,
+                    schedule=st.plan, roots_only=True, rows=st.word_of_node)
         return x.new_zeros((rows.n, x.shape[1])).index_copy(0, st.root_items, h)
 
     def structure(self, rows: Rows) -> Structure:
