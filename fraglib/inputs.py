@@ -55,7 +55,8 @@ class Split:
     """One split: ``images`` and ``sentences`` in the system's views, ``sentence_image`` (n_sent,)
     the image position of each sentence, ``sentids``, the compact ``words`` table (n_words, 50), and
     ``image_group`` (n_images,) int: each image's category id where the data set has categories
-    (Pascal1K; ids from the sorted category names), else None. Read by training diagnostics only."""
+    (Pascal1K; ids from the sorted category names), else None. Read by training diagnostics only.
+    ``row_moments``: see :meth:`image_moments`."""
 
     name: str
     images: Ragged
@@ -64,6 +65,15 @@ class Split:
     sentids: np.ndarray
     words: torch.Tensor
     image_group: np.ndarray | None = None
+    row_moments: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def image_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) (img_dim,) of the split's image rows: a system's standardisation. Those of the rows
+        before pooling (``row_moments``, kept by :func:`pool_images`)."""
+        if self.row_moments is not None:
+            return self.row_moments
+        x = self.images.data["x"]
+        return x.mean(0), x.std(0)
 
     @property
     def n_images(self) -> int:
@@ -84,6 +94,24 @@ class Split:
     def usable_sentences(self) -> np.ndarray:
         """(n_sent,) bool: the sentence and its image both have rows (only those are trained on)."""
         return (self.sentences.counts() > 0) & (self.images.counts()[self.sentence_image] > 0)
+
+
+def pool_images(split: Split) -> Split:
+    """``split`` with each image's rows replaced by their mean, one row (an image without rows keeps none),
+    for views with ``pooled``: the mean is taken once here instead of in every batch, by the same
+    ``mean_rows`` over the same rows, so the floats are those a batch would compute. The statistics of
+    the rows stay in ``row_moments``."""
+    from fraglib.systems.base import mean_rows
+
+    imgs = split.images
+    if set(imgs.data) != {"x"} or imgs.items:
+        raise ValueError(f"pool_images: split {split.name} has image inputs besides descriptors "
+                         f"({sorted(set(imgs.data) | set(imgs.items))}); pooling would drop them")
+    x, counts = imgs.data["x"], imgs.counts()
+    owner = torch.from_numpy(np.repeat(np.arange(imgs.n), counts)).to(x.device)
+    has = torch.from_numpy(counts > 0).to(x.device)
+    pooled = Ragged({"x": mean_rows(x, owner, imgs.n)[has]}, np.concatenate([[0], np.cumsum(counts > 0)]).astype(np.int64))
+    return dataclasses.replace(split, images=pooled, row_moments=split.image_moments())
 
 
 def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,6 +200,8 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
             np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
             np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words,
             np.array([cat_id[cats[n]] for n in imgs], np.int64) if cat_id else None)
+        if views.pooled:
+            splits[split] = pool_images(splits[split])
     dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
             "img_dim": int(cache.features.shape[1])}
     if views.pixels:                                  # the CNN of the cache, trained with the system

@@ -262,3 +262,37 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
     run("first")
     assert (tmp_path / "first" / "metrics.json").read_bytes() == whole
     print(", resumed after a kill, after a torn epoch and after a torn first epoch: identical")
+
+
+@pytest.mark.parametrize("name, settings", [("devise", {"images": "rcnn"}), ("kcca", {"images": "rcnn"}),
+                                            ("socher", {"images": "rcnn", "encoder": "bow"})])
+def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full):
+    """Systems whose views are ``pooled`` read each image's mean row, taken once by the loader: the
+    standardisation, the image encodings and the score matrix equal those of the unpooled rows to the
+    bit; images without rows keep none; a view with pixels is refused by name."""
+    from fraglib.inputs import pool_images
+
+    params = tiny_params(r={"system": name, **settings})
+    spec = resolve_run(params, "r", extra={"epochs": 1})
+    cls = SYSTEMS[name]
+    views = cls.views(spec.system_config)
+    assert views.pooled
+    got = {}
+    for pooled in (False, True):
+        splits, dims, _ = load_splits(tiny_full, dataclasses.replace(views, pooled=pooled), CPU)
+        tr, te = splits["train"], splits["test"]
+        assert (tr.images.counts() == 1).all() if pooled else (tr.images.counts() > 1).any()
+        torch.manual_seed(0)
+        system = cls(spec.system_config, dims, 0)
+        system.prepare(tr)
+        system.fit(tr)
+        system.eval()
+        got[pooled] = (system.img_mean, system.img_std, score_matrix(system, te, chunk=3, sent_chunk=4))
+    for a, b in zip(got[False], got[True]):
+        assert torch.equal(a, b)
+    tr = splits["train"]
+    hole = dataclasses.replace(tr, images=dataclasses.replace(tr.images, off=np.concatenate([[0, 0], tr.images.off[1:]])),
+                               row_moments=None)
+    assert pool_images(hole).images.counts()[0] == 0 and pool_images(hole).images.n == hole.images.n
+    with pytest.raises(ValueError, match="box"):
+        pool_images(dataclasses.replace(tr, images=dataclasses.replace(tr.images, data={**tr.images.data, "box": tr.images.data["x"][:, :4]})))

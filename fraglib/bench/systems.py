@@ -504,6 +504,7 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
 
     from fraglib.config import read_params
     from fraglib.device import make_deterministic
+    from fraglib.inputs import pool_images
     from fraglib.systems import get_system
     from fraglib.train import resolve_run
 
@@ -515,6 +516,8 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
     rows, n_rel = _rows_per_image(views), 1000 if views.sentences == "tokens" else 40
     train, dims = random_split(800, 5, regions=rows, n_rel=n_rel, seed=0, device=dev)
     val, _ = random_split(100, 5, regions=rows, n_rel=n_rel, seed=1, device=dev)
+    if views.pooled:                                              # as the loader gives them
+        train, val = pool_images(train), pool_images(val)
     system = cls(cfg, dims, tc.seed).to(dev)
     system.prepare(train)
     return cls, system, tc, train, dataclasses.replace(val, name="val")

@@ -61,12 +61,15 @@ FRAGMENT_VIEWS = SENTENCE_VIEWS[:3]       # sentence views made of fragments (th
 class Views:
     """Inputs a system reads: ``images`` in :data:`IMAGE_VIEWS`, ``sentences`` in :data:`SENTENCE_VIEWS`;
     ``pixels``: also each image's pixels and its rows' boxes (a system that trains its CNN);
-    ``detections`` > 0: the first that many detections per image (the detector's ranking) and the full frame."""
+    ``detections`` > 0: the first that many detections per image (the detector's ranking) and the full frame;
+    ``pooled``: each image's rows only as their mean, one row (:func:`fraglib.inputs.pool_images`), for a
+    system whose first step on an image is that mean (``mean_rows`` then gives it back unchanged)."""
 
     images: str
     sentences: str
     pixels: bool = False
     detections: int = 0
+    pooled: bool = False
 
 
 @dataclasses.dataclass
@@ -198,11 +201,11 @@ def add_input_buffers(module: nn.Module, dims: dict[str, int]) -> None:
 
 
 def fill_input_buffers(module: nn.Module, train: Any) -> None:
-    """The compact word table and the descriptor standardisation (training-split rows)."""
-    x = train.images.data["x"]
+    """The compact word table and the descriptor standardisation (training-split rows, before any pooling)."""
+    mean, std = train.image_moments()
     module.words.copy_(train.words)
-    module.img_mean.copy_(x.mean(0))
-    module.img_std.copy_(x.std(0).clamp_min(1e-6))
+    module.img_mean.copy_(mean)
+    module.img_std.copy_(std.clamp_min(1e-6))
 
 
 def standardized_linear(lin: nn.Linear, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:

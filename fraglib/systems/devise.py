@@ -55,7 +55,7 @@ class DeviseSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, "bow")
+        return Views(cfg.images, "bow", pooled=True)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()

@@ -91,7 +91,7 @@ class KccaSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, "bow")
+        return Views(cfg.images, "bow", pooled=True)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()

@@ -146,7 +146,7 @@ class SocherSystem(System):
 
     @staticmethod
     def views(cfg: Config) -> Views:
-        return Views(cfg.images, SENTENCE_VIEW[cfg.encoder])
+        return Views(cfg.images, SENTENCE_VIEW[cfg.encoder], pooled=True)
 
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()
