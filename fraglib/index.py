@@ -83,8 +83,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                    "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
                    f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
                    f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
-                   f"{gpu_note}; <i>was</i>: the same GPU in the same call, before the GPU forms of the relation maps and "
-                   "the attention tiles (docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
+                   f"{gpu_note}. <i>was</i>: the code before a change, measured just before it by the same command on "
+                   "the same machine (GPU: before the GPU forms of the relation maps and the attention tiles; CPU: before "
+                   "the pooled image views and the tree encoders' hand-written gradients; docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
                    "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
                    "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
                    "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
@@ -96,8 +97,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                 return "<td>—</td>" * 3
             cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
             was = f" (was {e['before']['value']})" if e.get("before") else ""
+            was_over = (e.get("before") or {}).get("seconds_over_critical_path")
             return (f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
-                    f"<td>{f'{cp} s ({over}×)' if cp else '—'}</td>")
+                    f"<td>{f'{cp} s ({over}×' + (f', was {was_over}×' if was_over else '') + ')' if cp else '—'}</td>")
         for e in cpu:
             out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td><td>{html.escape(str(e.get('views')))}</td>"
                        f"<td>{e.get('gflop')}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>")

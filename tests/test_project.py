@@ -151,6 +151,8 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
                 "views": "rcnn/dependency", "gflop": 234.9, **kw}
     entries = [ep("epoch_full", 6.8, 0.49), ep("epoch_full_cuda", 0.69, 0.009, device="H200", before={"value": 0.91}),
                ep("epoch_dtrnn", 4.5, 0.17, critical_path_s=1.9, seconds_over_critical_path=2.4),
+               ep("epoch_sdtrnn", 1.36, 0.24, critical_path_s=0.56, seconds_over_critical_path=2.44,
+                  before={"value": 1.5, "seconds_over_critical_path": 2.58}),
                {"name": "profile_full_cuda", "value": 1.1, "ms_per_step": 27.4, "device_busy_share": 0.082,
                 "launches_per_step": 875.8, "syncs_per_step": 31.1, "device": "H200", "machine": "m",
                 "before": {"ms_per_step": 40.2, "launches_per_step": 1200.4}},
@@ -161,6 +163,7 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
     assert "<tr><td>full</td><td>rcnn/dependency</td><td>234.9</td><td>6.8</td><td>0.49</td><td>—</td>" \
            "<td>0.69 (was 0.91)</td><td>0.009</td><td>—</td></tr>" in page   # the same GPU before a change
     assert "<td>4.5</td><td>0.17</td><td>1.9 s (2.4×)</td><td>—</td><td>—</td><td>—</td></tr>" in page  # no GPU row
+    assert "<td>1.36 (was 1.5)</td><td>0.24</td><td>0.56 s (2.44×, was 2.58×)</td>" in page   # the CPU before a change
     assert "epoch_full_cuda" not in page and "GPU busy 8% of it, 876 kernel launches and 31 host" in page
     assert "27.4 ms per step (was 40.2 ms, 1200 launches)" in page
     assert "28.0 ± 4.0 (fp32) vs 30.67 ± 4.16 (bf16)" in page
