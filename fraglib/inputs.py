@@ -110,7 +110,8 @@ def pool_images(split: Split) -> Split:
     x, counts = imgs.data["x"], imgs.counts()
     owner = torch.from_numpy(np.repeat(np.arange(imgs.n), counts)).to(x.device)
     has = torch.from_numpy(counts > 0).to(x.device)
-    pooled = Ragged({"x": mean_rows(x, owner, imgs.n)[has]}, np.concatenate([[0], np.cumsum(counts > 0)]).astype(np.int64))
+    off = np.concatenate([[0], np.cumsum(counts > 0)]).astype(np.int64)
+    pooled = Ragged({"x": mean_rows(x, owner, imgs.n)[has]}, off)
     return dataclasses.replace(split, images=pooled, row_moments=split.image_moments())
 
 

@@ -79,9 +79,9 @@ class Level:
 class Plan:
     """The schedule of one forest for :func:`compose`, built once per structure (:func:`plan`): the
     levels, ``order`` (N,) the node ids level after level in level order (one gather puts every input in
-    place; each level is then a contiguous run), ``root_order`` (R,): the roots, which end their levels, taken level after level,
-    permuted into node-id order, and the inverse permutations: ``inverse`` (N,) each node's position in
-    ``order``, ``root_inverse`` (R,) that of ``root_order``."""
+    place; each level is then a contiguous run), ``root_order`` (R,): the roots, which end their levels,
+    taken level after level, permuted into node-id order, and the inverse permutations: ``inverse`` (N,)
+    each node's position in ``order``, ``root_inverse`` (R,) that of ``root_order``."""
 
     levels: list[Level]
     order: torch.Tensor
@@ -187,7 +187,7 @@ class _Messages(torch.autograd.Function):
             return hc.mm(Wt[groups[0][0]])
         out = hc.new_empty((hc.shape[0], Wt.shape[2]))
         a = 0
-        for k, c in groups:               # not mm(out=...): MKL rounds a few-row product into an unaligned slice otherwise
+        for k, c in groups:       # not mm(out=...): MKL rounds a few-row product into an unaligned slice differently
             out[a:a + c] = hc[a:a + c].mm(Wt[k])
             a += c
         return out
