@@ -176,8 +176,10 @@ def gather_rows(x: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor, rows
 class _Messages(torch.autograd.Function):
     """One level's messages ``hc[a:b] @ Wt[k]`` for its runs ``groups`` = [(k, count)] of children, written
     into one (n_child, n) tensor; the gradient is autograd's for the products one by one (the same products
-    in the same layouts: ``g @ Wt[k]ᵀ``, ``hc[a:b]ᵀ @ g``), written into one buffer per input instead of
-    cut, concatenated and stacked by autograd's graph of ``len(groups)`` nodes."""
+    in the same layouts: ``g @ Wt[k]ᵀ``, ``hc[a:b]ᵀ @ g``), copied into one buffer per input instead of
+    cut, concatenated and stacked by autograd's graph of ``len(groups)`` nodes. Every product is computed
+    into a fresh tensor and copied: MKL may round a product written into an unaligned slice
+    (``mm(out=...)``) differently, and the bits must not depend on where a run starts."""
 
     @staticmethod
     def forward(ctx, hc, Wt, groups):
@@ -187,7 +189,7 @@ class _Messages(torch.autograd.Function):
             return hc.mm(Wt[groups[0][0]])
         out = hc.new_empty((hc.shape[0], Wt.shape[2]))
         a = 0
-        for k, c in groups:       # not mm(out=...): MKL rounds a few-row product into an unaligned slice differently
+        for k, c in groups:
             out[a:a + c] = hc[a:a + c].mm(Wt[k])
             a += c
         return out
@@ -198,12 +200,12 @@ class _Messages(torch.autograd.Function):
         g_hc = torch.empty_like(hc) if ctx.needs_input_grad[0] else None
         g_W = torch.zeros_like(Wt) if ctx.needs_input_grad[1] else None
         a = 0
-        for k, c in ctx.groups:
+        for k, c in ctx.groups:           # fresh products copied into place, as in the forward
             gk = g[a:a + c]
             if g_hc is not None:
-                torch.mm(gk, Wt[k].t(), out=g_hc[a:a + c])
+                g_hc[a:a + c] = gk.mm(Wt[k].t())
             if g_W is not None:
-                torch.mm(hc[a:a + c].t(), gk, out=g_W[k])
+                g_W[k] = hc[a:a + c].t().mm(gk)
             a += c
         return g_hc, g_W, None
 
