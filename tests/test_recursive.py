@@ -170,8 +170,9 @@ def _compose_autograd(x, parent, slot, W, weight, scale, raw, roots_only):
 
 @pytest.mark.parametrize("roots_only", [False, True])
 def test_compose_equals_its_autograd_form_bit_for_bit(roots_only):
-    """The hand-written gradients (gathers by inverse permutations, one node per level's products, no product
-    by the leaves' ℓ = 1) give the plain autograd form's outputs and gradients to the bit, in float32, so
+    """The hand-written gradients (gathers copied back into place, the leaves' tanh on the table's rows, one
+    node per level's products, no product by the leaves' ℓ = 1) give the plain autograd form's outputs and
+    gradients to the bit, in float32, so
     trained runs do not move: random forests with ℓ weights, raw leaves, one-row matrix runs; a word table."""
     rng = np.random.default_rng(11)
     for trial in range(6):

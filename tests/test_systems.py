@@ -269,7 +269,7 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
 def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full):
     """Systems whose views are ``pooled`` read each image's mean row, taken once by the loader: the
     standardisation, the image encodings and the score matrix equal those of the unpooled rows to the
-    bit; images without rows keep none; a view with pixels is refused by name."""
+    bit; images without rows keep none; a split with other image inputs (boxes) is refused, naming them."""
     from fraglib.inputs import pool_images
 
     params = tiny_params(r={"system": name, **settings})
@@ -293,6 +293,7 @@ def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full
     tr = splits["train"]
     hole = dataclasses.replace(tr, images=dataclasses.replace(tr.images, off=np.concatenate([[0, 0], tr.images.off[1:]])),
                                row_moments=None)
-    assert pool_images(hole).images.counts()[0] == 0 and pool_images(hole).images.n == hole.images.n
+    pooled = pool_images(hole).images
+    assert pooled.counts()[0] == 0 and pooled.n == hole.images.n
     with pytest.raises(ValueError, match="box"):
         pool_images(dataclasses.replace(tr, images=dataclasses.replace(tr.images, data={**tr.images.data, "box": tr.images.data["x"][:, :4]})))
