@@ -80,3 +80,12 @@ def make_deterministic(device: torch.device) -> None:
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on ``device`` without the host waiting for the device: on CUDA through pinned memory with
+    ``non_blocking`` (a plain copy from pageable memory waits for the device's queue to drain, which makes a
+    step's host and device work take turns); elsewhere ``.to(device)`` (on the CPU: the tensor itself)."""
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

@@ -114,6 +114,19 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                        f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
                        f"{e['syncs_per_step']:.0f} host synchronisations per step" for e in prof)
                    + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>")
+    steps = [by[k] for k in ("train_step_ms_cuda", "train_step_ms_mil_cuda") if by.get(k, {}).get("value")]
+    if steps:
+        out.append("<p>The paper-size fragment step on a GPU (100 pairs, 20 × 4,096-d image fragments, <code>python -m "
+                   f"fraglib.bench train_step</code>, {html.escape(steps[0].get('device', ''))}): " + "; ".join(
+                       f"{html.escape(e['objective'])} {e['value']} ms"
+                       + (f" (was {e['before']['value']} ms)" if e.get("before") else "") + f", ratio {e['ratio']}"
+                       for e in steps) + ".</p>")
+    p1k = by.get("pascal1k_train_cuda")
+    if p1k and p1k.get("runs"):
+        out.append("<p>Pascal1K training stages timed on a GPU (" + html.escape(p1k.get("device", "")) + ", split 0, "
+                   "the trainer's clock): " + "; ".join(f"{html.escape(k)} {v['train_seconds']} s for {v['epochs']} "
+                                                      "epochs" for k, v in p1k["runs"].items())
+                   + ". " + html.escape(p1k.get("note", "")) + ".</p>")
     amp = [e for e in entries if e["name"].startswith("amp_") and e["value"] is not None]
     if amp:
         out.append(f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -219,7 +220,12 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
     ``python -m fraglib.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
     :func:`fraglib.inputs.make_batches` (after the system's ``begin_epoch``), autocast when ``tc.amp``,
     gradient clipping. Returns (sums of the cost and the loss parts over the batches, number of batches,
-    pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title."""
+    pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title.
+
+    The sums stay on the device (float64, added in batch order: the floats a Python sum of the parts would
+    give) and are read once, at the end: on a GPU every read makes the host wait for the device, and a step's
+    host and device work then take turns instead of overlapping. So a cost that is not finite is reported
+    at the end of its epoch, before anything of that epoch is validated or saved."""
     from tqdm.auto import tqdm
 
     ctx = ctx or distributed.Context()
@@ -228,27 +234,31 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
     reset_adagrad(tc, opt, epoch)
     with torch.no_grad():
         system.begin_epoch(epoch)
-    sums: dict[str, float] = {}
+    sums: dict[str, Any] = {}
     batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
     skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
     batches = [b for b in batches if len(b) >= ctx.world]
     bar = tqdm(batches, desc=desc, disable=desc is None, leave=False, mininterval=2)
+    shown = time.monotonic()
     for b in bar:
         b = distributed.shard(b, ctx)
         with torch.autocast(device.type, torch.bfloat16, enabled=tc.amp):
             cost, parts = step(tr.images.take(tr.sentence_image[b]), tr.sentences.take(b), epoch)
         cost = cost.float()
-        if not torch.isfinite(cost):
-            raise FloatingPointError(f"run {run}, epoch {epoch + 1}: cost is {cost.item()} (lower train.lr, now {tc.lr})")
         opt.zero_grad(set_to_none=True)
         cost.backward()
         if tc.grad_clip:
             torch.nn.utils.clip_grad_norm_(system.parameters(), tc.grad_clip)
         opt.step()
-        for k, v in parts.items():
-            sums[k] = sums.get(k, 0.0) + v
-        sums["cost"] = sums.get("cost", 0.0) + float(cost.detach())
-        bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
+        for k, v in {**parts, "cost": cost}.items():
+            sums[k] = sums.get(k, 0.0) + (v.detach().double() if isinstance(v, torch.Tensor) else v)
+        if desc is not None and time.monotonic() - shown > 2:      # the bar's numbers: one read per 2 s
+            bar.set_postfix({k: f"{float(v):.3g}" for k, v in parts.items()})
+            shown = time.monotonic()
+    sums = {k: float(v) for k, v in sums.items()}
+    if not math.isfinite(sums.get("cost", 0.0)):
+        raise FloatingPointError(f"run {run}, epoch {epoch + 1}: the cost summed over the epoch's batches is "
+                                 f"{sums['cost']} (lower train.lr, now {tc.lr})")
     return sums, len(batches), skipped
 
 

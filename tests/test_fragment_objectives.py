@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from fraglib.systems.objectives import (bag_entries, dense_alignment, global_ranking, mil_alignment, mil_labels,
-                                        pair_scores, total_cost)
+from fraglib.systems.objectives import (bag_entries, counts, dense_alignment, global_ranking, mil_alignment,
+                                        mil_labels, pair_scores, total_cost)
 
 
 def random_batch(seed=0, B=4, h=6, dtype=torch.float64):
@@ -154,3 +154,24 @@ def test_switching_terms_off():
     both, parts = total_cost(V, S, vo, so, dense=True, beta=1.0)
     B = int(vo.max()) + 1
     assert both.item() == pytest.approx(frag_only.item() + global_ranking(pair_scores(V @ S.T, vo, so, B, B), 1.0).item())
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_given_bags_and_pair_count_change_no_bit(dense):
+    """What the GPU path hands the objective (bag entries worked out on the CPU, the number of pairs known to
+    the loader, one of them without sentence fragments) gives the cost and gradients bit for bit; ``counts``
+    is ``bincount``; the parts are detached 0-d tensors."""
+    V, S, vo, so = random_batch(11, B=5, dtype=torch.float32)
+    keep = so != 4                                                  # pair 4: no sentence fragment
+    S, so = S[keep], so[keep]
+    out = {}
+    for given in (False, True):
+        a, b = V.clone().requires_grad_(), S.clone().requires_grad_()
+        kw = dict(n=5, bags=bag_entries(vo, so, 5)) if given else {}
+        cost, parts = total_cost(a, b, vo, so, dense=dense, beta=0.5, **kw)
+        cost.backward()
+        out[given] = (cost.detach(), a.grad, b.grad, parts)
+    for x, y in zip(out[False][:3], out[True][:3]):
+        assert torch.equal(x, y)
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in out[True][3].values())
+    assert torch.equal(counts(so, 6, torch.float32), torch.bincount(so, minlength=6).float())

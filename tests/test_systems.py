@@ -75,7 +75,7 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
         system.use_training_split(tr)
         cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
                                   system.encode_sentences(tr.sentences.take(b)), epoch=0)
-        assert torch.isfinite(cost) and all(np.isfinite(v) for v in parts.values())
+        assert torch.isfinite(cost) and all(np.isfinite(float(v)) for v in parts.values())
         # two shares encoded apart and joined give the whole batch's loss (what data-parallel training relies on)
         shares = np.array_split(b, 2)
         joined, _ = system.loss(system.join([system.encode_images(tr.images.take(tr.sentence_image[p])) for p in shares]),
@@ -207,6 +207,40 @@ def test_grouped_relation_maps_equal_the_per_type_loop(dtype, tol):
     eq = torch.stack([torch.relu(W[r] @ x[i] + b[r]) for i, r in enumerate(rel.tolist())])
     torch.testing.assert_close(grads[True][0], eq.detach(), rtol=tol, atol=tol)
     assert float(grads[True][2][2].abs().sum()) == 0.0 and float(grads[True][2][5].abs().sum()) > 0
+
+
+def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
+    """The fragment loss with its index bookkeeping on the loader's CPU copies (``Rows.cpu``: what a GPU
+    run does; the relation maps in their GPU form) gives the floats of the bookkeeping on the data's own
+    tensors, cost and gradients, in both phases; ``Rows.cpu`` prefers the loader's copy."""
+    from fraglib.systems.base import Rows
+    from fraglib.systems.fragment import Config, FragmentSystem, relation_maps
+
+    cfg = Config(dense_epochs=1, embed_dim=16)
+    splits, dims, _ = load_splits(tiny_full, FragmentSystem.views(cfg), torch.device("cpu"))
+    tr = splits["train"]
+    b = make_batches(tr, 8, seed=0, epoch=0)[0]
+    imgs, sents = tr.images.take(tr.sentence_image[b]), tr.sentences.take(b)
+    out = {}
+    for on_cpu in (False, True):
+        torch.manual_seed(0)
+        system = FragmentSystem(cfg, dims)
+        system.prepare(tr)
+        for epoch in (0, 1):
+            i, s = system.encode_images(imgs), system.encode_sentences(sents)
+            if not on_cpu:
+                i, s = dataclasses.replace(i, owner_cpu=None), dataclasses.replace(s, owner_cpu=None)
+            x = torch.cat([system.words[sents.data["w1"]], system.words[sents.data["w2"]]], 1)
+            grouped = relation_maps(x, sents.data["rel"], system.W_R, system.b_R, True,
+                                    rel_cpu=sents.cpu("rel").clone() if on_cpu else None)
+            cost, _ = system.loss(i, s, epoch)
+            system.zero_grad()
+            (cost + grouped.sum()).backward()
+            out[on_cpu, epoch] = (cost.detach(), grouped.detach(), *[p.grad.clone() for p in system.parameters()])
+    for epoch in (0, 1):
+        assert all(torch.equal(a, c) for a, c in zip(out[False, epoch], out[True, epoch]))
+    r = Rows({"rel": torch.tensor([1, 2])}, torch.tensor([0, 0]), 1, np.arange(1), host={"rel": torch.tensor([7, 8])})
+    assert r.cpu("rel").tolist() == [7, 8] and r.cpu("owner").tolist() == [0, 0]
 
 
 def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):

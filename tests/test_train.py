@@ -333,3 +333,40 @@ def test_commands_refuse_unusable_arguments(module, argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"fraglib.{module}").main(argv)
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_epoch_sums_are_the_python_sums_and_a_bad_cost_is_reported(tiny_full):
+    """train_epoch keeps the sums of the cost and the parts on the device: they equal, to the bit, the
+    Python sums of the floats read batch by batch; a cost that is not finite raises FloatingPointError
+    naming the run and the epoch (read at the epoch's end)."""
+    from fraglib.systems import get_system
+    from fraglib.distributed import Context
+    from fraglib.train import Step, make_optimizer, train_epoch
+
+    spec = tiny_spec()
+    tc, cls = spec.train_config, get_system(spec.system)
+    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    tr = splits["train"]
+    system = cls(spec.system_config, dims, 0)
+    system.prepare(tr)
+    seen = []
+
+    class Logged(Step):
+        def forward(self, images, sentences, epoch):
+            cost, parts = super().forward(images, sentences, epoch)
+            seen.append({"cost": float(cost.detach()), **{k: float(v) for k, v in parts.items()}})
+            return cost * self.scale, parts
+
+    step = Logged(system, Context())
+    step.scale = 1.0
+    opt = make_optimizer(tc, system.lr_groups())
+    sums, n, _ = train_epoch(step, system, opt, tr, tc, 0, torch.device("cpu"))
+    assert n == len(seen) > 1
+    for k in seen[0]:
+        want = 0.0
+        for row in seen:
+            want += row[k]
+        assert sums[k] == want, k
+    step.scale = float("nan")
+    with pytest.raises(FloatingPointError, match="run tiny, epoch 2: the cost summed"):
+        train_epoch(step, system, opt, tr, tc, 1, torch.device("cpu"), run="tiny")

@@ -35,9 +35,9 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     x = torch.randn(B * Fi, D, generator=g).to(dev)
     rel = torch.randint(0, R, (B * Fs,), generator=g).to(dev)
     w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g).to(dev)
-    vo, so = torch.arange(B).repeat_interleave(Fi).to(dev), torch.arange(B).repeat_interleave(Fs).to(dev)
-    imgs = Rows({"x": x}, vo, B, np.arange(B))
-    sents = Rows({"rel": rel, "w1": w1, "w2": w2}, so, B, np.arange(B))
+    vo, so = torch.arange(B).repeat_interleave(Fi), torch.arange(B).repeat_interleave(Fs)
+    imgs = Rows({"x": x}, vo.to(dev), B, np.arange(B), host={"owner": vo})          # with the loader's CPU copies
+    sents = Rows({"rel": rel, "w1": w1, "w2": w2}, so.to(dev), B, np.arange(B), host={"owner": so, "rel": rel.cpu()})
 
     def step(mil: bool):   # the trainer's step: the system's loss (C_0 or C_F, + C_G + α||θ||²), SGD
         c, _ = model.loss(model.encode_images(imgs), model.encode_sentences(sents), epoch=1 if mil else 0)

@@ -16,7 +16,9 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``scores(img_enc, sent_enc)``          (n, m) image–sentence scores: the one function both the loss and the
                                        evaluator use
 ``loss(img_enc, sent_enc, epoch)``     (cost, parts) for n = m corresponding pairs (pair k = image k, sentence k),
-                                       the system's own regulariser included; ``parts`` are floats for the log
+                                       the system's own regulariser included; ``parts`` are floats or detached
+                                       0-d tensors for the log (the trainer sums them where they are and reads
+                                       the sums once per epoch: on a GPU each read waits for the device)
 ``phase(epoch) -> str``                a label of the training phase (history column ``phase``)
 ``begin_epoch(epoch)``                 called before each training epoch's first step (no gradient): a closed-form
                                        step of an alternation (Socher's Table 2 ridge ``W_I``); default none
@@ -76,13 +78,23 @@ class Views:
 class Rows:
     """A batch of n items with a variable number of rows each (CSR): ``data[key]`` (R, ...) tensors,
     ``owner`` (R,) int64 in [0, n), ``index`` (n,) the items' positions in their split; ``items[key]``
-    (n, ...) per-item tensors (the pixels of a view with ``pixels``)."""
+    (n, ...) per-item tensors (the pixels of a view with ``pixels``); ``host``: CPU copies of ``owner`` and
+    of integer columns where the data live on another device (read through :meth:`cpu`)."""
 
     data: dict[str, torch.Tensor]
     owner: torch.Tensor
     n: int
     index: np.ndarray
     items: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    host: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+    def cpu(self, key: str) -> torch.Tensor:
+        """``owner`` (key "owner") or the integer column ``data[key]`` on the CPU, for index bookkeeping
+        that would otherwise make the host wait for the device: the loader's copy where it kept one, else
+        the tensor itself moved (on a CPU: the same tensor, no copy)."""
+        if key in self.host:
+            return self.host[key]
+        return (self.owner if key == "owner" else self.data[key]).cpu()
 
 
 class System(nn.Module):

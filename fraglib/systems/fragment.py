@@ -22,7 +22,8 @@ from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import (FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, System, Views, add_input_buffers,
                                   check_finetune, fill_input_buffers, image_map)
 from fraglib.systems.cnn import tuned_cnn
-from fraglib.systems.objectives import fragment_scores, pair_scores, total_cost
+from fraglib.device import to_device
+from fraglib.systems.objectives import bag_entries, fragment_scores, pair_scores, total_cost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +72,13 @@ class Config:
 
 @dataclasses.dataclass
 class Fragments:
-    """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n)."""
+    """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n), ``owner_cpu`` the same on
+    the CPU (the loss's index bookkeeping runs there, :meth:`~fraglib.systems.base.Rows.cpu`)."""
 
     x: torch.Tensor
     owner: torch.Tensor
     n: int
+    owner_cpu: torch.Tensor | None = None
 
 
 class FragmentSystem(System):
@@ -117,28 +120,31 @@ class FragmentSystem(System):
         """(R, img_dim) CNN descriptors -> (R, h) image-fragment embeddings."""
         return self.unit(self.img((x - self.img_mean) / self.img_std))
 
-    def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                        rel_cpu: torch.Tensor | None = None) -> torch.Tensor:
         """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings, never a loop over
         fragments: on a CPU one exact-size product per relation type, on a GPU one batched product of the
-        types padded to the most frequent (:func:`relation_maps`)."""
+        types padded to the most frequent (:func:`relation_maps`; ``rel_cpu``: the ids on the CPU)."""
         words = self.words if self.word_offset is None else self.words + self.word_offset
         x = torch.cat([words[w1], words[w2]], dim=1)
         if self.W_R.shape[0] == 1:
             return self.unit(torch.relu(x @ self.W_R[0].T + self.b_R[0]))
-        return self.unit(relation_maps(x, rel, self.W_R, self.b_R, grouped=x.is_cuda))
+        return self.unit(relation_maps(x, rel, self.W_R, self.b_R, grouped=x.is_cuda, rel_cpu=rel_cpu))
 
     def encode_images(self, rows: Rows) -> Fragments:
-        return Fragments(self.embed_images(self.image_rows(rows)), rows.owner, rows.n)
+        return Fragments(self.embed_images(self.image_rows(rows)), rows.owner, rows.n, rows.cpu("owner"))
 
     def encode_sentences(self, rows: Rows) -> Fragments:
         d = rows.data
-        return Fragments(self.embed_sentences(d["rel"], d["w1"], d["w2"]), rows.owner, rows.n)
+        return Fragments(self.embed_sentences(d["rel"], d["w1"], d["w2"], rows.cpu("rel")), rows.owner, rows.n,
+                         rows.cpu("owner"))
 
     def join(self, encs: list[Fragments]) -> Fragments:
         """Fragments of consecutive item lists as one: owners shifted by the items before them."""
         start = np.cumsum([0] + [e.n for e in encs])
-        return Fragments(torch.cat([e.x for e in encs]), torch.cat([e.owner + int(a) for e, a in zip(encs, start)]),
-                         int(start[-1]))
+        shift = lambda key: torch.cat([getattr(e, key) + int(a) for e, a in zip(encs, start)])  # noqa: E731
+        return Fragments(torch.cat([e.x for e in encs]), shift("owner"), int(start[-1]),
+                         shift("owner_cpu") if all(e.owner_cpu is not None for e in encs) else None)
 
     # ----------------------------------------------------------------- scores and loss
     def scores(self, images: Fragments, sentences: Fragments) -> torch.Tensor:
@@ -151,23 +157,28 @@ class FragmentSystem(System):
         reg = (self.W_R ** 2).sum() + (self.img.weight ** 2).sum()
         return reg if self.word_offset is None else reg + (self.word_offset ** 2).sum()
 
-    def loss(self, images: Fragments, sentences: Fragments, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, images: Fragments, sentences: Fragments, epoch: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(w_F C_{0|F} + β C_G) / B + α ||θ||²`` for B pairs: per pair, so the learning rate does not
         depend on the batch size."""
         c = self.cfg
+        bags = None
+        if images.owner_cpu is not None and sentences.owner_cpu is not None and c.fragment_weight:
+            sizes = tuple(torch.bincount(f.owner_cpu, minlength=images.n) for f in (images, sentences))
+            bags = bag_entries(images.owner, sentences.owner, images.n, sizes)
         cost, parts = total_cost(images.x, sentences.x, images.owner, sentences.owner,
                                  dense=self.phase(epoch) == "dense", fragment_weight=c.fragment_weight, beta=c.beta,
                                  margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize,
-                                 hardest=c.hardest and epoch >= c.hardest_after)
+                                 hardest=c.hardest and epoch >= c.hardest_after, n=images.n, bags=bags)
         cost = cost / images.n
         if c.alpha:
             reg = self.regularizer()
-            parts["reg"] = float(reg.detach())
+            parts["reg"] = reg.detach()
             cost = cost + c.alpha * reg
         return cost, parts
 
 
-def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.Tensor, grouped: bool) -> torch.Tensor:
+def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.Tensor, grouped: bool,
+                  rel_cpu: torch.Tensor | None = None) -> torch.Tensor:
     """``ReLU(W[rel_i] x_i + b[rel_i])`` for every row: ``x`` (F, d), ``rel`` (F,) in [0, T), ``W`` (T, h, d),
     ``b`` (T, h) -> (F, h). Two exact forms of the same sums (equal to float rounding; tests/test_systems.py):
 
@@ -176,13 +187,16 @@ def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.
       type a zero-filled gradient of all of ``W``);
     * ``grouped=True`` (GPU): the rows scattered into a zero-padded (T, max count, d) block and one batched
       product: a constant number of kernels where the loop launches several per type (the GPU step is
-      bound by launches, not arithmetic), for the padding's extra FLOPs."""
+      bound by launches, not arithmetic), for the padding's extra FLOPs. The types' sizes are counted on
+      ``rel_cpu`` (``rel`` on the CPU) when given, so the host never waits for the device."""
     if grouped:
-        counts = torch.bincount(rel, minlength=W.shape[0])
+        counts = torch.bincount(rel if rel_cpu is None else rel_cpu, minlength=W.shape[0])
+        widest = max(int(counts.max()) if len(rel) else 0, 1)
+        counts = to_device(counts, rel.device)
         order = torch.argsort(rel, stable=True)
         pos = torch.empty_like(order)
         pos[order] = torch.arange(len(rel), device=rel.device) - (torch.cumsum(counts, 0) - counts)[rel[order]]
-        P = x.new_zeros((W.shape[0], max(int(counts.max()) if len(rel) else 0, 1), x.shape[1]))
+        P = x.new_zeros((W.shape[0], widest, x.shape[1]))
         P = P.index_put((rel, pos), x)
         return torch.relu(torch.baddbmm(b[:, None, :], P, W.transpose(1, 2))[rel, pos])
     order = torch.argsort(rel, stable=True)

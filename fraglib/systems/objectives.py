@@ -41,6 +41,8 @@ import warnings
 
 import torch
 
+from fraglib.device import to_device
+
 
 def fragment_scores(V: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     """(Nv, Ns) inner products ``v_i · s_j``."""
@@ -52,29 +54,49 @@ def same_pair(v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
     return v_owner[:, None] == s_owner[None, :]
 
 
-def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor, n: int | None = None,
+                sizes: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(E,) row and column indices of the entries of M whose two fragments share a pair (the
-    positive bags), grouped by pair; every other entry of M is a negative of both objectives."""
-    n = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
+    positive bags), grouped by pair; every other entry of M is a negative of both objectives. ``n``: the
+    number of pairs (default: read off the owners); ``sizes``: each pair's (image, sentence) fragment
+    counts on the CPU, (n,) each (:meth:`~fraglib.systems.base.Rows.cpu`), so that no size is read back
+    from the device (on a GPU each read waits for it)."""
+    if n is None:
+        n = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
+    dev = v_owner.device
     rv, rs = torch.argsort(v_owner, stable=True), torch.argsort(s_owner, stable=True)
-    cv, cs = torch.bincount(v_owner, minlength=n), torch.bincount(s_owner, minlength=n)
+    if sizes is None:
+        cv, cs = torch.bincount(v_owner, minlength=n), torch.bincount(s_owner, minlength=n)
+        total = None
+    else:
+        total = int((sizes[0] * sizes[1]).sum())
+        cv, cs = (to_device(c, dev) for c in sizes)
     per = cv * cs                                            # entries of each pair's block
-    pair = torch.repeat_interleave(torch.arange(n, device=v_owner.device), per)
-    t = torch.arange(len(pair), device=v_owner.device) - (torch.cumsum(per, 0) - per)[pair]
+    pair = torch.repeat_interleave(torch.arange(n, device=dev), per, output_size=total)
+    t = torch.arange(len(pair), device=dev) - (torch.cumsum(per, 0) - per)[pair]
     start_v, start_s = torch.cumsum(cv, 0) - cv, torch.cumsum(cs, 0) - cs
     return rv[start_v[pair] + t // cs[pair]], rs[start_s[pair] + t % cs[pair]]
 
 
-def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive: torch.Tensor,
+def counts(index: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """(n,) how often each value of ``index`` (R,) in [0, n) occurs, as ``dtype``: ``bincount`` without its
+    read of the largest value (on a GPU, a wait for the device); exact for counts below 2^24 in float32."""
+    return torch.zeros(n, dtype=dtype, device=index.device).index_add_(
+        0, index, torch.ones(len(index), dtype=dtype, device=index.device))
+
+
+def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive: torch.Tensor | None,
                normalize: bool) -> torch.Tensor:
     """sum_ij w_ij max(0, 1 - y_ij M_ij) with y = +1 exactly at the bag entries (rows, cols) where
-    ``positive``, -1 elsewhere; w = 1/#pos or 1/#neg of column j (``normalize``), else 1.
+    ``positive`` (None: at all of them), -1 elsewhere; w = 1/#pos or 1/#neg of column j (``normalize``), else 1.
 
     Computed as every entry's negative hinge plus a correction at the few positive entries, so the
     full (Nv, Ns) matrix sees only a handful of elementwise passes (forward and backward)."""
-    c, Mp = cols[positive], M[rows[positive], cols[positive]]
+    if positive is not None:
+        rows, cols = rows[positive], cols[positive]
+    c, Mp = cols, M[rows, cols]
     if normalize:
-        n_pos = torch.bincount(c, minlength=M.shape[1]).to(M.dtype)
+        n_pos = counts(c, M.shape[1], M.dtype)
         w_neg = 1.0 / (M.shape[0] - n_pos).clamp_min(1)
         w_pos = 1.0 / n_pos.clamp_min(1)
     else:
@@ -83,10 +105,12 @@ def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive
     return neg - (torch.relu(Mp + 1.0) * w_neg[c]).sum() + (torch.relu(1.0 - Mp) * w_pos[c]).sum()
 
 
-def dense_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """C_0: every fragment pair of a corresponding image–sentence pair is a positive."""
-    rows, cols = bag_entries(v_owner, s_owner)
-    return _alignment(M, rows, cols, torch.ones_like(rows, dtype=torch.bool), normalize)
+def dense_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True,
+                    bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """C_0: every fragment pair of a corresponding image–sentence pair is a positive. ``bags``: the
+    owners' :func:`bag_entries` when already at hand."""
+    rows, cols = bags if bags is not None else bag_entries(v_owner, s_owner)
+    return _alignment(M, rows, cols, None, normalize)
 
 
 @torch.no_grad()
@@ -96,15 +120,15 @@ def mil_bag_labels(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
     Mb = M[rows, cols]
     pos = Mb > 0
     n_pos = torch.zeros(M.shape[1], dtype=torch.long, device=M.device).index_add_(0, cols, pos.long())
-    empty = n_pos[cols] == 0
-    if empty.any():
+    empty = n_pos[cols] == 0                 # no test of empty.any(): on a GPU it would wait for the device
+    with warnings.catch_warnings():          # index_reduce is marked beta; its amax / amin are tested
+        warnings.simplefilter("ignore", UserWarning)
         best = M.new_full((M.shape[1],), float("-inf")).index_reduce_(0, cols, Mb, "amax")
         cand = empty & (Mb == best[cols])
-        big = torch.iinfo(torch.long).max
+        big = torch.iinfo(torch.long).max    # neutral for amin: the rows of non-candidates never win
         first = torch.full((M.shape[1],), big, dtype=torch.long, device=M.device).index_reduce_(
-            0, cols[cand], rows[cand], "amin")
-        pos = pos | (cand & (rows == first[cols]))
-    return pos
+            0, cols, torch.where(cand, rows, big), "amin")
+    return pos | (cand & (rows == first[cols]))
 
 
 @torch.no_grad()
@@ -116,9 +140,11 @@ def mil_labels(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor) ->
     return y
 
 
-def mil_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """C_F: the MIL fragment objective (labels from :func:`mil_bag_labels`, held fixed)."""
-    rows, cols = bag_entries(v_owner, s_owner)
+def mil_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True,
+                  bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """C_F: the MIL fragment objective (labels from :func:`mil_bag_labels`, held fixed); ``bags`` as in
+    :func:`dense_alignment`."""
+    rows, cols = bags if bags is not None else bag_entries(v_owner, s_owner)
     return _alignment(M, rows, cols, mil_bag_labels(M, rows, cols), normalize)
 
 
@@ -131,10 +157,10 @@ def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n
     fragments to -inf itself).
     """
     R = torch.clamp(M, min=0.0)
-    n_s = torch.bincount(s_owner, minlength=n_sentences).to(M.dtype)
+    n_s = counts(s_owner, n_sentences, M.dtype)
     if accumulate == "sum":
         per_img = M.new_zeros((n_images, M.shape[1])).index_add_(0, v_owner, R)        # (K, Ns)
-        n_v = torch.bincount(v_owner, minlength=n_images).to(M.dtype).clamp_min(1)
+        n_v = counts(v_owner, n_images, M.dtype).clamp_min(1)
         per_img = per_img / n_v[:, None]
     elif accumulate == "max":
         with warnings.catch_warnings():  # index_reduce is marked beta; its amax and gradient are tested
@@ -156,25 +182,29 @@ def global_ranking(S: torch.Tensor, margin: float = 1.0, hardest: bool = False) 
 def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, *, dense: bool,
                fragment_weight: float = 1.0, beta: float = 1.0, margin: float = 1.0, smooth: float = 5.0,
                accumulate: str = "sum", normalize: bool = True, hardest: bool = False,
-               reg: torch.Tensor | None = None, alpha: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts)."""
+               reg: torch.Tensor | None = None, alpha: float = 0.0, n: int | None = None,
+               bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts), the
+    parts as detached 0-d tensors (read when logged: on a GPU a read waits for the device). ``n``: the
+    number of pairs (default: read off the owners); ``bags``: their :func:`bag_entries`, when at hand."""
     M = fragment_scores(V, S)
-    B = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0
-    if B == 0:
+    B = n if n is not None else (int(max(v_owner.max().item(), s_owner.max().item())) + 1
+                                 if len(v_owner) and len(s_owner) else 0)
+    if B == 0 or not len(v_owner) or not len(s_owner):
         raise ValueError("total_cost: a batch needs image and sentence fragments")
     cost = M.new_zeros(())
-    parts: dict[str, float] = {}
+    parts: dict[str, torch.Tensor] = {}
     if fragment_weight:
-        cf = (dense_alignment if dense else mil_alignment)(M, v_owner, s_owner, normalize)
+        cf = (dense_alignment if dense else mil_alignment)(M, v_owner, s_owner, normalize, bags)
         cost = cost + fragment_weight * cf
-        parts["C_0" if dense else "C_F"] = float(cf.detach())
+        parts["C_0" if dense else "C_F"] = cf.detach()
     if beta:
         cg = global_ranking(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin, hardest)
         cost = cost + beta * cg
-        parts["C_G"] = float(cg.detach())
+        parts["C_G"] = cg.detach()
     if alpha and reg is not None:
         cost = cost + alpha * reg
-        parts["reg"] = float(reg.detach())
+        parts["reg"] = reg.detach()
     return cost, parts
 
 

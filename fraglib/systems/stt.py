@@ -266,7 +266,7 @@ class SttSystem(vse.VseSystem):
 
     def _teacher_forcing(self, u: torch.Tensor, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(inputs (h·m, L) token ids, lengths (h·m,), targets (h·m, L+1) with ``</s>`` at each length)."""
-        tok, mask = vse.padded(rows.data["rel"], rows.owner, rows.n)
+        tok, mask = vse.padded(rows.data["rel"], rows.owner, rows.n, rows.cpu("owner"))
         heads = len(u) // max(rows.n, 1)
         tok, lengths = tok.repeat(heads, 1), mask.sum(1).repeat(heads)
         targets = torch.cat([tok, tok.new_zeros((len(tok), 1))], 1)

@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import ConfigError, check_choice, check_range
+from fraglib.device import to_device
 from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
                                   fill_input_buffers, image_map, mean_rows, standardized_linear)
 from fraglib.systems.cnn import tuned_cnn
@@ -119,25 +120,30 @@ class TokenGRU(nn.Module):
     def forward(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(outputs (m, L, hidden) zero past each caption's end, final states (m, hidden), lengths (m,)).
         A caption without tokens is read as one ``<unk>`` (its scores are -inf in evaluation anyway)."""
-        tok, mask = padded(rows.data["rel"], rows.owner, rows.n)
+        owner = rows.cpu("owner")
+        tok, mask = padded(rows.data["rel"], rows.owner, rows.n, owner)
         lengths = mask.sum(1)
         x = self.drop(self.embed(tok))
-        packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(x, torch.bincount(owner, minlength=rows.n).clamp(min=1), batch_first=True,
+                                      enforce_sorted=False)
         out, h = packed_gru(self.gru, packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=tok.shape[1])
         return self.drop(out), self.drop(h[-1]), lengths
 
 
-def padded(x: torch.Tensor, owner: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def padded(x: torch.Tensor, owner: torch.Tensor, n: int, owner_cpu: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``x`` (R, ...) of n items (``owner`` sorted) → ((n, Rmax, ...) zero-padded, (n, Rmax) bool mask);
-    e.g. a caption's (R,) token ids → (n, Lmax) padded ids."""
-    counts = torch.bincount(owner, minlength=n)
+    e.g. a caption's (R,) token ids → (n, Lmax) padded ids. ``owner_cpu``: the owners on the CPU
+    (:meth:`~fraglib.systems.base.Rows.cpu`): the items' sizes are counted there, so the host never waits
+    for the device."""
+    counts = torch.bincount(owner if owner_cpu is None else owner_cpu, minlength=n)
+    width = max(int(counts.max()) if len(owner) else 1, 1)
+    counts = to_device(counts, x.device)
     pos = torch.arange(len(owner), device=x.device) - (torch.cumsum(counts, 0) - counts)[owner]
-    out = x.new_zeros((n, max(int(counts.max()) if len(owner) else 1, 1)) + tuple(x.shape[1:]))
-    mask = torch.zeros(out.shape[:2], dtype=torch.bool, device=x.device)
+    out = x.new_zeros((n, width) + tuple(x.shape[1:]))
     out[owner, pos] = x
-    mask[owner, pos] = True
-    return out, mask
+    return out, torch.arange(width, device=x.device)[None, :] < counts[:, None]
 
 
 def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor, lam: float,
@@ -331,10 +337,10 @@ class VseSystem(System):
 
     def encode_images(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         x = self.image_rows(rows)
-        index = torch.as_tensor(rows.index, device=x.device)
+        index = to_device(torch.as_tensor(rows.index), x.device)
         if self.cfg.similarity == "attention":
             V, mask = padded(self._unit(standardized_linear(self.img, x, self.img_mean, self.img_std)), rows.owner,
-                             rows.n)
+                             rows.n, rows.cpu("owner"))
             return V, mask, index
         x = (x - self.img_mean) / self.img_std
         return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
