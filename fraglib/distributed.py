@@ -62,6 +62,8 @@ class Context:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"cannot exchange an encoding part of type {type(x).__name__} between processes "
                             "(tensors, numpy arrays, ints, tuples, lists and dataclasses only)")
+        if x.device != self.device and x.device.type == "cpu":    # a CPU copy (Rows.cpu) beside GPU data: NCCL
+            return [g.cpu() for g in self._gather_leaf(x.to(self.device))]  # exchanges device tensors only
         if x.dim() > 8:
             raise ValueError(f"cannot exchange a tensor of {x.dim()} dimensions (8 at most)")
         mine = torch.tensor(list(x.shape) + [-1] * (8 - x.dim()), dtype=torch.long, device=x.device)
