@@ -3,7 +3,7 @@
 **One composition for every recursive encoder.** A forest of nodes (all trees of a batch, node
 ``i`` with ``parent[i]``, -1 at a root) is computed bottom-up as
 
-    h_i = f( scale_i · ( base_i + Σ_{j ∈ C(i)} weight_j · W[slot_j] h_j ) )
+    h_i = tanh( scale_i · ( base_i + Σ_{j ∈ C(i)} weight_j · W[slot_j] h_j ) )
 
 and nodes marked ``raw`` take ``h_i = base_i`` unchanged. The encoders are settings of it
 (docs/systems.md):
@@ -20,8 +20,8 @@ CT-RNN         words (raw) + binary nodes   x_i | 0         0 left/1 right  1   
 
 (ℓ(i) = nodes in the subtree of i, Eq. 4; the caller supplies ``base``, e.g. ``W_v x`` taken once per
 distinct word and gathered to the nodes.) :func:`compose` runs it level by level — one matmul per
-matrix per level, scattered into the parents, never one Python call per node;
-:func:`compose_reference` is the plain recursion it is tested against.
+matrix per level, added into the parents, never one Python call per node — with its gradient written
+out (:class:`_Compose`); :func:`compose_reference` is the plain recursion it is tested against.
 
 **Eq. 5, all negatives.** For a batch of b positive pairs (image ``k_p``, sentence ``j_p``) scored
 against *all* training images and sentences (inner products ``s = vᵀy``):
@@ -36,8 +36,6 @@ regulariser λ(‖θ‖² + ‖W_I‖²) is added by the system.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
-
 import numpy as np
 import torch
 
@@ -62,223 +60,218 @@ def levels(parent: np.ndarray) -> list[np.ndarray]:
 
 @dataclasses.dataclass
 class Level:
-    """One level of a :class:`Plan`, its nodes in *level order*: the ``n_child`` nodes with a parent first,
-    sorted by matrix, so that ``groups`` = [(matrix k, count)] are consecutive runs of them; their messages
-    are permuted by ``to_target`` into runs per target level, ``targets`` = [(target level, count, the
-    parents' positions in that level)], and ``from_target`` the inverse permutation."""
+    """One level of a :class:`Plan`: rows ``start:start + size`` of the level order, the ``n_child`` nodes
+    with a parent first, sorted by matrix so that ``groups`` = [(matrix k, count)] are consecutive runs of
+    them, then the roots; ``parents`` (n_child,) their parents' rows in the level order less the leaves'
+    level (rows of :func:`compose`'s accumulator), ``root_out`` (size − n_child,) the roots' places in the
+    ``roots_only`` output."""
 
+    start: int
     size: int
     n_child: int
     groups: list[tuple[int, int]]
-    to_target: torch.Tensor
-    targets: list[tuple[int, int, torch.Tensor]]
-    from_target: torch.Tensor
+    parents: torch.Tensor
+    root_out: torch.Tensor
+
+    def __post_init__(self) -> None:
+        self.mats, self.counts = [k for k, _ in self.groups], [c for _, c in self.groups]
 
 
 @dataclasses.dataclass
 class Plan:
     """The schedule of one forest for :func:`compose`, built once per structure (:func:`plan`): the
-    levels, ``order`` (N,) the node ids level after level in level order (one gather puts every input in
-    place; each level is then a contiguous run), ``root_order`` (R,): the roots, which end their levels,
-    taken level after level, permuted into node-id order, and the inverse permutations: ``inverse`` (N,)
-    each node's position in ``order``, ``root_inverse`` (R,) that of ``root_order``."""
+    levels (the leaves first); ``order`` (N,) the node ids level after level (the *level order*),
+    ``inverse`` (N,) each node's row in it, ``roots`` (R,) the roots' rows, roots in node-id order;
+    ``raw0`` (leaves,) bool: which of the leaves' level are raw, or None for none."""
 
     levels: list[Level]
     order: torch.Tensor
-    root_order: torch.Tensor
     inverse: torch.Tensor
-    root_inverse: torch.Tensor
+    roots: torch.Tensor
+    raw0: torch.Tensor | None = None
 
 
-def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu") -> Plan:
-    """The :class:`Plan` of a forest (``slot`` ignored at roots)."""
+def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu", raw: np.ndarray | None = None) -> Plan:
+    """The :class:`Plan` of a forest (``slot`` ignored at roots; ``raw`` (N,) bool or None: leaves that
+    :func:`compose` takes as their input, unchanged)."""
+    if raw is not None and np.asarray(raw, bool)[parent[parent >= 0]].any():
+        raise ValueError("plan: raw nodes must be leaves (a raw node takes its input unchanged, so it would "
+                         "ignore its children)")
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
     lv = []
     for idx in levels(parent):                      # level order: children by matrix, then the roots
         has = parent[idx] >= 0
         kids = idx[has][np.argsort(slot[idx[has]], kind="stable")]
         lv.append(np.concatenate([kids, idx[~has]]))
-    where = np.zeros((len(parent), 2), np.int64)
-    for L, idx in enumerate(lv):
-        where[idx, 0], where[idx, 1] = L, np.arange(len(idx))
-    out = []
+    order = np.concatenate(lv) if lv else np.zeros(0, np.int64)
+    inverse = np.argsort(order, kind="stable")
+    roots = np.nonzero(parent < 0)[0]
+    out_of_root = np.full(len(parent), -1, np.int64)
+    out_of_root[roots] = np.arange(len(roots))
+    off = len(lv[0]) if lv else 0
+    out, start = [], 0
     for idx in lv:
         kids = idx[parent[idx] >= 0]
         ks, counts = np.unique(slot[kids], return_counts=True)
-        par = parent[kids]
-        tl = where[par, 0]
-        perm = np.argsort(tl, kind="stable")
-        Ts, tcounts = np.unique(tl, return_counts=True)
-        out.append(Level(len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)], t(perm),
-                         [(int(T), int(c), t(where[par[perm][tl[perm] == T], 1])) for T, c in zip(Ts, tcounts)],
-                         t(np.argsort(perm, kind="stable"))))
-    roots = np.concatenate([idx[parent[idx] < 0] for idx in lv]) if lv else np.zeros(0, np.int64)
-    order = np.concatenate(lv) if lv else np.zeros(0, np.int64)
-    root_order = np.argsort(roots, kind="stable")
-    return Plan(out, t(order), t(root_order), t(np.argsort(order, kind="stable")),
-                t(np.argsort(root_order, kind="stable")))
+        out.append(Level(start, len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)],
+                         t(inverse[parent[kids]] - off), t(out_of_root[idx[len(kids):]])))
+        start += len(idx)
+    raw0 = np.asarray(raw, bool)[lv[0]] if raw is not None and lv and np.any(raw) else None
+    return Plan(out, t(order), t(inverse), t(inverse[roots]), None if raw0 is None else torch.from_numpy(raw0).to(device))
 
 
-class _Gather(torch.autograd.Function):
-    """``x.index_select(0, rows[perm])``, split into runs of ``sizes`` (or whole), with autograd's gradient of
-    ``x.index_select(0, rows).index_select(0, perm).split(sizes)`` taken more cheaply and to the same bits:
-    the runs' gradients are copied straight to their rows' places (one pass; autograd concatenates them,
-    then scatters the permutation into zeros), then scatter-added over ``rows`` in the same (row) order.
-    ``leaf_tanh``: the first run comes out as its tanh, taken on the rows of ``x`` (the leaves' words,
-    ≈ 3,000) instead of on the run's (≈ 19,500 leaves): the same floats, and its gradient autograd's
-    ``tanh_backward`` of them."""
-
-    @staticmethod
-    def forward(ctx, x, rows, perm, inverse, sizes, leaf_tanh=False):
-        ctx.set_materialize_grads(False)
-        ctx.n_in, ctx.sizes, ctx.leaf_tanh = x.shape[0], sizes, leaf_tanh
-        idx = perm if rows is None else rows.index_select(0, perm)
-        if not leaf_tanh:
-            ctx.save_for_backward(rows, perm, inverse)
-            out = x.index_select(0, idx)
-            return out if sizes is None else out.split(sizes)
-        first, rest = idx.split([sizes[0], len(idx) - sizes[0]])
-        h = torch.tanh(x).index_select(0, first)
-        ctx.save_for_backward(rows, perm, inverse, h)
-        return (h, *x.index_select(0, rest).split(sizes[1:]))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        rows, perm, inverse = ctx.saved_tensors[:3]
-        if ctx.leaf_tanh and grads[0] is not None:
-            grads = (torch.ops.aten.tanh_backward(grads[0], ctx.saved_tensors[3]), *grads[1:])
-        ref = next((g for g in grads if g is not None), None)
-        if ref is None:
-            return None, None, None, None, None, None
-        if ctx.sizes is None:
-            g = ref.index_select(0, inverse)
-        else:
-            g = ref.new_empty((len(perm),) + ref.shape[1:])
-            for piece, at in zip(grads, perm.split(ctx.sizes)):
-                if piece is None:
-                    g.index_fill_(0, at, 0.0)
-                else:
-                    g.index_copy_(0, at, piece)
-        if rows is not None:
-            g = g.new_zeros((ctx.n_in,) + g.shape[1:]).index_add_(0, rows, g)
-        return g, None, None, None, None, None
-
-
-def gather_rows(x: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor, rows: torch.Tensor | None = None,
-                sizes: list[int] | None = None, leaf_tanh: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """(P, ...) rows ``x[rows][perm]`` (``rows`` None: ``x[perm]``) for a permutation ``perm`` (P,) of the
-    rows of ``x[rows]`` and its ``inverse``, or with ``sizes`` its consecutive runs of those sizes; equal to
-    the gathers (and the split) in value and gradient, bit for bit (:class:`_Gather`; ``leaf_tanh``: the first
-    run as its tanh)."""
-    return _Gather.apply(x, rows, perm, inverse, sizes, leaf_tanh)
-
-
-class _Messages(torch.autograd.Function):
-    """One level's messages ``hc[a:b] @ Wt[k]`` for its runs ``groups`` = [(k, count)] of children, written
-    into one (n_child, n) tensor; the gradient is autograd's for the products one by one (the same products
-    in the same layouts: ``g @ Wt[k]ᵀ``, ``hc[a:b]ᵀ @ g``), copied into one buffer per input instead of
-    cut, concatenated and stacked by autograd's graph of ``len(groups)`` nodes. Every product is computed
-    into a fresh tensor and copied: MKL may round a product written into an unaligned slice
-    (``mm(out=...)``) differently, and the bits must not depend on where a run starts."""
-
-    @staticmethod
-    def forward(ctx, hc, Wt, groups):
-        ctx.save_for_backward(hc, Wt)
-        ctx.groups = groups
-        if len(groups) == 1:
-            return hc.mm(Wt[groups[0][0]])
-        out = hc.new_empty((hc.shape[0], Wt.shape[2]))
-        a = 0
-        for k, c in groups:
-            out[a:a + c] = hc[a:a + c].mm(Wt[k])
-            a += c
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        hc, Wt = ctx.saved_tensors
-        g_hc = torch.empty_like(hc) if ctx.needs_input_grad[0] else None
-        g_W = torch.zeros_like(Wt) if ctx.needs_input_grad[1] else None
-        a = 0
-        for k, c in ctx.groups:           # fresh products copied into place, as in the forward
-            gk = g[a:a + c]
-            if g_hc is not None:
-                g_hc[a:a + c] = gk.mm(Wt[k].t())
-            if g_W is not None:
-                g_W[k] = hc[a:a + c].t().mm(gk)
-            a += c
-        return g_hc, g_W, None
-
-
-def _factors(v: torch.Tensor | None, order: torch.Tensor, sizes: list[int], used: list[int] | None) -> list:
-    """Per level (level order) the factors ``v`` (N,) of its first ``used[L]`` nodes (all: ``used`` None), or
-    None where there is nothing to multiply: ``v`` None, or (on the CPU) every factor exactly 1, as ℓ and 1/ℓ
-    are at the leaves, half of all nodes: a product by 1 changes no bit, forward or backward. (Not checked
-    on a GPU, where reading the answer would stall the host.)"""
+def _factors(v: torch.Tensor | None, order: torch.Tensor, sizes: list[int]) -> list:
+    """Per level (level order) the factors ``v`` (N,) of its nodes, or None where there is nothing to
+    multiply: ``v`` None, or (on the CPU) every factor exactly 1, as ℓ and 1/ℓ are at the leaves, half of
+    all nodes. (Not checked on a GPU, where reading the answer would stall the host.)"""
     if v is None:
         return [None] * len(sizes)
-    per = [p[:k] for p, k in zip(v.index_select(0, order).split(sizes), used or sizes)]
-    return per if v.device.type != "cpu" else [None if bool((p == 1).all()) else p for p in per]
+    per = v.index_select(0, order).split(sizes)
+    return list(per) if v.device.type != "cpu" else [None if bool((p == 1).all()) else p for p in per]
+
+
+def _products(a: torch.Tensor, Ws: list[torch.Tensor], lv: Level, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (n_child, n) ← each run of ``a`` (n_child, ·) in ``lv.groups`` times its matrix ``Ws[k]``,
+    one product per run written into place."""
+    for ak, ok, k in zip(a.split(lv.counts), out.split(lv.counts), lv.mats):
+        torch.mm(ak, Ws[k], out=ok)
+    return out
+
+
+def _add_products_t(gWs: list[torch.Tensor], g: torch.Tensor, u: torch.Tensor, lv: Level) -> None:
+    """``gWs[k] += g[run]ᵀ u[run]`` for each run of ``lv.groups`` (the out= form of addmm, which
+    ``FlopCounterMode`` counts; it does not count ``addmm_``)."""
+    for gk, uk, k in zip(g.split(lv.counts), u.split(lv.counts), lv.mats):
+        torch.addmm(gWs[k], gk.t(), uk, out=gWs[k])
+
+
+class _Compose(torch.autograd.Function):
+    """:func:`compose`'s forward and its gradient written out level by level (the gradient of the level
+    schedule, not a recording of it), with as few passes over the (N, n) node rows as the math allows:
+    the non-leaf bases are gathered once into the accumulator the messages are added to; products,
+    tanh and its derivative write into place; the leaves' tanh is taken on the word table's rows
+    (≈ 3,000 instead of ≈ 19,500 leaves) and its gradient summed per word before the tanh's derivative;
+    one buffer holds the inputs' gradient and, for the non-leaf rows, what their children's messages
+    receive. Tested against the plain recursion and by gradcheck (tests/test_recursive.py)."""
+
+    @staticmethod
+    def forward(ctx, x, W, sch, rows, weights, scales, raw0, roots_only):
+        N, n, off = len(sch.order), x.shape[1], sch.levels[0].size
+        idx = sch.order if rows is None else rows.index_select(0, sch.order)      # the row of x each node reads
+        table = rows is not None and scales[0] is None                            # the leaves: tanh of the table
+        T = torch.tanh(x) if table else None
+        H = x.new_empty((N, n))                                                   # node vectors, level order
+        A = x.index_select(0, idx[off:])                   # the non-leaf bases, then + the messages, then scaled
+        us = []                                            # each level's children's vectors times their weight
+        Wt = [w.t() for w in W.unbind(0)]
+        for L, lv in enumerate(sch.levels):
+            s, e, c = lv.start, lv.start + lv.size, lv.n_child
+            if L == 0:
+                base = x.index_select(0, idx[:off]) if raw0 is not None or not table else None
+                if table:
+                    torch.index_select(T, 0, idx[:off], out=H[:off])
+                else:
+                    torch.tanh(base * scales[0][:, None] if scales[0] is not None else base, out=H[:off])
+                if raw0 is not None:
+                    H[:off] = torch.where(raw0[:, None], base, H[:off])
+            else:
+                a = A[s - off:e - off]
+                torch.tanh(a.mul_(scales[L][:, None]) if scales[L] is not None else a, out=H[s:e])
+            u = H[s:s + c] * weights[L][:c, None] if weights[L] is not None else H[s:s + c]
+            us.append(u)
+            if c:
+                A.index_add_(0, lv.parents, _products(u, Wt, lv, x.new_empty((c, n))))
+        ctx.save_for_backward(W)
+        ctx.sch, ctx.idx, ctx.T, ctx.H, ctx.us, ctx.weights, ctx.scales, ctx.raw0 = sch, idx, T, H, us, weights, scales, raw0
+        ctx.roots_only, ctx.n_x, ctx.by_row = roots_only, x.shape[0], rows is not None
+        return H.index_select(0, sch.roots if roots_only else sch.inverse)
+
+    @staticmethod
+    def backward(ctx, gout):
+        (W,) = ctx.saved_tensors
+        sch, idx, T, H, raw0 = ctx.sch, ctx.idx, ctx.T, ctx.H, ctx.raw0
+        N, n, off = H.shape[0], H.shape[1], sch.levels[0].size
+        G = None if ctx.roots_only else gout.index_select(0, sch.order)          # output gradient, level order
+        gB = H.new_empty((N, n))           # the inputs' gradient; rows ≥ off: also what the messages receive
+        gP = gB[off:]
+        g_W = torch.zeros_like(W) if ctx.needs_input_grad[1] else None
+        Ws, gWs = W.unbind(0), (g_W.unbind(0) if g_W is not None else None)
+        g_table = None
+        for L in range(len(sch.levels) - 1, -1, -1):
+            lv = sch.levels[L]
+            s, e, c = lv.start, lv.start + lv.size, lv.n_child
+            if L == 0 and not ctx.needs_input_grad[0]:  # the leaves' gradient reaches x only; W's part:
+                if g_W is not None and c:
+                    _add_products_t(gWs, gP.index_select(0, lv.parents), ctx.us[0], lv)
+                break
+            gh = gB[s:e]                                # built in place: d out/d h, then d out/d pre
+            if G is not None:
+                gh.copy_(G[s:e])
+            else:
+                torch.index_select(gout, 0, lv.root_out, out=gh[c:])
+            if c:                                       # from the parents (higher levels, already done)
+                gm = gP.index_select(0, lv.parents)
+                gu = _products(gm, Ws, lv, H.new_empty((c, n)) if G is not None else gh[:c])
+                w = ctx.weights[L]
+                if G is not None:
+                    gh[:c].add_(gu * w[:c, None] if w is not None else gu)
+                elif w is not None:
+                    gh[:c].mul_(w[:c, None])
+                if g_W is not None:
+                    _add_products_t(gWs, gm, ctx.us[L], lv)
+            if T is not None and L == 0:                # d tanh summed per word first
+                g_leaf = gh if raw0 is None else gh.masked_fill(raw0[:, None], 0.0)
+                g_table = torch.ops.aten.tanh_backward(H.new_zeros(T.shape).index_add_(0, idx[:off], g_leaf), T)
+                if raw0 is not None:
+                    gh.masked_fill_(~raw0[:, None], 0.0)
+                continue
+            g_raw = gh.clone() if L == 0 and raw0 is not None else None
+            torch.ops.aten.tanh_backward.grad_input(gh, H[s:e], grad_input=gh)
+            if ctx.scales[L] is not None:
+                gh.mul_(ctx.scales[L][:, None])
+            if g_raw is not None:
+                gh.copy_(torch.where(raw0[:, None], g_raw, gh))
+        g_x = None
+        if ctx.needs_input_grad[0]:
+            if not ctx.by_row:
+                g_x = gB.index_select(0, sch.inverse)
+            elif g_table is None:
+                g_x = H.new_zeros((ctx.n_x, n)).index_add_(0, idx, gB)
+            else:                                       # the leaves' rows of gB: raw leaves only
+                lo = 0 if raw0 is not None else off
+                g_x = g_table.index_add_(0, idx[lo:], gB[lo:])
+        return g_x, g_W, None, None, None, None, None, None
 
 
 def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
             weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-            raw: np.ndarray | None = None, f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
-            schedule: Plan | None = None, roots_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
+            raw: np.ndarray | None = None, schedule: Plan | None = None, roots_only: bool = False,
+            rows: torch.Tensor | None = None) -> torch.Tensor:
     """Node vectors of a forest (module docstring), level by level: (N, n), or with ``roots_only`` the
     (R, n) vectors of the roots (``parent == -1``) in node-id order.
 
     ``x`` (N, n) node inputs ``base``, or with ``rows`` (N,) a table (V, n) of which node i reads row ``rows[i]``;
     ``parent``, ``slot`` (N,) int (slot ignored at roots); ``W`` (K, n, n); ``weight``, ``scale``
-    (N,) or None for ones; ``raw`` (N,) bool or None; ``schedule`` = :func:`plan` of (parent, slot)
-    when already known. The inputs are gathered once into level order and split into per-level views
-    (:func:`gather_rows`, whose gradient is copied back into place instead of concatenated and scattered),
-    a level's children are consecutive runs per matrix whose products are one autograd node
-    (:class:`_Messages`), and each level keeps its own small accumulator: no gradient of a full-size
-    tensor is formed per level or per matrix. Each level is split into its children (the messages'
-    input) and its roots (the output's, when ``roots_only``); the leaves' level receives no message, so
-    it has no accumulator, and on the CPU no product by weights or scales that are all 1
-    (:func:`_factors`). Outputs and gradients equal those of the same schedule in plain autograd ops
-    bit for bit (tests/test_recursive.py), so trained runs do not move."""
+    (N,) constants (no gradient flows to them) or None for ones; ``raw`` (N,) bool or None: leaves taken
+    as their input, unchanged (CT-RNN's words); ``schedule`` = :func:`plan` of (parent, slot) when already
+    known (with the same ``raw``). One matmul per matrix run per level forward, two backward
+    (:class:`_Compose`)."""
     if len(parent) == 0:
         return x[:0]
-    schedule = plan(parent, slot, x.device) if schedule is None else schedule
-    order = schedule.order
-    sizes = [lv.size for lv in schedule.levels]
-    scales = _factors(scale, order, sizes, None)
-    leaf_tanh = rows is not None and f is torch.tanh and scales[0] is None and raw is None   # the leaves: tanh(row)
-    base = gather_rows(x, order, schedule.inverse, rows, sizes, leaf_tanh)
-    n = base[0].shape[1]
-    weights = _factors(weight, order, sizes, [lv.n_child for lv in schedule.levels])
-    raws = torch.from_numpy(raw).to(x.device).index_select(0, order).split(sizes) if raw is not None else None
-    Wt = W.transpose(1, 2).contiguous()
-    acc = [None] + [x.new_zeros((size, n)) for size in sizes[1:]]           # level 0: leaves, no message
-    parts = []
-    for L, lv in enumerate(schedule.levels):
-        pre = base[L] if acc[L] is None else base[L] + acc[L]
-        if scales[L] is not None:
-            pre = pre * scales[L][:, None]
-        h = pre if L == 0 and leaf_tanh else f(pre)
-        if raws is not None:
-            h = torch.where(raws[L][:, None], base[L], h)
-        hc, hr = h.split([lv.n_child, lv.size - lv.n_child])
-        parts.append(hr if roots_only else h)
-        if not lv.n_child:
-            continue
-        if weights[L] is not None:
-            hc = hc * weights[L][:, None]
-        msg = gather_rows(_Messages.apply(hc, Wt, lv.groups), lv.to_target, lv.from_target)
-        for (T, _, target), m in zip(lv.targets, msg.split([c for _, c, _ in lv.targets])):
-            acc[T].index_add_(0, target, m)
-    if roots_only:
-        return gather_rows(torch.cat(parts), schedule.root_order, schedule.root_inverse)
-    return gather_rows(torch.cat(parts), schedule.inverse, order)          # node i sits at inverse[i] in level order
+    for name, v in (("weight", weight), ("scale", scale)):
+        if v is not None and v.requires_grad:
+            raise ValueError(f"compose: {name} is a constant here (no gradient flows to it); pass {name}.detach()")
+    schedule = plan(parent, slot, x.device, raw) if schedule is None else schedule
+    if raw is not None and np.any(raw) and schedule.raw0 is None:
+        raise ValueError("compose: raw nodes given with a schedule planned without them: plan(parent, slot, device, raw)")
+    order, sizes = schedule.order, [lv.size for lv in schedule.levels]
+    return _Compose.apply(x, W, schedule, rows, _factors(weight, order, sizes), _factors(scale, order, sizes),
+                          schedule.raw0, roots_only)
 
 
 def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
                       weight: torch.Tensor | None = None,
-                      scale: torch.Tensor | None = None, raw: np.ndarray | None = None,
-                      f: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> torch.Tensor:
+                      scale: torch.Tensor | None = None, raw: np.ndarray | None = None) -> torch.Tensor:
     """The same as :func:`compose` by plain recursion, one node at a time (tests and benchmark)."""
     base = x
     children: dict[int, list[int]] = {}
@@ -296,7 +289,7 @@ def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: 
                 for j in children.get(i, []):
                     w = 1.0 if weight is None else weight[j]
                     s = s + w * (W[int(slot[j])] @ node(j))
-                memo[i] = f(s * (1.0 if scale is None else scale[i]))
+                memo[i] = torch.tanh(s * (1.0 if scale is None else scale[i]))
         return memo[i]
 
     return torch.stack([node(i) for i in range(len(parent))]) if len(parent) else base

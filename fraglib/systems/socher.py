@@ -253,7 +253,7 @@ class SocherSystem(System):
         vocab, word_of_node = np.unique(rows.data["w1"].cpu().numpy(), return_inverse=True)
         word_of_node = np.concatenate([word_of_node.ravel(), np.full(n_extra, len(vocab))])
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
-        return Structure(parent, slot, plan(parent, slot, dev), ell, raw, n_extra, roots, t(node_owner[roots]),
+        return Structure(parent, slot, plan(parent, slot, dev, raw), ell, raw, n_extra, roots, t(node_owner[roots]),
                          t(vocab), t(word_of_node))
 
     # ------------------------------------------------------------------ scores and loss
