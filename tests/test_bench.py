@@ -25,6 +25,17 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
 
 
 @pytest.mark.slow
+def test_socher_entries_time_every_encoder_and_the_recursion():
+    from fraglib.bench.systems import bench_socher
+
+    got = {e["name"]: e for e in bench_socher(epochs=1, n_images=20, trees=20)}
+    assert sorted(got) == ["socher_epoch_s_chain", "socher_epoch_s_ctrnn", "socher_epoch_s_dtrnn", "socher_epoch_s_sdtrnn",
+                           "socher_tree_encoder_speedup"]
+    assert all(e["value"] > 0 for e in got.values())
+    e = got["socher_tree_encoder_speedup"]
+    assert e["trees"] == 20 and e["batched_ms"] > 0 and e["recursive_ms"] > 0 and e["nodes"] > 20
+
+
 def test_a_closed_form_fit_reports_its_solver_bound():
     """kCCA's fit is mostly LAPACK (uncounted FLOPs): its entry says how long the decompositions and
     products took inside the fit, and that part is no more than the fit itself."""
