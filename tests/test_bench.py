@@ -24,7 +24,6 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     assert tree["sequential"]["levels_batch_mean"] == 0                 # Eq. 5 reads the batch by position only
 
 
-@pytest.mark.slow
 def test_socher_entries_time_every_encoder_and_the_recursion():
     from fraglib.bench.systems import bench_socher
 
@@ -36,6 +35,7 @@ def test_socher_entries_time_every_encoder_and_the_recursion():
     assert e["trees"] == 20 and e["batched_ms"] > 0 and e["recursive_ms"] > 0 and e["nodes"] > 20
 
 
+@pytest.mark.slow
 def test_a_closed_form_fit_reports_its_solver_bound():
     """kCCA's fit is mostly LAPACK (uncounted FLOPs): its entry says how long the decompositions and
     products took inside the fit, and that part is no more than the fit itself."""
