@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 TASKS = ("captioning", "paraphrasing")
@@ -396,7 +396,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
             scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
         record["reencoded"] = reencoded                                   # counts over all the data's captions
         unk.append(record["unk_share"])
-        (run_dir / name / f"seed{s}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
+        write_text(run_dir / name / f"seed{s}.json", json.dumps(record, separators=(",", ":")) + "\n")
         per_seed.append(scores)
     out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot,
                            "dataset_dir": dataset_dir, "images": images,
@@ -411,7 +411,7 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     if all("grounding" in p for p in per_seed):
         vals = {k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]] for k in per_seed[0]["grounding"]}
         out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}     # nan: nothing named
-    (run_dir / f"{name}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    write_text(run_dir / f"{name}.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
 

@@ -17,19 +17,23 @@ or stops with the differing fields named. A run whose ``best.pt`` has gone missi
 belong to its ``last.pt`` is never finished silently from other weights. The trainer writes
 ``best.pt`` before ``last.pt``, so a kill between the two leaves ``best.pt`` one epoch ahead (or
 alone after epoch 1): the run resumes from ``last.pt`` (or starts again) and rewrites that epoch
-exactly.
+exactly. One process at a time trains a run folder (:func:`run_lock`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
+
+from fraglib.outputs import atomic
 
 FORMAT = "fraglib-checkpoint-1"
 IDENTITY = ("system", "system_config", "train_config", "model_args", "fingerprint")
@@ -37,6 +41,10 @@ IDENTITY = ("system", "system_config", "train_config", "model_args", "fingerprin
 
 class CheckpointError(ValueError):
     """A checkpoint is unreadable, not fraglib's, or does not belong to the run that reads it."""
+
+
+class RunLocked(RuntimeError):
+    """Another process is training the run folder (:func:`run_lock`)."""
 
 
 def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
@@ -58,11 +66,28 @@ def fingerprint(files: dict[str, Path]) -> dict[str, str]:
 
 
 def save(path: str | Path, ck: dict[str, Any]) -> None:
-    """Write atomically: a kill never leaves a half-written checkpoint."""
+    """Write atomically (:func:`fraglib.outputs.atomic`): a kill or a full disk never leaves a half-written
+    checkpoint, and the previous one stays whole. A failed write is an OSError naming ``path``."""
     path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"format": FORMAT, **ck}, tmp)
-    os.replace(tmp, path)
+    try:
+        with atomic(path) as tmp:
+            torch.save({"format": FORMAT, **ck}, tmp)
+    except (RuntimeError, OSError) as exc:          # torch: "[enforce fail at inline_container.cc:...] ... file write failed"
+        raise OSError(f"{path}: writing the checkpoint failed, is the disk full? ({_first_line(exc)}). The previous "
+                      f"{path.name}, if any, is intact: free some space and run the same command again to resume "
+                      "from it") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _not_plain(exc: BaseException) -> str:
+    """What torch's weights-only loader refused (``Unsupported global: GLOBAL m.C``), without its advice
+    to load with ``weights_only=False`` (that would run the file's code)."""
+    m = re.search(r"WeightsUnpickler error:\s*(Unsupported [^\n]*?)(?: was not an allowed|\.?\n|$)", str(exc))
+    return "objects other than tensors and plain containers" + (f": {m.group(1).strip()}" if m else "")
 
 
 def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -73,8 +98,11 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable fraglib checkpoint ({first[:300]})") from None
+        if "weights_only" in str(exc):
+            raise CheckpointError(f"{path}: not a plain-tensor fraglib checkpoint (it holds {_not_plain(exc)}); it is "
+                                  "not loaded, since loading it could run code. Train the run again (or delete the "
+                                  "file) to replace it") from None
+        raise CheckpointError(f"{path}: not a readable fraglib checkpoint ({_first_line(exc)})") from None
     if not isinstance(ck, dict) or ck.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a fraglib checkpoint (no format {FORMAT!r})")
     return ck
@@ -182,3 +210,44 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
     for p in (last, best):
         p.unlink(missing_ok=True)
     return None
+
+
+@contextlib.contextmanager
+def run_lock(*folders: str | Path) -> Iterator[None]:
+    """Hold ``<folder>/.lock`` in each of ``folders`` (a non-blocking ``flock``) while this process trains
+    into them; a second writer stops at once with RunLocked naming the folder. The OS drops the lock when
+    its process dies, so a killed run resumes; the file is removed on release."""
+    unique: dict[Path, Path] = {}                       # one lock per folder (two spellings: one), as first named
+    for f in folders:
+        unique.setdefault(Path(f).resolve(), Path(f))
+    with contextlib.ExitStack() as held:
+        for folder in unique.values():
+            held.enter_context(_flock(folder))
+        yield
+
+
+@contextlib.contextmanager
+def _flock(folder: Path) -> Iterator[None]:
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / ".lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(f"{folder}: another process is training this run folder (it holds {lock}); wait for it "
+                            "to finish or stop it, or train into another folder") from None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)                        # its holder removed the file as it let go: lock the new one
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)

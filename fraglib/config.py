@@ -174,8 +174,10 @@ def check_params(data: dict[str, Any]) -> None:
                 raise ConfigError(f"{where}: unknown run {r!r}{did_you_mean(r, runs)}")
 
 
-def from_dict(section: str, values: dict[str, Any] | None, cls: type[T]) -> T:
-    """Build dataclass ``cls`` from ``values``; unknown keys are errors; calls ``validate()``."""
+def from_dict(section: str, values: dict[str, Any] | None, cls: type[T], names: dict[str, str] | None = None) -> T:
+    """Build dataclass ``cls`` from ``values``; unknown keys are errors; calls ``validate()``. ``names``:
+    key -> the name its value was given under (``study.systems.vse.epochs`` for a value merged from there),
+    used in place of ``<section>.<key>`` in a validation error."""
     values = dict(values or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(fields))
@@ -185,7 +187,13 @@ def from_dict(section: str, values: dict[str, Any] | None, cls: type[T]) -> T:
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if validate is not None:
-        validate()
+        try:
+            validate()
+        except ConfigError as exc:
+            if not names:
+                raise
+            raise ConfigError(re.sub(rf"(?<![\w.-]){re.escape(section)}\.(\w+)", lambda m: names.get(m[1], m[0]),
+                                     str(exc))) from None
     return obj
 
 

@@ -11,6 +11,7 @@ weight. Units pair by name (``seed0`` with ``seed0``, ``seed0r1`` with ``seed0r1
 itself pairs its two training runs per split (``seed{s}`` with ``seed{s}r1``: the ensemble control, what
 fusing any two models gains). The output folder has the layout of a trained run (``metrics.json``,
 ``seeds/seed<unit>/{metrics.json,ranks.json}``), so the reports' paired bootstrap reads it like one.
+It is never one of the two runs, and an existing one is replaced (whole) only with ``--overwrite``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from fraglib.evaluate import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
 
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
 
@@ -63,6 +65,59 @@ def unit_pairs(run_a: Path, run_b: Path) -> list[tuple[str, str, str]]:
     return pairs
 
 
+def trained_on(seed_dir: Path) -> tuple[str | None, str]:
+    """(SHA-256 of the ``dataset.json`` a trained unit was trained on, its dataset folder), from the
+    checkpoint's ``fingerprint`` and ``info``. Only the ``dataset`` role identifies what fusion compares:
+    ``dataset.json`` lists the images, the sentences and each one's split, so it fixes the rows and columns
+    of the validation and test score matrices and their ground truth; the other roles (``sentences``: a
+    view's fragment file, ``images``: a detector's features) are each system's own inputs, which the two
+    fused systems may well read differently."""
+    from fraglib.checkpoint import best_of, load
+
+    ck = load(best_of(seed_dir))
+    return (ck.get("fingerprint") or {}).get("dataset"), str(ck["info"]["dataset_dir"])
+
+
+def fusion_pairs(run_a: Path, run_b: Path, out: Path) -> list[tuple[str, str, str]]:
+    """:func:`unit_pairs`, after the checks that need no scoring: ``out`` is neither run, and each pair of
+    units was trained on the same dataset (:func:`trained_on`). ValueError names what to change."""
+    for r in (run_a, run_b):
+        if out.resolve() == r.resolve():
+            raise ValueError(f"the fused run's folder {out} is the input run {r}: fusion never writes into a run it "
+                             f"reads; give another folder (e.g. {r.parent / f'fuse_{run_a.name}_{run_b.name}'})")
+    pairs = unit_pairs(run_a, run_b)
+    for name, ua, ub in pairs:
+        (ha, da), (hb, db) = trained_on(run_a / "seeds" / f"seed{ua}"), trained_on(run_b / "seeds" / f"seed{ub}")
+        if ha != hb:
+            raise ValueError(f"unit {name}: {run_a} (seed{ua}, trained on {da}) and {run_b} (seed{ub}, trained on "
+                             f"{db}) were trained on different datasets (dataset.json sha256 {str(ha)[:12]} vs "
+                             f"{str(hb)[:12]}): fusion compares two systems on the same validation and test splits")
+    return pairs
+
+
+def check_scored(name: str, run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any]) -> None:
+    """ValueError unless the two units' validation and test score matrices (images x sentences) have one
+    shape and one ground truth (``sentence_image``)."""
+    for split in ("val", "test"):
+        (Sa, sia), (Sb, sib) = a[split], b[split]
+        if Sa.shape != Sb.shape:
+            what = f"{tuple(Sa.shape)} vs {tuple(Sb.shape)} images x sentences"
+        elif not np.array_equal(sia, sib):
+            what = "the same shape, other sentence-image pairs"
+        else:
+            continue
+        raise ValueError(f"unit {name}: {run_a} and {run_b} were scored on different {split} splits ({what})")
+
+
+def fused_files(out: Path, pairs: list[tuple[str, str, str]] | None = None) -> list[Path]:
+    """The files of a fused run folder: those there now (``metrics.json``, everything under ``seeds/``), or
+    (``pairs``) those a fusion of ``pairs`` writes."""
+    if pairs is None:
+        return [out / "metrics.json"] + sorted(p for p in (out / "seeds").rglob("*") if p.is_file())
+    return [out / "metrics.json"] + [out / "seeds" / f"seed{n}" / f for n, _, _ in pairs
+                                     for f in ("metrics.json", "ranks.json")]
+
+
 def unit_scores(seed_dir: Path) -> dict[str, Any]:
     """Validation and test score matrices of one trained unit (from its checkpoint alone)."""
     from fraglib.evaluate import load_trained, score_matrix
@@ -73,32 +128,32 @@ def unit_scores(seed_dir: Path) -> dict[str, Any]:
 
 
 def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tuple[float, ...] = WEIGHTS,
-              n_boot: int = 1000, label: str | None = None) -> dict[str, Any]:
+              n_boot: int = 1000, label: str | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Fuse two trained runs (module docstring; checkpoints in ``<run>/seeds/seed<unit>/``) into the run
-    folder ``out``; returns its summary."""
+    folder ``out``; returns its summary. Before any scoring: :func:`fusion_pairs`' checks, and an existing
+    fused run in ``out`` is refused unless ``overwrite`` (then replaced whole: :func:`fraglib.outputs.claim`)."""
     from tqdm.auto import tqdm
 
     from fraglib.results import unit_seed
     from fraglib.study import summarise
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)
-    pairs = unit_pairs(run_a, run_b)
+    pairs = fusion_pairs(run_a, run_b, out)
+    claim(fused_files(out), fused_files(out, pairs), overwrite, f"fraglib.fusion --out {out}")
     scores = []
     for name, ua, ub in tqdm(pairs, desc=f"scoring {run_a.name} + {run_b.name}"):
         a, b = unit_scores(run_a / "seeds" / f"seed{ua}"), unit_scores(run_b / "seeds" / f"seed{ub}")
+        check_scored(name, run_a, run_b, a, b)
         scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
     by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1])
                               for _, a, b, za, zb in scores])) for w in weights}
     w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))       # ties: the more even mix
     tests = []
     for name, a, b, za, zb in scores:
-        if not np.array_equal(a["test"][1], b["test"][1]):
-            raise ValueError(f"unit {name}: {run_a.name} and {run_b.name} were scored on different test splits")
         m = evaluate_scores(fuse(a["test"][0], b["test"][0], w_best, za, zb), a["test"][1], n_boot, unit_seed(name))
         d = out / "seeds" / f"seed{name}"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "ranks.json").write_text(json.dumps(m.pop("ranks")) + "\n")
-        (d / "metrics.json").write_text(json.dumps({"test": m, "weight": w_best}, indent=1, sort_keys=True) + "\n")
+        write_text(d / "ranks.json", json.dumps(m.pop("ranks")) + "\n")
+        write_text(d / "metrics.json", json.dumps({"test": m, "weight": w_best}, indent=1, sort_keys=True) + "\n")
         tests.append(m)
     keys = [p[0] for p in pairs]
     seeds = sorted({unit_seed(k) for k in keys})
@@ -107,7 +162,7 @@ def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tu
             "val_rsum_by_weight": {str(w): round(v, 2) for w, v in by_w.items()},
             "label": label or f"late fusion: {run_a.name} + {run_b.name} (weight chosen on validation)"}
     summary = summarise(head, keys, [unit_seed(k) for k in keys], tests)
-    (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_text(out / "metrics.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return summary
 
 
@@ -117,8 +172,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="two trained run folders (metrics.json + seeds/); the weight w multiplies RUN_A")
     ap.add_argument("--out", required=True, help="the fused run's folder")
     ap.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="the grid of w (comma-separated, in [0, 1])")
-    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of each unit's test CIs")
     ap.add_argument("--label")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     try:
         weights = tuple(float(w) for w in args.weights.split(","))
@@ -126,10 +182,18 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--weights {args.weights!r}: comma-separated numbers in [0, 1]")
     if not weights or not all(0.0 <= w <= 1.0 for w in weights):
         ap.error(f"--weights {args.weights!r}: every weight must lie in [0, 1]")
+    if args.n_boot < 1:
+        ap.error(f"--n-boot {args.n_boot}: at least 1 bootstrap resample")
     for r in args.runs:
         if not (Path(r) / "metrics.json").exists():
             ap.error(f"--runs: {r} has no metrics.json (train it first, e.g. `dvc repro ...:train@{Path(r).name}`)")
-    s = fuse_runs(args.runs[0], args.runs[1], args.out, weights, args.n_boot, args.label)
+    run_a, run_b, out = Path(args.runs[0]), Path(args.runs[1]), Path(args.out)
+    try:
+        pairs = fusion_pairs(run_a, run_b, out)
+    except ValueError as exc:
+        ap.error(str(exc))
+    claim_cli(ap, fused_files(out), fused_files(out, pairs), args.overwrite, f"fraglib.fusion --out {out}")
+    s = fuse_runs(run_a, run_b, out, weights, args.n_boot, args.label, overwrite=True)
     print(f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
           f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}")
 

@@ -21,6 +21,7 @@ The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the sa
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -39,14 +40,13 @@ def k_occurrence(Q: torch.Tensor | np.ndarray, k: int = 10, chunk: int = 1024) -
     """(n_candidates,) int64 ``N_k``: for each candidate, the queries having it in their top ``k``."""
     Q = torch.as_tensor(Q)
     n_q, n_c = Q.shape
+    if not 1 <= k < n_c:        # with k >= n_c every candidate is in every top k: N_k constant, skewness 0
+        raise ValueError(f"hubness k = {k}: needs 1 <= k < {n_c}, the number of candidates (train.hub_k sets k)")
     counts = torch.zeros(n_c, dtype=torch.long)
     for a in range(0, n_q, chunk):
         blk = Q[a:a + chunk]
-        if n_c > k:                                     # the (k+1)-th largest value bounds the top k strictly
-            bound = blk.topk(k + 1, dim=1).values[:, -1:]
-            inside = blk > bound
-        else:
-            inside = torch.ones_like(blk, dtype=torch.bool)
+        bound = blk.topk(k + 1, dim=1).values[:, -1:]   # the (k+1)-th largest value bounds the top k strictly
+        inside = blk > bound
         counts += (inside & torch.isfinite(blk)).sum(dim=0).cpu()
     return counts.numpy()
 
@@ -72,6 +72,8 @@ def hubness_stats(counts: np.ndarray, k: int) -> dict[str, float]:
 def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``β Q − log Σ_b exp(β B[b, c])``; ``bank`` (n_b, n_c), or None: the other
     queries of ``Q`` (row q left out of its own normaliser)."""
+    if not (math.isfinite(beta) and beta > 0):     # NaN or inf would make every score NaN
+        raise ValueError(f"inverted softmax: the inverse temperature β must be finite and > 0, got {beta}")
     Q = torch.as_tensor(Q).double()
     X = beta * Q
     if bank is not None:

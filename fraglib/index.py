@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import html
-import json
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
+from fraglib.bench.common import read_register
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 
 REPORTS = [
     ("data_report.html", "Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
@@ -193,8 +193,9 @@ def markdown_table(rows: list[str]) -> str:
 
 
 def _json(path: str) -> dict:
-    p = Path(path)
-    return json.loads(p.read_text()) if p.exists() else {}
+    from fraglib.results import read_json
+
+    return read_json(path) if Path(path).exists() else {}
 
 
 def _best_runs(study: str) -> str:
@@ -386,7 +387,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
             "device": describe(), "python": platform.python_version(), "machine": platform.platform()}
     for name in ("data/synthetic/fragments/text_stats.json", "data/synthetic/features/features_stats.json"):
         if Path(name).exists():
-            s = json.loads(Path(name).read_text())
+            s = _json(name)
             if "parser" in s:
                 prov["parser"] = s["parser"]
             if "cnn" in s:
@@ -395,19 +396,18 @@ def build(out: str | Path = "reports/index.html") -> Path:
     for k, v in prov.items():
         parts.append(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(str(v))}</code></td></tr>")
     parts.append("</table>")
-    bench = Path("benchmarks/results.json")
-    if bench.exists():
-        rows = [e for e in json.loads(bench.read_text()) if e["name"].startswith(("make_", "repro_"))]
+    bench = read_register(Path("benchmarks/results.json"))
+    if bench:
+        rows = [e for e in bench if e["name"].startswith(("make_", "repro_"))]
         if rows:
             parts.append("<h2>Measured pipeline time</h2><table>")
             for e in rows:
                 stages = ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())
                 parts.append(f"<tr><td>{e['name']}</td><td>{e['value']} {e['unit']}</td><td>{html.escape(stages)}</td></tr>")
             parts.append("</table>")
-        parts += _scale_sections(json.loads(bench.read_text()))
+        parts += _scale_sections(bench)
     parts.append("</body></html>\n")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(parts), encoding="utf-8")
+    write_text(out, "\n".join(parts))
     return out
 
 
@@ -417,7 +417,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.index")
-    print(f"wrote {build(args.out)}")
+    try:
+        print(f"wrote {build(args.out)}")
+    except ValueError as exc:                  # a damaged summary or register, named
+        ap.error(str(exc))
 
 
 if __name__ == "__main__":

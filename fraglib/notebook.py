@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 TEMPLATES = Path(__file__).parent / "templates"
@@ -92,10 +92,8 @@ def render_html(executed: str | Path, html: str | Path) -> Path:
             cell["id"] = "injected-parameters"
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
-    html = Path(html)
-    html.parent.mkdir(parents=True, exist_ok=True)
-    html.write_text(body, encoding="utf-8")
-    return html
+    write_text(html, body)
+    return Path(html)
 
 
 def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, Any] | None = None,
@@ -107,20 +105,30 @@ def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, A
     the error is raised, so no page ever looks current after a failed run.
     """
     skip_iri_grammars()
+    import tempfile
+
+    import nbformat
     import papermill as pm
 
     html = Path(html)
     executed = executed_path(notebook, html, executed)
-    executed.parent.mkdir(parents=True, exist_ok=True)
     html.unlink(missing_ok=True)
     executed.unlink(missing_ok=True)
-    try:
-        pm.execute_notebook(str(notebook), str(executed), parameters=parameters or {},
-                            kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
-    except pm.PapermillExecutionError:
-        render_html(executed, html)
-        raise
-    return render_html(executed, html)
+    failed = None
+    with tempfile.TemporaryDirectory() as scratch:      # papermill saves as it goes: the notebook appears once complete
+        written = Path(scratch) / executed.name
+        try:
+            pm.execute_notebook(str(notebook), str(written), parameters=parameters or {},
+                                kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
+        except pm.PapermillExecutionError as exc:       # the failed run is kept (and rendered), then raised
+            failed = exc
+        nb = nbformat.read(str(written), as_version=4)
+    nb.metadata.papermill["output_path"] = str(executed)   # where papermill would have written it
+    write_text(executed, nbformat.writes(nb))               # in papermill's own serialisation
+    render_html(executed, html)
+    if failed is not None:
+        raise failed
+    return html
 
 
 def parser() -> argparse.ArgumentParser:

@@ -10,16 +10,26 @@ The families: ``fraglib.data`` (``dataset.json``, ``conversion.json``; precomp: 
 too), ``fraglib.data.synthetic`` (the benchmark folder), ``fraglib.text`` (``parse.conllu``; the
 fragment files), ``fraglib.vision.features`` / ``regions`` / ``objectness`` (their caches),
 ``fraglib.search --out``, ``fraglib.captions`` (``<name>.json`` and ``<name>/``),
-``fraglib.evaluate --out``, ``fraglib.notebook`` (a page and its executed notebook) and
-``fraglib.index``; tests/test_outputs.py tries every one. Two commands keep what exists on purpose:
-training (``fraglib.train`` / ``fraglib.study`` resume a run from its checkpoint) and
+``fraglib.evaluate --out``, ``fraglib.fusion --out`` (a fused run's folder; never one of its inputs),
+``fraglib.summary --out`` (a page it did not write), ``fraglib.notebook`` (a page and its executed
+notebook) and ``fraglib.index``; tests/test_outputs.py derives the list of commands with an output flag
+from the code and tries every one. Three keep what exists on purpose:
+training (``fraglib.train`` / ``fraglib.study`` resume a run from its checkpoint),
 ``fraglib.bench`` (``benchmarks/results.json`` is a register: a run updates this machine's entries,
-and replacing another machine's needs ``--overwrite``).
+and replacing another machine's needs ``--overwrite``) and ``fraglib.data.download`` (resumes: keeps
+the images whose checksums verify).
+
+**Every file is written atomically** (:func:`atomic`, :func:`write_text`, :func:`write_bytes`): the
+bytes go to a hidden temporary file in the target's folder, which replaces the target only once it is
+complete, so a kill or a full disk never leaves a cut file where a complete one was (or is expected).
+tests/test_outputs.py fails on any write in the package that bypasses these helpers.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 OVERWRITE_HELP = "replace outputs already in the target folder (they are otherwise never touched)"
 
@@ -51,3 +61,44 @@ def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite
         claim(family, writes, overwrite, what)
     except FileExistsError as exc:
         ap.error(str(exc))
+
+
+@contextlib.contextmanager
+def atomic(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same folder, same suffix) for any writer (``np.savez``,
+    ``torch.save``, ``savefig``); on success it replaces ``path`` in one rename, on any error (a kill,
+    ``ENOSPC``) it is removed and ``path`` is left as it was. Creates the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{os.getpid()}-{path.name}"
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileNotFoundError(f"{path}: the writer produced no file (expected {tmp.name})")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic`)."""
+    with atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic`)."""
+    with atomic(path) as tmp:
+        tmp.write_bytes(data)
+
+
+@contextlib.contextmanager
+def appending(path: str | Path) -> Iterator[Any]:
+    """A journal opened for appending whole lines: each ``write`` of the yielded file is flushed and
+    synced, so a kill cuts at most the line being written (readers skip or name a torn last line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())

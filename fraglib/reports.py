@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraglib.notebook import executed_path, parameters, parser, project_root
+from fraglib.outputs import write_bytes
 
 STAGING = Path("build/reports")      # pages are rendered here first, moved into place when they succeed
 
@@ -89,8 +89,8 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
             return Outcome(page, "kept", time.perf_counter() - t0, e.evalue)
         return Outcome(page, "failed", time.perf_counter() - t0, f"{e.ename}: {e.evalue} (page: {tmp_html})")
     for src, dst in ((tmp_html, Path(page.html)), (tmp_exec, Path(page.executed))):
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(src), str(dst))
+        write_bytes(dst, src.read_bytes())      # atomic: a full disk never leaves a cut page in place
+        src.unlink()
     return Outcome(page, "rendered", time.perf_counter() - t0)
 
 

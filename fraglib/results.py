@@ -57,16 +57,77 @@ def run_labels(params: dict[str, Any]) -> dict[str, str]:
     return {r: (e or {}).get("label") or f"{(e or {}).get('system', '?')}: {r}" for r, e in (params.get("runs") or {}).items()}
 
 
+SUMMARY_KEYS = ("system", "seeds", "annotation", "search")       # what every run summary (fraglib.study) holds
+RERUN = "restore it (from git, or `dvc pull`) or re-run the run (`python -m fraglib.study`)"
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``; ValueError naming the file when it is not JSON (a cut or damaged file)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): the file is "
+                         "cut or damaged") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): the file is damaged") from None
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A run's ``metrics.json`` (``fraglib.study``), checked: ValueError naming the file and what it lacks."""
+    m = read_json(path)
+    if not isinstance(m, dict):
+        raise ValueError(f"{path}: not a run summary (a JSON {type(m).__name__}, not an object); {RERUN}")
+    missing = [k for k in SUMMARY_KEYS if k not in m]
+    missing += [f"{d}.{k}" for d in DIRECTIONS if d in m for k in ("r1", "r5", "r10", "mean_rank")
+                if not isinstance((m[d] if isinstance(m[d], dict) else {}).get(k), (int, float))]
+    if missing:
+        raise ValueError(f"{path}: not a run summary fraglib.study writes: it lacks {', '.join(missing)}; {RERUN}")
+    return m
+
+
+def read_ranks(path: str | Path, unit: dict[str, Any]) -> dict[str, Any]:
+    """One training run's ``ranks.json``, checked against its figures in the run's summary (``unit``:
+    ``metrics.json: per_seed[<unit>]``): per direction a list of ranks (test images for annotation, test
+    sentences for search) whose R@K and mean rank are the summary's. ValueError naming the file otherwise."""
+    from fraglib.evaluate import recall_table
+
+    r = read_json(path)
+    for d, queries in (("annotation", "images"), ("search", "sentences")):
+        if not isinstance(r, dict) or not isinstance(r.get(d), list):
+            raise ValueError(f"{path}: no list of {d} ranks; {RERUN}")
+        got, want = recall_table(np.asarray(r[d])), unit[d]
+        off = [k for k in ("r1", "r5", "r10", "mean_rank") if abs(got[k] - want[k]) > 1e-6]
+        if off:
+            raise ValueError(f"{path}: {len(r[d])} {d} ranks whose {', '.join(f'{k} {got[k]:.4g}' for k in off)} "
+                             f"are not the run's metrics.json figures for this training run "
+                             f"({', '.join(f'{k} {want[k]:.4g}' for k in off)}): not the ranks of its test {queries} "
+                             f"(cut, or another run's); {RERUN}")
+    return r
+
+
 def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Summary and per-unit per-query ranks (arrays, units x queries) of one run (``fraglib.study``):
     ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space;
     ``units`` (names: seed, or seed + replicate) and ``groups`` (the test set of each unit; a summary
-    written before replicates existed: one group per seed)."""
+    written before replicates existed: one group per seed). Every file is checked (:func:`read_summary`,
+    :func:`read_ranks`): a damaged one is a ValueError naming it."""
     run_dir = Path(run_dir)
-    summary = json.loads((run_dir / "metrics.json").read_text())
+    summary = read_summary(run_dir / "metrics.json")
     summary.setdefault("units", [str(s) for s in summary["seeds"]])
     summary.setdefault("groups", list(summary["seeds"]))
-    per_seed = [json.loads((run_dir / "seeds" / f"seed{u}" / "ranks.json").read_text()) for u in summary["units"]]
+    figures = summary.get("per_seed") or {}
+    lacking = [u for u in summary["units"] if not all(isinstance((figures.get(u) or {}).get(d), dict) for d in DIRECTIONS)]
+    if lacking:
+        raise ValueError(f"{run_dir / 'metrics.json'}: no per_seed figures for training run(s) {', '.join(lacking)}; "
+                         f"{RERUN}")
+    files = [run_dir / "seeds" / f"seed{u}" / "ranks.json" for u in summary["units"]]
+    per_seed = [read_ranks(f, figures[u]) for f, u in zip(files, summary["units"])]
+    for d in DIRECTIONS:
+        n = [len(r[d]) for r in per_seed]
+        if len(set(n)) > 1:
+            raise ValueError(f"{run_dir}: its training runs ranked different numbers of {d} queries ("
+                             + ", ".join(f"{f.parent.name} {k}" for f, k in zip(files, n))
+                             + "); a table over training runs needs one test set size")
     tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
     if all("hubness" in r for r in per_seed):                   # fraglib.hubness: k-occurrence, corrected ranks
@@ -546,7 +607,7 @@ def caption_table(runs_dir: str | Path | dict[str, Path], runs: list[str], label
         f = _folder(runs_dir, r) / f"{name}.json"
         if not f.exists():
             continue
-        c = json.loads(f.read_text())
+        c = read_json(f)
         for t in (t for t in TASKS if t in c):
             ci = c.get(t + "_ci") or {}
             rows[(t, (labels or {}).get(r, r))] = {
@@ -563,7 +624,7 @@ def paraphrase_results(runs: dict[str, str | Path]) -> dict[tuple[str, str], dic
         for b in runs:
             f = Path(d) / ("captions.json" if a == b else f"transfer_{b.lower()}.json")
             if f.exists():
-                out[(a, b)] = {**json.loads(f.read_text()), "folder": str(Path(d) / f.stem)}
+                out[(a, b)] = {**read_json(f), "folder": str(Path(d) / f.stem)}
     return out
 
 
@@ -710,7 +771,7 @@ def search_budget(tables: list[str | Path], params: dict[str, Any]) -> pd.DataFr
         meta_file = t.with_suffix(".json")
         if not t.is_file() or not meta_file.is_file():
             continue
-        meta, df = json.loads(meta_file.read_text()), pd.read_csv(t)
+        meta, df = read_json(meta_file), pd.read_csv(t)
         run = meta.get("run", "?")
         system = params.get("runs", {}).get(run, {}).get("system", run)
         rows.append({"system": system, "tables": 1, "trials": len(df),

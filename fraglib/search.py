@@ -23,11 +23,14 @@ their number) — a search over every split's validation set at a fraction of th
 
 Every finished trial is appended to ``<out>.partial.jsonl`` at once; a search killed part-way and
 started again with the same command trains only the trials missing from it (the journal is removed
-when the table is written).
+when the table is written). The journal's first line records what its rows were trained with (the
+run's settings, ``--set``, ``--epochs``, folders, splits, searched keys, each split's
+``dataset.json``): a search with other settings refuses it rather than count its rows as done.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
@@ -39,7 +42,7 @@ import numpy as np
 
 from fraglib.config import parse_overrides, read_params
 from fraglib.distributed import worker_pool
-from fraglib.outputs import claim_cli
+from fraglib.outputs import appending, claim_cli, write_text
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -85,24 +88,106 @@ def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict
             "seconds": round(time.perf_counter() - t0, 1), "val_rsum_splits": " ".join(f"{v:.1f}" for v in vals)}
 
 
+JOURNAL = "fraglib.search journal 1"       # the first line of a journal: {"journal": JOURNAL, settings...}
+
+
+class JournalError(ValueError):
+    """A search journal that is damaged or was written by a search with other settings."""
+
+
+def journal_head(params: dict[str, Any], run: str, dataset: str | None, fixed: dict[str, Any], epochs: int,
+                 dataset_dir: str, splits: list[int], features_dir: str | None, keys: list[str]) -> dict[str, Any]:
+    """What a journal's rows were trained with (its first line, as JSON): the run, its resolved settings
+    besides the ``fixed`` and searched ``keys`` and ``epochs``, the folders, split seeds, ``keys`` and the
+    sha256 of each split's ``dataset.json`` (a missing one is an error naming it)."""
+    from fraglib.checkpoint import fingerprint
+    from fraglib.train import resolve_run
+
+    spec = resolve_run(params, run, dataset, {**fixed, "epochs": epochs})
+    settings = {**dataclasses.asdict(spec.train_config), **dataclasses.asdict(spec.system_config)}
+    head = {"journal": JOURNAL, "run": run, "dataset": dataset, "epochs": epochs, "fixed": fixed,
+            "settings": {k: v for k, v in settings.items() if k not in {*fixed, *keys, "epochs"}},
+            "dataset_dir": dataset_dir, "splits": splits, "features_dir": features_dir, "keys": sorted(keys),
+            "data": fingerprint({f"split {s}": Path(dataset_dir.format(seed=s)) / "dataset.json" for s in splits})}
+    return json.loads(json.dumps(head, default=str))
+
+
+def _flat(d: dict[str, Any]) -> dict[str, Any]:
+    """``{"fixed": {"lr": 1}, "run": "x"}`` -> ``{"fixed.lr": 1, "run": "x"}`` (one level down)."""
+    out = {}
+    for k, v in d.items():
+        out.update({f"{k}.{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+    return out
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``"key: X in the journal, Y now"`` for each entry that differs (mappings compared one level down)."""
+    old, new = _flat(old), _flat(new)
+    return [f"{k}: {old.get(k, '(absent)')!r} in the journal, {new.get(k, '(absent)')!r} now"
+            for k in dict.fromkeys([*old, *new]) if old.get(k, "(absent)") != new.get(k, "(absent)")]
+
+
+def read_journal(journal: Path, head: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The rows of ``journal`` (None when it holds no header yet: missing or empty). Its header must
+    equal ``head`` (:func:`journal_head`), else a JournalError naming the file and what differs. A torn
+    last line (no newline: a kill cut it) is dropped with a note and cut from the file; damage anywhere
+    else is a JournalError naming the file and line."""
+    if not journal.exists():
+        return None
+    *lines, tail = journal.read_text(encoding="utf-8").split("\n")
+    if tail:
+        print(f"{journal}: line {len(lines) + 1} was cut short (the search was killed while writing it); "
+              "dropped, its trial trains again")
+        write_text(journal, "".join(line + "\n" for line in lines))
+    if not lines:
+        return None
+    parsed = []
+    for n, line in enumerate(lines, 1):
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise JournalError(f"{journal}: line {n} is damaged ({exc}); delete the journal (its trials "
+                               "train again)") from None
+    first, *rows = parsed
+    if not isinstance(first, dict) or first.get("journal") != JOURNAL:
+        raise JournalError(f"{journal}: line 1 is not a fraglib.search journal header (an older version's journal, "
+                           "or not a journal); delete it (its trials train again)")
+    diffs = _differences(first, head)
+    if diffs:
+        raise JournalError(f"{journal}: its trials were trained with other settings than this search's "
+                           f"({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''}), so they cannot count as done. "
+                           "Delete it to train every trial with these settings, or run the search with the journal's.")
+    for n, r in enumerate(rows, 2):
+        if not isinstance(r, dict) or not {*head["keys"], "val_rsum_best"} <= set(r):
+            raise JournalError(f"{journal}: line {n} is not a trial row (the searched keys {', '.join(head['keys'])} "
+                               "and val_rsum_best); delete the journal (its trials train again)")
+    return rows
+
+
 def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epochs: int, seed: int, jobs: int,
            splits: list[int] | None = None, features_dir: str | None = None, space: dict[str, list[Any]] | None = None,
            dataset: str | None = None, fixed: dict[str, Any] | None = None,
            configs: list[dict[str, Any]] | None = None, journal: Path | None = None) -> list[dict[str, Any]]:
     """Rows (trial settings + criterion), best first; ``configs`` replaces the ``trials`` drawn. Each
-    finished row is appended to ``journal`` (JSON lines); rows already there are not trained again."""
+    finished row is appended to ``journal`` (JSON lines after a header, :func:`read_journal`); rows
+    already there are not trained again."""
     from fraglib.train import resolve_run
 
-    fixed = {**(fixed or {}), "epochs": epochs, "n_boot": 10}
     configs = draw(trials, seed, space) if configs is None else configs
-    specs = [resolve_run(params, run, dataset, {**fixed, **{k: v for k, v in c.items() if k != "features_dir"}})
+    fixed = {**(fixed or {}), "n_boot": 10}
+    specs = [resolve_run(params, run, dataset, {**fixed, "epochs": epochs, **{k: v for k, v in c.items() if k != "features_dir"}})
              for c in configs]                                                    # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
     key = lambda c: json.dumps({k: c[k] for k in configs[0]}, sort_keys=True)    # noqa: E731
-    done = {}
-    if journal is not None and journal.exists():
-        done = {key(r): r for r in map(json.loads, journal.read_text().splitlines()) if key(r) in map(key, configs)}
-        print(f"{journal}: {len(done)} of {len(configs)} trials already done")
+    done, head = {}, ""                               # head: the journal's first line while still to write
+    if journal is not None:
+        head = json.dumps(journal_head(params, run, dataset, fixed, epochs, dataset_dir, splits, features_dir,
+                                       list(configs[0]))) + "\n"
+        rows = read_journal(journal, json.loads(head))
+        if rows is not None:
+            head = ""
+            done = {key(r): r for r in rows if key(r) in map(key, configs)}
+            print(f"{journal}: {len(done)} of {len(configs)} trials already done")
     todo = [(s, c) for s, c in zip(specs, configs) if key(c) not in done]
     with worker_pool(jobs) as ex:
         futures = [ex.submit(_trial, (dataset_dir, splits, c.get("features_dir", features_dir), s, c)) for s, c in todo]
@@ -110,26 +195,45 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
             row = f.result()
             done[key(row)] = row
             if journal is not None:
-                with journal.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+                with appending(journal) as fh:
+                    fh.write(head + json.dumps(row) + "\n")
+                head = ""
     return sorted((done[key(c)] for c in configs), key=lambda r: -r["val_rsum_best"])
 
 
+META_KEYS = ("run", "dataset", "dataset_dir", "epochs", "features_dir", "space", "fixed", "splits")
+
+
 def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[float]]:
-    """The settings (JSON) of an earlier table, its ``top`` best configurations and their criteria."""
+    """The settings (JSON) of an earlier table, its ``top`` best configurations and their criteria; a
+    missing, cut or edited table or settings file is an error naming it and what is wrong."""
     meta_file = table.with_suffix(".json")
     if not table.is_file() or not meta_file.is_file():
         raise FileNotFoundError(f"--rescore: {table} and {meta_file} (written by this tool) are both needed")
-    meta = json.loads(meta_file.read_text())
-    head, *lines = table.read_text().splitlines()
-    keys, configs, crit = head.split(","), [], []
-    for line in lines[:top]:
-        row = dict(zip(keys, line.split(",")))
+    redo = "write both again with the first stage's command (--overwrite)"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--rescore: {meta_file} (the settings of {table}) is not JSON ({exc}): cut short? {redo}") from None
+    missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
+    if missing or not isinstance(meta["space"], dict):
+        raise ValueError(f"--rescore: {meta_file} (the settings of {table}) lacks {', '.join(missing) or 'a space mapping'} "
+                         f"(an older version's, or edited); {redo}")
+    head, *lines = table.read_text().splitlines() or [""]
+    keys = head.split(",")
+    missing = [k for k in [*meta["space"], "val_rsum_best"] if k not in keys]
+    if missing or not lines:
+        what = f"its header {head!r} lacks the column(s) {', '.join(missing)}" if missing else "it has no rows"
+        raise ValueError(f"--rescore: {table}: {what} (cut short?); {redo}")
+    configs, crit = [], []
+    for n, line in enumerate(lines[:top], 2):
         try:     # map the CSV text back to the space's value (its type included)
+            row = dict(zip(keys, line.split(","), strict=True))
             configs.append({k: next(v for v in vals if str(v) == row[k]) for k, vals in meta["space"].items()})
-        except (KeyError, StopIteration):
-            raise ValueError(f"--rescore: {table} does not match the space of {meta_file}") from None
-        crit.append(float(row["val_rsum_best"]))
+            crit.append(float(row["val_rsum_best"]))
+        except (KeyError, StopIteration, ValueError):
+            raise ValueError(f"--rescore: {table} line {n} ({line!r}) does not match its header or the space of "
+                             f"{meta_file}; {redo}") from None
     return meta, configs, crit
 
 
@@ -177,8 +281,11 @@ def main(argv: list[str] | None = None) -> None:
     configs, prev = None, None
     if args.rescore:
         if not args.splits:
-            raise ValueError("--rescore needs --splits (the new splits)")
-        meta, configs, crit = top_rows(args.rescore, args.top)
+            ap.error("--rescore needs --splits (the new splits)")
+        try:
+            meta, configs, crit = top_rows(args.rescore, args.top)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(str(exc))
         prev = {"table": str(args.rescore), "top": args.top, "splits": meta["splits"] or [0], "criteria": crit}
         if set(prev["splits"]) & set(args.splits):
             raise ValueError(f"--rescore: splits {sorted(set(prev['splits']) & set(args.splits))} were already scored")
@@ -200,9 +307,12 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(space, dict) or not space or not all(isinstance(v, list) and v for v in space.values()):
             ap.error(f"--space {args.space}: a non-empty JSON object of non-empty lists, e.g. '{{\"lr\": [0.01, 0.03]}}'")
         fixed = parse_overrides(args.set)
-    rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
-                  args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs,
-                  journal=out.with_suffix(".partial.jsonl"))
+    try:
+        rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
+                      args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs,
+                      journal=out.with_suffix(".partial.jsonl"))
+    except JournalError as exc:          # raised before any trial trains
+        ap.error(str(exc))
     if prev:       # weight each stage's mean by its number of splits
         n0, n1 = len(prev["splits"]), len(args.splits)
         by_key = {json.dumps(c, sort_keys=True): v for c, v in zip(configs, prev["criteria"])}
@@ -211,9 +321,8 @@ def main(argv: list[str] | None = None) -> None:
             r["val_rsum_all"] = round((n0 * r["val_rsum_prev"] + n1 * r["val_rsum_best"]) / (n0 + n1), 2)
         rows.sort(key=lambda r: -r["val_rsum_all"])
     keys = list(rows[0])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
-    out.with_suffix(".json").write_text(json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
+    write_text(out, ",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
+    write_text(out.with_suffix(".json"), json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
                                                     "epochs": args.epochs, "seed": args.seed, "space": space,
                                                     "splits": args.splits, "features_dir": args.features_dir,
                                                     "run": args.run, "dataset": args.dataset,

@@ -32,6 +32,7 @@ import torch
 from fraglib import hubness
 from fraglib.config import ConfigError, read_params
 from fraglib.evaluate import KS
+from fraglib.outputs import write_text
 from fraglib.train import resolve_run
 
 DIRECTIONS = ("annotation", "search")
@@ -69,6 +70,14 @@ def study_replicates(params: dict[str, Any], run: str | None = None) -> int:
     if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < REPLICATE_STRIDE:
         raise ConfigError(f"{where}={r!r}: expected an integer in [1, {REPLICATE_STRIDE - 1}]")
     return r
+
+
+def study_jobs(params: dict[str, Any]) -> int:
+    """``study.jobs`` (default 2): seeds trained at once, a positive integer."""
+    jobs = (params.get("study") or {}).get("jobs", 2)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ConfigError(f"study.jobs={jobs!r}: expected a positive integer (seeds trained at once, e.g. 2)")
+    return jobs
 
 
 def unit_key(seed: int, replicate: int) -> str:
@@ -129,7 +138,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
-    jobs = int((params.get("study") or {}).get("jobs", 2))
+    jobs = study_jobs(params)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:                                   # under torchrun: the seeds one after another, each on all processes
         jobs = 1
@@ -155,7 +164,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     if all("hubness" in r["test"] for r in results):            # mean over units (per unit: seeds/seed<N>/metrics.json)
         summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
     summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}
-    (out / "metrics.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_text(out / "metrics.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     lines = []
     for s in keys:
         h = (out / "seeds" / f"seed{s}" / "history.csv").read_text().splitlines()
@@ -164,7 +173,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
         if not lines:
             lines.append("seed," + h[0])
         lines += [f"{s},{row}" for row in h[1:]]
-    (out / "history.csv").write_text("\n".join(lines) + "\n" if lines else "seed,epoch\n")
+    write_text(out / "history.csv", "\n".join(lines) + "\n" if lines else "seed,epoch\n")
     return summary
 
 

@@ -18,6 +18,7 @@ loop runs data-parallel (:mod:`fraglib.distributed`, docs/training.md "Many proc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,6 +33,7 @@ from fraglib.config import ConfigError, check_choice, check_range, did_you_mean,
 from fraglib.evaluate import (bootstrap_ci, evaluate_hubness, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
                               similarity_hubness, similarity_matrix, similarity_ranks)
 from fraglib.inputs import input_files, load_splits, make_batches
+from fraglib.outputs import write_text
 from fraglib.systems import get_system
 
 DIRECTIONS = ("annotation", "search")
@@ -107,7 +109,8 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
 
     where ``s = runs.<run>.system``; without ``dataset`` (the synthetic benchmark) the ``study`` section
     plays the dataset section's part (``study.train``, ``study.systems.<s>``). Each key goes to the trainer or to the system by its name
-    (the two field sets are disjoint); a key known to neither is an error naming its layer."""
+    (the two field sets are disjoint); a key known to neither is an error naming its layer, and so is a
+    wrong value (``study.systems.vse.epochs=-1``; one from ``extra`` is named by its section, ``train.epochs``)."""
     for sec in ("train", "systems", "runs"):
         if not isinstance(params.get(sec), dict):
             raise ConfigError(f"params: section '{sec}' missing (sections present: {', '.join(params)})")
@@ -139,6 +142,8 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
     tvals: dict[str, Any] = {}
     svals: dict[str, Any] = {}
     base: dict[str, Any] = {}
+    names: dict[str, str] = {}          # key -> where params.yaml set the value in force: value errors name it there
+    base_names: dict[str, str] = {}
     for where, layer, trainer_only in layers:
         if layer is None:
             continue
@@ -154,12 +159,17 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
                 raise ConfigError(f"{where}.{k}: unknown parameter{did_you_mean(k, known)} "
                                   f"(trainer keys: {', '.join(sorted(t_fields))}"
                                   + ("" if trainer_only else f"; system {name}: {', '.join(sorted(s_fields))}") + ")")
+            if layer is extra:          # --set, a search's trial: named by the section the key belongs to
+                names.pop(k, None)
+            else:
+                names[k] = f"{where}.{k}"
             if where in ("train", f"systems.{name}"):
                 base[k] = v
-    tc = from_dict("train", tvals, TrainConfig)
-    sc = from_dict(f"systems.{name}", svals, cls.Config)
-    plain_t = from_dict("train", {k: v for k, v in base.items() if k in t_fields}, TrainConfig)
-    plain_s = from_dict(f"systems.{name}", {k: v for k, v in base.items() if k in s_fields}, cls.Config)
+                base_names[k] = f"{where}.{k}"
+    tc = from_dict("train", tvals, TrainConfig, names)
+    sc = from_dict(f"systems.{name}", svals, cls.Config, names)
+    plain_t = from_dict("train", {k: v for k, v in base.items() if k in t_fields}, TrainConfig, base_names)
+    plain_s = from_dict(f"systems.{name}", {k: v for k, v in base.items() if k in s_fields}, cls.Config, base_names)
     now = {**dataclasses.asdict(tc), **dataclasses.asdict(sc)}
     was = {**dataclasses.asdict(plain_t), **dataclasses.asdict(plain_s)}
     return RunSpec(run, name, sc, tc, {k: v for k, v in now.items() if v != was[k] and k != "seed"})
@@ -289,7 +299,7 @@ def read_timing(out: Path) -> dict[str, Any]:
 
 def write_timing(out: Path, seconds: float, epochs: int) -> None:
     """The clock lives beside the checkpoints, not in them (same run, same checkpoint bytes)."""
-    (Path(out) / "timing.json").write_text(json.dumps({"train_seconds": round(seconds, 3), "epochs": epochs}) + "\n")
+    write_text(Path(out) / "timing.json", json.dumps({"train_seconds": round(seconds, 3), "epochs": epochs}) + "\n")
 
 
 def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
@@ -321,23 +331,34 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
     process's work after that many epochs (used to test resumption); ``restart``: a checkpoint of
     other settings or inputs is replaced instead of refused. Results (``metrics.json``, ``ranks.json``,
     ``history.csv``: small, kept in git) go to ``out_dir``; checkpoints and ``timing.json`` to
-    ``checkpoint_dir`` (default ``out_dir``; a DVC output), which ``metrics.json`` then names."""
+    ``checkpoint_dir`` (default ``out_dir``; a DVC output), which ``metrics.json`` then names. One process
+    trains a folder at a time: while another holds it, :class:`fraglib.checkpoint.RunLocked` at once."""
     from fraglib.device import make_deterministic, select_device
 
-    tc, cls = spec.train_config.validate(), get_system(spec.system)
+    spec.train_config.validate()
     device = device or select_device()[0]
     make_deterministic(device)
     ctx = distributed.setup(device)
-    progress = progress and ctx.main
     out = Path(out_dir)
     ck_dir = Path(checkpoint_dir) if checkpoint_dir is not None else out
-    if ctx.main:
-        out.mkdir(parents=True, exist_ok=True)
-        ck_dir.mkdir(parents=True, exist_ok=True)
+    with checkpoint.run_lock(out, ck_dir) if ctx.main else contextlib.nullcontext():   # rank 0 writes for all
+        return _train(dataset_dir, out, ck_dir, spec, device, ctx, progress and ctx.main, stop_after, features_dir,
+                      restart, checkpoint_dir)
+
+
+def _train(dataset_dir: str | Path, out: Path, ck_dir: Path, spec: RunSpec, device: torch.device,
+           ctx: distributed.Context, progress: bool, stop_after: int | None, features_dir: str | Path | None,
+           restart: bool, checkpoint_dir: str | Path | None) -> dict[str, Any]:
+    """:func:`train` in the folders it holds."""
+    tc, cls = spec.train_config, get_system(spec.system)
     torch.manual_seed(tc.seed)
     views = cls.views(spec.system_config)
     splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
     check_usable(splits, str(dataset_dir), views)
+    te = splits["test"]
+    if tc.hubness and tc.hub_k >= min(te.n_images, te.n_sentences):     # before any training, not after it
+        raise ValueError(f"train.hub_k={tc.hub_k}: the hubness of {dataset_dir}'s test split needs k below its "
+                         f"{te.n_images} images and {te.n_sentences} sentences (lower train.hub_k or set train.hubness: false)")
     info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
     system = cls(spec.system_config, dims, tc.seed).to(device)
     identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
@@ -370,7 +391,8 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
                 "best_rsum": best_rsum, "best_epoch": best_epoch, "rng": rng_state(device), "info": info}
 
     def validate(epoch: int, phase: str, sums: dict[str, float], n_batches: int, skipped: int) -> dict[str, Any]:
-        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed)
+        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed,
+                              f"run {spec.run}: validation scores after epoch {epoch}")
         return {"epoch": epoch, "lr": lr_at(tc, max(epoch - 1, 0)) if trainable else 0.0, "phase": phase,
                 **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
                 **({"skipped_pairs": skipped} if skipped else {}),
@@ -419,14 +441,15 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: t
         system.load_state_dict(checkpoint.load(ck_dir / "best.pt", device)["model"])
     te = splits["test"]
     S = score_matrix(system, te, tc.eval_chunk)
-    test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed)
+    what = f"run {spec.run}: test scores of best.pt (epoch {best_epoch})"
+    test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed, what)
     if tc.test_folds > 1:
-        test["folds"] = fold_metrics(S, te.sentence_image, tc.test_folds)
+        test["folds"] = fold_metrics(S, te.sentence_image, tc.test_folds, what)
     if tc.hubness:
         test["hubness"], test["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.hub_k, tc.hub_bank, tc.eval_chunk)
     sim = similarity_matrix(system, te)
     if sim is not None:
-        r = similarity_ranks(sim, te.sentence_image)
+        r = similarity_ranks(sim, te.sentence_image, what=f"run {spec.run}: test sentence similarities")
         test["similarity"], test["similarity_ci"] = recall_table(r), bootstrap_ci(r, tc.n_boot, tc.seed + 2)
         test["ranks"]["similarity"] = r.tolist()
         if tc.hubness:                                               # how many sentences each is the nearest of
@@ -442,11 +465,11 @@ def write_outputs(out: Path, spec: RunSpec, info: dict[str, Any], test: dict[str
                "system_config": dataclasses.asdict(spec.system_config), "train_config": dataclasses.asdict(spec.train_config),
                "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
                **({"checkpoint_dir": Path(checkpoint_dir).as_posix()} if checkpoint_dir is not None else {})}
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
-    (out / "ranks.json").write_text(json.dumps(ranks) + "\n")
+    write_text(out / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    write_text(out / "ranks.json", json.dumps(ranks) + "\n")
     keys = sorted({k for h in history for k in h}, key=lambda k: (k != "epoch", k))
     lines = [",".join(keys)] + [",".join(str(h.get(k, "")) for k in keys) for h in history]
-    (out / "history.csv").write_text("\n".join(lines) + "\n")
+    write_text(out / "history.csv", "\n".join(lines) + "\n")
     return metrics
 
 
@@ -470,8 +493,11 @@ def main(argv: list[str] | None = None) -> None:
     spec = resolve_run(read_params(args.params), args.run, args.dataset, parse_overrides(args.set))
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
-    m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart,
-              stop_after=args.stop_after, checkpoint_dir=args.checkpoint_dir)
+    try:
+        m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart,
+                  stop_after=args.stop_after, checkpoint_dir=args.checkpoint_dir)
+    except checkpoint.RunLocked as exc:                              # raised before any work
+        ap.error(str(exc))
     if "test" not in m:                                              # stopped early, or not rank 0
         return
     t = m["test"]

@@ -68,7 +68,7 @@ def tiny_full(tiny_text, tmp_path_factory):
     return out
 
 
-TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1)
+TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1, hub_k=2)  # k < the 4 test images
 TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {},
                 "socher": {}, "kcca": dict(rff_dim=64, components=8),
                 "vse": dict(embed_dim=16, word_dim=12, hidden=16),

@@ -1,5 +1,8 @@
 """The benchmark package: the epoch table's entries are complete and self-consistent (nothing here
 asserts a time — benchmarks measure, tests check what is reported)."""
+import json
+import re
+
 import pytest
 
 from fraglib.bench import BENCHMARKS, OPT_IN
@@ -82,3 +85,69 @@ def test_a_benchmark_process_that_dies_is_named_not_waited_for():
 def test_the_default_list_holds_the_epoch_table_and_names_are_unique():
     assert "epoch" in BENCHMARKS
     assert not set(BENCHMARKS) & set(OPT_IN)
+
+
+# ----------------------------------------------------------------------------- the register (benchmarks/results.json)
+THEIRS = {"name": "epoch_full", "value": 1.0, "machine": "Intel Xeon; 16 cores; torch 2.11 (1 threads); Python 3.11"}
+MINE = {"name": "epoch_full", "value": 2.0, "machine": "AMD EPYC; 2 cores; torch 2.14 (1 threads); Python 3.11"}
+
+
+def test_refused_runs_keep_every_measurement_in_the_pending_file(tmp_path):
+    from fraglib.bench.common import merge
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([THEIRS]))
+    second = dict(MINE, value=2.5)
+    for new in (MINE, second):
+        with pytest.raises(FileExistsError, match=r"another machine \(epoch_full\)\. Pass --overwrite .* This run's "
+                                                  rf"entries are kept in {path.with_suffix('.pending.json')}\."):
+            merge([new], path)
+    assert json.loads(path.with_suffix(".pending.json").read_text()) == [MINE, second]     # appended, both kept
+    assert json.loads(path.read_text()) == [THEIRS]
+    path.with_suffix(".pending.json").write_text("[{")                                     # a damaged pending file
+    with pytest.raises(FileExistsError, match="kept in .*results.pending2.json"):
+        merge([MINE], path)
+    assert json.loads(path.with_suffix(".pending2.json").read_text()) == [MINE]
+    assert path.with_suffix(".pending.json").read_text() == "[{"                           # left for the user
+
+
+@pytest.mark.parametrize("text, defect", [
+    ('[{"name": "a", "value": 1}, {"na', r"not valid JSON \(.* line 1 column 30\): the file is cut or damaged"),
+    ('{"name": "a", "value": 1}', r"not a benchmark register \(a JSON dict, not a list of entries\)"),
+    ('[{"name": "a"}, {"value": 1}]', r'1 of its 2 entries are not objects with a "name" \(the first: entry 2\)')])
+def test_a_damaged_register_stops_the_bench_before_it_measures(text, defect, tmp_path, monkeypatch, capsys):
+    import fraglib.bench
+    from fraglib.bench.common import merge
+
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    measured = []
+    monkeypatch.setitem(fraglib.bench.BENCHMARKS, "eval", lambda: measured.append(1) or [])
+    with pytest.raises(SystemExit) as e:
+        fraglib.bench.main(["eval", "--out", str(path)])
+    assert e.value.code == 2 and not measured and path.read_text() == text
+    assert re.search(rf"{re.escape(str(path))}: {defect}", capsys.readouterr().err)
+    with pytest.raises(ValueError, match=rf"{defect}.* This run's entries are kept in .*results.pending.json"):
+        merge([MINE], path)                                       # damaged after measuring: the figures are kept
+    assert json.loads(path.with_suffix(".pending.json").read_text()) == [MINE] and path.read_text() == text
+
+
+def test_a_full_disk_leaves_the_register_as_it_was(tmp_path, monkeypatch):
+    import errno
+    import pathlib
+
+    from fraglib.bench.common import merge
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([THEIRS], indent=1) + "\n")
+    before = path.read_bytes()
+    write = pathlib.Path.write_text
+
+    def half(self, data, *args, **kwargs):
+        write(self, data[:len(data) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half)
+    with pytest.raises(OSError, match="No space left"):
+        merge([dict(THEIRS, value=9.0)], path)
+    assert path.read_bytes() == before

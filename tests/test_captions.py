@@ -260,3 +260,24 @@ def test_a_seed_record_is_written_compactly_and_read_back_whole(tmp_path):
     assert read_record(tmp_path / "seed0.json") == rec
     (tmp_path / "old.json").write_text(json.dumps(rec))                 # the earlier format reads as it is
     assert read_record(tmp_path / "old.json") == rec
+
+
+def test_caption_files_are_written_atomically_with_the_same_bytes(tmp_path, monkeypatch):
+    """``<name>/seed<N>.json`` and ``<name>.json`` go through fraglib.outputs (a complete temporary file
+    renamed into place), compact and indented as before."""
+    import os
+
+    from fraglib import captions
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"run": "stt", "seeds": [0]}))
+    record = {"split": "test", "unk_share": 0.25, "captioning": [{"image": 0, "caption": "a red ball"}]}
+    monkeypatch.setattr(captions, "seed_captions", lambda *a: ({"input_dependence": {"captioning_own": 1.5}}, dict(record)))
+    renamed = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.relpath(b, tmp_path)), real(a, b)))
+    captions.run_captions(tmp_path, n_boot=10)
+    assert renamed == ["captions/seed0.json", "captions.json"]
+    assert (tmp_path / "captions" / "seed0.json").read_bytes() == (json.dumps({**record, "reencoded": None},
+                                                                               separators=(",", ":")) + "\n").encode()
+    assert (tmp_path / "captions.json").read_text().startswith('{\n "beam": null,\n "dataset_dir": null,\n')
+    assert json.loads((tmp_path / "captions.json").read_text())["input_dependence"] == {"captioning_own": 1.5}

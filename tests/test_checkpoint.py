@@ -30,8 +30,9 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path):
         pickle.dump({"format": checkpoint.FORMAT, "x": _Boom()}, f)
     if os.path.exists("/tmp/fraglib_pwned"):
         os.remove("/tmp/fraglib_pwned")
-    with pytest.raises(CheckpointError, match=f"{bad}: not a readable fraglib checkpoint"):
+    with pytest.raises(CheckpointError, match=f"{bad}: not a plain-tensor fraglib checkpoint") as e:
         checkpoint.load(bad)
+    assert "weights_only" not in str(e.value)
     assert not os.path.exists("/tmp/fraglib_pwned")
     torch.save({"model": {}}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a fraglib checkpoint"):
@@ -173,3 +174,46 @@ def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monke
     shutil.rmtree(tmp_path / "models")
     with pytest.raises(CheckpointError, match=r"models/devise/seed0/best.pt: checkpoint not found; .*dvc pull"):
         best_of(seed)
+
+
+class _Plain:
+    """A harmless custom class: still not allowed in a checkpoint."""
+
+
+def test_a_checkpoint_holding_other_objects_is_refused_without_advice_to_run_its_code(tmp_path):
+    """torch's error advises loading with weights_only=False (which runs the file's code): the message
+    says what the file is and that it is not loaded, and never repeats that advice."""
+    path = tmp_path / "last.pt"
+    torch.save({"format": checkpoint.FORMAT, "model": {}, "extra": _Plain()}, path)
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: not a plain-tensor fraglib checkpoint (it holds objects other than tensors and "
+                          "plain containers: Unsupported global: GLOBAL ")
+    assert "_Plain); it is not loaded, since loading it could run code" in msg
+    assert "weights_only" not in msg and "safe_globals" not in msg and "trust" not in msg
+
+
+@pytest.mark.parametrize("failure", [
+    RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4352"),
+    OSError(28, "No space left on device"),
+])
+def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch, failure):
+    path = tmp_path / "last.pt"
+    checkpoint.save(path, {"epoch": 1})
+    real_save = torch.save
+
+    def disk_fills(obj, f, *a, **k):                   # half the file reaches the disk, then the write fails
+        real_save(obj, f, *a, **k)
+        Path(f).write_bytes(Path(f).read_bytes()[:40])
+        raise failure
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    with pytest.raises(OSError) as e:
+        checkpoint.save(path, {"epoch": 2})
+    assert str(e.value) == (f"{path}: writing the checkpoint failed, is the disk full? ({str(failure).splitlines()[0]}). "
+                            "The previous last.pt, if any, is intact: free some space and run the same command again "
+                            "to resume from it")
+    monkeypatch.undo()
+    assert checkpoint.load(path)["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]         # no temporary file left

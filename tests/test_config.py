@@ -121,3 +121,40 @@ def test_views_a_system_cannot_use_are_refused(system, settings, message):
         from_dict(f"systems.{system}", settings, get_system(system).Config)
     if system == "stt":                                   # the paraphrasing branch alone is allowed
         from_dict("systems.stt", {**settings, "lambda_ic": 0.0, "lambda_sim": 0.0}, get_system(system).Config)
+
+
+@pytest.mark.parametrize("jobs", ["two", 1.5, 0, -2, True, None])
+def test_study_jobs_must_be_a_positive_integer(jobs, tmp_path):
+    """``study.jobs: two`` is refused naming the key and value, before any work (1.5, 0, -2 were read as 1)."""
+    from conftest import tiny_params
+    from fraglib.study import run_study, study_jobs
+
+    params = tiny_params()
+    assert study_jobs(params) == 1 and study_jobs({}) == 2
+    params["study"]["jobs"] = jobs
+    with pytest.raises(ConfigError, match=rf"^study\.jobs={jobs!r}: expected a positive integer"):
+        run_study(str(tmp_path / "nowhere"), "full", params, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("dataset, layers, says", [
+    (None, {"study": {"systems": {"vse": {"epochs": -3}}}}, r"study\.systems\.vse\.epochs=-3: out of range"),
+    (None, {"study": {"train": {"epochs": "8"}}}, r"study\.train\.epochs='8': expected int"),
+    (None, {"systems": {"vse": {"epochs": 1.5}}}, r"systems\.vse\.epochs=1\.5: expected int"),
+    (None, {"runs": {"v": {"embed_dim": 0}}}, r"runs\.v\.embed_dim=0: out of range"),
+    ("pascal1k", {"pascal1k": {"train": {"lr": -1}}}, r"pascal1k\.train\.lr=-1: out of range"),
+    ("pascal1k", {"pascal1k": {"systems": {"vse": {"epochs": -1}}}, "runs": {"v": {"lr": -1}}},
+     r"pascal1k\.systems\.vse\.epochs=-1: out of range"),
+    (None, {"train": {"epochs": -1}, "runs": {"v": {"epochs": 2}}}, r"train\.epochs=-1: out of range"),  # the plain layers
+])
+def test_value_errors_name_the_layer_that_set_the_key(dataset, layers, says):
+    """A wrong value is named where params.yaml set it (``study.systems.vse.epochs``), not under the merged
+    trainer or system section (``train.epochs``)."""
+    from conftest import tiny_params
+    from fraglib.train import resolve_run
+
+    def merged(a, b):
+        return {**a, **{k: merged(a[k], v) if isinstance(a.get(k), dict) else v for k, v in b.items()}}
+    params = merged(tiny_params(v={"system": "vse"}), {"pascal1k": {}, **layers})
+    with pytest.raises(ConfigError, match="^" + says):
+        resolve_run(params, "v", dataset)

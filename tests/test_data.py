@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -89,3 +90,58 @@ def test_damaged_npz_is_named(tmp_path, damage):
         z, meta = open_npz(path, "run the features stage")
         with pytest.raises(ValueError, match=r"rcnn.npz: no array 'features' \(has something\)"):
             z["features"]
+
+
+def _two_images(tmp_path, name, **extra):
+    d = {"images": [{"imgid": i, "filename": f, "split": "train", **(extra if i == 1 else {}),
+                     "sentences": [{"sentid": 10 + i, "raw": "a dog", "tokens": ["a", "dog"]}]}
+                    for i, f in enumerate(["0.png", name])]}
+    (tmp_path / "dataset.json").write_text(json.dumps(d))
+    return tmp_path / "dataset.json"
+
+
+@pytest.mark.parametrize("name, extra", [("../../../etc/passwd", {}), ("/etc/passwd", {}), ("a/../../x.png", {}),
+                                         ("x.png", {"filepath": "../other"})])
+def test_image_names_leading_outside_the_image_folder_are_refused(tmp_path, name, extra):
+    """dataset.json's file names were joined to the image folder as given: ../../../etc/passwd was opened."""
+    shown = f"{extra['filepath']}/{name}" if extra else name
+    with pytest.raises(ValueError, match=rf"dataset.json: images\[1\] \(imgid 1\): file name '{re.escape(shown)}' "
+                                         r"leads outside the image folder"):
+        read_karpathy_json(_two_images(tmp_path, name, **extra))
+
+
+def test_an_image_link_out_of_the_image_folder_is_never_read(tmp_path):
+    (tmp_path / "images" / "sub").mkdir(parents=True)
+    (tmp_path / "images" / "0.png").write_bytes(b"inside")
+    (tmp_path / "secret.png").write_bytes(b"outside")
+    (tmp_path / "images" / "sub" / "evil.png").symlink_to(tmp_path / "secret.png")
+    (tmp_path / "images" / "alias.png").symlink_to(tmp_path / "images" / "0.png")     # a link within: fine
+    ds = read_karpathy_json(_two_images(tmp_path, "sub/evil.png"))
+    assert ds.image_path(0).read_bytes() == b"inside"
+    with pytest.raises(ValueError, match=r"image row 1 \(imgid 1\), file name 'sub/evil.png': it is .*secret.png, "
+                                         r"outside the image folder .*images; not read"):
+        ds.image_path(1)
+    assert read_karpathy_json(_two_images(tmp_path, "alias.png")).image_path(1).read_bytes() == b"inside"
+    (tmp_path / "linked").symlink_to(tmp_path / "images", target_is_directory=True)   # the folder itself a link
+    assert read_karpathy_json(tmp_path / "dataset.json", tmp_path / "linked").image_path(0).read_bytes() == b"inside"
+
+
+def test_save_npz_is_atomic_keeps_the_name_and_the_bytes(tmp_path, monkeypatch):
+    from fraglib.data.dataset import save_npz
+
+    arrays = {"x": np.arange(5.0), "names": np.array(["a", "bc"]), "meta": np.array("{}")}
+    np.savez(tmp_path / "ref.npz", **arrays)
+    save_npz(tmp_path / "new.npz", **arrays)
+    assert (tmp_path / "new.npz").read_bytes() == (tmp_path / "ref.npz").read_bytes()
+    save_npz(tmp_path / "model", **arrays)                       # no .npz added to a name without it
+    assert (tmp_path / "model").read_bytes() == (tmp_path / "ref.npz").read_bytes()
+
+    def cut(file, **kw):
+        file.write(b"PK half an archive")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", cut)
+    with pytest.raises(OSError, match="No space"):
+        save_npz(tmp_path / "new.npz", **arrays)
+    assert (tmp_path / "new.npz").read_bytes() == (tmp_path / "ref.npz").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "new.npz", "ref.npz"]

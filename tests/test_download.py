@@ -70,3 +70,20 @@ def test_duplicate_names_and_unlisted_images_refused(tmp_path):
     assert not (tmp_path / "out").exists()                              # refused before writing anything
     rep = download_pascal1k(tmp_path / "out", f"file://{site}/", manifest, allow_unverified=True)
     assert rep["not_in_manifest"] == 1 and rep["verified"] == 1
+
+
+def test_an_interrupted_download_leaves_no_partial_image(tmp_path, monkeypatch):
+    """An image was fetched straight into its place: a cut connection left half a file there."""
+    import urllib.request
+
+    site, manifest = _site(tmp_path)
+
+    def cut(url, dest):
+        with open(dest, "wb") as f:
+            f.write(b"half")
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(urllib.request, "urlretrieve", cut)
+    with pytest.raises(OSError, match="connection reset"):
+        download_pascal1k(tmp_path / "out", f"file://{site}/", manifest)
+    assert list((tmp_path / "out" / "images").iterdir()) == []

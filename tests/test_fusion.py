@@ -38,7 +38,7 @@ def test_fused_run_chooses_its_weight_on_validation_and_its_ends_are_the_runs(ti
         assert end["search"]["r1"] == pytest.approx(own["search"]["r1"])
 
 
-def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys):
+def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         fusion.main(["--runs", str(tiny_study / "full"), str(tmp_path / "nothing"), "--out", str(tmp_path / "o")])
     assert "nothing has no metrics.json" in capsys.readouterr().err
@@ -46,6 +46,13 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys):
         fusion.main(["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--out", str(tmp_path / "o"),
                      "--weights", "0.5,2"])
     assert "must lie in [0, 1]" in capsys.readouterr().err
+    with monkeypatch.context() as m:
+        _no_scoring(m)                                               # refused before any scoring
+        for n in ("0", "-5"):
+            with pytest.raises(SystemExit):
+                fusion.main(["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--out",
+                             str(tmp_path / "o"), "--n-boot", n])
+            assert f"--n-boot {n}: at least 1 bootstrap resample" in capsys.readouterr().err
     with pytest.raises(ValueError, match="two training runs per split"):     # one unit per split: no self-ensemble
         fusion.unit_pairs(tiny_study / "full", tiny_study / "full")
 
@@ -66,3 +73,111 @@ def test_results_page_row_is_read_from_the_fused_metrics(tiny_study, tmp_path):
     assert cells[2] == "0.3" and cells[4] == f"{m['annotation']['r1']:.1f}" and cells[5] == f"{m['search']['r1']:.1f}"
     assert cells[6].split(" / ")[0] == f"{m['annotation']['r1'] - full['annotation']['r1']:+.1f}, " \
                                        f"{m['search']['r1'] - full['search']['r1']:+.1f}"
+
+
+def _copy_runs(tiny_study, tmp_path, *names):
+    """Copies of trained runs (results and best.pt) under tmp_path: tests that write or alter never touch the
+    session's runs."""
+    import shutil
+
+    for r in names:
+        shutil.copytree(tiny_study / r, tmp_path / r)
+    return [tmp_path / r for r in names]
+
+
+def _no_scoring(monkeypatch):
+    """Make any scoring fail: a refusal must come before it."""
+    def score(seed_dir):
+        raise AssertionError(f"scored {seed_dir} before refusing")
+    monkeypatch.setattr(fusion, "unit_scores", score)
+
+
+def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_with_overwrite(tiny_study, tmp_path,
+                                                                                         capsys, monkeypatch):
+    a, b = _copy_runs(tiny_study, tmp_path, "full", "devise")
+    files = lambda: {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}  # noqa: E731
+    before = files()
+    argv = ["--runs", str(a), str(b), "--weights", "0.5", "--n-boot", "20"]
+    with monkeypatch.context() as m:
+        _no_scoring(m)
+        for out in (a, tmp_path / "x" / ".." / "full"):           # even spelled otherwise, even with --overwrite
+            with pytest.raises(SystemExit):
+                fusion.main(argv + ["--out", str(out), "--overwrite"])
+            assert f"is the input run {a}" in capsys.readouterr().err
+        with pytest.raises(ValueError, match="is the input run"):
+            fusion.fuse_runs(a, b, b, overwrite=True)
+    assert files() == before
+    out = tmp_path / "fz"
+    fusion.main(argv + ["--out", str(out)])
+    first = (out / "metrics.json").read_bytes()
+    stale = out / "seeds" / "seed9" / "ranks.json"                 # a unit the next fusion does not write
+    stale.parent.mkdir()
+    stale.write_text("[]")
+    with monkeypatch.context() as m:
+        _no_scoring(m)
+        with pytest.raises(SystemExit):
+            fusion.main(argv + ["--out", str(out)])
+        assert f"refusing to replace 4 existing file(s): {out / 'metrics.json'}" in capsys.readouterr().err
+        with pytest.raises(FileExistsError, match="Pass --overwrite"):
+            fusion.fuse_runs(a, b, out, weights=(0.5,), n_boot=20)
+    assert (out / "metrics.json").read_bytes() == first and stale.exists()
+    fusion.main(argv + ["--out", str(out), "--overwrite"])
+    assert (out / "metrics.json").read_bytes() == first and not stale.exists()    # replaced whole, same result
+
+
+def _dataset_fingerprint(run, sha):
+    """Rewrite the dataset fingerprint of ``run``'s checkpoint, as if it had been trained on other data."""
+    from fraglib import checkpoint
+
+    path = run / "seeds" / "seed0" / "best.pt"
+    ck = checkpoint.load(path)
+    ck["fingerprint"]["dataset"] = sha
+    checkpoint.save(path, ck)
+
+
+def test_fusion_refuses_runs_trained_on_other_data(tiny_study, tmp_path, capsys, monkeypatch):
+    a, b = tiny_study / "full", _copy_runs(tiny_study, tmp_path, "devise")[0]
+    _dataset_fingerprint(b, "f" * 64)
+    _no_scoring(monkeypatch)
+    msg = rf"unit 0: {a} \(seed0, trained on .*\) and {b} \(seed0, trained on .*\) were trained on different " \
+          r"datasets \(dataset.json sha256 [0-9a-f]{12} vs ffffffffffff\)"
+    with pytest.raises(ValueError, match=msg):
+        fusion.fuse_runs(a, b, tmp_path / "fz")
+    with pytest.raises(SystemExit):
+        fusion.main(["--runs", str(a), str(b), "--out", str(tmp_path / "fz")])
+    assert "were trained on different datasets" in capsys.readouterr().err and not (tmp_path / "fz").exists()
+
+
+@pytest.mark.parametrize("split, change, what", [
+    ("test", lambda S, si: (S[:, :-1], si[:-1]), r"\(4, \d+\) vs \(4, \d+\) images x sentences"),  # other sizes
+    ("val", lambda S, si: (S, si[::-1].copy()), "the same shape, other sentence-image pairs")])  # other data
+def test_fusion_refuses_scores_of_other_splits(tiny_study, tmp_path, monkeypatch, split, change, what):
+    score = fusion.unit_scores
+
+    def other(seed_dir):
+        s = score(seed_dir)
+        if "devise" in str(seed_dir):
+            s[split] = change(*s[split])
+        return s
+    monkeypatch.setattr(fusion, "unit_scores", other)
+    with pytest.raises(ValueError, match=rf"unit 0: {tiny_study / 'full'} and {tiny_study / 'devise'} were scored "
+                                         rf"on different {split} splits \({what}\)"):
+        fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "fz", weights=(0.5,), n_boot=20)
+
+
+def test_fused_files_are_written_through_fraglib_outputs(tiny_study, tmp_path, monkeypatch):
+    import json
+
+    written = {}
+    write = fusion.write_text
+
+    def record(path, text):
+        written[path] = text
+        write(path, text)
+    monkeypatch.setattr(fusion, "write_text", record)
+    out = tmp_path / "fz"
+    s = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", out, weights=(0.5,), n_boot=20)
+    assert set(written) == {out / "metrics.json", out / "seeds" / "seed0" / "metrics.json",
+                            out / "seeds" / "seed0" / "ranks.json"}
+    assert (out / "metrics.json").read_text() == json.dumps(s, indent=1, sort_keys=True) + "\n"
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["metrics.json", "metrics.json", "ranks.json"]

@@ -32,7 +32,7 @@ def _lse(xs):
     return m + math.log(sum(math.exp(x - m) for x in xs))
 
 
-@pytest.mark.parametrize("k", [1, 3, 10])
+@pytest.mark.parametrize("k", [1, 3, 8])
 def test_k_occurrence_equals_the_loop_with_ties_and_empty_candidates(k):
     Q = _tied(7, 9, seed=k)
     Q[:, 4] = float("-inf")                                     # a candidate without rows

@@ -223,3 +223,28 @@ def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():
         "assert 'lark' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_page_and_executed_notebook_are_written_atomically(tmp_path, monkeypatch):
+    """Papermill saves the notebook as it runs: it now does so in a scratch folder, and the page and the
+    executed notebook each appear whole (fraglib.outputs), the notebook still naming its own path."""
+    import os
+
+    import nbformat
+
+    from fraglib.notebook import run_notebook
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}), nbformat.v4.new_code_cell("print(x * 2)")]
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    renamed = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.relpath(b, tmp_path)), real(a, b)))
+    executed = tmp_path / "out" / "executed" / "n.ipynb"
+    run_notebook(tmp_path / "n.ipynb", tmp_path / "out" / "n.html", {"x": 21})
+    assert renamed == ["out/executed/n.ipynb", "out/n.html"]
+    done = json.loads(executed.read_text())
+    assert done["metadata"]["papermill"]["output_path"] == str(executed)
+    assert done["cells"][-1]["outputs"][0]["text"] == ["42\n"]
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == ["executed", "n.html", "n.ipynb"]

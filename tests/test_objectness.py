@@ -74,3 +74,27 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     stats = extract(test, learned, tmp_path / "f", truth, progress=False)
     c = FeatureCache.load(tmp_path / "f" / "rcnn.npz", test)
     assert c.meta["settings"]["score"] == "learned" and 0 <= stats["recall_iou50_rcnn"] <= 1
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("cut", r"not a readable .npz archive"), ("text", r"not a readable .npz archive \(not a complete zip file"),
+    ("other", r"no layers W0, W1 ... \(an older format, or another file\); re-run python -m "
+              r"fraglib.vision.objectness")])
+def test_a_damaged_objectness_model_is_not_called_missing(tmp_path, damage, reason):
+    """A damaged model file was reported as "objectness model not found"."""
+    path = tmp_path / "obj.npz"
+    fit(np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32), np.r_[np.ones(20), np.zeros(20)],
+        model="linear", context=False).save(path)
+    if damage == "cut":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "text":
+        path.write_text("not a model")
+    else:
+        np.savez(path, features=np.zeros(3))
+    message = rf"obj.npz: exists but cannot be read as an objectness model \({reason}"
+    with pytest.raises(ValueError, match=message) as err:
+        Objectness.load(path)
+    assert "not found" not in str(err.value)
+    with pytest.raises(FileNotFoundError, match=r"nope.npz: objectness model not found \(vision.objectness_file\); "
+                                                r"train one with python -m fraglib.vision.objectness"):
+        Objectness.load(tmp_path / "nope.npz")

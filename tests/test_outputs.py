@@ -51,12 +51,17 @@ COMMANDS = {
     "fraglib.notebook (reports)": ("fraglib.notebook", lambda t, d: ["notebooks/data_report.ipynb", str(t / "o" / "d.html")],
                                    "o/executed/data_report.ipynb"),
     "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
+    "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
+    # the fused run's folder (two trained runs of tiny_study, copied into t by the test)
+    "fraglib.fusion": ("fraglib.fusion", lambda t, d: ["--runs", str(t / "full"), str(t / "devise"), "--out",
+                                                        str(t / "o")], "o/metrics.json"),
 }
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, tmp_path, capsys, monkeypatch):
+def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, tmp_path, capsys, monkeypatch, request):
     import importlib
+    import shutil
 
     from conftest import ROOT
 
@@ -71,6 +76,10 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
             pytest.skip(java_missing())
     if command == "fraglib.evaluate --out":
         (tmp_path / "seed").mkdir()
+    if command == "fraglib.fusion":
+        runs = request.getfixturevalue("tiny_study")
+        for r in ("full", "devise"):
+            shutil.copytree(runs / r, tmp_path / r)
     target = tmp_path / existing
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"yesterday's result")
@@ -111,3 +120,129 @@ def test_bench_never_replaces_another_machines_entries_silently(tmp_path):
     assert merge([mine], path, overwrite=True) == [mine, keep]
     again = dict(mine, value=2.5, machine=mine["machine"].replace("(1 threads)", "(2 threads)"))
     assert merge([again], path) == [again, keep]                                     # same machine: updated
+
+
+# ----------------------------------------------------------------------------- the rule, by construction
+# Commands that write with --out-like flags but keep what exists on purpose (the module docstring of
+# fraglib/outputs.py says why), each with the test that covers its own rule.
+KEEPS_ON_PURPOSE = {
+    "fraglib.train": "resumes a run from its checkpoint (tests/test_train.py, resume tests)",
+    "fraglib.study": "resumes every seed of a run (tests/test_train.py, study resume tests)",
+    "fraglib.bench": "a register: updates this machine's entries (test_bench_never_replaces_another_machines_entries_silently)",
+    "fraglib.data.download": "resumes a download: keeps the images whose checksums verify (tests/test_download.py)",
+}
+OUT_FLAGS = ("--out", "--out-dir", "--parse-file")
+
+
+def _package_files():
+    from conftest import ROOT
+
+    return sorted(p for p in (ROOT / "fraglib").rglob("*.py"))
+
+
+def _module_name(path):
+    from conftest import ROOT
+
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] in ("__init__", "__main__") else parts)
+
+
+def test_every_command_that_writes_is_covered_by_the_output_test():
+    """The command list is derived from the code: every module whose argument parser takes an output flag is
+    tried by test_every_command_refuses_to_replace_existing_outputs, or keeps its outputs on purpose."""
+    import ast
+
+    writers = set()
+    for path in _package_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+                    and any(isinstance(a, ast.Constant) and a.value in OUT_FLAGS for a in node.args)):
+                writers.add(_module_name(path))
+    covered = {m.removesuffix(".__main__") for m, _, _ in COMMANDS.values()}
+    missing = writers - covered - set(KEEPS_ON_PURPOSE)
+    assert not missing, f"commands with an output flag that no case of COMMANDS tries: {sorted(missing)}"
+    assert len(writers) >= 15, sorted(writers)                     # the scan itself still finds the commands
+
+
+# X.method(...) that writes a file whatever X is; module.function(...) that writes one for these modules
+METHODS = {"write_text", "write_bytes", "savefig", "to_csv", "to_json", "to_parquet", "imwrite"}
+FUNCTIONS = {("np", "save"), ("np", "savez"), ("np", "savez_compressed"), ("torch", "save"), ("json", "dump"),
+             ("pickle", "dump"), ("yaml", "dump"), ("yaml", "safe_dump"), ("shutil", "copy"), ("shutil", "copy2"),
+             ("shutil", "copyfile"), ("shutil", "copytree"), ("shutil", "move"), ("cv2", "imwrite")}
+# writes that go elsewhere than a file of the user's: an in-memory buffer, the temporary file of a helper
+NOT_FILES = {"buf", "buffer", "io", "out_buf"}
+
+
+def _direct_writes(tree):
+    """(line, call) of every file write in ``tree`` that does not go through fraglib.outputs: a writer call
+    (``X.write_text``, ``np.savez``, ``torch.save``, ``savefig``, ``json.dump``, ``open(.., "w")``, ...)
+    none of whose names is bound by ``with atomic(...) as name`` / ``with appending(...) as name`` (or by
+    ``with open(name, ...) as fh`` of such a name)."""
+    import ast
+
+    safe = set(NOT_FILES)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if not (isinstance(call, ast.Call) and isinstance(item.optional_vars, ast.Name)):
+                    continue
+                fn = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+                if fn in ("atomic", "appending") or (fn == "open" and names & safe):
+                    safe.add(item.optional_vars.id)
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if not (isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")):
+                continue
+        elif isinstance(f, ast.Attribute) and f.attr in METHODS:
+            pass
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in FUNCTIONS:
+            if "dump" in f.attr and not node.args[1:] and not any(k.arg in ("fp", "stream") for k in node.keywords):
+                continue                                               # yaml.dump(obj) returns text
+        else:
+            continue
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        if not names & safe:
+            bad.append((node.lineno, ast.unparse(node)[:90]))
+    return bad
+
+
+def test_every_file_write_in_the_package_goes_through_the_atomic_helpers():
+    """One write rule by construction: a write that bypasses fraglib.outputs (a cut file after a kill or a
+    full disk) fails this test, naming the file and line."""
+    import ast
+
+    found = {f"{p.name}:{line}: {code}" for p in _package_files() if p.name != "outputs.py"
+             for line, code in _direct_writes(ast.parse(p.read_text()))}
+    assert not found, "\n".join(sorted(found))
+
+
+def test_the_write_scan_finds_a_direct_write_and_accepts_the_helpers():
+    import ast
+
+    bad = ast.parse("def f(p, S):\n    p.write_text('x')\n    np.savez(p, S=S)\n    torch.save(S, p)\n"
+                    "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n")
+    assert [line for line, _ in _direct_writes(bad)] == [2, 3, 4, 5, 6]
+    good = ast.parse("def f(p, S):\n    with atomic(p) as tmp:\n        np.savez(tmp, S=S)\n"
+                     "    with atomic(p) as t2, open(t2, 'w') as fh:\n        json.dump(S, fh)\n"
+                     "    with appending(p) as j:\n        j.write('x')\n    open(p).read()\n    yaml.dump(S)\n")
+    assert _direct_writes(good) == []
+
+
+def test_atomic_leaves_the_old_file_whole_when_the_writer_fails(tmp_path):
+    from fraglib.outputs import atomic, write_text
+
+    target = tmp_path / "sub" / "metrics.json"
+    write_text(target, "complete\n")
+    with pytest.raises(OSError, match="No space left"):
+        with atomic(target) as tmp:
+            tmp.write_text("half of the ne")
+            raise OSError(28, "No space left on device")
+    assert target.read_text() == "complete\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["metrics.json"]    # no temporary left behind

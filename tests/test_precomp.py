@@ -125,3 +125,31 @@ def test_a_feature_cache_with_nan_is_refused_where_it_enters(tiny_text, tmp_path
     with pytest.raises(ValueError, match=rf"rcnn.npz: 1 feature row\(s\) hold NaN or Inf \(first in image "
                                          rf"{ds.images[3]['filename']}\)"):
         load_splits(out, Views("fullframe", "dependency"), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("ims, match", [
+    (np.array(["a", "b"]), r"train_ims.npy: dtype <U1: not a plain numeric array, so it is not loaded; expected "
+                           r"image features saved with numpy.save: a float16/float32 array"),
+    (np.array([["0.5", "1"]]), r"train_ims.npy: dtype <U3: not a plain numeric array"),
+    (np.array([[{"x": 1}, None]], dtype=object), r"train_ims.npy: dtype object: not a plain numeric array \(it holds "
+                                                 r"Python objects\), so it is not loaded; expected .*float16/float32"),
+    ("pickle", r"train_ims.npy: not a readable .npy array \(.*magic string.*\); expected .*float16/float32"),
+])
+def test_precomp_refuses_what_is_not_an_array_of_numbers(tmp_path, capsys, ims, match):
+    """Text arrays got "could not convert string to float" or a shape error; an object array or a pickle
+    got numpy's advice to load it with allow_pickle=True (running the pickle)."""
+    import pickle
+
+    root = tmp_path / "p"
+    write_precomp(root, "train", np.zeros((2, 3), np.float32), ["c 0", "c 1"])
+    if isinstance(ims, str):
+        (root / "train_ims.npy").write_bytes(pickle.dumps([[1.0, 2.0]]))
+    else:
+        np.save(root / "train_ims.npy", ims, allow_pickle=True)
+    with pytest.raises(ValueError, match=match) as err:
+        read_precomp(root, ["train"])
+    assert "allow_pickle" not in str(err.value)
+    with pytest.raises(SystemExit) as exit_:
+        convert(["precomp", "--root", str(root), "--splits", "train", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and "train_ims.npy: " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

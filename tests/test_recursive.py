@@ -177,6 +177,31 @@ def test_compose_on_a_word_table_equals_the_recursion(roots_only):
         torch.testing.assert_close(torch.autograd.grad((h * w_out).sum(), W)[0], out[1][2])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (checked on a lent GPU machine)")
+@pytest.mark.parametrize("roots_only", [False, True])
+def test_compose_on_cuda_equals_the_cpu(roots_only):
+    """The hand-written level schedule (_Compose) on a GPU: outputs and the table's and matrices' gradients
+    equal the CPU's in float64, on random forests with ℓ weights, raw leaves and a word table."""
+    rng = np.random.default_rng(5)
+    for trial in range(4):
+        parent, slot, k = _random_forest(rng, n_trees=60, max_nodes=14, k=6)
+        N, n, V = len(parent), 40, 25
+        g = torch.Generator().manual_seed(trial)
+        table = torch.randn(V, n, generator=g, dtype=torch.float64)
+        rows = torch.from_numpy(rng.integers(0, V, N))
+        ell = torch.from_numpy(subtree_sizes(parent)).double()
+        raw = _leaves(parent, rng, 0.5) if trial % 2 else None
+        W0 = torch.eye(n, dtype=torch.float64) + 0.3 * torch.randn(k, n, n, generator=g, dtype=torch.float64)
+        out = []
+        for dev in ("cpu", "cuda"):
+            x, W = table.to(dev).requires_grad_(), W0.to(dev).requires_grad_()
+            h = compose(x, parent, slot, W, ell.to(dev), (1 / ell).to(dev), raw, roots_only=roots_only, rows=rows.to(dev))
+            w_out = torch.ones_like(h) + torch.arange(h.numel(), device=dev, dtype=h.dtype).view_as(h) % 3
+            out.append([t.cpu() for t in (h, *torch.autograd.grad((h * w_out).sum(), (x, W)))])
+        for name, a, b in zip(("output", "table gradient", "W gradient"), *out):
+            torch.testing.assert_close(b, a, msg=lambda m: f"trial {trial}, {name}: {m}")
+
+
 def test_compose_refuses_factors_that_need_a_gradient_and_raw_inner_nodes():
     parent, slot = np.array([-1, 0]), np.array([0, 0])
     x, W = torch.randn(2, 3), torch.randn(1, 3, 3)

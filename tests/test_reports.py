@@ -88,3 +88,39 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     training = _cells((copy / "reports/training_report.html").read_text())
     assert f"annotation: R@1 {full['annotation']['r1']:.1f} ± {full['annotation_sd']['r1']:.1f}" in training
     assert not (copy / "build" / "reports").exists() or not any((copy / "build" / "reports").rglob("*.html"))
+
+
+def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch):
+    """The staged page and notebook go into place atomically: on a full disk the committed page is left as it
+    was (not a cut copy), and a page that fits replaces it whole with the staging copy gone."""
+    import errno
+    import pathlib
+
+    import fraglib.notebook
+    from fraglib.reports import Page, render
+
+    def fake_run(notebook, html, parameters, executed):
+        for p, text in ((html, "<html>new page</html>\n"), (executed, '{"cells": []}\n')):
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+            Path(p).write_text(text)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(fraglib.notebook, "run_notebook", fake_run)
+    page = Page("dvc.yaml:x", "notebooks/x.ipynb", "reports/x.html", "reports/executed/x.ipynb", {})
+    Path("reports").mkdir()
+    Path("reports/x.html").write_text("<html>committed page</html>\n")
+    write = pathlib.Path.write_bytes
+
+    def full(self, data):
+        write(self, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    with monkeypatch.context() as m:
+        m.setattr(pathlib.Path, "write_bytes", full)
+        with pytest.raises(OSError, match="No space left"):
+            render(page, Path("build/reports"))
+    assert Path("reports/x.html").read_text() == "<html>committed page</html>\n"
+    assert render(page, Path("build/reports")).status == "rendered"
+    assert Path("reports/x.html").read_text() == "<html>new page</html>\n"
+    assert Path("reports/executed/x.ipynb").read_text() == '{"cells": []}\n'
+    assert not any(p.is_file() for p in Path("build/reports").rglob("*"))

@@ -1,5 +1,7 @@
 """Study summaries, paired differences, the index page."""
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -445,6 +447,14 @@ def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
     assert not any("`full`" in x or "`stt`" in x for x in lines) and peri_table({}, params) == []
 
 
+def _summary(**fields):
+    """A run summary holding every key fraglib.study writes (what summary pages check), ``fields`` replacing them
+    (a direction's figures are merged into the defaults)."""
+    base = {"system": "x", "seeds": [0], **{d: {"r1": 0.0, "r5": 0.0, "r10": 0.0, "mean_rank": 1.0}
+                                            for d in ("annotation", "search")}}
+    return {**base, **fields, **{d: {**base[d], **fields.get(d, {})} for d in ("annotation", "search")}}
+
+
 def test_working_forms_table_by_hand(tmp_path):
     """Before -> after rows: a run is found in the first study folder that has it; CIDEr from captions.json."""
     from fraglib.summary import working_forms
@@ -452,8 +462,8 @@ def test_working_forms_table_by_hand(tmp_path):
     def put(study, run, a, s, n, cider=None):
         d = tmp_path / "runs" / study / run
         d.mkdir(parents=True)
-        (d / "metrics.json").write_text(json.dumps({"annotation": {"r1": a}, "search": {"r1": s},
-                                                    "best_epoch": {str(i): 3 for i in range(n)}}))
+        (d / "metrics.json").write_text(json.dumps(_summary(annotation={"r1": a}, search={"r1": s},
+                                                            best_epoch={str(i): 3 for i in range(n)})))
         if cider is not None:
             (d / "captions.json").write_text(json.dumps({"captioning": {"cider": cider}}))
 
@@ -499,7 +509,7 @@ def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
     for run, units, have in (("a", ["0", "0r1"], ["0", "0r1"]), ("b", ["0", "1"], ["0"])):
         d = tmp_path / "runs" / "s" / run
         d.mkdir(parents=True)
-        (d / "metrics.json").write_text(json.dumps({"annotation": {"r1": 1.0}, "units": units}))
+        (d / "metrics.json").write_text(json.dumps(_summary(annotation={"r1": 1.0}, units=units)))
         for u in have:
             (d / "seeds" / f"seed{u}").mkdir(parents=True)
             (d / "seeds" / f"seed{u}" / "ranks.json").write_text("{}")
@@ -515,10 +525,10 @@ def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
 
     def run(skew_a, skew_s, r1, is_r1, csls_r1):
         corr = lambda v: {d: {"r1": v, "param": 1.0} for d in ("annotation", "search")}  # noqa: E731
-        return {"system": "x", "seeds": [0], "annotation": {"r1": r1}, "search": {"r1": r1},
-                "hubness": {"k": 10.0, "annotation": {"skewness": skew_a, "never": 40.0},
-                            "search": {"skewness": skew_s, "never": 2.0},
-                            "inverted_softmax_inductive": corr(is_r1), "csls_inductive": corr(csls_r1)}}
+        return _summary(annotation={"r1": r1}, search={"r1": r1},
+                        hubness={"k": 10.0, "annotation": {"skewness": skew_a, "never": 40.0},
+                                 "search": {"skewness": skew_s, "never": 2.0},
+                                 "inverted_softmax_inductive": corr(is_r1), "csls_inductive": corr(csls_r1)})
 
     runs = {"a": run(0.5, 0.4, 20.0, 25.0, 19.0), "b": run(3.0, 1.0, 10.0, 12.0, 12.0), "c": {"annotation": {}, "search": {}}}
     lines = hubness_table(runs, {"a": "Run A"})
@@ -570,3 +580,151 @@ def test_search_budget_by_hand(tmp_path):
     assert got.to_dict("records") == [
         {"system": "vse", "tables": 2, "trials": 3, "trainings": 2 * 2 + 1 * 3, "core_minutes": 3.5},
         {"system": "devise", "tables": 1, "trials": 1, "trainings": 2, "core_minutes": 10.0}]
+
+
+# ----------------------------------------------------------------------------- damaged or foreign inputs, named
+def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
+    """A run folder as fraglib.study writes it (metrics.json whose per_seed figures are its ranks.json's),
+    with random ranks of ``n_images`` test images and 5 sentences each."""
+    from fraglib.evaluate import recall_table
+
+    rng = np.random.default_rng(seed)
+    per_seed = {}
+    for u in units:
+        ranks = {"annotation": rng.integers(1, 30, n_images).tolist(), "search": rng.integers(1, 30, 5 * n_images).tolist()}
+        (run_dir / "seeds" / f"seed{u}").mkdir(parents=True)
+        (run_dir / "seeds" / f"seed{u}" / "ranks.json").write_text(json.dumps(ranks) + "\n")
+        per_seed[u] = {d: recall_table(np.asarray(ranks[d])) for d in ranks}
+    mean = {d: {k: float(np.mean([p[d][k] for p in per_seed.values()])) for k in per_seed[units[0]][d]}
+            for d in ("annotation", "search")}
+    metrics = {"run": run_dir.name, "system": "fragment", "seeds": sorted({int(u.split("r")[0]) for u in units}),
+               "units": list(units), "groups": [int(u.split("r")[0]) for u in units], "per_seed": per_seed, **mean}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    return run_dir
+
+
+def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
+    from fraglib.results import load_run
+
+    run = _fake_run(tmp_path / "runs" / "x")
+    assert load_run(run)["ranks"]["annotation"].shape == (2, 20)
+    f = run / "seeds" / "seed0r1" / "ranks.json"
+    good = json.loads(f.read_text())
+    f.write_text(json.dumps({**good, "annotation": good["annotation"][:-1]}))       # one image short
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(f))}: 19 annotation ranks whose .* are not the run's "
+                                         r"metrics.json figures for this training run .*: not the ranks of its test images"):
+        load_run(run)
+    one = _fake_run(tmp_path / "runs" / "one", units=("0",), seed=1)                 # nothing to compare lengths with
+    g = one / "seeds" / "seed0" / "ranks.json"
+    g.write_text(json.dumps({**json.loads(g.read_text()), "search": good["search"]}))    # another run's ranks
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(g))}: 100 search ranks whose"):
+        load_run(one)
+    g.write_text(g.read_text()[:50])                                                  # cut mid-write
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(g))}: not valid JSON \(.*\): the file is cut or damaged"):
+        load_run(one)
+
+
+def test_load_run_names_a_damaged_summary(tmp_path):
+    from fraglib.results import load_run
+
+    run = _fake_run(tmp_path / "x")
+    m = run / "metrics.json"
+    text = m.read_text()
+    m.write_text(text[:len(text) // 2])
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(m))}: not valid JSON"):
+        load_run(run)
+    m.write_text(json.dumps({"seeds": [0], "annotation": {"r1": 3}}))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(m))}: not a run summary fraglib.study writes: it lacks "
+                                         r"system, search, annotation.r5, annotation.r10, annotation.mean_rank; restore it"):
+        load_run(run)
+
+
+def _results_root(tmp_path):
+    """A project root for fraglib.summary: the committed params.yaml and two runs of the synthetic study."""
+    from conftest import ROOT
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    for i, r in enumerate(("full", "devise")):
+        _fake_run(tmp_path / "runs" / "synthetic" / r, seed=i)
+    return tmp_path
+
+
+def test_summary_names_a_summary_that_is_not_one_instead_of_leaving_the_run_out(tmp_path, monkeypatch, capsys):
+    from fraglib.summary import main
+
+    monkeypatch.chdir(_results_root(tmp_path))
+    empty = Path("runs/synthetic/empty/metrics.json")
+    empty.parent.mkdir()
+    empty.write_text("{}\n")
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2 and not Path("docs/results.md").exists()
+    assert (f"{empty}: not a run summary fraglib.study writes: it lacks system, seeds, annotation, search; restore it"
+            in capsys.readouterr().err)
+    empty.write_text('{"annotation": {"r1": 3')                                       # cut
+    with pytest.raises(SystemExit) as e:
+        main(["--check"])
+    assert e.value.code == 2 and f"{empty}: not valid JSON (Expecting" in capsys.readouterr().err
+
+
+def test_summary_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, capsys):
+    from fraglib.summary import GENERATED, main
+
+    monkeypatch.chdir(_results_root(tmp_path))
+    Path("README.md").write_text("# my project\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--out", "README.md"])
+    assert e.value.code == 2 and Path("README.md").read_text() == "# my project\n"
+    assert "--out README.md: refusing to replace a file fraglib.summary did not write" in capsys.readouterr().err
+    main([])                                                       # docs/results.md: new, then regenerated
+    main([])
+    assert GENERATED in Path("docs/results.md").read_text()
+    main(["--out", "README.md", "--overwrite"])
+    assert Path("README.md").read_text() == Path("docs/results.md").read_text()
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Every Path.write_text / write_bytes writes half its data, then fails as a full disk does (ENOSPC)."""
+    import errno
+    import pathlib
+
+    def cut(write):
+        def f(self, data, *args, **kwargs):
+            write(self, data[:len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return f
+
+    monkeypatch.setattr(pathlib.Path, "write_text", cut(pathlib.Path.write_text))
+    monkeypatch.setattr(pathlib.Path, "write_bytes", cut(pathlib.Path.write_bytes))
+
+
+def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path, monkeypatch, request):
+    from fraglib.index import build
+    from fraglib.summary import main
+
+    monkeypatch.chdir(_results_root(tmp_path))
+    main([])
+    build("reports/index.html")
+    before = {p: p.read_bytes() for p in (Path("docs/results.md"), Path("reports/index.html"))}
+    _fake_run(Path("runs/synthetic/random"), seed=2)                 # the new page differs
+    request.getfixturevalue("full_disk")
+    with pytest.raises(OSError, match="No space left"):
+        main([])
+    with pytest.raises(OSError, match="No space left"):
+        build("reports/index.html")
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in Path("docs").iterdir()) == ["results.md"]      # no temporary file left
+
+
+def test_the_index_names_a_damaged_benchmark_register(tmp_path, monkeypatch, capsys):
+    from fraglib.index import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("benchmarks").mkdir()
+    Path("benchmarks/results.json").write_text('{"name": "epoch_full"}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["--out", "index.html"])
+    assert e.value.code == 2 and not Path("index.html").exists()
+    assert ("benchmarks/results.json: not a benchmark register (a JSON dict, not a list of entries)"
+            in capsys.readouterr().err)

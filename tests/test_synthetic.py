@@ -139,3 +139,22 @@ def test_statistics_show_partial_mention_and_small_objects(tiny_synth):
     assert stats["images"] == cfg.n_images
     assert stats["mentions_per_caption_mean"] < stats["objects_per_image_mean"]  # partial mention
     assert 0 < stats["small_object_share"] < 1
+
+
+def test_an_interrupted_benchmark_leaves_no_cut_picture(tmp_path, monkeypatch):
+    """Pictures were drawn straight into images/: a kill while saving one left it cut short."""
+    from PIL import Image
+
+    save, calls = Image.Image.save, []
+
+    def dies_on_the_third(self, fp, *args, **kwargs):
+        calls.append(fp)
+        if len(calls) == 3:
+            Path(fp).write_bytes(b"\x89PNG cut")
+            raise OSError(28, "No space left on device")
+        save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(Image.Image, "save", dies_on_the_third)
+    with pytest.raises(OSError, match="No space"):
+        write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == ["000000.png", "000001.png"]

@@ -165,3 +165,106 @@ def test_a_damaged_parse_file_is_refused(tiny_text, tmp_path, damage, message):
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=message):
         read_conllu(p)
+
+
+def _binarize_recursive(parent):
+    """The recursive head-outward binarisation the iterative one replaced (slow reference)."""
+    n, left, right = len(parent), [], []
+
+    def build(h):
+        node, kids = h, np.nonzero(parent == h)[0]
+        for r in sorted(kids[kids > h]):
+            sub = build(int(r))
+            left.append(node), right.append(sub)
+            node = n + len(left) - 1
+        for lft in sorted(kids[kids < h], reverse=True):
+            sub = build(int(lft))
+            left.append(sub), right.append(node)
+            node = n + len(left) - 1
+        return node
+
+    build(int(np.nonzero(parent < 0)[0][0]))
+    return left, right
+
+
+def test_binarisation_equals_the_recursive_reference(tiny_text):
+    from fraglib.text.trees import basic_tree, binarize_head_outward, collapsed_tree
+
+    out, _ = tiny_text
+    _, parsed = read_conllu(out / "parse.conllu")
+    trees = [t.parent for p in parsed for t in (basic_tree(p.tokens), collapsed_tree(p.tokens, "clearnlp")) if t]
+    rng = np.random.default_rng(0)
+    for n in rng.integers(1, 40, 200):                     # random trees: each node hangs under an earlier one
+        order, parent = rng.permutation(n), np.full(n, -1)
+        for k in range(1, n):
+            parent[order[k]] = order[rng.integers(k)]
+        trees.append(parent)
+    for parent in trees:
+        left, right = binarize_head_outward(parent)
+        assert (left.tolist(), right.tolist()) == _binarize_recursive(parent)
+
+
+def test_binarisation_of_a_5000_word_chain():
+    """The recursive binariser died with RecursionError on a long caption (a chain of dependents)."""
+    from fraglib.text.trees import binarize_head_outward
+
+    n = 5000
+    left, right = binarize_head_outward(np.append(np.arange(1, n), -1))     # word i under word i + 1
+    assert left.tolist() == [0, *range(n, 2 * n - 2)] and right.tolist() == list(range(1, n))
+    left, right = binarize_head_outward(np.arange(-1, n - 1))               # word i under word i - 1
+    assert left.tolist() == list(range(n - 2, -1, -1)) and right.tolist() == [n - 1, *range(n, 2 * n - 2)]
+
+
+def _chain_caption(src, dst, n):
+    """A copy of the tiny benchmark (no images) whose first caption is n words, each the next one's dependent."""
+    import shutil
+
+    from fraglib.text.parse import Token, write_conllu
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("images", "fragments"))
+    d = json.loads((dst / "dataset.json").read_text())
+    sentence = d["images"][0]["sentences"][0]
+    words = ["red"] * (n - 1) + ["dog"]
+    sentence["raw"] = " ".join(words)
+    (dst / "dataset.json").write_text(json.dumps(d))
+    header, parsed = read_conllu(dst / "parse.conllu")
+    p = next(p for p in parsed if p.sentid == sentence["sentid"])
+    p.text = sentence["raw"]
+    p.tokens = [Token(i, w, w, "ADJ", "JJ", 0 if i == n else i + 1, "root" if i == n else "amod")
+                for i, w in enumerate(words, 1)]
+    write_conllu(dst / "parse.conllu", parsed, header["parser"], header["scheme"])
+    return parsed.index(p)
+
+
+def test_fragments_of_a_5000_word_caption(tiny_text, tmp_path):
+    from fraglib.text.build import run_fragments
+
+    n = 5000
+    k = _chain_caption(tiny_text[0], tmp_path / "synth", n)
+    stats = run_fragments(tmp_path / "synth", TextConfig())
+    assert stats["tree_basic"]["nodes_per_caption_max"] == n
+    tree = Fragments.load(tmp_path / "synth" / "fragments" / "tree_basic.npz")
+    rows = slice(tree.offsets[k], tree.offsets[k + 1])
+    assert tree.columns["bin_right"][rows][:-1].tolist() == list(range(1, n))
+
+
+def test_a_failing_fragments_run_leaves_the_old_family(tiny_text, tmp_path, monkeypatch):
+    """The files were written one by one as computed: a crash half way left a family of mixed runs."""
+    import shutil
+
+    from fraglib.text import build
+
+    copy = tmp_path / "synth"
+    shutil.copytree(tiny_text[0], copy, ignore=shutil.ignore_patterns("images"))
+    old = {p.name: b"old " + p.name.encode() for p in (copy / "fragments").iterdir()}
+    assert len(old) == 8
+    for name, data in old.items():
+        (copy / "fragments" / name).write_bytes(data)
+
+    def crash(*args, **kwargs):
+        raise MemoryError("out of memory in the tree views")
+
+    monkeypatch.setattr(build, "encode_trees", crash)
+    with pytest.raises(MemoryError):
+        build.run_fragments(copy, TextConfig())
+    assert {p.name: p.read_bytes() for p in (copy / "fragments").iterdir()} == old

@@ -121,8 +121,10 @@ def test_search_resumes_from_its_journal(tiny_full, tmp_path):
     params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
     journal = out.with_suffix(".partial.jsonl")
-    journal.write_text(json.dumps({"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0, "seconds": 0.0,
-                                   "val_rsum_splits": "999.0"}) + "\n")
+    head = search.journal_head(tiny_params(), "devise", None, {"n_boot": 10}, 1, str(tmp_path / "split{seed}"), [0],
+                               None, ["lr"])
+    journal.write_text(json.dumps(head) + "\n" + json.dumps({"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0,
+                                                             "seconds": 0.0, "val_rsum_splits": "999.0"}) + "\n")
     search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0",
                  "--params", str(params), "--epochs", "1", "--jobs", "1", "--out", str(out),
                  "--configs", '[{"lr": 0.01}, {"lr": 0.03}]'])
@@ -370,3 +372,75 @@ def test_epoch_sums_are_the_python_sums_and_a_bad_cost_is_reported(tiny_full):
     step.scale = float("nan")
     with pytest.raises(FloatingPointError, match="run tiny, epoch 2: the cost summed"):
         train_epoch(step, system, opt, tr, tc, 1, torch.device("cpu"), run="tiny")
+
+
+def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
+    """Two writers on one --out once both trained it in full: while one holds the folder (results or
+    checkpoints), another stops at once, before reading any data; the lock goes with its holder."""
+    import yaml
+
+    from fraglib.checkpoint import RunLocked, run_lock
+    from fraglib.train import main
+
+    run, models = tmp_path / "run", tmp_path / "models"
+    nowhere = tmp_path / "no-data"                                # never read: the refusal comes first
+    with run_lock(run):
+        assert (run / ".lock").exists()
+        with pytest.raises(RunLocked, match=f"^{run}: another process is training this run folder "
+                                            f"\\(it holds {run}/.lock\\); wait for it to finish or stop it"):
+            train(nowhere, run, tiny_spec(), device=torch.device("cpu"), progress=False)
+        with pytest.raises(RunLocked, match=f"^{run}: another process"):
+            train(nowhere, tmp_path / "other", tiny_spec(), device=torch.device("cpu"), progress=False, checkpoint_dir=run)
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
+        with pytest.raises(SystemExit) as e:
+            main(["--run", "full", "--dataset-dir", str(nowhere), "--out", str(run), "--params", str(tmp_path / "params.yaml")])
+        assert e.value.code == 2 and f"{run}: another process is training this run folder" in capsys.readouterr().err
+    assert not (run / ".lock").exists()
+    with run_lock(run, models, models / ".." / "run"):               # free again; one folder spelled twice: one lock
+        assert (run / ".lock").exists() and (models / ".lock").exists()
+    assert not list(tmp_path.rglob(".lock"))
+
+
+def test_the_lock_of_a_killed_run_is_released(tmp_path):
+    """flock: the OS releases the lock of a process that dies, so a killed run can be resumed."""
+    import subprocess
+    import sys
+
+    from fraglib.checkpoint import RunLocked, run_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from fraglib.checkpoint import run_lock\n"
+                               f"with run_lock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunLocked, match=f"{tmp_path}: another process is training"):
+            with run_lock(tmp_path):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / ".lock").exists()                            # left behind by the kill, but not held
+    with run_lock(tmp_path):
+        pass
+
+
+def test_results_and_timing_are_written_atomically_with_the_same_bytes(tmp_path, monkeypatch):
+    """metrics.json, ranks.json, history.csv and timing.json go through fraglib.outputs (a complete
+    temporary file renamed into place), with the bytes they always had."""
+    import os
+
+    from fraglib.train import write_outputs, write_timing
+
+    renamed = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.basename(b)), real(a, b)))
+    spec = tiny_spec()
+    history = [{"epoch": 1, "val_rsum": 10.5, "train_cost": 2.0}, {"epoch": 2, "val_rsum": 12.0, "skipped_pairs": 1}]
+    write_outputs(tmp_path, spec, {"d": 1}, {"annotation": {"r1": 1.0}, "ranks": {"search": [1, 2]}}, 2, history)
+    write_timing(tmp_path, 1.23456, 2)
+    assert renamed == ["metrics.json", "ranks.json", "history.csv", "timing.json"]
+    assert (tmp_path / "ranks.json").read_bytes() == b'{"search": [1, 2]}\n'
+    assert (tmp_path / "history.csv").read_bytes() == b"epoch,skipped_pairs,train_cost,val_rsum\n1,,2.0,10.5\n2,1,,12.0\n"
+    assert (tmp_path / "timing.json").read_bytes() == b'{"train_seconds": 1.235, "epochs": 2}\n'
+    m = (tmp_path / "metrics.json").read_text()
+    assert m.startswith('{\n "best_epoch": 2,\n') and m.endswith("}\n") and json.loads(m)["val_rsum_best"] == 12.0

@@ -473,3 +473,32 @@ def test_shards_merge_into_the_single_process_caches(tiny_full, tmp_path):
     victim.write_bytes(moved.image_path(0).read_bytes())
     with pytest.raises(ValueError, match=r"1of2: computed from other pictures .* same file names"):
         merge_shards(moved, third, 2)
+
+
+def test_features_never_read_an_image_outside_the_image_folder(tiny_synth, tmp_path, capsys):
+    """A dataset.json name like ../../../etc/passwd, or a link out of images/, was opened (counted corrupt, or used)."""
+    from fraglib.vision.features import extract, main
+
+    src, _ = tiny_synth
+    root = tmp_path / "synth"
+    (root / "images").mkdir(parents=True)
+    d = json.loads((src / "dataset.json").read_text())
+    d["images"] = d["images"][:2]
+    for im in d["images"]:
+        shutil.copy(src / "images" / im["filename"], root / "images")
+    outside = tmp_path / "private.png"
+    shutil.copy(src / "images" / d["images"][1]["filename"], outside)
+    d["images"][1]["filename"] = f"../../../..{outside}"
+    (root / "dataset.json").write_text(json.dumps(d))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--dataset-dir", str(root)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"images[1] (imgid {d['images'][1]['imgid']}): file name '../../../..{outside}' " \
+        "leads outside the image folder" in err, err
+    (root / "images" / "linked.png").symlink_to(outside)
+    d["images"][1]["filename"] = "linked.png"
+    (root / "dataset.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"file name 'linked.png': it is .*private.png, outside the image folder"):
+        extract(read_karpathy_json(root / "dataset.json"), VisionConfig(max_proposals=20, num_workers=0),
+                tmp_path / "features", progress=False)
+    assert not (tmp_path / "features").exists()

@@ -1,7 +1,9 @@
 """Benchmarks: ``python -m fraglib.bench [names...]`` updates ``benchmarks/results.json``.
 
 Each entry: ``{"name", "value", "unit", "reference", "ratio", "machine", ...extra}``. Entries are
-merged by name, so later benchmarks add to the file without erasing the others. Figures are
+merged by name, so later benchmarks add to the file without erasing the others. The file is checked
+before anything is measured; a merge that fails (a damaged file, another machine's entries without
+``--overwrite``, a full disk) keeps the new entries in ``results.pending.json`` (appended to any there). Figures are
 medians over repeats, measured in one run; nothing here is asserted on — tests never time code.
 
 One module per area: :mod:`~fraglib.bench.pipeline` (generator, `dvc repro`, float bits),
@@ -15,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.bench.common import RESULTS, merge
+from fraglib.bench.common import RESULTS, merge, read_register
 from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
 from fraglib.bench.scale import bench_coco_eval, bench_growth
 from fraglib.bench.systems import (bench_amp, bench_epoch, bench_eval, bench_peri, bench_profile, bench_socher, bench_stt,
@@ -55,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in args.names if n not in known]
     if unknown:
         raise SystemExit(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}")
+    try:
+        read_register(Path(args.out))                  # a damaged register stops us before, not after, measuring
+    except ValueError as exc:
+        ap.error(str(exc))
     new: list[dict[str, Any]] = []
     for name in args.names or list(BENCHMARKS):
         print(f"[bench] {name} ...", flush=True)
@@ -64,6 +70,6 @@ def main(argv: list[str] | None = None) -> None:
             new.append(e)
     try:
         merge(new, Path(args.out), args.overwrite)
-    except FileExistsError as exc:
+    except (OSError, ValueError) as exc:           # the new entries are kept in a pending file
         raise SystemExit(f"fraglib.bench: {exc}") from None
     print(f"wrote {args.out}")

@@ -2,6 +2,7 @@
 reference rate, and random inputs of Pascal1K's size for the systems."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -11,6 +12,7 @@ from typing import Any, Callable
 
 import platform
 
+from fraglib.outputs import write_text
 
 RESULTS = Path("benchmarks/results.json")
 
@@ -112,26 +114,56 @@ def host(m: str) -> str:
     return m.split(" (")[0]
 
 
+def read_register(path: Path) -> list[dict[str, Any]]:
+    """The entries of a results file (a JSON list of objects, each with a ``name``; a missing file: none).
+    ValueError naming the file and its defect otherwise (call it before measuring: nothing is lost)."""
+    from fraglib.results import read_json
+
+    if not path.exists():
+        return []
+    entries = read_json(path)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: not a benchmark register (a JSON {type(entries).__name__}, not a list of entries); "
+                         "repair it or move it away, or pass --out elsewhere")
+    bad = [i for i, e in enumerate(entries) if not isinstance(e, dict) or not isinstance(e.get("name"), str)]
+    if bad:
+        raise ValueError(f"{path}: {len(bad)} of its {len(entries)} entries are not objects with a \"name\" (the "
+                         f"first: entry {bad[0] + 1}); repair it or move it away, or pass --out elsewhere")
+    return entries
+
+
+def keep_pending(new: list[dict[str, Any]], path: Path) -> Path:
+    """Keep ``new`` beside the results file ``path`` and return where: appended to the entries already in
+    ``<path>.pending.json`` (a refused run before this one), or, when that file is damaged, in the first free
+    ``<path>.pending<N>.json``. Nothing measured is replaced."""
+    for n in itertools.count(1):
+        pending = path.with_suffix(f".pending{n if n > 1 else ''}.json")
+        try:
+            old = read_register(pending)
+        except ValueError:
+            continue
+        write_text(pending, json.dumps(old + new, indent=1) + "\n")
+        return pending
+
+
 def merge(new: list[dict[str, Any]], path: Path = RESULTS, overwrite: bool = False) -> list[dict[str, Any]]:
     """Put ``new`` into the results file at ``path``: an entry replaces the one of its name, other entries stay
-    (each names its machine). Replacing an entry measured on another machine (``host``) needs ``overwrite``;
-    without it the new entries go to ``<path>.pending.json`` (nothing measured is lost) and FileExistsError
-    names the entries."""
-    old = json.loads(path.read_text()) if path.exists() else []
-    mine = {e["name"]: host(e.get("machine", "")) for e in new}
-    foreign = [e["name"] for e in old if e["name"] in mine and host(e.get("machine", "")) != mine[e["name"]]]
-    if foreign and not overwrite:
-        pending = path.with_suffix(".pending.json")
-        pending.write_text(json.dumps(new, indent=1) + "\n")
-        raise FileExistsError(f"{path}: {len(foreign)} entries to replace were measured on another machine "
-                              f"({', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}); this run's entries are in "
-                              f"{pending}. Pass --overwrite to replace them, or --out elsewhere.")
-    names = set(mine)
-    merged = [e for e in old if e["name"] not in names] + new
-    merged.sort(key=lambda e: e["name"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=1) + "\n")
-    return merged
+    (each names its machine). Replacing an entry measured on another machine (``host``) needs ``overwrite``.
+    On any failure (such a refusal: FileExistsError; a damaged file: ValueError; a failed write: OSError) the
+    new entries are kept (:func:`keep_pending`) and the error says where."""
+    try:
+        old = read_register(path)
+        mine = {e["name"]: host(e.get("machine", "")) for e in new}
+        foreign = [e["name"] for e in old if e["name"] in mine and host(e.get("machine", "")) != mine[e["name"]]]
+        if foreign and not overwrite:
+            raise FileExistsError(f"{path}: {len(foreign)} entries to replace were measured on another machine "
+                                  f"({', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}). Pass --overwrite to "
+                                  "replace them, or --out elsewhere.")
+        merged = sorted([e for e in old if e["name"] not in mine] + new, key=lambda e: e["name"])
+        write_text(path, json.dumps(merged, indent=1) + "\n")
+        return merged
+    except (OSError, ValueError) as exc:
+        raise type(exc)(f"{exc} This run's entries are kept in {keep_pending(new, path)}.") from None
 
 
 REGIONS = {"rcnn": 20, "top36": 37, "grid": 37, "groundtruth": 4, "fullframe": 1, "none": 1}   # rows per image

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.bench.common import entry
+from fraglib.outputs import write_text
 
 
 def bench_synthetic(repeats: int = 3, n_images: int = 60) -> list[dict[str, Any]]:
@@ -100,7 +101,7 @@ def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:
     clone = _fresh_clone()
     params = yaml.safe_load((clone / "params.yaml").read_text())
     params["pascal1k"]["root"] = str(Path(params["pascal1k"]["root"]).resolve())
-    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_text(clone / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], _venv_env())
     return [entry("repro_pascal1k_minutes", round(total, 1), "min", stages_minutes=per,
                   note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`")]

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> None:
         from fraglib.data.precomp import cache_paths, read_precomp, write_cache
         from fraglib.vision.features import cache_family
 
-        ds, feats, counts = read_precomp(args.root, args.splits.split(","))
+        try:
+            ds, feats, counts = read_precomp(args.root, args.splits.split(","))
+        except (ValueError, FileNotFoundError) as exc:
+            ap.error(str(exc))
         claim_cli(ap, family + cache_family(out / "features"), family[:1] + cache_paths(counts, out), args.overwrite,
               f"python -m fraglib.data precomp --out {out}")
         write_karpathy_json(ds, Path(args.out) / "dataset.json")
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     claim_cli(ap, family, family if report else family[:1], args.overwrite, f"python -m fraglib.data {args.dataset} --out {out}")
     write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
     if report:
-        (Path(args.out) / "conversion.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_text(Path(args.out) / "conversion.json", json.dumps(report, indent=1) + "\n")
         print("skipped/counted: " + ", ".join(f"{k}={v}" for k, v in report.items()))
     print(f"wrote {ds} to {args.out}/dataset.json")
 

@@ -10,12 +10,13 @@ import json
 import re
 import zipfile
 import zlib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from fraglib.config import check_choice
+from fraglib.outputs import atomic, write_text
 
 SPLITS = ("train", "val", "test")
 # name -> default location (relative to the project root) of its dataset.json and images/
@@ -51,7 +52,15 @@ class Dataset:
                        [s for s in self.sentences if s["imgid"] in keep])
 
     def image_path(self, row: int) -> Path:
-        return self.image_dir / self.images[row]["filename"]
+        """The file of image ``row`` in ``image_dir``. A name that leads outside that folder, by ``..``, an
+        absolute path or a link resolving elsewhere, is a ValueError naming the image: never read."""
+        im, folder = self.images[row], Path(self.image_dir)
+        path = folder / im["filename"]
+        if not path.resolve().is_relative_to(folder.resolve()):
+            raise ValueError(f"dataset {self.name}: image row {row} (imgid {im['imgid']}), file name "
+                             f"{im['filename']!r}: it is {path.resolve()}, outside the image folder {folder}; not "
+                             "read (put the image itself in the folder, or fix the file name)")
+        return path
 
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}, {len(self.images)} images, {len(self.sentences)} sentences)"
@@ -87,6 +96,9 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing}")
+    if path.is_file() and not zipfile.is_zipfile(path):   # np.load would advise loading it as a pickle
+        raise ValueError(f"{path}: not a readable .npz archive (not a complete zip file: cut short, or another "
+                         f"kind of file); delete it and re-run what writes it ({missing})")
     try:
         z = NpzArrays(np.load(path, allow_pickle=False), path, missing)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
@@ -98,6 +110,19 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
         return z, json.loads(str(z["meta"]))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: its 'meta' is not valid JSON ({exc}); re-run what writes it ({missing})") from None
+
+
+def save_npz(path: str | Path, **arrays: Any) -> None:
+    """Write ``arrays`` as the uncompressed ``.npz`` file ``path`` atomically (:func:`fraglib.outputs.atomic`),
+    under the name as given (``np.savez`` on a name would add ``.npz`` to one without it)."""
+    with atomic(path) as tmp, tmp.open("wb") as f:
+        np.savez(f, **arrays)
+
+
+def _inside(name: str) -> bool:
+    """Whether file name ``name`` stays in the folder it is joined to, as written (links are
+    :meth:`Dataset.image_path`'s check)."""
+    return not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts
 
 
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
@@ -126,6 +151,9 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         if split not in SPLITS + ("restval",):
             raise ValueError(f"{path}: image {im.get('filename')} has unknown split {split!r}")
         name = f"{im['filepath']}/{im['filename']}" if im.get("filepath") else im["filename"]   # COCO: train2014/...
+        if isinstance(name, str) and not _inside(name):
+            raise ValueError(f"{path}: images[{n}] (imgid {im['imgid']}): file name {name!r} leads outside the "
+                             "image folder; expected a name relative to it (no '..', not absolute)")
         images.append({"imgid": im["imgid"], "filename": name, "split": split,
                        **({"category": im["category"]} if "category" in im else {})})
         for k, s in enumerate(im["sentences"]):
@@ -159,8 +187,7 @@ def write_karpathy_json(ds: Dataset, path: str | Path, image_root: str | Path | 
     out = {"dataset": ds.name, "images": images}
     if image_root is not None:
         out["image_root"] = str(image_root)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    write_text(path, json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
 def stratified_split(categories: list[str], seed: int, n_val: int = 5, n_test: int = 5) -> list[str]:

@@ -20,6 +20,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
+from fraglib.outputs import atomic, write_text
+
 PASCAL_URL = "http://vision.cs.uiuc.edu/pascal-sentences/"
 MANIFEST = Path(__file__).parents[1] / "reference" / "pascal1k_sha256.json"
 
@@ -92,13 +94,14 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
     for name, item in items.items():
         dest = out / "images" / name
         if not dest.exists() or (name in known and sha256(dest) != known[name]):
-            urllib.request.urlretrieve(urljoin(url, item["src"]), dest)  # offline-ok: the documented download step
+            with atomic(dest) as tmp:
+                urllib.request.urlretrieve(urljoin(url, item["src"]), tmp)  # offline-ok: the documented download step
             fetched += 1
         if name in known and sha256(dest) != known[name]:
             bad.append(name)
     if bad:
         raise RuntimeError(f"checksum mismatch for {len(bad)} images, e.g. {bad[:5]} (re-run, or check the source)")
-    (out / "sentences.json").write_text(json.dumps(
+    write_text(out / "sentences.json", json.dumps(
         {k: {"category": v["category"], "sentences": v["sentences"]} for k, v in sorted(items.items())}, indent=1) + "\n")
     return {"images": len(items), "downloaded": fetched, "verified": len(items) - len(unlisted),
             "not_in_manifest": len(unlisted), "manifest_not_on_page": len(set(known) - set(items))}
@@ -107,7 +110,7 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
 def write_manifest(image_dir: str | Path, path: Path = MANIFEST) -> None:
     """Record the SHA-256 of every image in ``image_dir`` (run once on a trusted copy)."""
     files = sorted(Path(image_dir).glob("*.jpg"))
-    path.write_text(json.dumps({f.name: sha256(f) for f in files}, indent=0, sort_keys=True) + "\n")
+    write_text(path, json.dumps({f.name: sha256(f) for f in files}, indent=0, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,26 @@ from fraglib.data.dataset import Dataset, tokenize
 SPLIT_OF = {"train": "train", "dev": "val", "test": "test", "testall": "test"}
 
 
+EXPECTED = "expected image features saved with numpy.save: a float16/float32 array (N, D) or (N, R, D)"
+
+
+def load_features(path: Path) -> np.ndarray:
+    """The memory-mapped array of a ``{split}_ims.npy`` file. Its header is read first: a file that is
+    not a .npy array, or one whose dtype is not numbers (text, Python objects: pickles), is refused
+    without loading it (ValueError naming the file and its dtype)."""
+    fmt = np.lib.format
+    try:
+        with path.open("rb") as f:
+            version = fmt.read_magic(f)
+            dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)[2]
+        if dtype.kind in "fiu":
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array ({exc}); {EXPECTED}") from None
+    held = " (it holds Python objects)" if dtype.hasobject else ""
+    raise ValueError(f"{path}: dtype {dtype}: not a plain numeric array{held}, so it is not loaded; {EXPECTED}")
+
+
 def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarray, np.ndarray]:
     """(dataset, features (rows, D) float32, rows per image (n_images,)) of the splits named."""
     root = Path(root)
@@ -41,10 +61,7 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
         for f in (ims_file, caps_file):
             if not f.exists():
                 raise FileNotFoundError(f"{f}: not found (the precomp layout has {s}_ims.npy and {s}_caps.txt)")
-        try:
-            ims = np.load(ims_file, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"{ims_file}: not a readable .npy array ({exc})") from None
+        ims = load_features(ims_file)
         if not isinstance(ims, np.ndarray) or ims.ndim not in (2, 3) or ims.shape[0] == 0:
             raise ValueError(f"{ims_file}: shape {getattr(ims, 'shape', None)}; expected (N, D) or (N, R, D) with N > 0")
         if ndims and ims.ndim not in ndims:
@@ -105,7 +122,6 @@ def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str 
                          {"detector": "precomp", "cnn": f"precomp ({'regions' if regions else 'global'}, "
                                                          f"{features.shape[1]}-d)", "source": str(ds.image_dir)})
     paths = cache_paths(counts, out)
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
         cache.save(p)
     return paths

@@ -49,7 +49,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from fraglib.config import ConfigError, check_range
 from fraglib.data.dataset import tokenize
-from fraglib.outputs import OVERWRITE_HELP, claim
+from fraglib.outputs import OVERWRITE_HELP, atomic, claim, write_text
 
 # ----------------------------------------------------------------------------- vocabulary
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -562,7 +562,7 @@ def generate(cfg: SynthConfig, progress: bool = True):
 
 
 def _dump_json(obj: Any, path: Path) -> None:
-    path.write_text(json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=True) + "\n")
+    write_text(path, json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=True) + "\n")
 
 
 def summarize(records: list[dict[str, Any]], dataset: dict[str, Any]) -> dict[str, Any]:
@@ -613,7 +613,8 @@ def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True
     sentid = 0
     t0 = time.perf_counter()
     for filename, image, record in generate(cfg, progress):
-        image.save(img_dir / filename, format="PNG", optimize=False)
+        with atomic(img_dir / filename) as tmp:
+            image.save(tmp, format="PNG", optimize=False)
         sents = []
         for cap in record["captions"]:
             cap["sentid"] = sentid
@@ -631,8 +632,8 @@ def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True
     stats = summarize(records, dataset)
     _dump_json(stats, out / "stats.json")
     lengths = np.bincount([len(s["tokens"]) for im in images for s in im["sentences"]])
-    (out / "caption_lengths.csv").write_text(
-        "tokens,captions\n" + "".join(f"{n},{c}\n" for n, c in enumerate(lengths) if c))
+    write_text(out / "caption_lengths.csv",
+               "tokens,captions\n" + "".join(f"{n},{c}\n" for n, c in enumerate(lengths) if c))
     stats["_seconds"] = seconds
     return stats
 

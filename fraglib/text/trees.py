@@ -18,7 +18,7 @@ level-batched encoder's schedule), and a head-outward binarisation for the CT-RN
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -144,24 +144,35 @@ def binarize_head_outward(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A binary tree over the words for the CT-RNN: the head joins its right dependents nearest
     first, then its left dependents nearest first ("A man rides a bike" -> ((A man) (rides (a bike)))).
     Returns ``(left, right)`` (n - 1,) of the internal nodes in bottom-up order; a child id < n is
-    word i, id n + k is internal node k; the last internal node is the root (none for one word)."""
+    word i, id n + k is internal node k; the last internal node is the root (none for one word).
+    Depth-first with an explicit stack, so a chain of any length works (no recursion limit)."""
     n = len(parent)
-    left, right = [], []
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for c, p in enumerate(parent.tolist()):
+        if p >= 0:
+            kids[p].append(c)
 
-    def build(h: int) -> int:
-        node = h
-        kids = np.nonzero(parent == h)[0]
-        for r in sorted(kids[kids > h]):
-            sub = build(int(r))
-            left.append(node), right.append(sub)
-            node = n + len(left) - 1
-        for lft in sorted(kids[kids < h], reverse=True):
-            sub = build(int(lft))
-            left.append(sub), right.append(node)
-            node = n + len(left) - 1
-        return node
+    def joining_order(h: int) -> Iterator[int]:
+        return iter([c for c in kids[h] if c > h] + [c for c in reversed(kids[h]) if c < h])
 
-    build(int(np.nonzero(parent < 0)[0][0]))
+    left: list[int] = []
+    right: list[int] = []
+    top = list(range(n))                  # top[h]: h joined with the dependents done so far
+    root = int(np.nonzero(parent < 0)[0][0])
+    stack = [(root, joining_order(root))]
+    while stack:
+        h, todo = stack[-1]
+        c = next(todo, None)
+        if c is not None:                 # build c's subtree first
+            stack.append((c, joining_order(c)))
+            continue
+        stack.pop()
+        if stack:                         # h's subtree is done: join it to its head
+            p = stack[-1][0]
+            a, b = (top[p], top[h]) if h > p else (top[h], top[p])
+            left.append(a)
+            right.append(b)
+            top[p] = n + len(left) - 1
     return np.array(left, np.int64), np.array(right, np.int64)
 
 

@@ -50,8 +50,8 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, open_npz, read_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim
+from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
+from fraglib.outputs import OVERWRITE_HELP, claim, write_text
 from fraglib.vision.regions import check_images_usable, region_items
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
                             nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
@@ -82,7 +82,8 @@ class FeatureCache:
     meta: dict[str, Any]
 
     def save(self, path: str | Path) -> None:
-        np.savez(path, features=self.features, boxes=self.boxes, scores=self.scores, is_full=self.is_full,
+        """Write the ``.npz`` file ``path`` atomically."""
+        save_npz(path, features=self.features, boxes=self.boxes, scores=self.scores, is_full=self.is_full,
                  offsets=self.offsets, imgids=self.imgids, filenames=self.filenames, status=self.status,
                  meta=np.array(json.dumps(self.meta, sort_keys=True)))
 
@@ -279,7 +280,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         stats.update(_recall(caches, truth))
     if regions is None:                                  # what a shard merge checks: these very pictures
         stats["pictures_sha256"] = pictures_digest(dataset)
-    (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    write_text(out_dir / "features_stats.json", json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return stats
 
 
@@ -355,7 +356,7 @@ def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: di
     stats = _merged_stats(shards, caches, dataset)
     if truth is not None:
         stats.update(_recall(caches, truth))
-    (out_dir / "features_stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    write_text(out_dir / "features_stats.json", json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return stats
 
 
@@ -405,7 +406,10 @@ def main(argv: list[str] | None = None) -> None:
     from fraglib.data.synthetic import synthetic_truth
 
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
-    ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
+    try:
+        ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
+    except (FileNotFoundError, ValueError) as exc:
+        ap.error(str(exc))
     if args.limit:
         ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],
                      [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}])

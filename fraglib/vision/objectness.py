@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, open_npz, read_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
+from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3   # IoU thresholds of the labels
@@ -87,16 +87,27 @@ class Objectness:
         return self.logits(region_inputs(fmap, boxes, scale, w, h, self.context))
 
     def save(self, path: str | Path) -> None:
+        """Write the ``.npz`` file ``path`` atomically."""
         arrays = {f"{k}{i}": v for i, (W, b) in enumerate(self.layers) for k, v in (("W", W), ("b", b))}
-        np.savez(path, mean=self.mean, std=self.std, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
+        save_npz(path, mean=self.mean, std=self.std, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> "Objectness":
-        z, meta = open_npz(path, "objectness model not found (vision.objectness_file; run fraglib.vision.objectness)")
-        n = sum(1 for k in z.files if k.startswith("W"))
-        if n == 0:
-            raise ValueError(f"{path}: an objectness model of an older format; re-run fraglib.vision.objectness")
-        return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], meta)
+        """The model in ``path``: FileNotFoundError when there is no such file (saying how to get one),
+        ValueError when the file exists but is no readable model (damaged, another file, an older format)."""
+        how = "python -m fraglib.vision.objectness"
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: objectness model not found (vision.objectness_file); "
+                                    f"train one with {how}")
+        try:
+            z, meta = open_npz(path, how)
+            n = sum(1 for k in z.files if k.startswith("W"))
+            if n == 0:
+                raise ValueError(f"{path}: no layers W0, W1 ... (an older format, or another file); re-run {how}")
+            return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], meta)
+        except ValueError as exc:
+            raise ValueError(f"{path}: exists but cannot be read as an objectness model "
+                             f"({str(exc).removeprefix(f'{path}: ')})") from None
 
 
 def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, progress: bool = True,
@@ -264,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(model.meta))
     if args.cv_out:
         cv = cross_validate(data, [truth[int(im["imgid"])] for im in images], args.cv_nms, cfg.k, **fit_args)
-        Path(args.cv_out).write_text(json.dumps(cv, indent=1, sort_keys=True) + "\n")
+        write_text(args.cv_out, json.dumps(cv, indent=1, sort_keys=True) + "\n")
         print(json.dumps(cv["recall_by_nms_iou"]))
 
 

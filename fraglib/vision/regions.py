@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from fraglib.config import load_with_overrides
-from fraglib.data import Dataset, open_npz, read_karpathy_json
+from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
 from fraglib.outputs import OVERWRITE_HELP, claim_cli
 from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
                             selective_search)
@@ -211,8 +211,7 @@ def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.de
             "backbone_seconds_median": float(np.median(t_backbone)) if t_backbone else 0.0,
             "proposals_per_image_median": float(np.median([len(p) for p in props])) if n_img else 0.0,
             "skipped": dict(Counter(s for s in status if s)), "converted": dict(notes)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, fmaps=np.concatenate(fmaps), fmap_shapes=shapes, fmap_offsets=offsets(fmaps),
+    save_npz(out, fmaps=np.concatenate(fmaps), fmap_shapes=shapes, fmap_offsets=offsets(fmaps),
              proposals=np.concatenate(props).astype(np.float32), prop_offsets=offsets(props), sizes=sizes,
              scales=scales, imgids=np.array([im["imgid"] for im in dataset.images], np.int64),
              filenames=np.array([im["filename"] for im in dataset.images], dtype=str),
