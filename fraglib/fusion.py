@@ -43,10 +43,10 @@ def fuse(Sa: torch.Tensor, Sb: torch.Tensor, w: float, za: tuple[float, float], 
     return sum(c * (S - mu) / sd for c, S, (mu, sd) in terms if c > 0)
 
 
-def val_rsum(S: torch.Tensor, sentence_image: np.ndarray) -> float:
-    """Validation R-sum (R@1+5+10 of both directions) of one score matrix."""
-    return rsum({"annotation": recall_table(annotation_ranks(S, sentence_image)),
-                 "search": recall_table(search_ranks(S, sentence_image))})
+def val_rsum(S: torch.Tensor, sentence_image: np.ndarray, what: str = "fused validation scores") -> float:
+    """Validation R-sum (R@1+5+10 of both directions) of one score matrix (``what`` names it in errors)."""
+    return rsum({"annotation": recall_table(annotation_ranks(S, sentence_image, what=what)),
+                 "search": recall_table(search_ranks(S, sentence_image, what=what))})
 
 
 def unit_pairs(run_a: Path, run_b: Path) -> list[tuple[str, str, str]]:
@@ -145,12 +145,15 @@ def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tu
         a, b = unit_scores(run_a / "seeds" / f"seed{ua}"), unit_scores(run_b / "seeds" / f"seed{ub}")
         check_scored(name, run_a, run_b, a, b)
         scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
-    by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1])
-                              for _, a, b, za, zb in scores])) for w in weights}
+    pair = f"{run_a} + {run_b}"
+    by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1],
+                                       f"{pair}, unit {name}: fused validation scores (w = {w})")
+                              for name, a, b, za, zb in scores])) for w in weights}
     w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))       # ties: the more even mix
     tests = []
     for name, a, b, za, zb in scores:
-        m = evaluate_scores(fuse(a["test"][0], b["test"][0], w_best, za, zb), a["test"][1], n_boot, unit_seed(name))
+        m = evaluate_scores(fuse(a["test"][0], b["test"][0], w_best, za, zb), a["test"][1], n_boot, unit_seed(name),
+                            f"{pair}, unit {name}: fused test scores (w = {w_best})")
         d = out / "seeds" / f"seed{name}"
         write_text(d / "ranks.json", json.dumps(m.pop("ranks")) + "\n")
         write_text(d / "metrics.json", json.dumps({"test": m, "weight": w_best}, indent=1, sort_keys=True) + "\n")

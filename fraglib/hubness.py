@@ -138,10 +138,12 @@ def _orient(S: torch.Tensor, d: str) -> torch.Tensor:
     return S if d == "annotation" else S.T
 
 
-def _ranks(Qc: torch.Tensor, d: str, sentence_image: np.ndarray) -> np.ndarray:
+def _ranks(Qc: torch.Tensor, d: str, sentence_image: np.ndarray, what: str) -> np.ndarray:
     from fraglib.evaluate import annotation_ranks, search_ranks
 
-    return annotation_ranks(Qc, sentence_image) if d == "annotation" else search_ranks(Qc.T, sentence_image)
+    if d == "annotation":
+        return annotation_ranks(Qc, sentence_image, what=what)
+    return search_ranks(Qc.T, sentence_image, what=what)
 
 
 def _rsum(ranks: np.ndarray) -> float:
@@ -188,11 +190,13 @@ def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_
                 bt = banks["test"][d] if protocol == "inductive" else None
                 n_bank = min(bv.shape[0] if bv is not None else qv.shape[0] - 1,
                              bt.shape[0] if bt is not None else qt.shape[0] - 1)
-                tried = [(p, _rsum(_ranks(correct(qv, method, p, bv), d, val_image))) for p in grid(method, scale, n_bank)]
+                what = f"{key} ({d})"
+                tried = [(p, _rsum(_ranks(correct(qv, method, p, bv), d, val_image, f"{what}: validation scores at parameter {p:g}")))
+                         for p in grid(method, scale, n_bank)]
                 param, val_rsum = max(tried, key=lambda t: t[1])            # first of the best on ties
-                r = _ranks(correct(qt, method, param, bt), d, test_image)
+                r = _ranks(correct(qt, method, param, bt), d, test_image, f"{what}: test scores at parameter {param:g}")
                 out[d] = {**recall_table(r), "param": param, "val_rsum": val_rsum,
-                          "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image))}
+                          "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image, "validation scores"))}
                 lists["corrected"].setdefault(key, {})[d] = r.tolist()
             summary[key] = out
     return summary, lists
