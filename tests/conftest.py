@@ -49,6 +49,20 @@ def shared_data(sub: str) -> Path:
     return p
 
 
+def committed_text(rel: str) -> str:
+    """The text of ``rel`` (a path under the project root) as git HEAD holds it, or skip the test with the reason:
+    results files that `dvc repro` rewrites are judged as committed, never as trained on this machine."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        pytest.skip(f"git is not available ({exc}): cannot read the committed {rel}")
+    if out.returncode != 0:
+        pytest.skip(f"{rel} is not in git HEAD here ({out.stderr.strip()[:200]})")
+    return out.stdout
+
+
 @pytest.fixture(scope="session")
 def tiny_full(tiny_text, tmp_path_factory):
     """The tiny benchmark with text fragments and image features (rcnn + groundtruth)."""

@@ -231,14 +231,13 @@ def test_caption_table_and_the_published_rows(tmp_path):
 
 @pytest.mark.parametrize("run", ["stt", "stt_att"])          # the default study's generating runs
 def test_committed_synthetic_captions_name_the_right_objects(run):
-    """The committed synthetic results (runs/synthetic/<run>/captions.json, from `dvc repro`): the trained
-    decoders read their input and name the image's shapes and colour-shape pairs far above chance."""
-    from pathlib import Path
+    """The committed synthetic results (runs/synthetic/<run>/captions.json at git HEAD, from the maintainers'
+    `dvc repro`): the trained decoders read their input and name the image's shapes and colour-shape pairs far
+    above chance. Read from git, not the working tree: `make` re-trains the runs on the user's machine, and no
+    test judges a model trained there (its floats differ by CPU)."""
+    from conftest import committed_text
 
-    f = Path(__file__).resolve().parents[1] / "runs" / "synthetic" / run / "captions.json"
-    if not f.exists():
-        pytest.skip(f"{f} not produced yet (dvc repro captions_synthetic@{run})")
-    c = json.loads(f.read_text())
+    c = json.loads(committed_text(f"runs/synthetic/{run}/captions.json"))
     g, dep = c["grounding"], c["input_dependence"]
     assert g["shape_precision"] >= 1.5 * g["shape_chance"] and g["pair_precision"] >= 1.5 * g["pair_chance"]
     if run == "stt":       # STT-ATT's one run (seed 0) names colours at chance (29.8 % vs 30.9 %), pairs 2.4x (its captions.json)

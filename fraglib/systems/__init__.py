@@ -1,7 +1,8 @@
 """The compared systems: one module each, behind the protocol of :mod:`fraglib.systems.base`.
 
-``SYSTEMS`` is the registry (name -> class); the name is also the module's file name, so a DVC
-stage of a run depends on ``fraglib/systems/<name>.py`` only. Adding a system: docs/adding_a_system.md.
+``SYSTEMS`` is the registry (name -> class); the name is also the module's file name. Importing it imports
+every system, so a DVC stage depends on the whole folder (tests/test_dvc_deps.py). Adding a system:
+docs/adding_a_system.md.
 """
 from __future__ import annotations
 
