@@ -44,7 +44,8 @@ def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | No
     """Refuse a score matrix holding NaN or +inf: ScoreError naming ``what``, the count and the first entry;
     -inf is allowed (an item without fragments: ranked last). ``worst``: the ranking loop's own running
     :func:`_largest`, read once here, so a GPU waits once per matrix, not per tile."""
-    v = float(_largest(S, torch.tensor(float("-inf"), device=S.device)) if worst is None else worst)
+    S = S.detach()
+    v = float(_largest(S, torch.tensor(float("-inf"), device=S.device)) if worst is None else worst.detach())
     if math.isnan(v) or v == math.inf:
         bad = torch.isnan(S) | (S == math.inf)
         i, j = (int(x) for x in torch.nonzero(bad)[0])
@@ -54,7 +55,7 @@ def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | No
 
 def _matrix(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores as a 2-D tensor, the sentence -> image index on its device), shapes checked."""
-    S = torch.as_tensor(scores)
+    S = torch.as_tensor(scores).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or si.dim() != 1 or si.shape[0] != S.shape[1]:
         raise ScoreError(f"{what}: a (n_images, n_sentences) matrix with one image index per sentence is needed, "
@@ -110,7 +111,7 @@ def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray,
     """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
     all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
     (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
-    S = torch.as_tensor(sim)
+    S = torch.as_tensor(sim).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or S.shape[0] != S.shape[1] or si.shape != (S.shape[0],):
         raise ScoreError(f"{what}: a square (n_sentences, n_sentences) matrix with one image index per sentence "
