@@ -255,15 +255,18 @@ def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct:
     perm = rng.permutation(np.nonzero(split.usable_sentences())[0])
     if not distinct:
         return [perm[a:a + batch_size] for a in range(0, len(perm), batch_size) if len(perm) - a >= 2]
-    pool = list(perm)
+    pool, image = perm.tolist(), split.sentence_image
     batches = []
     while pool:
         batch, seen, rest = [], set(), []
-        for j in pool:
-            k = int(split.sentence_image[j])
-            if len(batch) < batch_size and k not in seen:
+        for at, j in enumerate(pool):
+            k = int(image[j])
+            if k not in seen:
                 batch.append(j)
                 seen.add(k)
+                if len(batch) == batch_size:    # full: the rest of the pool keeps its order (one slice, not a
+                    rest.extend(pool[at + 1:])  # Python loop over it: an epoch's batching is linear, not O(M²/b))
+                    break
             else:
                 rest.append(j)
         if len(batch) < 2:

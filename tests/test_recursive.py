@@ -388,6 +388,160 @@ def test_word_map_once_per_distinct_word_equals_once_per_node(encoder):
         assert (a - b).abs().max() <= 1e-5 * a.abs().max()           # float32 sums in another order
 
 
+# ------------------------------------------------------------------ sampled negatives (systems.socher.negatives)
+def _sampling_system(negatives, encoder="dtrnn", seed=0, n_images=40):
+    """A float64 Socher system with ``negatives`` on a random training split of ``n_images`` images × 5
+    sentences (fraglib.bench.common.random_split), in training mode: (system, split, first batch of 8)."""
+    from fraglib.bench.common import random_split
+    from fraglib.inputs import make_batches
+    from fraglib.systems.socher import Config, SocherSystem
+
+    train, dims = random_split(n_images, 5, img_dim=8, seed=2)
+    system = SocherSystem(Config(encoder=encoder, init_noise=0.3, negatives=negatives), dims, seed).double()
+    system.prepare(train)
+    system.use_training_split(train)
+    system.train()
+    return system, train, make_batches(train, 8, seed=0, epoch=0)[0]
+
+
+def _step_loss(system, train, b, epoch=0):
+    return system.loss(system.encode_images(train.images.take(train.sentence_image[b])),
+                       system.encode_sentences(train.sentences.take(b)), epoch)
+
+
+@pytest.mark.parametrize("encoder", ["bow", "chain", "ctrnn", "dtrnn", "sdtrnn"])
+def test_sampled_negatives_covering_the_split_equal_eq5_and_its_gradients(encoder):
+    """n ≥ the training split, drawn without replacement, is every sentence and image once, weights M/M = N/N
+    = 1: the loss and every gradient are Eq. 5's (``negatives: 0``)."""
+    exact, train, b = _sampling_system(0, encoder)
+    sampled, *_ = _sampling_system(10 ** 6, encoder)
+    got = []
+    for s in (exact, sampled):
+        cost, parts = _step_loss(s, train, b)
+        got.append((cost, parts, torch.autograd.grad(cost, list(s.parameters()))))
+    assert float(got[1][0].detach()) == pytest.approx(float(got[0][0].detach()), rel=1e-12)
+    assert got[1][1]["hinge"] == pytest.approx(got[0][1]["hinge"], rel=1e-12)
+    for a, c in zip(got[0][2], got[1][2]):
+        torch.testing.assert_close(c, a, rtol=1e-10, atol=1e-12)
+
+
+def test_sampled_eq5_is_unbiased_over_every_subset():
+    """The estimator itself (hinge_all_negatives with drawn ids and weights M/n, N/n) averaged over *every*
+    pair of n-subsets equals Eq. 5 by loops exactly: the weights and exclusions make it unbiased."""
+    import itertools
+
+    g = torch.Generator().manual_seed(4)
+    v_all = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    y_all = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    img_of = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4])
+    pairs = [(0, 1), (1, 4), (3, 7), (4, 11)]
+    k, j = torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs])
+    n_s, n_i = 3, 2
+    total, count = 0.0, 0
+    for cs in itertools.combinations(range(12), n_s):
+        for ci in itertools.combinations(range(5), n_i):
+            cs_t, ci_t = torch.tensor(cs), torch.tensor(ci)
+            total += float(hinge_all_negatives(v_all[k], y_all[j], v_all[ci_t], y_all[cs_t], k, img_of[cs_t], 1.5,
+                                               image_ids=ci_t, sentence_weight=12 / n_s, image_weight=5 / n_i))
+            count += 1
+    assert total / count == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, 1.5), rel=1e-12)
+
+
+def test_sampled_negatives_mean_over_draws_approaches_eq5():
+    """The system's sampled loss (its own draws, n = 20 of 200 sentences and of 40 images) averaged over
+    300 steps is Eq. 5 by loops (from the eval-mode encodings) within 4 standard errors."""
+    system, train, b = _sampling_system(20)
+    with torch.no_grad():
+        draws = np.array([_step_loss(system, train, b)[1]["hinge"] for _ in range(300)])
+    neg = system._negatives
+    system.eval()
+    with torch.no_grad():
+        v_all, y_all = system.encode_images(neg.image_rows).vec, system.encode_sentences(neg.sentence_rows).vec
+    pairs = [(int(np.searchsorted(neg.images, train.sentence_image[q])), int(np.searchsorted(neg.sentences, q)))
+             for q in b]
+    exact = hinge_all_negatives_reference(v_all, y_all, pairs, neg.image_of, 3.0)
+    se = draws.std() / len(draws) ** 0.5
+    assert draws.std() > 0 and abs(draws.mean() - exact) < 4 * se
+
+
+def test_sampled_negatives_compose_only_the_batch_and_the_drawn_trees(monkeypatch):
+    """A step composes each tree of (batch ∪ drawn sentences) once, never the rest of the split; Eq. 5's
+    exact form composes every training tree."""
+    import fraglib.systems.socher as socher
+
+    composed = []
+    real = socher.compose
+
+    def counting(x, parent, *args, **kw):
+        composed.append(int((np.asarray(parent) < 0).sum()))             # trees = roots
+        return real(x, parent, *args, **kw)
+
+    monkeypatch.setattr(socher, "compose", counting)
+    system, train, b = _sampling_system(16)
+    drawn = []
+    draw = system.draw_negatives
+    monkeypatch.setattr(system, "draw_negatives", lambda epoch: drawn.append(draw(epoch)) or drawn[-1])
+    for _ in range(3):
+        _step_loss(system, train, b)
+    M = len(system._negatives.sentences)
+    for n_trees, (cs, ci) in zip(composed, drawn):
+        assert len(cs) == len(ci) == 16
+        want = len(np.union1d(np.searchsorted(system._negatives.sentences, b), cs))
+        assert n_trees == want <= len(b) + 16 < M
+    assert len(composed) == 3
+    composed.clear()
+    exact, train, b = _sampling_system(0)
+    _step_loss(exact, train, b)
+    assert composed == [M]
+
+
+def test_sampled_negatives_are_a_function_of_seed_epoch_and_step():
+    """Same seed: the same draws and losses step by step; another step, epoch or seed draws otherwise; a
+    fresh system (a run resumed at epoch 1) draws at epoch 1 what the uninterrupted one drew there."""
+    a, train, b = _sampling_system(10)
+    a2, *_ = _sampling_system(10)
+    la = [_step_loss(a, train, b, e)[1]["hinge"] for e in (0, 0, 0, 1, 1)]
+    assert la == [_step_loss(a2, train, b, e)[1]["hinge"] for e in (0, 0, 0, 1, 1)]
+    assert len(set(la)) == 5
+    resumed, *_ = _sampling_system(10)
+    assert [_step_loss(resumed, train, b, 1)[1]["hinge"] for _ in range(2)] == la[3:]
+    other, *_ = _sampling_system(10, seed=1)
+    d0, d1 = _sampling_system(10)[0].draw_negatives(0), other.draw_negatives(0)
+    assert not (np.array_equal(d0[0], d1[0]) and np.array_equal(d0[1], d1[1]))
+
+
+def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, tmp_path):
+    """The trainer: a DT-RNN with sampled negatives, killed after 2 epochs and resumed, ends as an
+    uninterrupted run (metrics, history), and two runs of one seed agree."""
+    from conftest import tiny_params
+    from fraglib.train import resolve_run, train
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "negatives": 7}), "r")
+    cpu = torch.device("cpu")
+    train(tiny_full, tmp_path / "a", spec, device=cpu, progress=False)
+    train(tiny_full, tmp_path / "b", spec, device=cpu, progress=False)
+    assert train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False, stop_after=2) == {"stopped_at_epoch": 2}
+    train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False)
+    for f in ("metrics.json", "history.csv"):
+        assert (tmp_path / "b" / f).read_text() == (tmp_path / "a" / f).read_text()
+        assert (tmp_path / "c" / f).read_text() == (tmp_path / "a" / f).read_text()
+
+
+@pytest.mark.parametrize("over, why", [({"negatives": -1}, "out of range"), ({"negatives": 2.5}, "expected int"),
+                                       ({"negatives": True}, "expected int"),
+                                       ({"negatives": 64, "loss": "squared"}, "loss: squared has no negatives")])
+def test_bad_negatives_are_refused_by_name(over, why):
+    from conftest import tiny_params
+    from fraglib.config import ConfigError
+    from fraglib.train import resolve_run
+
+    with pytest.raises(ConfigError, match=rf"systems\.socher\.negatives=.*{why}"):
+        resolve_run(tiny_params(r={"system": "socher"}), "r", extra=over)
+    with pytest.raises(ConfigError, match=r"runs\.r\.negatives|systems\.socher\.negatives"):
+        resolve_run(tiny_params(r={"system": "socher", **over}), "r")
+    assert resolve_run(tiny_params(r={"system": "socher"}), "r").system_config.negatives == 0   # the paper's Eq. 5
+
+
 def test_cca_recovers_known_canonical_correlations():
     """x1 ~ N(0,1), y1 = ρ1 x1 + sqrt(1-ρ1²) e; x2, y2 likewise with ρ2; other dimensions
     independent noise: the canonical correlations are ρ1 > ρ2 > 0 (in that order)."""

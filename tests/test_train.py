@@ -444,3 +444,36 @@ def test_results_and_timing_are_written_atomically_with_the_same_bytes(tmp_path,
     assert (tmp_path / "timing.json").read_bytes() == b'{"train_seconds": 1.235, "epochs": 2}\n'
     m = (tmp_path / "metrics.json").read_text()
     assert m.startswith('{\n "best_epoch": 2,\n') and m.endswith("}\n") and json.loads(m)["val_rsum_best"] == 12.0
+
+
+def test_distinct_image_batches_equal_the_greedy_scan_of_the_pool():
+    """make_batches stops scanning the pool once a batch is full (linear per epoch, not O(M²/b)): the batches
+    are those of the plain greedy scan written from the definition, for full and short batches."""
+    import numpy as np
+
+    from fraglib.bench.common import random_split
+    from fraglib.inputs import make_batches
+
+    def greedy(split, batch_size, seed, epoch):
+        pool = list(np.random.default_rng([seed, epoch]).permutation(np.nonzero(split.usable_sentences())[0]))
+        out = []
+        while pool:
+            batch, seen, rest = [], set(), []
+            for j in pool:
+                k = int(split.sentence_image[j])
+                if len(batch) < batch_size and k not in seen:
+                    batch.append(j)
+                    seen.add(k)
+                else:
+                    rest.append(j)
+            if len(batch) < 2:
+                break
+            out.append(batch)
+            pool = rest
+        return out
+
+    for n, per, size in ((50, 5, 8), (7, 9, 4), (40, 5, 100), (30, 1, 4)):
+        split, _ = random_split(n, per, img_dim=4, seed=1)
+        for epoch in range(2):
+            got = make_batches(split, size, 0, epoch)
+            assert [b.tolist() for b in got] == [list(map(int, b)) for b in greedy(split, size, 0, epoch)]

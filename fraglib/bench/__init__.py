@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from fraglib.bench.common import RESULTS, merge, read_register
 from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
-from fraglib.bench.scale import bench_coco_eval, bench_growth
+from fraglib.bench.scale import bench_coco_eval, bench_growth, bench_socher_growth
 from fraglib.bench.systems import (bench_amp, bench_epoch, bench_eval, bench_peri, bench_profile, bench_socher, bench_stt,
                                    bench_systems_device, bench_train_step)
 from fraglib.bench.text import bench_parse
@@ -40,7 +40,8 @@ BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {    # `make bench` 
 OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {      # by name only: long, or need the Pascal1K study
     "systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,
     "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": bench_kernel_bits, "socher": bench_socher,
-    "coco_eval": bench_coco_eval, "growth": bench_growth, "peri": bench_peri, "stt": bench_stt,
+    "coco_eval": bench_coco_eval, "growth": bench_growth,
+    "socher_growth": bench_socher_growth, "peri": bench_peri, "stt": bench_stt,
     "profile": bench_profile, "amp": bench_amp}
 
 

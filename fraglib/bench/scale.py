@@ -177,3 +177,65 @@ def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
                                  peak_rss_mb=round(peak), threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all")))
                 print(f"[growth] x{scale} {what}: {t:.1f} s, peak {peak:.0f} MB", flush=True)
     return out
+
+
+def _socher_epoch(params: dict[str, Any], run: str, scale: int, negatives: int) -> tuple[float, int, int]:
+    """One epoch of ``run`` (a Socher run; params.yaml's settings, as the growth bench resolves them) with
+    ``systems.socher.negatives`` = ``negatives``, by the trainer's own :func:`fraglib.train.train_epoch`, on random
+    trees and descriptors of the synthetic benchmark's training size × ``scale`` (:func:`random_split`; Eq. 5's
+    cost depends on the sizes, not the values): (the epoch's seconds, steps, training sentences)."""
+    import torch
+
+    from fraglib import distributed
+    from fraglib.systems import get_system
+    from fraglib.train import Step, make_optimizer, resolve_run, train_epoch
+
+    spec = resolve_run(params, run, extra={"negatives": negatives})
+    tc, syn = spec.train_config, params["synthetic"]
+    split, dims = random_split(syn["n_train"] * scale, syn["captions_per_image"], seed=0)
+    torch.manual_seed(tc.seed)
+    system = get_system(spec.system)(spec.system_config, dims, tc.seed)
+    system.prepare(split)
+    system.use_training_split(split)                        # before the trainer's clock, as in fraglib.train
+    opt = make_optimizer(tc, system.lr_groups())
+    t0 = time.perf_counter()
+    _, steps, _ = train_epoch(Step(system, distributed.Context()), system, opt, split, tc, 0, torch.device("cpu"))
+    return time.perf_counter() - t0, steps, split.n_sentences
+
+
+def bench_socher_growth(scales: tuple[int, ...] = (1, 4, 16), negatives: int = 256, run: str = "dtrnn",
+                        exact_max_scale: int = 4) -> list[dict[str, Any]]:
+    """Eq. 5's epoch cost against data size, exact (``negatives: 0``, every training tree composed every step:
+    O(data²) per epoch) and sampled (``negatives`` = 256: linear), for the DT-RNN run: one epoch of the trainer's
+    loop per point, each in a fresh process (seconds, peak RSS), on random inputs of the synthetic benchmark's
+    size × scale (:func:`_socher_epoch`). Entries ``growth_epoch_<run>_neg<n>_x<scale>_s``, so the index page's
+    growth table shows them with their slope beside ``python -m fraglib.bench growth``'s lines (real synthetic
+    data, exact Eq. 5: ``growth_epoch_<run>_x<scale>_s``). The exact form is timed up to ``exact_max_scale``
+    only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
+    and ``FRAGLIB_SOCHER_GROWTH_NEGATIVES`` choose the scales and n."""
+    from fraglib.config import read_params
+    from fraglib.index import growth_slope
+
+    scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
+    negatives = int(os.environ.get("FRAGLIB_SOCHER_GROWTH_NEGATIVES", negatives))
+    exact_max_scale = int(os.environ.get("FRAGLIB_SOCHER_GROWTH_EXACT_MAX", exact_max_scale))
+    params = read_params("params.yaml")
+    n_total = sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
+    out: list[dict[str, Any]] = []
+    for n in (0, negatives):
+        points = []
+        for scale in scales:
+            if n == 0 and scale > exact_max_scale:
+                continue
+            t, peak, (epoch, steps, trees) = fresh(_socher_epoch, params, run, scale, n)
+            points.append((scale, epoch))
+            out.append(entry(f"growth_epoch_{run}_neg{n}_x{scale}_s", round(epoch, 2), "s", scale=scale,
+                             images=n_total * scale, peak_rss_mb=round(peak),
+                             threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all"), negatives=n, steps=steps,
+                             train_sentences=trees, inputs="random trees and descriptors (bench.common.random_split) of "
+                             "the synthetic benchmark's training size x scale; fraglib.train.train_epoch's seconds"))
+            print(f"[socher_growth] x{scale} negatives={n}: {epoch:.1f} s ({steps} steps), peak {peak:.0f} MB", flush=True)
+        slope = growth_slope(points)
+        out.append(entry(f"socher_growth_slope_{run}_neg{n}", None if slope is None else round(slope, 2), "exponent",
+                         scales=[s for s, _ in points], note="least-squares b of epoch seconds ∝ size^b"))
+    return out

@@ -29,7 +29,9 @@ against *all* training images and sentences (inner products ``s = vᵀy``):
     J = (1/b) Σ_p [ Σ_{c: img(c) ≠ k_p} [Δ − s(k_p, j_p) + s(k_p, c)]_+  +  Σ_{c ≠ k_p} [Δ − s(k_p, j_p) + s(c, j_p)]_+ ]
 
 (the mean over pairs, the sum over negatives: SYSTEMS reading S2, docs/systems.md). The
-regulariser λ(‖θ‖² + ‖W_I‖²) is added by the system.
+regulariser λ(‖θ‖² + ‖W_I‖²) is added by the system. With sampled negatives (``systems.socher.negatives``
+= n) the two inner sums run over n drawn sentences and n drawn images instead, times M/n and N/n
+(:func:`hinge_all_negatives`'s ``sentence_weight``, ``image_weight``): an unbiased estimate of J.
 
 **Squared loss (Table 2):** ``(1/b) Σ_p ‖v_{k_p} − y_{j_p}‖²``, scored by ``−‖v − y‖``.
 """
@@ -296,18 +298,30 @@ def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: 
 
 
 def hinge_all_negatives(v_batch: torch.Tensor, y_batch: torch.Tensor, v_all: torch.Tensor, y_all: torch.Tensor,
-                        image_batch: torch.Tensor, image_of_sentence: torch.Tensor, margin: float) -> torch.Tensor:
+                        image_batch: torch.Tensor, image_of_sentence: torch.Tensor, margin: float,
+                        image_ids: torch.Tensor | None = None, sentence_weight: float = 1.0,
+                        image_weight: float = 1.0) -> torch.Tensor:
     """Eq. 5 over all negatives, mean over the b pairs (module docstring).
 
     ``v_batch`` (b, h) images of the pairs, ``y_batch`` (b, h) their sentences; ``v_all`` (N, h)
     every training image, ``y_all`` (M, h) every training sentence; ``image_batch`` (b,) positions
-    of the pairs' images in ``v_all``; ``image_of_sentence`` (M,) image position of each sentence."""
+    of the pairs' images in ``v_all``; ``image_of_sentence`` (M,) image position of each sentence.
+
+    Sampled negatives (``systems.socher.negatives``): ``v_all`` and ``y_all`` hold only the drawn images and
+    sentences, ``image_of_sentence`` the image position of each drawn sentence, ``image_ids`` (N',) the
+    positions of the drawn images (default: ``v_all`` is every image, in order), and the sum over sentences
+    is multiplied by ``sentence_weight`` (M / n), the sum over images by ``image_weight`` (N / n): the same
+    exclusions (a sentence of the pair's image, the pair's image), an unbiased estimate of the full sums."""
     pos = (v_batch * y_batch).sum(1, keepdim=True)                     # (b, 1)
     to_sent = torch.relu(margin - pos + v_batch @ y_all.T)              # (b, M): sentences as negatives
     to_sent = to_sent.masked_fill(image_of_sentence[None, :] == image_batch[:, None], 0.0)
     to_img = torch.relu(margin - pos + y_batch @ v_all.T)               # (b, N): images as negatives
-    to_img = to_img.masked_fill(torch.arange(v_all.shape[0], device=v_all.device)[None, :] == image_batch[:, None], 0.0)
-    return (to_sent.sum() + to_img.sum()) / v_batch.shape[0]
+    ids = torch.arange(v_all.shape[0], device=v_all.device) if image_ids is None else image_ids
+    to_img = to_img.masked_fill(ids[None, :] == image_batch[:, None], 0.0)
+    s, i = to_sent.sum(), to_img.sum()
+    if sentence_weight != 1.0 or image_weight != 1.0:
+        s, i = s * sentence_weight, i * image_weight
+    return (s + i) / v_batch.shape[0]
 
 
 def hinge_all_negatives_reference(v_all, y_all, pairs, image_of_sentence, margin: float) -> float:

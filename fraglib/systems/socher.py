@@ -19,6 +19,19 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
   over the batch's pairs, ``+ λ (‖θ‖² + ‖W_I‖²)`` with θ the composition matrices; scores are inner
   products. Train with ``train.optimizer: adagrad`` and ``adagrad_reset: 5`` (the paper's AdaGrad
   with the squared-gradient sums reset every 5 epochs).
+* **Sampled negatives** (``negatives: n``, a labelled departure from the paper; default 0 = the exact
+  Eq. 5 above). Eq. 5 sums over *every* training sentence and image, so each step composes every
+  training tree and an epoch costs O(data²). With n > 0 each step draws n training sentences and n
+  training images uniformly **without replacement** from the usable training split (all of them when
+  n ≥ the split) and multiplies the sentence sum by M/n and the image sum by N/n (M, N: the split's
+  sentences and images): an unbiased estimate of Eq. 5's sums, so the balance of Δ and λ is kept
+  (the estimate is noisier, not smaller). Exclusions are Eq. 5's: a drawn sentence of the pair's image
+  and the pair's own image are not negatives. A step composes only the batch's and the drawn trees
+  (each once), so an epoch's cost is linear in the data. The draw is a function of (seed, epoch, step
+  within the epoch) (:meth:`SocherSystem.draw_negatives`), so runs repeat exactly and a run resumed
+  after a kill draws what the uninterrupted one drew. ``loss: squared`` has no negatives and refuses
+  ``negatives`` > 0 (a :class:`ConfigError` naming ``systems.socher.negatives``). Measured effect:
+  docs/systems.md (Socher section).
 * **Table 2 variant** (``loss: squared``): ``(1/b) Σ_p ‖v_p − y_p‖²`` over the batch's pairs, scored
   by ``−‖v − y‖`` (also between sentences), trained by the paper's alternation: ``alternate_epochs``
   epochs of ``W_I`` alone (sentence vectors held fixed), then as many of θ alone (image vectors
@@ -36,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraglib.config import check_choice, check_range
+from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
 from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, neg_euclidean, plan, squared_loss
 
@@ -60,6 +73,8 @@ class Config:
     alternate_epochs: int = 1     # squared: epochs per phase of the W_I / θ alternation
     w_step: str = "adagrad"       # squared: W_I phase by AdaGrad epochs | ridge (closed form, then θ epochs)
     sentence_cosine: bool = False  # sentence similarity on unit vectors (cosine) instead of the raw measure
+    negatives: int = 0            # margin: Eq. 5's negatives per step: 0 = every training sentence and image (the
+                                  # paper); n = n sentences and n images drawn per step (without replacement), sums x M/n, N/n
 
     def validate(self) -> "Config":
         p = "systems.socher"
@@ -73,6 +88,10 @@ class Config:
         check_range(f"{p}.alternate_epochs", self.alternate_epochs, 1, 10_000, int)
         check_choice(f"{p}.w_step", self.w_step, ("adagrad", "ridge"))
         check_choice(f"{p}.sentence_cosine", self.sentence_cosine, (True, False))
+        check_range(f"{p}.negatives", self.negatives, 0, 1_000_000_000, int)
+        if self.negatives and self.loss != "margin":
+            raise ConfigError(f"{p}.negatives={self.negatives}: sampled negatives belong to Eq. 5 (loss: margin); "
+                              f"loss: {self.loss} has no negatives, so set negatives: 0 with it")
         return self
 
 
@@ -90,9 +109,10 @@ class Encoded:
 class Negatives:
     """Eq. 5's negatives, the usable training split, fixed for a run: the images' and sentences' split
     positions (``images``, ``sentences``, sorted), their rows, the sentences' :class:`Structure` (None for
-    ``bow``), each sentence's image as a position in ``images`` (``image_of``), and what does not depend on
+    ``bow`` and with sampled negatives), each sentence's image as a position in ``images`` (``image_of``), and what does not depend on
     parameters, computed once: the standardised image descriptors ``z`` (n, d) and, for ``bow``, the
-    sentence vectors ``y_fixed`` (m, 50)."""
+    sentence vectors ``y_fixed`` (m, 50). ``source``: the split's sentences, from which a step with sampled
+    negatives (``negatives`` > 0) takes the rows of only the sentences it composes."""
 
     images: np.ndarray
     sentences: np.ndarray
@@ -102,6 +122,7 @@ class Negatives:
     image_of: torch.Tensor
     z: torch.Tensor
     y_fixed: torch.Tensor | None
+    source: Any = None
 
 
 @dataclasses.dataclass
@@ -164,6 +185,8 @@ class SocherSystem(System):
             self.W = nn.Parameter(_identity_plus_noise(n_mats, n, cfg.init_noise, g))
         self.max_rank = dims.get("max_rank", 1)
         self._negatives: Negatives | None = None
+        self._seed = int(seed)
+        self._draws = (-1, 0)               # (epoch, steps drawn in it): sampled negatives (negatives > 0)
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, train: Any) -> None:
@@ -179,10 +202,12 @@ class SocherSystem(System):
         imgs = np.unique(train.sentence_image[ok])
         sents, img_rows = train.sentences.take(ok), train.images.take(imgs)
         bow = self.cfg.encoder == "bow"
+        whole = not bow and not self.cfg.negatives               # sampled negatives: structures per step
         with torch.no_grad():
-            self._negatives = Negatives(imgs, ok, img_rows, sents, None if bow else self.structure(sents),
+            self._negatives = Negatives(imgs, ok, img_rows, sents, self.structure(sents) if whole else None,
                                         torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])).to(self.words.device),
-                                        self._standardised(img_rows), self._sentence_vectors(sents, None) if bow else None)
+                                        self._standardised(img_rows), self._sentence_vectors(sents, None) if bow else None,
+                                        train.sentences)
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
@@ -297,9 +322,47 @@ class SocherSystem(System):
     def regulariser(self, params=None) -> torch.Tensor:
         return sum((p ** 2).sum() for p in (self.parameters() if params is None else params))
 
+    def draw_negatives(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next step's sampled negatives (``negatives`` = n > 0): positions in the usable training split
+        of min(n, M) sentences and min(n, N) images (sorted), each set drawn uniformly *without* replacement.
+        The draw is a function of (seed, epoch, step within the epoch) only — not of any generator's state —
+        so a run is the same every time and a run resumed at an epoch boundary draws what the uninterrupted
+        one drew; the step counter restarts when ``epoch`` changes."""
+        neg = self._negatives
+        e, step = self._draws
+        step = step if e == epoch else 0
+        self._draws = (epoch, step + 1)
+        rng = np.random.default_rng([self._seed, int(epoch), step, 5])        # 5: Eq. 5's stream
+        M, N, n = len(neg.sentences), len(neg.images), self.cfg.negatives
+        return np.sort(rng.choice(M, min(n, M), replace=False)), np.sort(rng.choice(N, min(n, N), replace=False))
+
+    def _sampled_hinge(self, images: Encoded, sentences: Encoded, epoch: int) -> torch.Tensor:
+        """Eq. 5 with sampled negatives (:meth:`draw_negatives`): the n sentences' sum × M/n and the n images'
+        × N/n, an unbiased estimate of the full sums; composes the batch's trees and the drawn ones only (each
+        tree once), so a step's cost does not grow with the training split."""
+        neg = self._negatives
+        cs, ci = self.draw_negatives(epoch)
+        dev = neg.z.device
+        k = np.searchsorted(neg.images, images.index)
+        j = np.searchsorted(neg.sentences, sentences.index)
+        if neg.y_fixed is not None:                                             # bow: no parameters
+            y = neg.y_fixed.index_select(0, torch.from_numpy(np.concatenate([j, cs])).to(dev))
+        else:
+            need, inv = np.unique(np.concatenate([j, cs]), return_inverse=True)
+            y = self._sentence_vectors(neg.source.take(neg.sentences[need]), None)
+            y = y.index_select(0, torch.from_numpy(inv.ravel()).to(dev))
+        v = neg.z.index_select(0, torch.from_numpy(np.concatenate([k, ci])).to(dev)) @ self.W_I.T
+        b = len(j)
+        ci_t = torch.from_numpy(ci).to(dev)
+        return hinge_all_negatives(v[:b], y[:b], v[b:], y[b:], torch.from_numpy(k).to(dev),
+                                   neg.image_of.index_select(0, torch.from_numpy(cs).to(dev)), self.cfg.margin,
+                                   image_ids=ci_t, sentence_weight=len(neg.sentences) / len(cs),
+                                   image_weight=len(neg.images) / len(ci))
+
     def loss(self, images: Encoded, sentences: Encoded, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 5 for the batch's pairs against every training image and sentence, + λ R; or the
-        squared loss of the batch's pairs for the side trained in this epoch's phase, + λ R of it."""
+        """Eq. 5 for the batch's pairs against every training image and sentence (``negatives: 0``) or an
+        unbiased sample of them (:meth:`_sampled_hinge`), + λ R; or the squared loss of the batch's pairs for
+        the side trained in this epoch's phase, + λ R of it."""
         if self.cfg.loss == "squared":
             v, y = images.vec, sentences.vec
             if self.phase(epoch) == "image map":
@@ -313,6 +376,10 @@ class SocherSystem(System):
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
         neg = self._negatives
+        if self.cfg.negatives:
+            hinge = self._sampled_hinge(images, sentences, epoch)
+            reg = self.regulariser()
+            return hinge + self.cfg.lam * reg, {"hinge": float(hinge.detach()), "reg": float(reg.detach())}
         v_all = neg.z @ self.W_I.T
         y_all = neg.y_fixed if neg.y_fixed is not None else self._sentence_vectors(neg.sentence_rows, neg.structure)
         dev = v_all.device
