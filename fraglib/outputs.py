@@ -94,8 +94,9 @@ def write_bytes(path: str | Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def appending(path: str | Path) -> Iterator[Any]:
-    """A journal opened for appending whole lines: each ``write`` of the yielded file is flushed and
-    synced, so a kill cuts at most the line being written (readers skip or name a torn last line)."""
+    """A journal opened for appending whole lines: what one ``with`` block writes is flushed and synced
+    when it closes (one block per line), so a kill cuts at most the line being written (readers drop or
+    name a torn last line)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
