@@ -142,6 +142,18 @@ def test_roots_only_takes_the_same_floats_as_every_node():
         assert all(torch.equal(a, b) for a, b in zip(*out))
 
 
+def _table_case(rng, trial, n_trees, max_nodes, k, n, V):
+    """A random forest reading rows of a (V, n) float64 word table, its ℓ and k identity-plus-noise matrices:
+    (parent, slot, table, rows, ell, W0, the generator drawn from)."""
+    parent, slot, k = _random_forest(rng, n_trees=n_trees, max_nodes=max_nodes, k=k)
+    g = torch.Generator().manual_seed(trial)
+    table = torch.randn(V, n, generator=g, dtype=torch.float64)
+    rows = torch.from_numpy(rng.integers(0, V, len(parent)))
+    ell = torch.from_numpy(subtree_sizes(parent)).double()
+    W0 = torch.eye(n, dtype=torch.float64) + 0.3 * torch.randn(k, n, n, generator=g, dtype=torch.float64)
+    return parent, slot, table, rows, ell, W0, g
+
+
 @pytest.mark.parametrize("roots_only", [False, True])
 def test_compose_on_a_word_table_equals_the_recursion(roots_only):
     """Nodes reading rows of a word table (the leaves' tanh taken on the table, its gradient summed per word
@@ -150,15 +162,10 @@ def test_compose_on_a_word_table_equals_the_recursion(roots_only):
     runs, n = 50."""
     rng = np.random.default_rng(11)
     for trial in range(6):
-        parent, slot, k = _random_forest(rng, n_trees=40, max_nodes=12, k=7)
-        N, n, V = len(parent), 50, 30
-        g = torch.Generator().manual_seed(trial)
-        table = torch.randn(V, n, generator=g, dtype=torch.float64)
-        rows = torch.from_numpy(rng.integers(0, V, N))
-        ell = torch.from_numpy(subtree_sizes(parent)).double()
+        parent, slot, table, rows, ell, W0, g = _table_case(rng, trial, n_trees=40, max_nodes=12, k=7, n=50, V=30)
+        N, n = len(parent), 50
         raw = _leaves(parent, rng, 0.5) if trial % 3 == 2 else None
         weight, scale = (ell, 1 / ell) if trial % 2 else (None, None)
-        W0 = torch.eye(n, dtype=torch.float64) + 0.3 * torch.randn(k, n, n, generator=g, dtype=torch.float64)
         roots = np.nonzero(parent < 0)[0]
         w_out = torch.randn((len(roots) if roots_only else N, n), generator=g, dtype=torch.float64)
         out = []
@@ -184,14 +191,8 @@ def test_compose_on_cuda_equals_the_cpu(roots_only):
     equal the CPU's in float64, on random forests with ℓ weights, raw leaves and a word table."""
     rng = np.random.default_rng(5)
     for trial in range(4):
-        parent, slot, k = _random_forest(rng, n_trees=60, max_nodes=14, k=6)
-        N, n, V = len(parent), 40, 25
-        g = torch.Generator().manual_seed(trial)
-        table = torch.randn(V, n, generator=g, dtype=torch.float64)
-        rows = torch.from_numpy(rng.integers(0, V, N))
-        ell = torch.from_numpy(subtree_sizes(parent)).double()
+        parent, slot, table, rows, ell, W0, _ = _table_case(rng, trial, n_trees=60, max_nodes=14, k=6, n=40, V=25)
         raw = _leaves(parent, rng, 0.5) if trial % 2 else None
-        W0 = torch.eye(n, dtype=torch.float64) + 0.3 * torch.randn(k, n, n, generator=g, dtype=torch.float64)
         out = []
         for dev in ("cpu", "cuda"):
             x, W = table.to(dev).requires_grad_(), W0.to(dev).requires_grad_()
