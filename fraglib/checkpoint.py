@@ -22,7 +22,6 @@ exactly. One process at a time trains a run folder (:func:`run_lock`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import pickle
@@ -33,7 +32,7 @@ from typing import Any, Iterator
 
 import torch
 
-from fraglib.outputs import atomic
+from fraglib.outputs import atomic, file_sha256
 
 FORMAT = "fraglib-checkpoint-1"
 IDENTITY = ("system", "system_config", "train_config", "model_args", "fingerprint")
@@ -45,14 +44,6 @@ class CheckpointError(ValueError):
 
 class RunLocked(RuntimeError):
     """Another process is training the run folder (:func:`run_lock`)."""
-
-
-def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fingerprint(files: dict[str, Path]) -> dict[str, str]:
@@ -152,10 +143,14 @@ def load_system(path: str | Path, device: Any = "cpu"):
 
 def _differs(ck: dict[str, Any], identity: dict[str, Any], defaults: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The :data:`IDENTITY` fields where ``ck`` and ``identity`` disagree; a settings dict of ``ck`` first
-    gets ``defaults[field]`` for the keys it lacks (settings added after it was written)."""
+    gets ``defaults[field]`` for the keys it lacks (settings added after it was written) and loses the keys
+    ``identity`` lacks (settings removed since: the six evaluation keys that left ``train_config``)."""
     def stored(k: str) -> Any:
         v = ck.get(k)
-        return {**defaults[k], **v} if defaults and k in defaults and isinstance(v, dict) else v
+        if not (defaults and k in defaults and isinstance(v, dict) and isinstance(identity[k], dict)):
+            return v
+        v = {**defaults[k], **v}
+        return {key: v[key] for key in identity[k] if key in v}
     return [k for k in IDENTITY if stored(k) != identity[k]]
 
 

@@ -1,25 +1,17 @@
-"""Bidirectional retrieval evaluation over a precomputed image x sentence score matrix (docs/evaluation.md).
+"""The one evaluation of a trained system on a split (docs/evaluation.md): score it, rank, and report.
 
-The interface follows SCAN's: scores first, then ranks, so any model (or a random one) is
-evaluated by the same code. ``sentence_image[j]`` is the row of sentence j's image — explicit
-indices, any number of sentences per image.
+:func:`evaluate_split` is the test evaluation of every run — the study calls it after fitting
+(:func:`fraglib.train.train`), ``python -m fraglib.evaluate`` re-scores a checkpoint with it, and a search never
+calls it (a trial scores validation only). Its settings are ``params.yaml: evaluation`` (:class:`EvalConfig`):
+they are not part of a checkpoint's identity, so changing ``n_boot`` re-scores ``best.pt`` and never retrains.
+Scores come from the system in tiles (:func:`score_matrix`); the ranking arithmetic is :mod:`fraglib.metrics`,
+hubness and its corrections :mod:`fraglib.hubness`.
 
-Ranks are 1-based and **pessimistic on ties**: a competitor scoring the same as the correct item
-is counted as ranked above it. Hence a sentence with no fragment (-inf against every image, as in
-the authors' code) ranks last, and a constant score matrix gives every query the worst rank.
-**NaN and +inf are refused** (:func:`check_scores`, a :class:`ScoreError` naming the matrix): every
-comparison with NaN is false, so a diverged model's NaN scores would otherwise rank every correct item
-first; -inf alone means "no score" and ranks last.
-
-* image annotation (image -> sentences): rank of the best-ranked of the image's sentences,
-  ``1 + #{non-matching sentences j : S[k, j] >= max_{j' of k} S[k, j']}``;
-* image search (sentence -> images): ``1 + #{other images k' : S[k', j] >= S[k_j, j]}``;
-* sentence similarity (systems with a sentence space, Socher et al. 2014): each sentence ranks
-  the other sentences; rank of the best-ranked one of the same image (:func:`similarity_ranks`).
+    python -m fraglib.evaluate runs/synthetic/full/seeds/seed0 [--split val] [--set n_boot=200] [--out m.json]
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,175 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-KS = (1, 5, 10)
-
-
-class ScoreError(ValueError):
-    """A score matrix that cannot be ranked: NaN or +inf entries, or a shape that does not match its index."""
-
-
-def _largest(blk: torch.Tensor, worst: torch.Tensor) -> torch.Tensor:
-    """The running largest score, left on the device (no host wait): NaN if any entry so far is NaN (``amax``
-    and ``maximum`` propagate it), +inf if any is +inf — one reduction per tile screens for both."""
-    return torch.maximum(worst, blk.amax()) if blk.numel() else worst
-
-
-def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | None = None) -> None:
-    """Refuse a score matrix holding NaN or +inf: ScoreError naming ``what``, the count and the first entry;
-    -inf is allowed (an item without fragments: ranked last). ``worst``: the ranking loop's own running
-    :func:`_largest`, read once here, so a GPU waits once per matrix, not per tile."""
-    S = S.detach()
-    v = float(_largest(S, torch.tensor(float("-inf"), device=S.device)) if worst is None else worst.detach())
-    if math.isnan(v) or v == math.inf:
-        bad = torch.isnan(S) | (S == math.inf)
-        i, j = (int(x) for x in torch.nonzero(bad)[0])
-        raise ScoreError(f"{what}: {int(bad.sum())} of {S.numel()} scores are NaN or +inf (first at [{i}, {j}]: "
-                         f"{float(S[i, j])}); a diverged or damaged model cannot be ranked")
-
-
-def _matrix(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scores as a 2-D tensor, the sentence -> image index on its device), shapes checked."""
-    S = torch.as_tensor(scores).detach()
-    si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
-    if S.dim() != 2 or si.dim() != 1 or si.shape[0] != S.shape[1]:
-        raise ScoreError(f"{what}: a (n_images, n_sentences) matrix with one image index per sentence is needed, "
-                         f"got scores {tuple(S.shape)} and {tuple(si.shape)} indices")
-    if si.numel() and (int(si.min()) < 0 or int(si.max()) >= S.shape[0]):
-        raise ScoreError(f"{what}: sentence image indices must lie in [0, {S.shape[0]}), got "
-                         f"[{int(si.min())}, {int(si.max())}]")
-    return S, si
-
-
-def annotation_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                     what: str = "scores") -> np.ndarray:
-    """(n_images,) rank of each image's best-ranked ground-truth sentence. Images without any
-    sentence get rank 0 (excluded by :func:`recall_table`). ``what`` names the matrix in errors."""
-    S, si = _matrix(scores, sentence_image, what)
-    n_img = S.shape[0]
-    ranks = np.zeros(n_img, np.int64)
-    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
-    for a in range(0, n_img, chunk):
-        blk = S[a:a + chunk]
-        worst = _largest(blk, worst)
-        rows = torch.arange(a, a + blk.shape[0], device=S.device)
-        gt = si[None, :] == rows[:, None]                                  # (c, Ns)
-        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
-        has = gt.any(dim=1)
-        worse_or_tied = ((blk >= best[:, None]) & ~gt).sum(dim=1)
-        r = (1 + worse_or_tied).cpu().numpy()
-        r[~has.cpu().numpy()] = 0
-        ranks[a:a + blk.shape[0]] = r
-    check_scores(S, what, worst)
-    return ranks
-
-
-def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                 what: str = "scores") -> np.ndarray:
-    """(n_sentences,) rank of each sentence's image among all images."""
-    S, si = _matrix(scores, sentence_image, what)
-    own = S[si, torch.arange(S.shape[1], device=S.device)]                 # (Ns,)
-    count = torch.zeros(S.shape[1], dtype=torch.long, device=S.device)
-    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
-    for a in range(0, S.shape[0], chunk):
-        blk = S[a:a + chunk]
-        worst = _largest(blk, worst)
-        rows = torch.arange(a, a + blk.shape[0], device=S.device)
-        other = rows[:, None] != si[None, :]
-        count += ((blk >= own[None, :]) & other).sum(dim=0)
-    check_scores(S, what, worst)
-    return (1 + count).cpu().numpy()
-
-
-def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                     what: str = "sentence similarities") -> np.ndarray:
-    """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
-    all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
-    (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
-    S = torch.as_tensor(sim).detach()
-    si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
-    if S.dim() != 2 or S.shape[0] != S.shape[1] or si.shape != (S.shape[0],):
-        raise ScoreError(f"{what}: a square (n_sentences, n_sentences) matrix with one image index per sentence "
-                         f"is needed, got {tuple(S.shape)} and {tuple(si.shape)} indices")
-    n = S.shape[0]
-    ranks = np.zeros(n, np.int64)
-    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
-    for a in range(0, n, chunk):
-        blk = S[a:a + chunk]
-        worst = _largest(blk, worst)
-        rows = torch.arange(a, a + blk.shape[0], device=S.device)
-        cols = torch.arange(n, device=S.device)
-        self_ = rows[:, None] == cols[None, :]
-        gt = (si[rows][:, None] == si[None, :]) & ~self_
-        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
-        r = (1 + ((blk >= best[:, None]) & ~gt & ~self_).sum(dim=1)).cpu().numpy()
-        r[~gt.any(dim=1).cpu().numpy()] = 0
-        ranks[a:a + blk.shape[0]] = r
-    check_scores(S, what, worst)
-    return ranks
-
-
-def recall_table(ranks: np.ndarray) -> dict[str, float]:
-    """R@1/5/10 (% of queries with rank <= K), median and mean rank; rank-0 entries are ignored."""
-    r = np.asarray(ranks)
-    r = r[r > 0]
-    out = {f"r{k}": float(100.0 * np.mean(r <= k)) for k in KS}
-    out["median_rank"] = float(np.median(r))
-    out["mean_rank"] = float(np.mean(r))
-    return out
-
-
-def median_rank_vsepp(ranks: np.ndarray) -> float:
-    """VSE++'s (and Peri's) median rank ``floor(median(rank − 1)) + 1``: an integer, which differs from
-    the median of 1-based ranks when the query count is even and the middle pair differ."""
-    r = np.asarray(ranks)
-    r = r[r > 0]
-    return float(np.floor(np.median(r - 1)) + 1)
-
-
-def bootstrap_ci(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
-    """Percentile bootstrap CIs of every :func:`recall_table` entry, resampling queries."""
-    if n_boot < 1:
-        raise ValueError(f"bootstrap: n_boot must be at least 1, got {n_boot}")
-    r = np.asarray(ranks)
-    r = r[r > 0]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(r), size=(n_boot, len(r)))
-    samples = r[idx]
-    stats = {f"r{k}": 100.0 * (samples <= k).mean(axis=1) for k in KS}
-    stats["median_rank"] = np.median(samples, axis=1)
-    stats["mean_rank"] = samples.mean(axis=1)
-    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    return {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))] for k, v in stats.items()}
-
-
-def hodosh_columns(sentence_image: np.ndarray, sentids: np.ndarray) -> np.ndarray:
-    """Column indices keeping only the first sentence (lowest sentid) of each image."""
-    first: dict[int, int] = {}
-    for j, (k, sid) in enumerate(zip(sentence_image, sentids)):
-        if int(k) not in first or sid < sentids[first[int(k)]]:
-            first[int(k)] = j
-    return np.array(sorted(first.values()), np.int64)
-
-
-def evaluate_scores(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, n_boot: int = 1000,
-                    seed: int = 0, what: str = "scores") -> dict[str, Any]:
-    """Both directions: metrics, bootstrap CIs and the per-query ranks (for error analysis); ``what``
-    names the matrix (run and split) in a :class:`ScoreError`."""
-    a = annotation_ranks(scores, sentence_image, what=what)
-    s = search_ranks(scores, sentence_image, what=what)
-    return {"annotation": recall_table(a), "search": recall_table(s),
-            "annotation_ci": bootstrap_ci(a, n_boot, seed), "search_ci": bootstrap_ci(s, n_boot, seed + 1),
-            "ranks": {"annotation": a.tolist(), "search": s.tolist()}}
-
-
-def rsum(metrics: dict[str, Any]) -> float:
-    """Model-selection criterion: R@1 + R@5 + R@10 of both directions."""
-    return sum(metrics[d][f"r{k}"] for d in ("annotation", "search") for k in KS)
-
-
-def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
-    """The random-ranking baseline: i.i.d. uniform scores."""
-    return np.random.default_rng(seed).random((n_images, n_sentences))
+from fraglib import hubness
+from fraglib.config import check_choice, check_range, from_dict
+from fraglib.metrics import DIRECTIONS, KS, bootstrap_ci, evaluate_scores, fold_metrics, recall_table, similarity_ranks
 
 
 # ----------------------------------------------------------------------------- from a system to ranks
@@ -276,33 +102,10 @@ def evaluate_hubness(system, splits: dict[str, Any], test_scores: torch.Tensor, 
                      chunk: int = 64) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hubness of the test matrix and the corrected test metrics (:func:`fraglib.hubness.evaluate`): the
     validation matrix and both splits' inductive banks scored here. (summary, per-query lists)."""
-    from fraglib import hubness
-
     val = splits["val"]
     banks = hubness_banks(system, {name: splits[name] for name in ("val", "test")}, splits["train"], n_bank, chunk)
     return hubness.evaluate(test_scores, splits["test"].sentence_image, score_matrix(system, val, chunk),
                             val.sentence_image, banks, k)
-
-
-def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5,
-                 what: str = "scores") -> dict[str, Any]:
-    """The COCO literature's "1K" protocol: the images cut into ``folds`` consecutive equal folds (5K test:
-    five folds of 1,000), each fold's sentences ranked against its images only; R@K and ranks averaged
-    over the folds (``per_fold`` keeps each). The full matrix is the "5K" protocol (:func:`evaluate_scores`)."""
-    S = torch.as_tensor(scores)
-    si = np.asarray(sentence_image)
-    n = S.shape[0]
-    if folds < 2 or n % folds:
-        raise ValueError(f"fold_metrics: {n} images do not cut into {folds} equal folds")
-    size, per = n // folds, []
-    for f in range(folds):
-        cols = np.nonzero((si >= f * size) & (si < (f + 1) * size))[0]
-        sub = S[f * size:(f + 1) * size][:, torch.from_numpy(cols)]
-        w = f"{what} (fold {f + 1} of {folds})"
-        per.append({"annotation": recall_table(annotation_ranks(sub, si[cols] - f * size, what=w)),
-                    "search": recall_table(search_ranks(sub, si[cols] - f * size, what=w))})
-    mean = {d: {k: float(np.mean([p[d][k] for p in per])) for k in per[0][d]} for d in ("annotation", "search")}
-    return {**mean, "folds": folds, "fold_images": size, "per_fold": per}
 
 
 @torch.no_grad()
@@ -310,8 +113,6 @@ def similarity_hubness(sim: torch.Tensor) -> dict[str, float]:
     """Hubness of the sentence-similarity task (:func:`fraglib.hubness.hubness_stats` with k = 1): each
     sentence queries the *other* sentences by ``sim`` (n_s, n_s); N₁ of a sentence = the queries it is
     the nearest neighbour of (pessimistic on ties)."""
-    from fraglib import hubness
-
     S = torch.as_tensor(sim).clone().float()
     S.fill_diagonal_(float("-inf"))
     return hubness.hubness_stats(hubness.k_occurrence(S, 1), 1)
@@ -320,8 +121,6 @@ def similarity_hubness(sim: torch.Tensor) -> dict[str, float]:
 def similarity_matrix(system, split) -> torch.Tensor | None:
     """(n_sentences, n_sentences) sentence–sentence scores of a system with a sentence space
     (``SENTENCE_SPACE``), else None. Sentences without rows score -inf."""
-    import numpy as np
-
     if not getattr(system, "SENTENCE_SPACE", False):
         return None
     system.eval()
@@ -330,6 +129,69 @@ def similarity_matrix(system, split) -> torch.Tensor | None:
     empty = torch.from_numpy(split.sentences.counts() == 0)
     sim[:, empty] = float("-inf")
     return sim
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """``params.yaml: evaluation``: how a trained system is scored. Not part of a checkpoint's identity
+    (:mod:`fraglib.checkpoint`): a change re-scores ``best.pt``, it never retrains."""
+
+    eval_chunk: int = 64                # images per score-matrix tile (validation during fitting too)
+    test_folds: int = 0                 # > 1: also the fold protocol on test (COCO "1K" = 5 folds of the 5K test)
+    n_boot: int = 1000                  # bootstrap resamples for the test CIs
+    hubness: bool = True                # also hubness and its corrections on test (fraglib.hubness; docs/evaluation.md)
+    hub_k: int = 10                     # k of the k-occurrence
+    hub_bank: int = 5000                # at most this many training images / sentences in an inductive bank
+
+    def validate(self) -> "EvalConfig":
+        p = "evaluation"
+        check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
+        check_range(f"{p}.test_folds", self.test_folds, 0, 1000, int)
+        check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
+        check_choice(f"{p}.hubness", self.hubness, (True, False))
+        check_range(f"{p}.hub_k", self.hub_k, 1, 1_000_000, int)
+        check_range(f"{p}.hub_bank", self.hub_bank, 2, 10_000_000, int)
+        return self
+
+
+def eval_config(params: dict[str, Any], extra: dict[str, Any] | None = None) -> EvalConfig:
+    """The checked :class:`EvalConfig` of a params dict's ``evaluation`` section (absent: the defaults), with
+    ``extra`` keys (command-line ``--set``) on top."""
+    return from_dict("evaluation", {**(params.get("evaluation") or {}), **(extra or {})}, EvalConfig)
+
+
+def check_evaluable(ec: EvalConfig, test: Any, where: str) -> None:
+    """Refuse settings the test split cannot be scored with (called before any training, not after it):
+    the hubness needs ``hub_k`` below the split's images and sentences."""
+    if ec.hubness and ec.hub_k >= min(test.n_images, test.n_sentences):
+        raise ValueError(f"evaluation.hub_k={ec.hub_k}: the hubness of {where}'s test split needs k below its "
+                         f"{test.n_images} images and {test.n_sentences} sentences (lower evaluation.hub_k or set "
+                         "evaluation.hubness: false)")
+
+
+def evaluate_split(system, splits: dict[str, Any], ec: EvalConfig, seed: int, split: str = "test",
+                   what: str = "scores") -> dict[str, Any]:
+    """The one evaluation of ``system`` on ``splits[split]``: both directions' metrics, bootstrap CIs (seeded by
+    ``seed``) and per-query ranks (:func:`fraglib.metrics.evaluate_scores`); ``ec.test_folds`` > 1 adds the fold
+    protocol (key ``folds``); on test, ``ec.hubness`` adds :func:`evaluate_hubness` (key ``hubness``, which reads
+    the train and val splits for its banks and its parameters); a system with a sentence space adds the
+    sentence-similarity task (keys ``similarity``, ``similarity_ci``, ``ranks.similarity``, and with the hubness
+    ``hubness.similarity``). ``what`` names the matrix in a :class:`fraglib.metrics.ScoreError`."""
+    sp = splits[split]
+    S = score_matrix(system, sp, ec.eval_chunk)
+    m = evaluate_scores(S, sp.sentence_image, ec.n_boot, seed, what)
+    if ec.test_folds > 1:
+        m["folds"] = fold_metrics(S, sp.sentence_image, ec.test_folds, what)
+    if ec.hubness and split == "test":
+        m["hubness"], m["ranks"]["hubness"] = evaluate_hubness(system, splits, S, ec.hub_k, ec.hub_bank, ec.eval_chunk)
+    sim = similarity_matrix(system, sp)
+    if sim is not None:
+        r = similarity_ranks(sim, sp.sentence_image, what=f"{what} (sentence similarities)")
+        m["similarity"], m["similarity_ci"] = recall_table(r), bootstrap_ci(r, ec.n_boot, seed + 2)
+        m["ranks"]["similarity"] = r.tolist()
+        if "hubness" in m:                                           # how many sentences each is the nearest of
+            m["hubness"]["similarity"] = similarity_hubness(sim)
+    return m
 
 
 def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
@@ -356,58 +218,45 @@ def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, fe
     return system, ck, splits if split is None else splits[split]
 
 
-def evaluate_run(seed_dir, split: str = "test", dataset_dir=None, features_dir=None, n_boot: int | None = None,
-                 folds: int = 0, hubness: bool | None = None) -> dict[str, Any]:
-    """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored):
-    metrics of ``split`` as the trainer computes them; ``folds`` > 1 adds the fold protocol
-    (:func:`fold_metrics`, key ``folds``); ``hubness`` (test only; default: as the run was trained,
-    ``train.hubness``) adds :func:`evaluate_hubness` (key ``hubness``; with a sentence space, also
-    ``hubness.similarity``: :func:`similarity_hubness`)."""
+def evaluate_run(seed_dir, ec: EvalConfig | None = None, split: str = "test", dataset_dir=None,
+                 features_dir=None) -> dict[str, Any]:
+    """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored) by
+    :func:`evaluate_split`, the study's own evaluation: the same numbers as the run's ``metrics.json`` for the
+    same :class:`EvalConfig` (default: its defaults)."""
     system, ck, splits = load_trained(seed_dir, dataset_dir, features_dir, None)
-    sp, tc = splits[split], ck["train_config"]
-    S = score_matrix(system, sp, tc["eval_chunk"])
-    what = f"{seed_dir}: {split} scores of best.pt"
-    m = evaluate_scores(S, sp.sentence_image, n_boot or tc["n_boot"], tc["seed"], what)
-    if (tc.get("hubness", False) if hubness is None else hubness) and split == "test":
-        m["hubness"], m["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.get("hub_k", 10),
-                                                               tc.get("hub_bank", 5000), tc["eval_chunk"])
-        sim = similarity_matrix(system, sp)
-        if sim is not None:
-            m["hubness"]["similarity"] = similarity_hubness(sim)
-    if folds > 1:
-        m["folds"] = fold_metrics(S, sp.sentence_image, folds, what)
-    return m
+    ec = (ec or EvalConfig()).validate()
+    if split == "test":
+        check_evaluable(ec, splits["test"], str(seed_dir))
+    return evaluate_split(system, splits, ec, ck["train_config"]["seed"], split, f"{seed_dir}: {split} scores of best.pt")
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(description="Re-score a trained run from its checkpoint: "
-                                             "python -m fraglib.evaluate RUN/seeds/seed0 --split test")
+    from fraglib.config import parse_overrides, read_yaml
+    from fraglib.outputs import claim_cli, write_text
+
+    ap = argparse.ArgumentParser(description="Re-score a trained run from its checkpoint with the study's own "
+                                             "evaluation: python -m fraglib.evaluate RUN/seeds/seed0 --split test")
     ap.add_argument("seed_dir", help="a folder holding best.pt (e.g. runs/synthetic/full/seeds/seed0)")
     ap.add_argument("--split", default="test", choices=("train", "val", "test"))
     ap.add_argument("--dataset-dir", help="default: the one the run was trained on")
     ap.add_argument("--features-dir", help="default: the one the run was trained on")
+    ap.add_argument("--params", default="params.yaml", help="its `evaluation` section applies (a missing file: defaults)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an evaluation key, e.g. test_folds=5 (COCO 1K), n_boot=200, hubness=false")
     ap.add_argument("--out", help="write the metrics (with per-query ranks) as JSON here")
-    ap.add_argument("--folds", type=int, default=0, help="also the fold protocol (COCO 1K: --folds 5 on the 5K test)")
-    ap.add_argument("--hubness", action=argparse.BooleanOptionalAction, default=None,
-                    help="hubness and its corrections (test only; default: as the run was trained; docs/evaluation.md)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = ap.parse_args(argv)
     if args.out:
-        from fraglib.outputs import claim_cli
-
         claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.evaluate --out")
-    if args.hubness and args.split != "test":
-        ap.error("--hubness: test split only (its parameters are chosen on val)")
-    m = evaluate_run(args.seed_dir, args.split, args.dataset_dir, args.features_dir, folds=args.folds, hubness=args.hubness)
+    ec = eval_config(read_yaml(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
+    m = evaluate_run(args.seed_dir, ec, args.split, args.dataset_dir, args.features_dir)
     if args.out:
-        from fraglib.outputs import write_text
-
         write_text(args.out, json.dumps(m, indent=1, sort_keys=True))
-    for label, res in ((f"{args.split}", m), (f"{args.split} {args.folds}-fold mean", m.get("folds"))):
-        for d in ("annotation", "search") if res else ():
+    for label, res in ((f"{args.split}", m), (f"{args.split} {ec.test_folds}-fold mean", m.get("folds"))):
+        for d in DIRECTIONS if res else ():
             t = res[d]
             print(f"{label} {d}: " + " ".join(f"R@{k} {t[f'r{k}']:.1f}" for k in KS)
                   + f" median r {t['median_rank']:.1f} mean r {t['mean_rank']:.1f}")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.evaluate import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
+from fraglib.metrics import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
 from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
 
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
@@ -122,9 +122,8 @@ def unit_scores(seed_dir: Path) -> dict[str, Any]:
     """Validation and test score matrices of one trained unit (from its checkpoint alone)."""
     from fraglib.evaluate import load_trained, score_matrix
 
-    system, ck, splits = load_trained(seed_dir, split=None)
-    chunk = ck["train_config"]["eval_chunk"]
-    return {s: (score_matrix(system, splits[s], chunk), splits[s].sentence_image) for s in ("val", "test")}
+    system, _, splits = load_trained(seed_dir, split=None)
+    return {s: (score_matrix(system, splits[s]), splits[s].sentence_image) for s in ("val", "test")}
 
 
 def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tuple[float, ...] = WEIGHTS,
@@ -134,7 +133,7 @@ def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tu
     fused run in ``out`` is refused unless ``overwrite`` (then replaced whole: :func:`fraglib.outputs.claim`)."""
     from tqdm.auto import tqdm
 
-    from fraglib.results import unit_seed
+    from fraglib.study import unit_seed
     from fraglib.study import summarise
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)

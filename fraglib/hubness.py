@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fraglib.metrics import DIRECTIONS, KS, annotation_ranks, recall_table, search_ranks
+
 METHODS = ("inverted_softmax", "csls")
 PROTOCOLS = ("inductive", "transductive")
 # Validation grids. β in units of 1 / sd of the finite validation scores (scale-free across systems);
@@ -41,7 +43,7 @@ def k_occurrence(Q: torch.Tensor | np.ndarray, k: int = 10, chunk: int = 1024) -
     Q = torch.as_tensor(Q)
     n_q, n_c = Q.shape
     if not 1 <= k < n_c:        # with k >= n_c every candidate is in every top k: N_k constant, skewness 0
-        raise ValueError(f"hubness k = {k}: needs 1 <= k < {n_c}, the number of candidates (train.hub_k sets k)")
+        raise ValueError(f"hubness k = {k}: needs 1 <= k < {n_c}, the number of candidates (evaluation.hub_k sets k)")
     counts = torch.zeros(n_c, dtype=torch.long)
     for a in range(0, n_q, chunk):
         blk = Q[a:a + chunk]
@@ -131,7 +133,6 @@ def grid(method: str, scale: float, n_bank: int) -> list[float]:
 
 
 # ----------------------------------------------------------------------------- one evaluation
-DIRECTIONS = ("annotation", "search")
 
 
 def _orient(S: torch.Tensor, d: str) -> torch.Tensor:
@@ -139,8 +140,6 @@ def _orient(S: torch.Tensor, d: str) -> torch.Tensor:
 
 
 def _ranks(Qc: torch.Tensor, d: str, sentence_image: np.ndarray, what: str) -> np.ndarray:
-    from fraglib.evaluate import annotation_ranks, search_ranks
-
     if d == "annotation":
         return annotation_ranks(Qc, sentence_image, what=what)
     return search_ranks(Qc.T, sentence_image, what=what)
@@ -148,8 +147,6 @@ def _ranks(Qc: torch.Tensor, d: str, sentence_image: np.ndarray, what: str) -> n
 
 def _rsum(ranks: np.ndarray) -> float:
     """R@1 + R@5 + R@10 of one direction's ranks (the validation criterion)."""
-    from fraglib.evaluate import KS, recall_table
-
     t = recall_table(ranks)
     return float(sum(t[f"r{k}"] for k in KS))
 
@@ -171,8 +168,6 @@ def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_
     split's images). Returns (summary for ``metrics.json``, per-query lists for ``ranks.json``): k-occurrence
     stats per direction, and per ``<method>_<protocol>`` and direction the chosen parameter, its validation
     R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks."""
-    from fraglib.evaluate import recall_table
-
     scale = scale_of(val)
     summary: dict[str, Any] = {"k": k, "beta_unit": scale}
     lists: dict[str, Any] = {"occurrence": {}, "corrected": {}}

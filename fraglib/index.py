@@ -16,7 +16,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from fraglib.bench.common import read_register
+from fraglib.results import read_register
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 
 REPORTS = [
@@ -200,7 +200,7 @@ def _json(path: str) -> dict:
 
 def _best_runs(study: str) -> str:
     """'best annotation R@1: run (x); best image search R@1: run (y)' over a study's committed summaries."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.summary import retrieval_runs
 
     if not Path("params.yaml").exists():
@@ -215,7 +215,7 @@ def _best_runs(study: str) -> str:
 
 def _hubness(study: str) -> str:
     """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or '')."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.summary import retrieval_runs
 
     if not Path("params.yaml").exists():
@@ -248,7 +248,7 @@ def _relations(path: str) -> str:
 
 
 def _fight_line() -> str:
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.summary import REPLICATED, study_runs, verdict_difference, verdict_pair
 
     if not Path("params.yaml").exists():
@@ -311,7 +311,7 @@ def _markdown_blocks(lines: list[str]) -> list[str]:
 
 def _verdict_section() -> list[str]:
     """The fight's verdict and its failed replication (fraglib.summary), when the Pascal1K summaries are here."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.summary import study_runs, verdict, verdict_pair
 
     if not Path("params.yaml").exists():
@@ -328,7 +328,7 @@ def _verdict_section() -> list[str]:
 
 def _study_sections() -> list[str]:
     """Per study: when its summaries were committed (git), and its retrieval table (fraglib.summary)."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.results import run_labels
     from fraglib.summary import (STUDIES, caption_table, peri_caption_table, peri_table, retrieval_runs, retrieval_table,
                                  socher_tables, study_runs)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fraglib.device import to_device
-from fraglib.systems.base import Rows, Views
+from fraglib.batches import Rows, Views
 
 SPLITS = ("train", "val", "test")
 
@@ -111,7 +111,7 @@ def pool_images(split: Split) -> Split:
     for views with ``pooled``: the mean is taken once here instead of in every batch, by the same
     ``mean_rows`` over the same rows, so the floats are those a batch would compute. The statistics of
     the rows stay in ``row_moments``."""
-    from fraglib.systems.base import mean_rows
+    from fraglib.batches import mean_rows
 
     imgs = split.images
     if set(imgs.data) != {"x"} or imgs.items:
@@ -149,7 +149,7 @@ def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path 
 
 def constant_images(ds: Any) -> Any:
     """The image view ``none``: one row of value 1 per image (a system sees no image information)."""
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     n = len(ds.images)
     return FeatureCache(np.ones((n, 1), np.float32), np.zeros((n, 4), np.float32), np.ones(n, np.float32),
@@ -160,7 +160,7 @@ def constant_images(ds: Any) -> Any:
 
 def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
     """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :func:`input_files`)."""
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
     if views.images == "fullframe":
@@ -169,9 +169,12 @@ def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
 
 
 def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, features_dir: str | Path | None = None,
-                sentences_file: str | Path | None = None) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
-    """(splits train/val/test — ``restval`` images join train —, sizes for building a system
-    (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`."""
+                sentences_file: str | Path | None = None, names: tuple[str, ...] = SPLITS,
+                ) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
+    """(splits ``names`` of train/val/test — ``restval`` images join train —, sizes for building a system
+    (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`.
+    A split not in ``names`` is never built (a search reads no test split); the sizes are the same whichever
+    are built (the word table covers the fragment file's words: GloVe vectors, no training signal)."""
     from fraglib.data import read_karpathy_json
     from fraglib.text.fragments import Fragments
     from fraglib.text.vectors import glove_table
@@ -192,7 +195,7 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
     cats = [im.get("category") for im in ds.images]
     cat_id = {c: i for i, c in enumerate(sorted({c for c in cats if c}))} if all(cats) else None
     splits = {}
-    for split in SPLITS:
+    for split in names:
         imgs = [n for n, im in enumerate(ds.images) if im["split"] == split or (split == "train" and im["split"] == "restval")]
         pos = {n: i for i, n in enumerate(imgs)}
         sents = [j for j, s in enumerate(ds.sentences) if row_of[s["imgid"]] in pos]

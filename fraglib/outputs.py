@@ -27,6 +27,7 @@ tests/test_outputs.py fails on any write in the package that bypasses these help
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -103,3 +104,12 @@ def appending(path: str | Path) -> Iterator[Any]:
         yield fh
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
+    """SHA-256 hex digest of a file, read in blocks of ``block`` bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()

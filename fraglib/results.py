@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fraglib.evaluate import KS
+from fraglib.metrics import KS
+from fraglib.study import unit_seed
 
 DIRECTIONS = ("annotation", "search")
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
@@ -72,6 +73,23 @@ def read_json(path: str | Path) -> Any:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): the file is damaged") from None
 
 
+
+def read_register(path: Path) -> list[dict[str, Any]]:
+    """The entries of a results file (a JSON list of objects, each with a ``name``; a missing file: none).
+    ValueError naming the file and its defect otherwise (call it before measuring: nothing is lost)."""
+    if not path.exists():
+        return []
+    entries = read_json(path)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: not a benchmark register (a JSON {type(entries).__name__}, not a list of entries); "
+                         "repair it or move it away, or pass --out elsewhere")
+    bad = [i for i, e in enumerate(entries) if not isinstance(e, dict) or not isinstance(e.get("name"), str)]
+    if bad:
+        raise ValueError(f"{path}: {len(bad)} of its {len(entries)} entries are not objects with a \"name\" (the "
+                         f"first: entry {bad[0] + 1}); repair it or move it away, or pass --out elsewhere")
+    return entries
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """A run's ``metrics.json`` (``fraglib.study``), checked: ValueError naming the file and what it lacks."""
     m = read_json(path)
@@ -89,7 +107,7 @@ def read_ranks(path: str | Path, unit: dict[str, Any]) -> dict[str, Any]:
     """One training run's ``ranks.json``, checked against its figures in the run's summary (``unit``:
     ``metrics.json: per_seed[<unit>]``): per direction a list of ranks (test images for annotation, test
     sentences for search) whose R@K and mean rank are the summary's. ValueError naming the file otherwise."""
-    from fraglib.evaluate import recall_table
+    from fraglib.metrics import recall_table
 
     r = read_json(path)
     for d, queries in (("annotation", "images"), ("search", "sentences")):
@@ -136,11 +154,6 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
                                 for key in h[0]["corrected"]}
         summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
     return summary
-
-
-def unit_seed(unit: str) -> int:
-    """The seed (split) of a unit name: ``"3r1"`` -> 3."""
-    return int(str(unit).split("r")[0])
 
 
 def metric_label(name: str) -> str:
@@ -567,7 +580,7 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
     from fraglib.vision.rcnn import load_image
 
     system, ck, split = load_trained(seed_dir, dataset_dir, features_dir)
-    S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()
+    S = score_matrix(system, split).numpy()
     view = None
     if ck["system"] == "fragment" and system.cfg.images != "fullframe":
         from fraglib.alignment import FragmentView, fragment_boxes, glove_words
@@ -674,7 +687,7 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
 
     rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
     system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", dataset_dir, features_dir)
-    S = score_matrix(system, split, ck["train_config"]["eval_chunk"]).numpy()
+    S = score_matrix(system, split).numpy()
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
     scored = sorted((c for c in rec["captioning"] if c["cider"] is not None), key=lambda c: (-c["cider"], c["image"]))

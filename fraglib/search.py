@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from fraglib.config import parse_overrides, read_params
+from fraglib.config import parse_overrides
+from fraglib.params import read_params
 from fraglib.distributed import worker_pool
 from fraglib.outputs import appending, claim_cli, write_text
 
@@ -174,7 +175,7 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
     from fraglib.train import resolve_run
 
     configs = draw(trials, seed, space) if configs is None else configs
-    fixed = {**(fixed or {}), "n_boot": 10}
+    fixed = dict(fixed or {})
     specs = [resolve_run(params, run, dataset, {**fixed, "epochs": epochs, **{k: v for k, v in c.items() if k != "features_dir"}})
              for c in configs]                                                    # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]

@@ -30,12 +30,12 @@ import numpy as np
 import torch
 
 from fraglib import hubness
-from fraglib.config import ConfigError, read_params
-from fraglib.evaluate import KS
+from fraglib.config import ConfigError
+from fraglib.params import read_params
+from fraglib.evaluate import eval_config
+from fraglib.metrics import DIRECTIONS, KS
 from fraglib.outputs import write_text
-from fraglib.train import resolve_run
-
-DIRECTIONS = ("annotation", "search")
+from fraglib.train import resolve_run, train
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
@@ -85,14 +85,17 @@ def unit_key(seed: int, replicate: int) -> str:
     return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
 
 
-def _run_seed(args: tuple[str, Any, int, int, str, int, str | None, str | None]) -> dict[str, Any]:
-    from fraglib.train import train
+def unit_seed(unit: str) -> int:
+    """The seed (split) of a unit name, the inverse of :func:`unit_key`: ``"3r1"`` -> 3."""
+    return int(str(unit).split("r")[0])
 
-    dataset_dir, spec, seed, replicate, out, threads, features_dir, models_dir = args
+
+def _run_seed(args: tuple[str, Any, Any, int, int, str, int, str | None, str | None]) -> dict[str, Any]:
+    dataset_dir, spec, ec, seed, replicate, out, threads, features_dir, models_dir = args
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
     m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{key}",
-              spec.with_seed(seed + REPLICATE_STRIDE * replicate), device=None,
+              spec.with_seed(seed + REPLICATE_STRIDE * replicate), ec, device=None,
               progress=False, features_dir=features_dir, restart=True,
               checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None)
     if "test" not in m:
@@ -135,6 +138,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``; ``models_dir``:
     checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git)."""
     spec = resolve_run(params, run, dataset)            # fails before any work
+    ec = eval_config(params)
     seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
@@ -146,7 +150,7 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
     out.mkdir(parents=True, exist_ok=True)
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
     keys = [unit_key(s, r) for s, r in units]
-    work = [(dataset_dir, spec, s, r, str(out), t, features_dir, models_dir)
+    work = [(dataset_dir, spec, ec, s, r, str(out), t, features_dir, models_dir)
             for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))]
     if jobs > 1 and len(units) > 1:
         from fraglib.distributed import worker_pool

@@ -75,7 +75,7 @@ def per_unit_coverage(root: Path, study: str) -> list[str]:
 
 
 def _params(root: Path) -> dict[str, Any]:
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     return read_params(root / "params.yaml")
 

@@ -30,18 +30,18 @@ import torch
 
 from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
-from fraglib.evaluate import (bootstrap_ci, evaluate_hubness, evaluate_scores, fold_metrics, recall_table, rsum, score_matrix,
-                              similarity_hubness, similarity_matrix, similarity_ranks)
+from fraglib.evaluate import EvalConfig, check_evaluable, evaluate_split, score_matrix
+from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
 from fraglib.inputs import input_files, load_splits, make_batches
 from fraglib.outputs import write_text
 from fraglib.systems import get_system
 
-DIRECTIONS = ("annotation", "search")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """``params.yaml: train``: the trainer's keys only (a system's keys live in ``systems.<name>``)."""
+    """``params.yaml: train``: the trainer's keys only, all of them part of a checkpoint's identity (a system's
+    keys live in ``systems.<name>``; how a trained system is scored, in ``evaluation``: :class:`EvalConfig`)."""
 
     seed: int = 0
     epochs: int = 20
@@ -56,12 +56,6 @@ class TrainConfig:
     grad_clip: float = 0.0              # max global gradient norm; 0 = off
     amp: bool = False                   # bfloat16 autocast of the training step (GPUs with bf16; validation, test fp32)
     select: str = "val_rsum"            # best.pt = the epoch of the highest validation R-sum | "last" epoch
-    eval_chunk: int = 64                # images per score-matrix tile
-    test_folds: int = 0                 # > 1: also the fold protocol on test (COCO "1K" = 5 folds of the 5K test)
-    n_boot: int = 1000                  # bootstrap resamples for the test CIs
-    hubness: bool = True                # also hubness and its corrections on test (fraglib.hubness; docs/evaluation.md)
-    hub_k: int = 10                     # k of the k-occurrence
-    hub_bank: int = 5000                # at most this many training images / sentences in an inductive bank
 
     def validate(self) -> "TrainConfig":
         p = "train"
@@ -78,12 +72,6 @@ class TrainConfig:
         check_range(f"{p}.grad_clip", self.grad_clip, 0.0, 1e6, float)
         check_choice(f"{p}.amp", self.amp, (True, False))
         check_choice(f"{p}.select", self.select, ("val_rsum", "last"))
-        check_range(f"{p}.eval_chunk", self.eval_chunk, 1, 1_000_000, int)
-        check_range(f"{p}.test_folds", self.test_folds, 0, 1000, int)
-        check_range(f"{p}.n_boot", self.n_boot, 10, 1_000_000, int)
-        check_choice(f"{p}.hubness", self.hubness, (True, False))
-        check_range(f"{p}.hub_k", self.hub_k, 1, 1_000_000, int)
-        check_range(f"{p}.hub_bank", self.hub_bank, 2, 10_000_000, int)
         return self
 
 
@@ -324,46 +312,63 @@ def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
                              "dictionary) — are the captions English, tokenised and lower-cased?")
 
 
-def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, device: torch.device | None = None,
-          progress: bool = True, stop_after: int | None = None, features_dir: str | Path | None = None,
-          restart: bool = False, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train (or resume) ``spec`` and evaluate it; returns the test metrics. ``stop_after`` ends the
-    process's work after that many epochs (used to test resumption); ``restart``: a checkpoint of
-    other settings or inputs is replaced instead of refused. Results (``metrics.json``, ``ranks.json``,
-    ``history.csv``: small, kept in git) go to ``out_dir``; checkpoints and ``timing.json`` to
-    ``checkpoint_dir`` (default ``out_dir``; a DVC output), which ``metrics.json`` then names. One process
-    trains a folder at a time: while another holds it, :class:`fraglib.checkpoint.RunLocked` at once."""
+def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, evaluation: EvalConfig | None = None,
+          device: torch.device | None = None, progress: bool = True, stop_after: int | None = None,
+          features_dir: str | Path | None = None, restart: bool = False,
+          checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+    """Fit (or resume) ``spec`` (:func:`fit`), then, with ``evaluation``, score its ``best.pt`` on the test split
+    by the one test evaluation (:func:`fraglib.evaluate.evaluate_split`) and write the run's results:
+    ``metrics.json``, ``ranks.json``, ``history.csv`` (small, kept in git) in ``out_dir``; returns the metrics.
+    Without ``evaluation`` (a search's trial) the test split is never built nor scored: returns the fit's
+    ``best_epoch``, ``val_rsum_best`` and ``history``. Checkpoints and ``timing.json`` go to ``checkpoint_dir``
+    (default ``out_dir``; a DVC output), which ``metrics.json`` then names. ``stop_after`` ends the process's
+    work after that many epochs (used to test resumption); ``restart``: a checkpoint of other settings or inputs
+    is replaced instead of refused. One process trains a folder at a time: while another holds it,
+    :class:`fraglib.checkpoint.RunLocked` at once."""
     from fraglib.device import make_deterministic, select_device
 
     spec.train_config.validate()
+    ec = evaluation.validate() if evaluation is not None else None
     device = device or select_device()[0]
     make_deterministic(device)
     ctx = distributed.setup(device)
     out = Path(out_dir)
     ck_dir = Path(checkpoint_dir) if checkpoint_dir is not None else out
     with checkpoint.run_lock(out, ck_dir) if ctx.main else contextlib.nullcontext():   # rank 0 writes for all
-        return _train(dataset_dir, out, ck_dir, spec, device, ctx, progress and ctx.main, stop_after, features_dir,
-                      restart, checkpoint_dir)
+        views = get_system(spec.system).views(spec.system_config)
+        splits, dims, info = load_splits(dataset_dir, views, device, features_dir,
+                                         names=("train", "val", "test") if ec else ("train", "val"))
+        check_usable(splits, str(dataset_dir), views)
+        if ec is not None:
+            check_evaluable(ec, splits["test"], str(dataset_dir))         # before any training, not after it
+        info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
+        fitted = fit(splits, dims, info, input_files(dataset_dir, views, features_dir), ck_dir, spec, device, ctx,
+                     progress and ctx.main, stop_after, restart, ec.eval_chunk if ec else EvalConfig().eval_chunk)
+        distributed.teardown(ctx)
+        if "system" not in fitted:                                   # stopped early, or not rank 0
+            return fitted
+        if ec is None:
+            return {k: fitted[k] for k in ("best_epoch", "val_rsum_best", "history")}
+        test = evaluate_split(fitted["system"], splits, ec, spec.train_config.seed, "test",
+                              f"run {spec.run}: test scores of best.pt (epoch {fitted['best_epoch']})")
+        return write_outputs(out, spec, ec, info, test, fitted["best_epoch"], fitted["history"], checkpoint_dir)
 
 
-def _train(dataset_dir: str | Path, out: Path, ck_dir: Path, spec: RunSpec, device: torch.device,
-           ctx: distributed.Context, progress: bool, stop_after: int | None, features_dir: str | Path | None,
-           restart: bool, checkpoint_dir: str | Path | None) -> dict[str, Any]:
-    """:func:`train` in the folders it holds."""
+def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inputs: dict[str, Path], ck_dir: Path,
+        spec: RunSpec, device: torch.device, ctx: distributed.Context, progress: bool, stop_after: int | None,
+        restart: bool, eval_chunk: int) -> dict[str, Any]:
+    """The loop: build the system from ``dims``, resume from ``ck_dir`` or prepare (a closed-form system is
+    fitted once), train ``epochs`` epochs on ``splits["train"]``, validate each on ``splits["val"]`` (R-sum, both
+    directions; ``eval_chunk`` images per score tile) and keep ``best.pt`` (the highest validation R-sum, or the
+    last epoch) and ``last.pt``. Reads no other split. Returns ``system`` (``best.pt``'s weights loaded),
+    ``best_epoch``, ``val_rsum_best`` and ``history`` on rank 0; ``{"stopped_at_epoch": e}`` after ``stop_after``
+    epochs; ``{"rank": r}`` elsewhere. The checkpoint's identity is the system, both configs, the sizes and
+    the SHA-256 of ``inputs``; nothing of the evaluation."""
     tc, cls = spec.train_config, get_system(spec.system)
     torch.manual_seed(tc.seed)
-    views = cls.views(spec.system_config)
-    splits, dims, info = load_splits(dataset_dir, views, device, features_dir)
-    check_usable(splits, str(dataset_dir), views)
-    te = splits["test"]
-    if tc.hubness and tc.hub_k >= min(te.n_images, te.n_sentences):     # before any training, not after it
-        raise ValueError(f"train.hub_k={tc.hub_k}: the hubness of {dataset_dir}'s test split needs k below its "
-                         f"{te.n_images} images and {te.n_sentences} sentences (lower train.hub_k or set train.hubness: false)")
-    info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
     system = cls(spec.system_config, dims, tc.seed).to(device)
     identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
-                "train_config": dataclasses.asdict(tc), "model_args": dims,
-                "fingerprint": checkpoint.fingerprint(input_files(dataset_dir, views, features_dir))}
+                "train_config": dataclasses.asdict(tc), "model_args": dims, "fingerprint": checkpoint.fingerprint(inputs)}
     defaults = {"train_config": dataclasses.asdict(TrainConfig()), "system_config": dataclasses.asdict(cls.Config())}
     ck = checkpoint.resume(ck_dir, identity, restart, defaults=defaults) if ctx.main else None
     ctx.barrier()                                                    # rank 0 may have removed a foreign checkpoint
@@ -391,12 +396,12 @@ def _train(dataset_dir: str | Path, out: Path, ck_dir: Path, spec: RunSpec, devi
                 "best_rsum": best_rsum, "best_epoch": best_epoch, "rng": rng_state(device), "info": info}
 
     def validate(epoch: int, phase: str, sums: dict[str, float], n_batches: int, skipped: int) -> dict[str, Any]:
-        val = evaluate_scores(score_matrix(system, splits["val"], tc.eval_chunk), splits["val"].sentence_image, 10, tc.seed,
+        val = evaluate_scores(score_matrix(system, splits["val"], eval_chunk), splits["val"].sentence_image, 10, tc.seed,
                               f"run {spec.run}: validation scores after epoch {epoch}")
         return {"epoch": epoch, "lr": lr_at(tc, max(epoch - 1, 0)) if trainable else 0.0, "phase": phase,
                 **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
                 **({"skipped_pairs": skipped} if skipped else {}),
-                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in (1, 5, 10)}}
+                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in KS}}
 
     tr = splits["train"]
     system.use_training_split(tr)
@@ -411,7 +416,6 @@ def _train(dataset_dir: str | Path, out: Path, ck_dir: Path, spec: RunSpec, devi
     done = 0
     for epoch in range(start, epochs):
         if stop_after is not None and done >= stop_after:
-            distributed.teardown(ctx)
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
         phase = system.phase(epoch)
@@ -434,36 +438,21 @@ def _train(dataset_dir: str | Path, out: Path, ck_dir: Path, spec: RunSpec, devi
         write_timing(ck_dir, t_train, epoch + 1)
         ctx.barrier()
     if not ctx.main:
-        distributed.teardown(ctx)
         return {"rank": ctx.rank}
-    distributed.teardown(ctx)
     if (ck_dir / "best.pt").exists():
         system.load_state_dict(checkpoint.load(ck_dir / "best.pt", device)["model"])
-    te = splits["test"]
-    S = score_matrix(system, te, tc.eval_chunk)
-    what = f"run {spec.run}: test scores of best.pt (epoch {best_epoch})"
-    test = evaluate_scores(S, te.sentence_image, tc.n_boot, tc.seed, what)
-    if tc.test_folds > 1:
-        test["folds"] = fold_metrics(S, te.sentence_image, tc.test_folds, what)
-    if tc.hubness:
-        test["hubness"], test["ranks"]["hubness"] = evaluate_hubness(system, splits, S, tc.hub_k, tc.hub_bank, tc.eval_chunk)
-    sim = similarity_matrix(system, te)
-    if sim is not None:
-        r = similarity_ranks(sim, te.sentence_image, what=f"run {spec.run}: test sentence similarities")
-        test["similarity"], test["similarity_ci"] = recall_table(r), bootstrap_ci(r, tc.n_boot, tc.seed + 2)
-        test["ranks"]["similarity"] = r.tolist()
-        if tc.hubness:                                               # how many sentences each is the nearest of
-            test["hubness"]["similarity"] = similarity_hubness(sim)
-    return write_outputs(out, spec, info, test, best_epoch, history, checkpoint_dir)
+    return {"system": system, "best_epoch": best_epoch, "history": history,
+            "val_rsum_best": max((h["val_rsum"] for h in history), default=None)}
 
 
-def write_outputs(out: Path, spec: RunSpec, info: dict[str, Any], test: dict[str, Any], best_epoch: int | None,
-                  history: list[dict[str, Any]], checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+def write_outputs(out: Path, spec: RunSpec, ec: EvalConfig, info: dict[str, Any], test: dict[str, Any],
+                  best_epoch: int | None, history: list[dict[str, Any]],
+                  checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
     """``metrics.json`` (no timings: identical runs give identical bytes), ``ranks.json``, ``history.csv``."""
     ranks = test.pop("ranks")
     metrics = {"test": test, "best_epoch": best_epoch, "run": spec.run, "system": spec.system,
                "system_config": dataclasses.asdict(spec.system_config), "train_config": dataclasses.asdict(spec.train_config),
-               "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
+               "eval_config": dataclasses.asdict(ec), "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
                **({"checkpoint_dir": Path(checkpoint_dir).as_posix()} if checkpoint_dir is not None else {})}
     write_text(out / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     write_text(out / "ranks.json", json.dumps(ranks) + "\n")
@@ -474,7 +463,8 @@ def write_outputs(out: Path, spec: RunSpec, info: dict[str, Any], test: dict[str
 
 
 def main(argv: list[str] | None = None) -> None:
-    from fraglib.config import read_params
+    from fraglib.config import read_yaml
+    from fraglib.evaluate import eval_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", "--run-name", dest="run", required=True,
@@ -485,23 +475,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seed", type=int, help="training seed (default train.seed)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a trainer or system key")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a trainer, system or evaluation key")
     ap.add_argument("--restart", action="store_true", help="replace a checkpoint of other settings or inputs")
     ap.add_argument("--stop-after", type=int, metavar="N", help="end after N epochs as if killed (resume later)")
     ap.add_argument("--checkpoint-dir", help="checkpoints and timing.json here instead of --out")
     args = ap.parse_args(argv)
-    spec = resolve_run(read_params(args.params), args.run, args.dataset, parse_overrides(args.set))
+    params, extra = read_yaml(args.params), parse_overrides(args.set)
+    ev = {k: extra.pop(k) for k in [f.name for f in dataclasses.fields(EvalConfig)] if k in extra}
+    spec, ec = resolve_run(params, args.run, args.dataset, extra), eval_config(params, ev)
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
     try:
-        m = train(args.dataset_dir, args.out, spec, features_dir=args.features_dir, restart=args.restart,
+        m = train(args.dataset_dir, args.out, spec, ec, features_dir=args.features_dir, restart=args.restart,
                   stop_after=args.stop_after, checkpoint_dir=args.checkpoint_dir)
     except checkpoint.RunLocked as exc:                              # raised before any work
         ap.error(str(exc))
     if "test" not in m:                                              # stopped early, or not rank 0
         return
     t = m["test"]
-    print("test: " + " | ".join(f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in (1, 5, 10))
+    print("test: " + " | ".join(f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in KS)
                                 + f" med {t[d]['median_rank']:.0f}" for d in DIRECTIONS))
 
 

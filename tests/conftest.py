@@ -82,7 +82,8 @@ def tiny_full(tiny_text, tmp_path_factory):
     return out
 
 
-TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, n_boot=50, lr_drop_epochs=1, hub_k=2)  # k < the 4 test images
+TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, lr_drop_epochs=1)
+TINY_EVALUATION = dict(n_boot=50, hub_k=2)          # k < the 4 test images
 TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {},
                 "socher": {}, "kcca": dict(rff_dim=64, components=8),
                 "vse": dict(embed_dim=16, word_dim=12, hidden=16),
@@ -93,8 +94,15 @@ TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "ra
 
 def tiny_params(**runs) -> dict:
     """A params dict for the tiny benchmark: TINY_TRAIN, TINY_SYSTEMS and the runs given (default TINY_RUNS)."""
-    return {"train": dict(TINY_TRAIN), "systems": {k: dict(v) for k, v in TINY_SYSTEMS.items()},
+    return {"train": dict(TINY_TRAIN), "evaluation": dict(TINY_EVALUATION), "systems": {k: dict(v) for k, v in TINY_SYSTEMS.items()},
             "runs": runs or dict(TINY_RUNS), "study": {"seeds": [0], "jobs": 1}}
+
+
+def tiny_eval(**overrides):
+    """The EvalConfig of the tiny benchmark (TINY_EVALUATION), with keys overridden."""
+    from fraglib.evaluate import EvalConfig
+
+    return EvalConfig(**{**TINY_EVALUATION, **overrides})
 
 
 def tiny_spec(run: str = "full", **overrides):

@@ -123,7 +123,7 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
 
     from fraglib.inputs import input_files, load_splits
     from fraglib.study import run_study
-    from fraglib.systems.base import Views
+    from fraglib.batches import Views
     from fraglib.text.fragments import Fragments
     from tests.conftest import tiny_params
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_spec
+from conftest import tiny_eval, tiny_spec
 from fraglib import checkpoint
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
@@ -47,25 +47,25 @@ def test_changed_inputs_are_never_resumed(tiny_full, tmp_path):
     shutil.copytree(tiny_full, data)
     out = tmp_path / "run"
     spec = tiny_spec(epochs=2)
-    train(data, out, spec, device=CPU, progress=False, stop_after=1)
+    train(data, out, spec, tiny_eval(), device=CPU, progress=False, stop_after=1)
     # the features change (as after `vision.k` 19 -> 3): the old model must not be resumed
     z = dict(np.load(data / "features" / "rcnn.npz"))
     z["features"] = z["features"] * 1.5
     np.savez(data / "features" / "rcnn.npz", **z)
     with pytest.raises(CheckpointError, match="other fingerprint"):
-        train(data, out, spec, device=CPU, progress=False)
-    fresh = train(data, tmp_path / "fresh", spec, device=CPU, progress=False)
-    restarted = train(data, out, spec, device=CPU, progress=False, restart=True)
+        train(data, out, spec, tiny_eval(), device=CPU, progress=False)
+    fresh = train(data, tmp_path / "fresh", spec, tiny_eval(), device=CPU, progress=False)
+    restarted = train(data, out, spec, tiny_eval(), device=CPU, progress=False, restart=True)
     assert restarted["test"] == fresh["test"]
 
 
 def test_a_deleted_best_checkpoint_is_not_replaced_by_other_weights(tiny_full, tmp_path):
     spec = tiny_spec(epochs=2)
-    done = train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    done = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     (tmp_path / "best.pt").unlink()
     with pytest.raises(CheckpointError, match="best.pt: checkpoint not found"):
-        train(tiny_full, tmp_path, spec, device=CPU, progress=False)
-    again = train(tiny_full, tmp_path, spec, device=CPU, progress=False, restart=True)
+        train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
+    again = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False, restart=True)
     assert again["test"] == done["test"] and again["best_epoch"] == done["best_epoch"]
     assert json.loads((tmp_path / "metrics.json").read_text())["best_epoch"] is not None
 
@@ -119,7 +119,7 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
 
 def test_unusable_data_stops_before_training(tiny_full):
     from fraglib.inputs import load_splits
-    from fraglib.systems.base import Views
+    from fraglib.batches import Views
 
     splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
     te = splits["test"]
@@ -130,7 +130,7 @@ def test_unusable_data_stops_before_training(tiny_full):
 
 def test_captions_without_a_known_word_stop_systems_that_read_word_vectors(tiny_full):
     from fraglib.inputs import load_splits
-    from fraglib.systems.base import Views
+    from fraglib.batches import Views
 
     for view in ("dependency", "tree_basic"):
         splits, _, _ = load_splits(tiny_full, Views("fullframe", view), CPU)
@@ -150,7 +150,7 @@ def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, t
         im["split"] = "train" if im["split"] == "val" else im["split"]
     (data / "dataset.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match="the val split has 0 images and 0 sentences"):
-        train(data, tmp_path / "run", tiny_spec(epochs=2), device=CPU, progress=False)
+        train(data, tmp_path / "run", tiny_spec(epochs=2), tiny_eval(), device=CPU, progress=False)
     assert not list((tmp_path / "run").rglob("*.pt"))          # stopped before any training
 
 
@@ -169,7 +169,7 @@ def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monke
     assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == ["best.pt", "last.pt", "timing.json"]
     assert json.loads((seed / "metrics.json").read_text())["checkpoint_dir"] == "models/devise/seed0"
     assert best_of(seed) == Path("models/devise/seed0/best.pt")
-    again = evaluate_run(seed, "test")
+    again = evaluate_run(seed, tiny_eval())
     assert again["ranks"] == json.loads((seed / "ranks.json").read_text())
     shutil.rmtree(tmp_path / "models")
     with pytest.raises(CheckpointError, match=r"models/devise/seed0/best.pt: checkpoint not found; .*dvc pull"):

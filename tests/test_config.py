@@ -35,7 +35,7 @@ def test_missing_params_file(tmp_path):
     ("trian: {lr: 0.1}\n", r"unknown section 'trian' \(did you mean 'train'\?\)"),
 ])
 def test_params_file_refuses_duplicates_and_unknown_sections(tmp_path, text, message):
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text(text)
@@ -44,7 +44,8 @@ def test_params_file_refuses_duplicates_and_unknown_sections(tmp_path, text, mes
 
 
 def test_exponent_floats_are_floats(tmp_path):
-    from fraglib.config import parse_overrides, read_params
+    from fraglib.config import parse_overrides
+    from fraglib.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text("train: {lr: 1e-3, grad_clip: 1.0e-05, seed: 3}\n")
@@ -79,7 +80,7 @@ BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {sys
     ("fusion: {f: {a: full, b: dv, weight: 1}}\n", r"fusion\.f\.weight: unknown parameter"),
 ])
 def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     ok = tmp_path / "ok.yaml"
     ok.write_text(BASE)
@@ -97,7 +98,7 @@ def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
     (BASE.replace("{system: devise}", "{system: devis}"), r"runs\.dv\.system: 'devis' \(did you mean 'devise'\?\)"),
 ])
 def test_misspelt_systems_and_run_keys_are_errors(tmp_path, text, message):
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text(text)

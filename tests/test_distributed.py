@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, tiny_spec
+from conftest import ROOT, tiny_eval, tiny_spec
 from fraglib import distributed
 from fraglib.inputs import load_splits, make_batches
 from fraglib.systems import get_system
@@ -110,7 +110,7 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
     params.write_text(yaml.safe_dump(p))
     args = ["-m", "fraglib.train", "--run-name", "full", "--dataset-dir", str(tiny_full), "--params", str(params)]
     torchrun(args + ["--out", str(tmp_path / "two")])
-    one = train(tiny_full, tmp_path / "one", tiny_spec(), device=torch.device("cpu"), progress=False)
+    one = train(tiny_full, tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
     two = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["best.pt", "history.csv", "last.pt", "metrics.json",
                                                                    "ranks.json", "timing.json"]

@@ -36,19 +36,26 @@ def _dotted(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported(tree: ast.AST, package: str = "") -> set[str]:
-    """Every module ``tree`` imports anywhere (``from a import b`` yields ``a`` and ``a.b``); ``package``
-    resolves relative imports."""
-    names = set()
+def statements(tree: ast.AST, package: str = "") -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of every import statement of ``tree``, function-local ones included: ``import a.b``
+    is ``("a.b", [])``, ``from a import b, c`` is ``("a", ["b", "c"])``; ``package`` resolves relative imports."""
+    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
+            out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
-            names |= {base} | {f"{base}.{a.name}" for a in node.names}
+            out.append((base, [a.name for a in node.names]))
+    return out
+
+
+def imported(tree: ast.AST, package: str = "") -> set[str]:
+    """Every module ``tree`` imports anywhere (``from a import b`` yields ``a`` and ``a.b``); ``package``
+    resolves relative imports."""
+    names = {n for base, what in statements(tree, package) for n in [base] + [f"{base}.{w}" for w in what]}
     return {".".join(n.split(".")[:i]) for n in names for i in range(1, len(n.split(".")) + 1)}   # parents run too
 
 

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from fraglib.evaluate import (annotation_ranks, bootstrap_ci, evaluate_scores, hodosh_columns, random_scores,
-                              recall_table, search_ranks)
+from fraglib.metrics import annotation_ranks, bootstrap_ci, evaluate_scores, hodosh_columns, random_scores, recall_table, search_ranks
 
 NEG = -np.inf
 
@@ -75,7 +74,7 @@ def test_random_baseline_matches_chance():
 
 def test_similarity_ranks_by_hand():
     """Each sentence ranks the *other* sentences; rank of the best one of its own image."""
-    from fraglib.evaluate import similarity_ranks
+    from fraglib.metrics import similarity_ranks
 
     si = np.array([0, 0, 1, 1, 2])
     sim = np.array([[9., 1., 3., 2., 0.],     # s0: own-image s1 scores 1, beaten by s2 (3), s3 (2) -> rank 3
@@ -91,7 +90,7 @@ def test_random_ranks_match_the_expected_best_rank():
     """A uniform random ranking puts the best of k positives among N candidates at (N+1)/(k+1) on
     average (SYSTEMS A7.1): sentence similarity 100.0, image search 50.5, describing images 83.5 on
     a Pascal1K-sized test split (100 images x 5 sentences)."""
-    from fraglib.evaluate import annotation_ranks, search_ranks, similarity_ranks
+    from fraglib.metrics import annotation_ranks, search_ranks, similarity_ranks
 
     si = np.repeat(np.arange(100), 5)
     rng = np.random.default_rng(0)
@@ -110,7 +109,7 @@ def test_random_ranks_match_the_expected_best_rank():
 def test_fold_protocol_ranks_each_fold_against_its_own_images():
     """Two folds of two images; hand-computed ranks. Fold 0: images 0, 1 with sentences 0, 1 (and 2 of
     image 1); fold 1: images 2, 3 with sentences 3, 4. A strong competitor in the other fold is ignored."""
-    from fraglib.evaluate import fold_metrics
+    from fraglib.metrics import fold_metrics
 
     si = np.array([0, 1, 1, 2, 3])
     S = np.array([[5., 1., 0., 9., 9.],     # image 0: own sentence 0 first in its fold (fold 1's 9s do not count)
@@ -126,3 +125,40 @@ def test_fold_protocol_ranks_each_fold_against_its_own_images():
     assert m["folds"] == 2 and m["fold_images"] == 2
     with pytest.raises(ValueError, match="3 equal folds"):
         fold_metrics(S, si, folds=3)
+
+
+@pytest.mark.parametrize("run", ["devise", "dtrnn"])
+def test_rescoring_a_checkpoint_gives_the_study_metrics_sentence_similarity_included(tiny_study, run):
+    """``fraglib.evaluate`` is the study's own test evaluation: re-scoring ``best.pt`` alone with the same
+    EvalConfig gives the run's metrics.json and ranks.json exactly (DT-RNN: its sentence-similarity task too)."""
+    import json
+
+    from conftest import tiny_eval
+    from fraglib.evaluate import evaluate_run
+
+    seed = tiny_study / run / "seeds" / "seed0"
+    again = evaluate_run(seed, tiny_eval())
+    ranks = again.pop("ranks")
+    assert json.loads(json.dumps(again)) == json.loads((seed / "metrics.json").read_text())["test"]
+    assert ranks == json.loads((seed / "ranks.json").read_text())
+    assert ("similarity" in again) == (run == "dtrnn")
+
+
+def test_changing_the_evaluation_rescores_and_never_retrains(tiny_full, tmp_path):
+    """The evaluation settings are not part of a checkpoint's identity: a finished run trained again with other
+    n_boot / hubness settings resumes at its last epoch (no training step) and only its CIs and hubness change."""
+    import json
+
+    import torch
+
+    from conftest import tiny_eval, tiny_spec
+    from fraglib.train import train
+
+    cpu = torch.device("cpu")
+    a = train(tiny_full, tmp_path, tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
+    before = (tmp_path / "last.pt").read_bytes()
+    b = train(tiny_full, tmp_path, tiny_spec("devise", epochs=2), tiny_eval(n_boot=20, hubness=False), device=cpu,
+              progress=False)
+    assert (tmp_path / "last.pt").read_bytes() == before                # not retrained, not even re-saved
+    assert a["test"]["annotation"] == b["test"]["annotation"] and "hubness" not in b["test"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["eval_config"]["n_boot"] == 20

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_params
+from conftest import tiny_eval, tiny_params
 from fraglib.inputs import load_splits
 from fraglib.systems import get_system
 from fraglib.train import resolve_run, train
@@ -38,7 +38,7 @@ def test_finetuning_trains_only_the_last_blocks_and_reloads(tiny_full, tmp_path)
     before = cls(spec.system_config, dims, 0).state_dict()
     groups = cls(spec.system_config, dims, 0).lr_groups()
     assert [k for k, _ in groups] == [1.0, 1.0] and all(p.requires_grad for p in groups[1][1])
-    train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     after, ck = load_system(tmp_path / "best.pt")
     after = after.state_dict()
     n = len([k for k in before if k.startswith("cnn.net._blocks.") and k.endswith(".weight")])

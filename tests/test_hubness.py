@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fraglib import hubness
-from fraglib.evaluate import annotation_ranks, search_ranks
+from fraglib.metrics import annotation_ranks, search_ranks
 
 
 def _tied(n_q, n_c, seed=0, levels=6):
@@ -150,13 +150,13 @@ def test_average_of_units():
 def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_full, tmp_path):
     import json
 
-    from conftest import tiny_spec
+    from conftest import tiny_eval, tiny_spec
     from fraglib.evaluate import evaluate_run
     from fraglib.train import train
 
     cpu = torch.device("cpu")
-    on = train(tiny_full, tmp_path / "on", tiny_spec("devise", epochs=2), device=cpu, progress=False)
-    train(tiny_full, tmp_path / "off", tiny_spec("devise", epochs=2, hubness=False), device=cpu, progress=False)
+    on = train(tiny_full, tmp_path / "on", tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
+    train(tiny_full, tmp_path / "off", tiny_spec("devise", epochs=2), tiny_eval(hubness=False), device=cpu, progress=False)
     r_on, r_off = (json.loads((tmp_path / x / "ranks.json").read_text()) for x in ("on", "off"))
     assert "hubness" not in r_off and set(r_on) == set(r_off) | {"hubness"}
     assert all(r_on[d] == r_off[d] for d in r_off)             # the option's default leaves the plain ranks alone
@@ -166,7 +166,7 @@ def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_ful
     assert len(r_on["hubness"]["occurrence"]["search"]) == n_img
     assert sum(r_on["hubness"]["occurrence"]["search"]) <= n_sent * h["k"]
     assert set(h) >= {"annotation", "search", "csls_inductive", "inverted_softmax_transductive"}
-    again = evaluate_run(tmp_path / "on", hubness=True, n_boot=50)  # re-scored from the checkpoint alone
+    again = evaluate_run(tmp_path / "on", tiny_eval())       # re-scored from the checkpoint alone
     assert again["hubness"] == json.loads(json.dumps(h)) and again["ranks"]["hubness"] == r_on["hubness"]
 
 

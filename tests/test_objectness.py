@@ -49,7 +49,8 @@ def test_learned_score_needs_a_model(tmp_path):
 def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     from fraglib.data import Dataset, read_karpathy_json
     from fraglib.data.synthetic import synthetic_truth
-    from fraglib.vision.features import FeatureCache, extract
+    from fraglib.vision.features import extract
+    from fraglib.data.cache import FeatureCache
     from fraglib.vision.objectness import collect
 
     ds = read_karpathy_json(tiny_full / "dataset.json")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.evaluate import median_rank_vsepp
-from fraglib.systems.base import Rows
+from fraglib.metrics import median_rank_vsepp
+from fraglib.batches import Rows
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 from fraglib.systems import vse
 from fraglib.systems.vse import VseSystem, attention_scores, attention_scores_reference
@@ -223,7 +223,7 @@ def test_vsepp_median_rank_on_an_even_number_of_queries():
 
 def test_batches_with_repeated_images_and_the_mask(tiny_full):
     from fraglib.inputs import load_splits, make_batches
-    from fraglib.systems.base import Views
+    from fraglib.batches import Views
 
     tr = load_splits(tiny_full, Views("fullframe", "tokens"), torch.device("cpu"))[0]["train"]
     plain = make_batches(tr, 8, seed=0, epoch=0, distinct=False)

@@ -24,7 +24,8 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["synthetic"].update(n_train=12, n_val=3, n_test=3)
     params["data_report"]["n_show"] = 2
     params["vision"].update(max_proposals=60, num_workers=0)
-    params["train"].update(epochs=2, batch_size=10, n_boot=20, lr_drop_epochs=1, hub_k=2)   # k below the 3 test images
+    params["train"].update(epochs=2, batch_size=10, lr_drop_epochs=1)
+    params["evaluation"].update(n_boot=20, hub_k=2)                         # k below the 3 test images
     params["systems"]["fragment"].update(dense_epochs=1, embed_dim=16)
     params["study"] = {"seeds": [0], "jobs": 1, "replicates": 1, "runs": ["full", "random"], "captions": [],
                        "extended_runs": [], "extended_captions": [], "train": {}, "systems": {}}   # dvc.yaml reads each key

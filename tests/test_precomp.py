@@ -10,8 +10,8 @@ from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as convert
 from fraglib.data.precomp import read_precomp
 from fraglib.inputs import load_splits
-from fraglib.systems.base import Views
-from fraglib.vision.features import FeatureCache
+from fraglib.batches import Views
+from fraglib.data.cache import FeatureCache
 
 
 def write_precomp(root, split, ims, captions):

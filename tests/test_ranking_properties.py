@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fraglib import hubness
-from fraglib.evaluate import ScoreError, annotation_ranks, evaluate_scores, search_ranks, similarity_ranks
+from fraglib.metrics import ScoreError, annotation_ranks, evaluate_scores, search_ranks, similarity_ranks
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 # few distinct values: ties everywhere; -inf is a legitimate "no score"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import tiny_eval
 from fraglib.systems.recursive import (compose, compose_reference, hinge_all_negatives,
                                        hinge_all_negatives_reference, levels, plan, squared_loss)
 from fraglib.text.parse import Token
@@ -519,10 +520,10 @@ def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, t
 
     spec = resolve_run(tiny_params(r={"system": "socher", "negatives": 7}), "r")
     cpu = torch.device("cpu")
-    train(tiny_full, tmp_path / "a", spec, device=cpu, progress=False)
-    train(tiny_full, tmp_path / "b", spec, device=cpu, progress=False)
-    assert train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False, stop_after=2) == {"stopped_at_epoch": 2}
-    train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False)
+    train(tiny_full, tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
+    train(tiny_full, tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
+    assert train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2) == {"stopped_at_epoch": 2}
+    train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
     for f in ("metrics.json", "history.csv"):
         assert (tmp_path / "b" / f).read_text() == (tmp_path / "a" / f).read_text()
         assert (tmp_path / "c" / f).read_text() == (tmp_path / "a" / f).read_text()
@@ -644,7 +645,7 @@ def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tin
     """``w_step: ridge``: before each round W_I is the exact minimiser of (1/N) Σ_p ‖W z_p − y_p‖² + λ‖W‖²
     over the training pairs (y from the current θ): the objective's gradient in W_I vanishes, a lstsq of
     the stacked system gives the same W, and every epoch then trains θ alone."""
-    from fraglib.systems.base import mean_rows
+    from fraglib.batches import mean_rows
     from fraglib.systems.socher import ridge_map
 
     system, tr, *_ = squared_dtrnn(tiny_full, w_step="ridge", alternate_epochs=2, lam=0.3)

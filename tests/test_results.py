@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import tiny_eval
 from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
 
 
@@ -245,7 +246,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
     from fraglib.train import resolve_run, train
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "sdtrnn"}), "r", extra={"epochs": 1})
-    train(tiny_full, tmp_path, spec, device=torch.device("cpu"), progress=False)
+    train(tiny_full, tmp_path, spec, tiny_eval(), device=torch.device("cpu"), progress=False)
     df = relation_norms([tmp_path], [tiny_full])
     system, ck = load_system(tmp_path / "best.pt")
     want = dict(zip(ck["info"]["relations"], system.W.detach().flatten(1).norm(dim=1).tolist()))
@@ -424,7 +425,7 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     best = max(runs, key=lambda r: (runs[r]["search"]["r1"], r))
     assert f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})" in FINDINGS["results_report.html"]()
     fight = FINDINGS["pascal1k/fight_report.html"]()
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.summary import verdict_pair
 
     pair = verdict_pair(read_params(ROOT / "params.yaml"))
@@ -586,7 +587,7 @@ def test_search_budget_by_hand(tmp_path):
 def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
     """A run folder as fraglib.study writes it (metrics.json whose per_seed figures are its ranks.json's),
     with random ranks of ``n_images`` test images and 5 sentences each."""
-    from fraglib.evaluate import recall_table
+    from fraglib.metrics import recall_table
 
     rng = np.random.default_rng(seed)
     per_seed = {}

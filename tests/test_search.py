@@ -162,3 +162,27 @@ def test_rescore_reads_the_best_rows_with_their_types(tmp_path):
     meta, configs, crit = search.top_rows(first, 2)
     assert meta == META and configs == [{"lr": 0.03, "margin": 1}, {"lr": 0.01, "margin": 0.1}] and crit == [120.5, 110.0]
     assert type(configs[0]["margin"]) is int
+
+
+def test_a_search_trial_never_builds_nor_scores_the_test_split(tiny_full, monkeypatch):
+    """A trial fits and validates: the test split is never built (load_splits is asked for train and val only)
+    and the test evaluation never runs."""
+    import fraglib.train
+    from conftest import tiny_spec
+    from fraglib import search
+
+    asked = []
+    real = fraglib.train.load_splits
+
+    def spy(*args, **kw):
+        splits = real(*args, **kw)
+        asked.append(sorted(splits[0]))
+        return splits
+
+    def never(*args, **kw):
+        raise AssertionError("a search trial ran the test evaluation")
+
+    monkeypatch.setattr(fraglib.train, "load_splits", spy)
+    monkeypatch.setattr(fraglib.train, "evaluate_split", never)
+    row = search._trial((str(tiny_full), [0], None, tiny_spec("devise", epochs=1), {"lr": 0.01}))
+    assert asked == [["train", "val"]] and row["best_epoch"] == 1.0 and row["val_rsum_best"] > 0

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.systems.base import Rows
+from fraglib.batches import Rows
 from fraglib.systems.stt import Config, SttSystem, draw_targets, greedy, teacher_forced_nll
 
 DIMS = {"n_relations": 9, "n_words": 3, "word_dim": 4, "img_dim": 5}

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import TINY_SYSTEMS, tiny_params
+from conftest import tiny_eval
 from fraglib.checkpoint import load_system
 from fraglib.config import ConfigError
 from fraglib.evaluate import score_matrix
@@ -89,22 +90,15 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
         assert grads and any(g.abs().sum() > 0 for g in grads)
     else:
         assert not any(p.requires_grad for p in system.parameters())
-    m = train(tiny_full, tmp_path, spec, device=CPU, progress=False)
+    m = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     assert json.loads((tmp_path / "metrics.json").read_text())["system"] == name
     assert 0 <= m["test"]["annotation"]["r1"] <= 100
     reloaded, ck = load_system(tmp_path / "best.pt")
     assert ck["system"] == name and ck["model_args"] == dims
     trained_splits, _, _ = load_splits(tiny_full, reloaded.views(reloaded.cfg), CPU)
     ranks = json.loads((tmp_path / "ranks.json").read_text())
-    from fraglib.evaluate import evaluate_scores
-    S = score_matrix(reloaded, trained_splits["test"], spec.train_config.eval_chunk)
-    again = evaluate_scores(S, trained_splits["test"].sentence_image, 10)
-    from fraglib.evaluate import evaluate_hubness, similarity_matrix, similarity_ranks
-    tc = spec.train_config                                # hubness banks score training items: every system can
-    again["ranks"]["hubness"] = evaluate_hubness(reloaded, trained_splits, S, tc.hub_k, tc.hub_bank, tc.eval_chunk)[1]
-    sim = similarity_matrix(reloaded, trained_splits["test"])
-    if sim is not None:                                   # systems with a sentence space rank sentences too
-        again["ranks"]["similarity"] = similarity_ranks(sim, trained_splits["test"].sentence_image).tolist()
+    from fraglib.evaluate import evaluate_split
+    again = evaluate_split(reloaded, trained_splits, tiny_eval(), spec.train_config.seed)   # the study's own path
     assert ("similarity" in ranks) == reloaded.SENTENCE_SPACE
     assert again["ranks"] == ranks, "the checkpoint alone must reproduce the test ranks"
 
@@ -213,7 +207,7 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
     """The fragment loss with its index bookkeeping on the loader's CPU copies (``Rows.cpu``: what a GPU
     run does; the relation maps in their GPU form) gives the floats of the bookkeeping on the data's own
     tensors, cost and gradients, in both phases; ``Rows.cpu`` prefers the loader's copy."""
-    from fraglib.systems.base import Rows
+    from fraglib.batches import Rows
     from fraglib.systems.fragment import Config, FragmentSystem, relation_maps
 
     cfg = Config(dense_epochs=1, embed_dim=16)
@@ -246,7 +240,7 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
 def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
-    from fraglib.systems.base import Views
+    from fraglib.batches import Views
 
     rcnn, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
     k = int(np.diff(rcnn["test"].images.off).max()) - 1
@@ -268,7 +262,7 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
     killed between one epoch's ``best.pt`` and ``last.pt`` writes, end with the uninterrupted run's
     metrics.json byte for byte; a finished run started again re-scores to the same bytes."""
     spec = resolve_run(tiny_params(r={"system": name, **RESUME[name]}), "r", extra={"epochs": 3, "select": "last"})
-    run = lambda out, **kw: train(tiny_full, tmp_path / out, spec, device=CPU, progress=False, **kw)  # noqa: E731
+    run = lambda out, **kw: train(tiny_full, tmp_path / out, spec, tiny_eval(), device=CPU, progress=False, **kw)  # noqa: E731
     run("whole")
     whole = (tmp_path / "whole" / "metrics.json").read_bytes()
     print(f"{name}: uninterrupted {len(whole)} bytes", end="")

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from conftest import tiny_params, tiny_spec
+from conftest import tiny_eval
 from fraglib import checkpoint
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
 from fraglib.inputs import load_splits, make_batches
-from fraglib.systems.base import Views
+from fraglib.batches import Views
 from fraglib.train import resolve_run, train
 
 
@@ -21,15 +22,15 @@ def _test_metrics(out):
 def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_path):
     spec = tiny_spec()
     cpu = torch.device("cpu")
-    a = train(tiny_full, tmp_path / "a", spec, device=cpu, progress=False)
-    train(tiny_full, tmp_path / "b", spec, device=cpu, progress=False)
+    a = train(tiny_full, tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
+    train(tiny_full, tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
     assert (tmp_path / "a" / "metrics.json").read_text() == (tmp_path / "b" / "metrics.json").read_text()
     assert (tmp_path / "a" / "ranks.json").read_text() == (tmp_path / "b" / "ranks.json").read_text()
     # killed after 2 epochs (the process ends), then started again: resumes from last.pt
-    r = train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False, stop_after=2)
+    r = train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2)
     assert r == {"stopped_at_epoch": 2}
     assert checkpoint.load(tmp_path / "c" / "last.pt")["epoch"] == 2
-    train(tiny_full, tmp_path / "c", spec, device=cpu, progress=False)
+    train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
     assert _test_metrics(tmp_path / "c") == _test_metrics(tmp_path / "a")
     assert (tmp_path / "c" / "history.csv").read_text() == (tmp_path / "a" / "history.csv").read_text()
     hist = (tmp_path / "a" / "history.csv").read_text().splitlines()
@@ -40,11 +41,11 @@ def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_p
 
 def test_resume_refuses_another_configuration(tiny_full, tmp_path):
     cpu = torch.device("cpu")
-    train(tiny_full, tmp_path, tiny_spec(), device=cpu, progress=False, stop_after=1)
+    train(tiny_full, tmp_path, tiny_spec(), tiny_eval(), device=cpu, progress=False, stop_after=1)
     with pytest.raises(CheckpointError, match="other train_config"):
-        train(tiny_full, tmp_path, tiny_spec(lr=0.5), device=cpu, progress=False)
+        train(tiny_full, tmp_path, tiny_spec(lr=0.5), tiny_eval(), device=cpu, progress=False)
     with pytest.raises(CheckpointError, match="other system_config"):
-        train(tiny_full, tmp_path, tiny_spec(margin=0.5), device=cpu, progress=False)
+        train(tiny_full, tmp_path, tiny_spec(margin=0.5), tiny_eval(), device=cpu, progress=False)
 
 
 @pytest.mark.parametrize("run,override", [
@@ -56,7 +57,7 @@ def test_resume_refuses_another_configuration(tiny_full, tmp_path):
     ("full", {"sentences": "bigram", "beta": 0.0}),
 ])
 def test_runs_of_every_system(tiny_full, tmp_path, run, override):
-    m = train(tiny_full, tmp_path, tiny_spec(run, epochs=2, **override), device=torch.device("cpu"), progress=False)
+    m = train(tiny_full, tmp_path, tiny_spec(run, epochs=2, **override), tiny_eval(), device=torch.device("cpu"), progress=False)
     t = m["test"]
     assert 0 <= t["annotation"]["r1"] <= 100 and t["search"]["mean_rank"] >= 1
     assert t["annotation_ci"]["r1"][0] <= t["annotation"]["r1"] <= t["annotation_ci"]["r1"][1]
@@ -121,7 +122,7 @@ def test_search_resumes_from_its_journal(tiny_full, tmp_path):
     params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
     journal = out.with_suffix(".partial.jsonl")
-    head = search.journal_head(tiny_params(), "devise", None, {"n_boot": 10}, 1, str(tmp_path / "split{seed}"), [0],
+    head = search.journal_head(tiny_params(), "devise", None, {}, 1, str(tmp_path / "split{seed}"), [0],
                                None, ["lr"])
     journal.write_text(json.dumps(head) + "\n" + json.dumps({"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0,
                                                              "seconds": 0.0, "val_rsum_splits": "999.0"}) + "\n")
@@ -141,10 +142,11 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
 
     from fraglib import search
     from fraglib.checkpoint import load_system
-    from fraglib.evaluate import evaluate_scores, rsum, score_matrix
+    from fraglib.evaluate import score_matrix
+    from fraglib.metrics import evaluate_scores, rsum
 
     params = tiny_params(k={"system": "kcca", "kernel": "linear"})
-    m = train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), device=torch.device("cpu"), progress=False)
+    m = train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), tiny_eval(), device=torch.device("cpu"), progress=False)
     system, _ = load_system(tmp_path / "run" / "best.pt", torch.device("cpu"))
     val = load_splits(tiny_full, type(system).views(system.cfg), torch.device("cpu"))[0]["val"]
     head, *rows = (tmp_path / "run" / "history.csv").read_text().splitlines()
@@ -153,7 +155,7 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
     fresh = [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")]
     ck = checkpoint.load(tmp_path / "run" / "best.pt")               # as written before the row existed
     checkpoint.save(tmp_path / "run" / "best.pt", {**ck, "history": [], "best_epoch": None, "best_rsum": -1.0})
-    train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), device=torch.device("cpu"), progress=False)
+    train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), tiny_eval(), device=torch.device("cpu"), progress=False)
     assert [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")] == fresh
     (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
@@ -281,19 +283,19 @@ def test_seed_threads_give_idle_cores_to_the_last_round():
 def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_defaults(tiny_full, tmp_path):
     cpu = torch.device("cpu")
     spec = tiny_spec(epochs=3, select="last")
-    m = train(tiny_full, tmp_path / "last", spec, device=cpu, progress=False)
+    m = train(tiny_full, tmp_path / "last", spec, tiny_eval(), device=cpu, progress=False)
     assert m["best_epoch"] == 3 and checkpoint.load(tmp_path / "last" / "best.pt")["epoch"] == 3
     # a checkpoint written before `select` existed (its stored settings lack the key) resumes at the default
     out = tmp_path / "old"
-    train(tiny_full, out, tiny_spec(epochs=3), device=cpu, progress=False, stop_after=1)
+    train(tiny_full, out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False, stop_after=1)
     for name in ("last.pt", "best.pt"):
         ck = checkpoint.load(out / name)
         del ck["train_config"]["select"]
         checkpoint.save(out / name, ck)
-    train(tiny_full, out, tiny_spec(epochs=3), device=cpu, progress=False)
+    train(tiny_full, out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False)
     assert checkpoint.load(out / "last.pt")["epoch"] == 3
     with pytest.raises(CheckpointError, match="other train_config"):     # but not at another value
-        train(tiny_full, out, tiny_spec(epochs=3, select="last"), device=cpu, progress=False)
+        train(tiny_full, out, tiny_spec(epochs=3, select="last"), tiny_eval(), device=cpu, progress=False)
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -388,9 +390,9 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
         assert (run / ".lock").exists()
         with pytest.raises(RunLocked, match=f"^{run}: another process is training this run folder "
                                             f"\\(it holds {run}/.lock\\); wait for it to finish or stop it"):
-            train(nowhere, run, tiny_spec(), device=torch.device("cpu"), progress=False)
+            train(nowhere, run, tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
         with pytest.raises(RunLocked, match=f"^{run}: another process"):
-            train(nowhere, tmp_path / "other", tiny_spec(), device=torch.device("cpu"), progress=False, checkpoint_dir=run)
+            train(nowhere, tmp_path / "other", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False, checkpoint_dir=run)
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
         with pytest.raises(SystemExit) as e:
             main(["--run", "full", "--dataset-dir", str(nowhere), "--out", str(run), "--params", str(tmp_path / "params.yaml")])
@@ -436,7 +438,7 @@ def test_results_and_timing_are_written_atomically_with_the_same_bytes(tmp_path,
     monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.basename(b)), real(a, b)))
     spec = tiny_spec()
     history = [{"epoch": 1, "val_rsum": 10.5, "train_cost": 2.0}, {"epoch": 2, "val_rsum": 12.0, "skipped_pairs": 1}]
-    write_outputs(tmp_path, spec, {"d": 1}, {"annotation": {"r1": 1.0}, "ranks": {"search": [1, 2]}}, 2, history)
+    write_outputs(tmp_path, spec, tiny_eval(), {"d": 1}, {"annotation": {"r1": 1.0}, "ranks": {"search": [1, 2]}}, 2, history)
     write_timing(tmp_path, 1.23456, 2)
     assert renamed == ["metrics.json", "ranks.json", "history.csv", "timing.json"]
     assert (tmp_path / "ranks.json").read_bytes() == b'{"search": [1, 2]}\n'

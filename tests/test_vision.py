@@ -133,7 +133,7 @@ def tiny_features(tiny_synth, tmp_path_factory):
 
 
 def test_cache_layout_and_skips(tiny_features):
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     root, ds, cfg, stats = tiny_features
     assert stats["skipped"] == {"missing": 1, "corrupt": 1}
@@ -154,7 +154,7 @@ def test_cache_top_keeps_the_frame_and_the_first_detections():
     """top(k): per image the full frame and the first k other rows (the detector's order, not the
     score: NMS padding puts suppressed boxes last); an image with fewer rows keeps them all; top(0) is
     the full frame alone."""
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     scores = np.array([np.inf, 0.2, 0.9, 0.5, np.inf, 0.7, np.inf, 0.1, 0.3, 0.8], np.float32)
     is_full = np.isinf(scores)
@@ -171,7 +171,7 @@ def test_cache_top_keeps_the_frame_and_the_first_detections():
 
 def test_cache_refuses_other_row_order(tiny_features):
     from fraglib.data import Dataset
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     root, ds, _, _ = tiny_features
     shuffled = Dataset(ds.name, ds.image_dir, ds.images[::-1], ds.sentences)
@@ -198,7 +198,8 @@ def test_region_views_of_the_attention_model(tiny_features, tmp_path):
     """top36: the full frame + up to 36 proposals, the rcnn detections first (same score, same NMS);
     grid: the full frame + 6 x 6 cells tiling the image."""
     from fraglib.data import Dataset
-    from fraglib.vision.features import FeatureCache, extract, grid_boxes
+    from fraglib.vision.features import extract, grid_boxes
+    from fraglib.data.cache import FeatureCache
 
     root, ds, cfg, _ = tiny_features
     small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
@@ -315,7 +316,8 @@ def test_features_from_regions_cache_match_direct(tiny_features, tmp_path):
     """A regions cache (skips kept in place) gives the same boxes as computing from the images,
     and descriptors within float16 rounding of them."""
     from fraglib.data.synthetic import synthetic_truth
-    from fraglib.vision.features import FeatureCache, extract
+    from fraglib.vision.features import extract
+    from fraglib.data.cache import FeatureCache
     from fraglib.vision.regions import Regions, build
 
     root, ds, cfg, _ = tiny_features
@@ -401,7 +403,7 @@ def test_report_recall_functions_on_fake_voc_boxes(tiny_full, tmp_path):
 
     from fraglib.data import read_karpathy_json
     from fraglib.data.synthetic import synthetic_truth
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
     from fraglib.vision.recall import floor_and_ceiling, recall_by_size, recall_curve, voc_per_class
 
     ds = read_karpathy_json(tiny_full / "dataset.json")

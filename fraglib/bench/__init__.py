@@ -17,7 +17,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.bench.common import RESULTS, merge, read_register
+from fraglib.bench.common import RESULTS, merge
+from fraglib.results import read_register
 from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
 from fraglib.bench.scale import bench_coco_eval, bench_growth, bench_socher_growth
 from fraglib.bench.systems import (bench_amp, bench_epoch, bench_eval, bench_peri, bench_profile, bench_socher, bench_stt,

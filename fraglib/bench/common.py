@@ -13,6 +13,7 @@ from typing import Any, Callable
 import platform
 
 from fraglib.outputs import write_text
+from fraglib.results import read_register
 
 RESULTS = Path("benchmarks/results.json")
 
@@ -112,24 +113,6 @@ def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list
 def host(m: str) -> str:
     """The part of a ``machine`` string that names the computer and torch build (not the thread count)."""
     return m.split(" (")[0]
-
-
-def read_register(path: Path) -> list[dict[str, Any]]:
-    """The entries of a results file (a JSON list of objects, each with a ``name``; a missing file: none).
-    ValueError naming the file and its defect otherwise (call it before measuring: nothing is lost)."""
-    from fraglib.results import read_json
-
-    if not path.exists():
-        return []
-    entries = read_json(path)
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: not a benchmark register (a JSON {type(entries).__name__}, not a list of entries); "
-                         "repair it or move it away, or pass --out elsewhere")
-    bad = [i for i, e in enumerate(entries) if not isinstance(e, dict) or not isinstance(e.get("name"), str)]
-    if bad:
-        raise ValueError(f"{path}: {len(bad)} of its {len(entries)} entries are not objects with a \"name\" (the "
-                         f"first: entry {bad[0] + 1}); repair it or move it away, or pass --out elsewhere")
-    return entries
 
 
 def keep_pending(new: list[dict[str, Any]], path: Path) -> Path:

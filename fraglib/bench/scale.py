@@ -60,7 +60,7 @@ def _ranks_child(q) -> None:
     import numpy as np
     import torch
 
-    from fraglib.evaluate import evaluate_scores, fold_metrics
+    from fraglib.metrics import evaluate_scores, fold_metrics
 
     S = torch.randn(5000, 25000)
     si = np.repeat(np.arange(5000), 5)
@@ -79,7 +79,7 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
     the ranks, 5K and 1K protocols and bootstrap CIs from the matrix."""
     import multiprocessing as mp
 
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.systems import SYSTEMS
 
     params = read_params("params.yaml")
@@ -138,15 +138,14 @@ def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> floa
 
     from fraglib.train import read_timing, resolve_run, train
 
-    train(data, out, resolve_run(params, run, extra={"epochs": 1, "n_boot": 10}), device=torch.device("cpu"),
-          progress=False)
+    train(data, out, resolve_run(params, run, extra={"epochs": 1}), device=torch.device("cpu"), progress=False)
     return float(read_timing(Path(out)).get("train_seconds", 0.0))
 
 
 def _growth_eval(out: str) -> None:
     from fraglib.evaluate import evaluate_run
 
-    evaluate_run(Path(out), n_boot=1000)
+    evaluate_run(Path(out))                 # the default EvalConfig: 1,000 resamples, hubness
 
 
 def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
@@ -156,7 +155,7 @@ def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
     and its test evaluation (the whole ``evaluate_run``: loading, score matrix, ranks, 1,000-resample CIs),
     each in a fresh process: seconds and peak RSS. ``FRAGLIB_BENCH_THREADS`` fixes the threads; ``FRAGLIB_GROWTH_SCALES``
     (e.g. ``1,4``) the scales."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
     params = read_params("params.yaml")
@@ -213,7 +212,7 @@ def bench_socher_growth(scales: tuple[int, ...] = (1, 4, 16), negatives: int = 2
     data, exact Eq. 5: ``growth_epoch_<run>_x<scale>_s``). The exact form is timed up to ``exact_max_scale``
     only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
     and ``FRAGLIB_SOCHER_GROWTH_NEGATIVES`` choose the scales and n."""
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.index import growth_slope
 
     scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))

@@ -21,7 +21,7 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     import numpy as np
 
     from fraglib.device import select_device
-    from fraglib.systems.base import Rows
+    from fraglib.batches import Rows
     from fraglib.systems.fragment import Config, FragmentSystem
 
     dev, dev_name = select_device()
@@ -74,7 +74,7 @@ def _eval_child(q) -> None:  # runs in a fresh process so its peak memory is its
     import numpy as np
     import torch
 
-    from fraglib.evaluate import annotation_ranks, search_ranks
+    from fraglib.metrics import annotation_ranks, search_ranks
     from fraglib.systems.objectives import pair_scores
 
     torch.manual_seed(0)
@@ -502,7 +502,7 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
     validation (100 / 500) splits of Pascal1K's size in its views: (class, system, train config, train, val)."""
     import torch
 
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.device import make_deterministic
     from fraglib.inputs import pool_images
     from fraglib.systems import get_system
@@ -560,7 +560,7 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
         def validate() -> None:
             with torch.no_grad():
                 system.eval()
-                score_matrix(system, val, tc.eval_chunk)
+                score_matrix(system, val)
 
         def epoch(e: int) -> tuple[float, float]:
             t_train = _timed(dev, lambda: steps.append(train_epoch(step, system, opt, train, tc, e, dev)[1]))
@@ -609,7 +609,7 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
     On a GPU (detected, or ``FRAGLIB_DEVICE``) the entries are ``epoch_<run>_cuda``, against the GPU's rate."""
     import multiprocessing as mp
 
-    from fraglib.config import read_params
+    from fraglib.params import read_params
 
     runs = runs or (read_params("params.yaml").get("bench") or {}).get("epoch_runs") or []
     threads = int(os.environ.get("FRAGLIB_BENCH_THREADS", "1"))
@@ -653,7 +653,7 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.device import select_device
     from fraglib.distributed import Context
     from fraglib.train import Step, make_optimizer, train_epoch
@@ -725,7 +725,7 @@ def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2))
     test are fp32 in both). Meant for a GPU; on a CPU autocast runs too, slowly."""
     import copy
 
-    from fraglib.config import read_params
+    from fraglib.params import read_params
     from fraglib.device import select_device
     from fraglib.study import run_study
 

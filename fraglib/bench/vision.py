@@ -47,7 +47,7 @@ def bench_rcnn_recall() -> list[dict[str, Any]]:
     import yaml
 
     from fraglib.data import read_karpathy_json
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
     from fraglib.vision.rcnn import recall_at_iou
     from fraglib.data.voc import voc_truth
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     family = [out / "dataset.json", out / "conversion.json"]
     if args.dataset == "precomp":
         from fraglib.data.precomp import cache_paths, read_precomp, write_cache
-        from fraglib.vision.features import cache_family
+        from fraglib.data.cache import cache_family
 
         try:
             ds, feats, counts = read_precomp(args.root, args.splits.split(","))

@@ -110,7 +110,7 @@ def cache_paths(counts: np.ndarray, out: str | Path) -> list[Path]:
 
 def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str | Path) -> list[Path]:
     """The feature cache(s) of :func:`read_precomp`'s output under ``out/features``."""
-    from fraglib.vision.features import FeatureCache
+    from fraglib.data.cache import FeatureCache
 
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     is_full = np.zeros(len(features), bool)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from fraglib.config import check_range
-from fraglib.systems.base import Rows
+from fraglib.batches import Rows
 
 
 class TunedCNN(nn.Module):

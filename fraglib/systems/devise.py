@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from fraglib.config import check_choice, check_range
-from fraglib.systems.base import (IMAGE_SIGNAL_VIEWS, Rows, System, Views, add_input_buffers, fill_input_buffers,
-                                  image_map, mean_rows)
+from fraglib.systems.base import System, add_input_buffers, fill_input_buffers, image_map
+from fraglib.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
 from fraglib.systems.objectives import global_ranking
 
 

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.systems.base import (FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, System, Views, add_input_buffers,
-                                  check_finetune, fill_input_buffers, image_map)
+from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map
+from fraglib.batches import FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, Views
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.device import to_device
 from fraglib.systems.objectives import bag_entries, fragment_scores, pair_scores, total_cost
@@ -73,7 +73,7 @@ class Config:
 @dataclasses.dataclass
 class Fragments:
     """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n), ``owner_cpu`` the same on
-    the CPU (the loss's index bookkeeping runs there, :meth:`~fraglib.systems.base.Rows.cpu`)."""
+    the CPU (the loss's index bookkeeping runs there, :meth:`~fraglib.batches.Rows.cpu`)."""
 
     x: torch.Tensor
     owner: torch.Tensor

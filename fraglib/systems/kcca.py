@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from fraglib.config import check_choice, check_range
-from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
+from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
+from fraglib.batches import Rows, Views, mean_rows
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,7 +59,7 @@ def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor, n: int | None = No
     """(E,) row and column indices of the entries of M whose two fragments share a pair (the
     positive bags), grouped by pair; every other entry of M is a negative of both objectives. ``n``: the
     number of pairs (default: read off the owners); ``sizes``: each pair's (image, sentence) fragment
-    counts on the CPU, (n,) each (:meth:`~fraglib.systems.base.Rows.cpu`), so that no size is read back
+    counts on the CPU, (n,) each (:meth:`~fraglib.batches.Rows.cpu`), so that no size is read back
     from the device (on a GPU each read waits for it)."""
     if n is None:
         n = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0

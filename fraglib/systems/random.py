@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from fraglib.config import check_choice
-from fraglib.systems.base import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, System, Views
+from fraglib.systems.base import System
+from fraglib.batches import IMAGE_VIEWS, Rows, SENTENCE_VIEWS, Views
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 

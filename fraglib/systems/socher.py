@@ -50,7 +50,8 @@ import torch
 from torch import nn
 
 from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.systems.base import Rows, System, Views, add_input_buffers, fill_input_buffers, mean_rows
+from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
+from fraglib.batches import Rows, Views, mean_rows
 from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, neg_euclidean, plan, squared_loss
 
 ENCODERS = ("bow", "chain", "ctrnn", "dtrnn", "sdtrnn")

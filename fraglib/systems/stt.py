@@ -30,7 +30,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import ConfigError, check_range
 from fraglib.systems import vse
-from fraglib.systems.base import Rows
+from fraglib.batches import Rows
 from fraglib.systems.gru import packed_gru
 
 Step = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

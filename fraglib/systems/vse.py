@@ -40,8 +40,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.device import to_device
-from fraglib.systems.base import (IMAGE_VIEWS, Rows, System, Views, add_input_buffers, check_finetune,
-                                  fill_input_buffers, image_map, mean_rows, standardized_linear)
+from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map, standardized_linear
+from fraglib.batches import IMAGE_VIEWS, Rows, Views, mean_rows
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.gru import packed_gru
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
@@ -135,7 +135,7 @@ def padded(x: torch.Tensor, owner: torch.Tensor, n: int, owner_cpu: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``x`` (R, ...) of n items (``owner`` sorted) → ((n, Rmax, ...) zero-padded, (n, Rmax) bool mask);
     e.g. a caption's (R,) token ids → (n, Lmax) padded ids. ``owner_cpu``: the owners on the CPU
-    (:meth:`~fraglib.systems.base.Rows.cpu`): the items' sizes are counted there, so the host never waits
+    (:meth:`~fraglib.batches.Rows.cpu`): the items' sizes are counted there, so the host never waits
     for the device."""
     counts = torch.bincount(owner if owner_cpu is None else owner_cpu, minlength=n)
     width = max(int(counts.max()) if len(owner) else 1, 1)

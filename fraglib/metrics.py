@@ -1,0 +1,218 @@
+"""Ranking metrics of an image x sentence score matrix (docs/evaluation.md): numbers from scores, no model.
+
+The interface follows SCAN's: scores first, then ranks, so any model (or a random one) is
+evaluated by the same code. ``sentence_image[j]`` is the row of sentence j's image — explicit
+indices, any number of sentences per image.
+
+Ranks are 1-based and **pessimistic on ties**: a competitor scoring the same as the correct item
+is counted as ranked above it. Hence a sentence with no fragment (-inf against every image, as in
+the authors' code) ranks last, and a constant score matrix gives every query the worst rank.
+**NaN and +inf are refused** (:func:`check_scores`, a :class:`ScoreError` naming the matrix): every
+comparison with NaN is false, so a diverged model's NaN scores would otherwise rank every correct item
+first; -inf alone means "no score" and ranks last.
+
+* image annotation (image -> sentences): rank of the best-ranked of the image's sentences,
+  ``1 + #{non-matching sentences j : S[k, j] >= max_{j' of k} S[k, j']}``;
+* image search (sentence -> images): ``1 + #{other images k' : S[k', j] >= S[k_j, j]}``;
+* sentence similarity (systems with a sentence space, Socher et al. 2014): each sentence ranks
+  the other sentences; rank of the best-ranked one of the same image (:func:`similarity_ranks`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+KS = (1, 5, 10)                              # the R@K of every table
+DIRECTIONS = ("annotation", "search")        # image -> sentences, sentence -> images
+
+
+class ScoreError(ValueError):
+    """A score matrix that cannot be ranked: NaN or +inf entries, or a shape that does not match its index."""
+
+
+def _largest(blk: torch.Tensor, worst: torch.Tensor) -> torch.Tensor:
+    """The running largest score, left on the device (no host wait): NaN if any entry so far is NaN (``amax``
+    and ``maximum`` propagate it), +inf if any is +inf — one reduction per tile screens for both."""
+    return torch.maximum(worst, blk.amax()) if blk.numel() else worst
+
+
+def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | None = None) -> None:
+    """Refuse a score matrix holding NaN or +inf: ScoreError naming ``what``, the count and the first entry;
+    -inf is allowed (an item without fragments: ranked last). ``worst``: the ranking loop's own running
+    :func:`_largest`, read once here, so a GPU waits once per matrix, not per tile."""
+    S = S.detach()
+    v = float(_largest(S, torch.tensor(float("-inf"), device=S.device)) if worst is None else worst.detach())
+    if math.isnan(v) or v == math.inf:
+        bad = torch.isnan(S) | (S == math.inf)
+        i, j = (int(x) for x in torch.nonzero(bad)[0])
+        raise ScoreError(f"{what}: {int(bad.sum())} of {S.numel()} scores are NaN or +inf (first at [{i}, {j}]: "
+                         f"{float(S[i, j])}); a diverged or damaged model cannot be ranked")
+
+
+def _matrix(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores as a 2-D tensor, the sentence -> image index on its device), shapes checked."""
+    S = torch.as_tensor(scores).detach()
+    si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
+    if S.dim() != 2 or si.dim() != 1 or si.shape[0] != S.shape[1]:
+        raise ScoreError(f"{what}: a (n_images, n_sentences) matrix with one image index per sentence is needed, "
+                         f"got scores {tuple(S.shape)} and {tuple(si.shape)} indices")
+    if si.numel() and (int(si.min()) < 0 or int(si.max()) >= S.shape[0]):
+        raise ScoreError(f"{what}: sentence image indices must lie in [0, {S.shape[0]}), got "
+                         f"[{int(si.min())}, {int(si.max())}]")
+    return S, si
+
+
+def annotation_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
+                     what: str = "scores") -> np.ndarray:
+    """(n_images,) rank of each image's best-ranked ground-truth sentence. Images without any
+    sentence get rank 0 (excluded by :func:`recall_table`). ``what`` names the matrix in errors."""
+    S, si = _matrix(scores, sentence_image, what)
+    n_img = S.shape[0]
+    ranks = np.zeros(n_img, np.int64)
+    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
+    for a in range(0, n_img, chunk):
+        blk = S[a:a + chunk]
+        worst = _largest(blk, worst)
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        gt = si[None, :] == rows[:, None]                                  # (c, Ns)
+        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
+        has = gt.any(dim=1)
+        worse_or_tied = ((blk >= best[:, None]) & ~gt).sum(dim=1)
+        r = (1 + worse_or_tied).cpu().numpy()
+        r[~has.cpu().numpy()] = 0
+        ranks[a:a + blk.shape[0]] = r
+    check_scores(S, what, worst)
+    return ranks
+
+
+def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
+                 what: str = "scores") -> np.ndarray:
+    """(n_sentences,) rank of each sentence's image among all images."""
+    S, si = _matrix(scores, sentence_image, what)
+    own = S[si, torch.arange(S.shape[1], device=S.device)]                 # (Ns,)
+    count = torch.zeros(S.shape[1], dtype=torch.long, device=S.device)
+    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
+    for a in range(0, S.shape[0], chunk):
+        blk = S[a:a + chunk]
+        worst = _largest(blk, worst)
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        other = rows[:, None] != si[None, :]
+        count += ((blk >= own[None, :]) & other).sum(dim=0)
+    check_scores(S, what, worst)
+    return (1 + count).cpu().numpy()
+
+
+def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
+                     what: str = "sentence similarities") -> np.ndarray:
+    """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
+    all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
+    (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
+    S = torch.as_tensor(sim).detach()
+    si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
+    if S.dim() != 2 or S.shape[0] != S.shape[1] or si.shape != (S.shape[0],):
+        raise ScoreError(f"{what}: a square (n_sentences, n_sentences) matrix with one image index per sentence "
+                         f"is needed, got {tuple(S.shape)} and {tuple(si.shape)} indices")
+    n = S.shape[0]
+    ranks = np.zeros(n, np.int64)
+    worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
+    for a in range(0, n, chunk):
+        blk = S[a:a + chunk]
+        worst = _largest(blk, worst)
+        rows = torch.arange(a, a + blk.shape[0], device=S.device)
+        cols = torch.arange(n, device=S.device)
+        self_ = rows[:, None] == cols[None, :]
+        gt = (si[rows][:, None] == si[None, :]) & ~self_
+        best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
+        r = (1 + ((blk >= best[:, None]) & ~gt & ~self_).sum(dim=1)).cpu().numpy()
+        r[~gt.any(dim=1).cpu().numpy()] = 0
+        ranks[a:a + blk.shape[0]] = r
+    check_scores(S, what, worst)
+    return ranks
+
+
+def recall_table(ranks: np.ndarray) -> dict[str, float]:
+    """R@1/5/10 (% of queries with rank <= K), median and mean rank; rank-0 entries are ignored."""
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    out = {f"r{k}": float(100.0 * np.mean(r <= k)) for k in KS}
+    out["median_rank"] = float(np.median(r))
+    out["mean_rank"] = float(np.mean(r))
+    return out
+
+
+def median_rank_vsepp(ranks: np.ndarray) -> float:
+    """VSE++'s (and Peri's) median rank ``floor(median(rank − 1)) + 1``: an integer, which differs from
+    the median of 1-based ranks when the query count is even and the middle pair differ."""
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    return float(np.floor(np.median(r - 1)) + 1)
+
+
+def bootstrap_ci(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
+    """Percentile bootstrap CIs of every :func:`recall_table` entry, resampling queries."""
+    if n_boot < 1:
+        raise ValueError(f"bootstrap: n_boot must be at least 1, got {n_boot}")
+    r = np.asarray(ranks)
+    r = r[r > 0]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(r), size=(n_boot, len(r)))
+    samples = r[idx]
+    stats = {f"r{k}": 100.0 * (samples <= k).mean(axis=1) for k in KS}
+    stats["median_rank"] = np.median(samples, axis=1)
+    stats["mean_rank"] = samples.mean(axis=1)
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))] for k, v in stats.items()}
+
+
+def hodosh_columns(sentence_image: np.ndarray, sentids: np.ndarray) -> np.ndarray:
+    """Column indices keeping only the first sentence (lowest sentid) of each image."""
+    first: dict[int, int] = {}
+    for j, (k, sid) in enumerate(zip(sentence_image, sentids)):
+        if int(k) not in first or sid < sentids[first[int(k)]]:
+            first[int(k)] = j
+    return np.array(sorted(first.values()), np.int64)
+
+
+def evaluate_scores(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, n_boot: int = 1000,
+                    seed: int = 0, what: str = "scores") -> dict[str, Any]:
+    """Both directions: metrics, bootstrap CIs and the per-query ranks (for error analysis); ``what``
+    names the matrix (run and split) in a :class:`ScoreError`."""
+    a = annotation_ranks(scores, sentence_image, what=what)
+    s = search_ranks(scores, sentence_image, what=what)
+    return {"annotation": recall_table(a), "search": recall_table(s),
+            "annotation_ci": bootstrap_ci(a, n_boot, seed), "search_ci": bootstrap_ci(s, n_boot, seed + 1),
+            "ranks": {"annotation": a.tolist(), "search": s.tolist()}}
+
+
+def rsum(metrics: dict[str, Any]) -> float:
+    """Model-selection criterion: R@1 + R@5 + R@10 of both directions."""
+    return sum(metrics[d][f"r{k}"] for d in DIRECTIONS for k in KS)
+
+
+def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
+    """The random-ranking baseline: i.i.d. uniform scores."""
+    return np.random.default_rng(seed).random((n_images, n_sentences))
+
+
+def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5,
+                 what: str = "scores") -> dict[str, Any]:
+    """The COCO literature's "1K" protocol: the images cut into ``folds`` consecutive equal folds (5K test:
+    five folds of 1,000), each fold's sentences ranked against its images only; R@K and ranks averaged
+    over the folds (``per_fold`` keeps each). The full matrix is the "5K" protocol (:func:`evaluate_scores`)."""
+    S = torch.as_tensor(scores)
+    si = np.asarray(sentence_image)
+    n = S.shape[0]
+    if folds < 2 or n % folds:
+        raise ValueError(f"fold_metrics: {n} images do not cut into {folds} equal folds")
+    size, per = n // folds, []
+    for f in range(folds):
+        cols = np.nonzero((si >= f * size) & (si < (f + 1) * size))[0]
+        sub = S[f * size:(f + 1) * size][:, torch.from_numpy(cols)]
+        w = f"{what} (fold {f + 1} of {folds})"
+        per.append({"annotation": recall_table(annotation_ranks(sub, si[cols] - f * size, what=w)),
+                    "search": recall_table(search_ranks(sub, si[cols] - f * size, what=w))})
+    mean = {d: {k: float(np.mean([p[d][k] for p in per])) for k in per[0][d]} for d in DIRECTIONS}
+    return {**mean, "folds": folds, "fold_images": size, "per_fold": per}
