@@ -284,7 +284,7 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
 
     system, ck, split = load_trained(seed_dir, dataset_dir, features_dir, split_name, sentences_file, images)
     captioning = (images or system.cfg.images) != "none"
-    if not getattr(system, "GENERATES", False):
+    if not system.GENERATES:
         raise ValueError(f"{seed_dir}: system {ck['system']!r} does not generate sentences")
     ddir = Path(dataset_dir or ck["info"]["dataset_dir"])
     per_image, text, imgids = references(ddir, split)

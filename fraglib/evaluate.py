@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 from fraglib import hubness
+from fraglib.checkpoint import best_of, fingerprint, load_system
 from fraglib.config import check_choice, check_range, from_dict
+from fraglib.inputs import input_files, load_splits
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_ci, evaluate_scores, fold_metrics, recall_table, similarity_ranks
 
 
@@ -121,7 +123,7 @@ def similarity_hubness(sim: torch.Tensor) -> dict[str, float]:
 def similarity_matrix(system, split) -> torch.Tensor | None:
     """(n_sentences, n_sentences) sentence–sentence scores of a system with a sentence space
     (``SENTENCE_SPACE``), else None. Sentences without rows score -inf."""
-    if not getattr(system, "SENTENCE_SPACE", False):
+    if not system.SENTENCE_SPACE:
         return None
     system.eval()
     enc = system.encode_sentences(split.sentences.take(np.arange(split.n_sentences)))
@@ -194,20 +196,28 @@ def evaluate_split(system, splits: dict[str, Any], ec: EvalConfig, seed: int, sp
     return m
 
 
+def check_inputs(ck: dict[str, Any], files: dict[str, Path], where: Any) -> None:
+    """Refuse to score a checkpoint on files other than those it was trained on (``ck["fingerprint"]``: the
+    SHA-256 of each input file, recorded at training): the paths a checkpoint records are where its data were,
+    not a promise of what lies there now."""
+    now = fingerprint(files)
+    moved = [f"{role} ({files[role]})" for role in ck["fingerprint"] if now.get(role) != ck["fingerprint"][role]]
+    if moved:
+        raise ValueError(f"{where}: best.pt was trained on other data than {', '.join(moved)} now holds; pass "
+                         "--dataset-dir / --features-dir of the data it was trained on (or retrain)")
+
+
 def load_trained(seed_dir: str | Path, dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
                  split: str | None = "test", sentences_file: str | Path | None = None, images: str | None = None):
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
     split (None: a dict of all three) read in the system's own views (default: the data it was trained on); ``sentences_file``
     replaces the sentence view's file, ``images`` the image view (``none``: text only). The split's
     word / relation ids must be the checkpoint's (other data: re-encode them, ``fraglib.text.build.run_tokens``)."""
-    import dataclasses
-
-    from fraglib.checkpoint import best_of, load_system
-    from fraglib.inputs import load_splits
-
     system, ck = load_system(best_of(seed_dir))
     info = ck["info"]
     views = system.views(system.cfg)
+    if dataset_dir is None and features_dir is None and sentences_file is None and not images:
+        check_inputs(ck, input_files(info["dataset_dir"], views, info.get("features_dir")), seed_dir)
     views = dataclasses.replace(views, images=images) if images else views
     splits, _, got = load_splits(dataset_dir or info["dataset_dir"], views, torch.device("cpu"),
                                  features_dir or info.get("features_dir"), sentences_file)

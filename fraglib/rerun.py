@@ -22,7 +22,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-METRICS = [(t, m) for t in ("annotation", "search") for m in ("r1", "r5", "r10")]
+from fraglib.metrics import DIRECTIONS, KS
+
+METRICS = [(t, f"r{k}") for t in DIRECTIONS for k in KS]
 
 
 def agreement(reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, Any]],

@@ -162,3 +162,23 @@ def test_changing_the_evaluation_rescores_and_never_retrains(tiny_full, tmp_path
     assert (tmp_path / "last.pt").read_bytes() == before                # not retrained, not even re-saved
     assert a["test"]["annotation"] == b["test"]["annotation"] and "hubness" not in b["test"]
     assert json.loads((tmp_path / "metrics.json").read_text())["eval_config"]["n_boot"] == 20
+
+
+def test_a_checkpoint_is_not_scored_on_other_data_at_its_recorded_path(tiny_full, tmp_path):
+    """The checkpoint records its inputs' SHA-256: when the data at the path it was trained from changed, the
+    default re-scoring refuses (naming the file) instead of scoring whatever lies there now."""
+    import shutil
+
+    import torch
+
+    from conftest import tiny_eval, tiny_spec
+    from fraglib.evaluate import evaluate_run
+    from fraglib.train import train
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_full, data)
+    train(data, tmp_path / "run", tiny_spec("devise", epochs=1), tiny_eval(), device=torch.device("cpu"), progress=False)
+    assert evaluate_run(tmp_path / "run", tiny_eval())["annotation"]["r1"] >= 0
+    (data / "dataset.json").write_text((data / "dataset.json").read_text() + " ")
+    with pytest.raises(ValueError, match=r"other data than dataset \(.*dataset.json\)"):
+        evaluate_run(tmp_path / "run", tiny_eval())

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from fraglib.systems.objectives import (bag_entries, counts, dense_alignment, global_ranking, mil_alignment,
+from fraglib.systems.objectives import (bag_entries, counts, dense_alignment, contrastive_hinge, mil_alignment,
                                         mil_labels, pair_scores, total_cost)
 
 
@@ -121,9 +121,9 @@ def test_global_objective_matches_reference(seed, accumulate):
     Skl = pair_scores(V @ S.T, vo, so, B, B, 5.0, accumulate)
     ref = ref_pair_scores(V, S, vo, so, B, 5.0, accumulate)
     torch.testing.assert_close(Skl, torch.tensor(ref, dtype=Skl.dtype), rtol=1e-10, atol=1e-12)
-    assert global_ranking(Skl, 0.7).item() == pytest.approx(ref_global(ref, 0.7), rel=1e-10)
-    assert global_ranking(Skl, 0.7, hardest=True).item() == pytest.approx(ref_global(ref, 0.7, True), rel=1e-10)
-    assert global_ranking(Skl, 0.7, hardest=True).item() < global_ranking(Skl, 0.7).item()
+    assert contrastive_hinge(Skl, 0.7, False).item() == pytest.approx(ref_global(ref, 0.7), rel=1e-10)
+    assert contrastive_hinge(Skl, 0.7, hardest=True).item() == pytest.approx(ref_global(ref, 0.7, True), rel=1e-10)
+    assert contrastive_hinge(Skl, 0.7, hardest=True).item() < contrastive_hinge(Skl, 0.7, False).item()
 
 
 def test_mil_labels_force_one_positive_per_bag():
@@ -153,7 +153,7 @@ def test_switching_terms_off():
     assert set(parts) == {"C_G"}
     both, parts = total_cost(V, S, vo, so, dense=True, beta=1.0)
     B = int(vo.max()) + 1
-    assert both.item() == pytest.approx(frag_only.item() + global_ranking(pair_scores(V @ S.T, vo, so, B, B), 1.0).item())
+    assert both.item() == pytest.approx(frag_only.item() + contrastive_hinge(pair_scores(V @ S.T, vo, so, B, B), 1.0, False).item())
 
 
 @pytest.mark.parametrize("dense", [True, False])

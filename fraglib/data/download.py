@@ -107,12 +107,6 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
             "not_in_manifest": len(unlisted), "manifest_not_on_page": len(set(known) - set(items))}
 
 
-def write_manifest(image_dir: str | Path, path: Path = MANIFEST) -> None:
-    """Record the SHA-256 of every image in ``image_dir`` (run once on a trusted copy)."""
-    files = sorted(Path(image_dir).glob("*.jpg"))
-    write_text(path, json.dumps({f.name: sha256(f) for f in files}, indent=0, sort_keys=True) + "\n")
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dataset", choices=["pascal1k"])

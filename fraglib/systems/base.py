@@ -11,7 +11,8 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
                                        ``model_args``) — never from the data itself
 ``prepare(train)``                     constants taken from the training split (word table, standardisation);
                                        called once before training from scratch, never on reload
-``encode_images(rows) -> enc``         ``rows``: :class:`Rows` of n images
+``encode_images(rows) -> enc``         ``rows``: :class:`Rows` of n images (on a GPU, count sizes on the batch's CPU
+                                       copies, ``rows.cpu("owner")``: a read from the device makes the host wait)
 ``encode_sentences(rows) -> enc``      ``rows``: :class:`Rows` of m sentences
 ``scores(img_enc, sent_enc)``          (n, m) image–sentence scores: the one function both the loss and the
                                        evaluator use
@@ -34,10 +35,18 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
                                        the settings: an instance attribute then); then
                                        ``sentence_scores(a, b)`` (m_a, m_b) ranks sentences against sentences
                                        (the sentence-similarity task of Socher et al.)
+``fit(train)``                         a closed-form system (kCCA, ``TRAINABLE = False``) fits here, once,
+                                       instead of being stepped; default none
+``image_rows(rows) -> (R, img_dim)``   the descriptors of image rows: the cached ``x``, or those of the CNN
+                                       the system fine-tunes (``self.cnn``, :mod:`fraglib.systems.cnn`)
+``GENERATES``, ``decode``,             True for systems that generate sentences (STT): ``image_vectors`` /
+``caption_nll``, ``image_vectors``,    ``sentence_vectors`` give the decoder's inputs, ``decode`` the words
+``sentence_vectors``                   (beam search), ``caption_nll`` the per-sentence loss
+                                       (:mod:`fraglib.captions` scores them with pycocoevalcap)
+``cfg``                                the system's checked ``Config`` (``self.cfg``, set in ``__init__``)
 =====================================  ======================================================================
 
-A closed-form system (kCCA) overrides ``fit(train)`` and sets ``TRAINABLE = False``; the trainer calls
-``fit`` once instead of stepping.
+This table is the protocol's one description (docs/systems.md and docs/adding_a_system.md point here).
 """
 from __future__ import annotations
 
@@ -58,6 +67,7 @@ class System(nn.Module):
     Config: ClassVar[type] = object
     TRAINABLE: ClassVar[bool] = True
     SENTENCE_SPACE: ClassVar[bool] = False
+    GENERATES: ClassVar[bool] = False
 
     @staticmethod
     def views(cfg: Any) -> Views:

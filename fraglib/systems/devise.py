@@ -4,7 +4,7 @@ One vector per sentence — the mean of its L2-normalised GloVe vectors, mapped 
 per image — the mean of its detections' CNN descriptors (``images: rcnn``, as the paper describes
 it) or the full frame (``images: fullframe``), standardised and mapped linearly. Scores are inner
 products (``similarity: dot``) or cosines; the loss is the global ranking objective C_G
-(:func:`fraglib.systems.objectives.global_ranking`) with margin Δ:
+(:func:`fraglib.systems.objectives.contrastive_hinge`) with margin Δ:
 
     cost = β C_G / B + α (||W_s||² + ||W_m||²)
 
@@ -22,7 +22,7 @@ from torch import nn
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers, image_map
 from fraglib.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
-from fraglib.systems.objectives import global_ranking
+from fraglib.systems.objectives import contrastive_hinge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +85,7 @@ class DeviseSystem(System):
         return images @ sentences.T
 
     def loss(self, images: torch.Tensor, sentences: torch.Tensor, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        cg = global_ranking(self.scores(images, sentences), self.cfg.margin)
+        cg = contrastive_hinge(self.scores(images, sentences), self.cfg.margin)
         parts = {"C_G": float(cg.detach())}
         cost = self.cfg.beta * cg / images.shape[0]
         if self.cfg.alpha:

@@ -49,11 +49,6 @@ def fragment_scores(V: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     return V @ S.T
 
 
-def same_pair(v_owner: torch.Tensor, s_owner: torch.Tensor) -> torch.Tensor:
-    """(Nv, Ns) bool: fragment i and fragment j come from the same image–sentence pair."""
-    return v_owner[:, None] == s_owner[None, :]
-
-
 def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor, n: int | None = None,
                 sizes: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(E,) row and column indices of the entries of M whose two fragments share a pair (the
@@ -173,12 +168,6 @@ def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n
     return S / (n_s + smooth)[None, :]
 
 
-def global_ranking(S: torch.Tensor, margin: float = 1.0, hardest: bool = False) -> torch.Tensor:
-    """C_G for a square (B, B) score matrix whose diagonal holds the corresponding pairs; ``hardest``:
-    only the largest hinge of each image (row) and each sentence (column), as VSE++."""
-    return contrastive_hinge(S, margin, hardest)
-
-
 def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, *, dense: bool,
                fragment_weight: float = 1.0, beta: float = 1.0, margin: float = 1.0, smooth: float = 5.0,
                accumulate: str = "sum", normalize: bool = True, hardest: bool = False,
@@ -199,7 +188,7 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
         cost = cost + fragment_weight * cf
         parts["C_0" if dense else "C_F"] = cf.detach()
     if beta:
-        cg = global_ranking(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin, hardest)
+        cg = contrastive_hinge(pair_scores(M, v_owner, s_owner, B, B, smooth, accumulate), margin, hardest)
         cost = cost + beta * cg
         parts["C_G"] = cg.detach()
     if alpha and reg is not None:
@@ -209,7 +198,7 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
 
 
 # ----------------------------------------------------------------------------- Peri 2018 / VSE++ (docs/systems.md)
-def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool, same: torch.Tensor | None = None) -> torch.Tensor:
+def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool = False, same: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 7 of Peri (2018), VSE++'s loss, summed over the batch. ``S`` (B, B): image b (row) against
     sentence b' (column), pairs on the diagonal. Caption retrieval hinges ``[α − S_bb + S_bb']_+`` (row
     b) and image retrieval hinges ``[α − S_bb + S_b'b]_+`` (column b) over the negatives b' ≠ b, summed

@@ -74,7 +74,8 @@ PUNCT = {"punct"}
 Triplet = tuple[str, str, str]
 
 
-def _lower(t: Token) -> str:
+def lower(t: Token) -> str:
+    """The token's word, lower-cased (fragments and trees use the same spelling)."""
     return t.form.lower()
 
 
@@ -85,7 +86,7 @@ def _children(tokens: Sequence[Token]) -> dict[int, list[Token]]:
     return ch
 
 
-def _edges_clearnlp(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
+def edges_clearnlp(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
     by_id = {t.id: t for t in tokens}
     ch = _children(tokens)
     out: list[tuple[str, int, int]] = []
@@ -102,17 +103,17 @@ def _edges_clearnlp(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
         if rel in ("prep", "agent"):
             objs = [c for c in ch.get(t.id, []) if c.deprel == "pobj"]
             if objs:
-                name = "agent" if rel == "agent" else f"prep_{_lower(t)}"
+                name = "agent" if rel == "agent" else f"prep_{lower(t)}"
                 out.extend((name, t.head, o.id) for o in objs)
                 continue
         if rel == "conj":
             ccs = [c for c in ch.get(t.head, []) if c.deprel == "cc"]
-            rel = f"conj_{_lower(ccs[0])}" if ccs else "conj"
+            rel = f"conj_{lower(ccs[0])}" if ccs else "conj"
         out.append((rel, t.head, t.id))
     return out
 
 
-def _edges_ud(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
+def edges_ud(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
     ch = _children(tokens)
     out: list[tuple[str, int, int]] = []
     for t in tokens:
@@ -131,12 +132,12 @@ def _edges_ud(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
             markers = [c for c in ch.get(t.id, []) if c.deprel == "case" or (base in ("acl", "advcl") and c.deprel == "mark")]
             if markers:
                 m = markers[0]
-                words = [_lower(m)] + [_lower(f) for f in sorted(ch.get(m.id, []), key=lambda x: x.id) if f.deprel == "fixed"]
+                words = [lower(m)] + [lower(f) for f in sorted(ch.get(m.id, []), key=lambda x: x.id) if f.deprel == "fixed"]
                 out.append(("prep_" + "_".join(words), t.head, t.id))
                 continue
         if base == "conj":
             ccs = [c for c in ch.get(t.id, []) if c.deprel == "cc"]
-            out.append((f"conj_{_lower(ccs[0])}" if ccs else "conj", t.head, t.id))
+            out.append((f"conj_{lower(ccs[0])}" if ccs else "conj", t.head, t.id))
             continue
         out.append((UD_RENAME.get(rel, UD_RENAME.get(base, base)), t.head, t.id))
     return out
@@ -153,7 +154,7 @@ def _multiword(r1: str, middle: str, r2: str) -> str | None:
     return None
 
 
-def _collapse_multiword(edges: list[tuple[str, int, int]], words: dict[int, str]) -> list[tuple[str, int, int]]:
+def collapse_multiword(edges: list[tuple[str, int, int]], words: dict[int, str]) -> list[tuple[str, int, int]]:
     """prep_a(h, n) + prep_b(n, o), (a, n, b) in MULTIWORD_3 -> prep_a_n_b(h, o); same for
     advmod(h, w) + prep_p(w, o), (w, p) in MULTIWORD_2 -> prep_w_p(h, o). One merge at a time, the
     first pair in edge order; linear per merge (edges indexed by head), so long captions stay fast."""
@@ -177,15 +178,15 @@ def triplets(tokens: Sequence[Token], scheme: str) -> list[Triplet]:
     check_choice("scheme", scheme, SCHEMES)
     if not tokens:
         return []
-    words = {t.id: _lower(t) for t in tokens}
-    edges = _edges_clearnlp(tokens) if scheme == "clearnlp" else _edges_ud(tokens)
-    edges = _collapse_multiword(edges, words)
+    words = {t.id: lower(t) for t in tokens}
+    edges = edges_clearnlp(tokens) if scheme == "clearnlp" else edges_ud(tokens)
+    edges = collapse_multiword(edges, words)
     return [(r, words[h], words[d]) for r, h, d in sorted(edges, key=lambda e: (e[2], e[1], e[0]))]
 
 
 def words_of(tokens: Sequence[Token]) -> list[str]:
     """Lower-cased tokens without punctuation (BOW and bigram modes)."""
-    return [_lower(t) for t in tokens
+    return [lower(t) for t in tokens
             if t.deprel not in PUNCT and t.upos != "PUNCT" and any(ch.isalnum() for ch in t.form)]
 
 

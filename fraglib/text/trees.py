@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from fraglib.text.fragments import PUNCT, Fragments, _collapse_multiword, _edges_clearnlp, _edges_ud, _lower
+from fraglib.text.fragments import PUNCT, Fragments, collapse_multiword, edges_clearnlp, edges_ud, lower
 from fraglib.text.parse import ParsedCaption, Token
 
 
@@ -64,7 +64,7 @@ def basic_tree(tokens: Sequence[Token]) -> Tree | None:
     roots = np.nonzero(parent < 0)[0]
     for r in roots[1:]:                      # a caption split into sentences: one tree per caption
         parent[r], rel[r] = roots[0], "dep"
-    return Tree([_lower(t) for t in keep], parent, rel)
+    return Tree([lower(t) for t in keep], parent, rel)
 
 
 def collapsed_tree(tokens: Sequence[Token], scheme: str) -> Tree | None:
@@ -72,8 +72,8 @@ def collapsed_tree(tokens: Sequence[Token], scheme: str) -> Tree | None:
     keep = [t for t in tokens if not _is_punct(t)]
     if not keep:
         return None
-    words = {t.id: _lower(t) for t in tokens}
-    edges = _collapse_multiword(_edges_clearnlp(tokens) if scheme == "clearnlp" else _edges_ud(tokens), words)
+    words = {t.id: lower(t) for t in tokens}
+    edges = collapse_multiword(edges_clearnlp(tokens) if scheme == "clearnlp" else edges_ud(tokens), words)
     root = next((t.id for t in keep if t.head == 0), keep[0].id)
     head = {d: (h, r) for r, h, d in edges if d != root}
     children: dict[int, list[int]] = {}
