@@ -9,6 +9,7 @@ Every function takes a trained ``FragmentSystem`` (see :func:`fraglib.results.lo
 reads the fragment and feature files of its own views. Word ids go through
 :func:`fraglib.inputs.compact_words`, the same mapping the system was trained with.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ class FragmentView:
         a, b = int(self.frags.offsets[j]), int(self.frags.offsets[j + 1])
         t = lambda x: torch.from_numpy(np.asarray(x, np.int64))  # noqa: E731
         emb = self.system.embed_sentences(t(self.frags.rel[a:b]), t(self.w1[a:b]), t(self.w2[a:b])).numpy()
-        return emb, [(self.frags.relations[x], int(u), int(v))
-                     for x, u, v in zip(self.frags.rel[a:b], self.frags.w1[a:b], self.frags.w2[a:b])]
+        return emb, [
+            (self.frags.relations[x], int(u), int(v))
+            for x, u, v in zip(self.frags.rel[a:b], self.frags.w1[a:b], self.frags.w2[a:b])
+        ]
 
 
 def fragment_boxes(view: FragmentView, k: int, sentid: int, vocab: list[str], top: int = 6):
@@ -79,8 +82,10 @@ def fragment_boxes(view: FragmentView, k: int, sentid: int, vocab: list[str], to
         return [], []
     M = V @ S.T
     best = M.argmax(axis=0)
-    return ([boxes[best[f]] for f in range(len(words))][:top],
-            [f"{r}({vocab[u]}, {vocab[v]}) {M[best[f], f]:.2f}" for f, (r, u, v) in enumerate(words)][:top])
+    return (
+        [boxes[best[f]] for f in range(len(words))][:top],
+        [f"{r}({vocab[u]}, {vocab[v]}) {M[best[f], f]:.2f}" for f, (r, u, v) in enumerate(words)][:top],
+    )
 
 
 def triplet_search(view: FragmentView, relation: str, w1: str, w2: str, vocab_index: dict[str, int], top: int = 6):
@@ -94,8 +99,11 @@ def triplet_search(view: FragmentView, relation: str, w1: str, w2: str, vocab_in
         return f"{relation}({w1}, {w2}): a word outside this run's word table"
     t = lambda x: torch.tensor([x])  # noqa: E731
     with torch.no_grad():
-        s = view.system.embed_sentences(t(frags.relations.index(relation)), t(int(np.searchsorted(view.used, ids[0]))),
-                                        t(int(np.searchsorted(view.used, ids[1])))).numpy()[0]
+        s = view.system.embed_sentences(
+            t(frags.relations.index(relation)),
+            t(int(np.searchsorted(view.used, ids[0]))),
+            t(int(np.searchsorted(view.used, ids[1]))),
+        ).numpy()[0]
         V = view.system.embed_images(torch.from_numpy(view.cache.features)).numpy()
     sc = V @ s
     sc[view.cache.is_full] = -np.inf
@@ -103,7 +111,9 @@ def triplet_search(view: FragmentView, relation: str, w1: str, w2: str, vocab_in
     return [(int(owner[i]), view.cache.boxes[i], float(sc[i])) for i in np.argsort(-sc)[:top]]
 
 
-def mention_triplets(frag_words: list[tuple[str, str, str]], obj: dict[str, Any], caption_shapes: list[str]) -> list[int]:
+def mention_triplets(
+    frag_words: list[tuple[str, str, str]], obj: dict[str, Any], caption_shapes: list[str]
+) -> list[int]:
     """Indices of the caption's fragments that belong to one noun-phrase mention: those whose
     head word is the mention's shape noun (e.g. ``amod(circle, red)``, ``det(circle, a)``).
     Empty when the caption names that shape twice (ambiguous without token positions)."""
@@ -155,8 +165,9 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
     return {"accuracy": hits / n if n else float("nan"), "chance": chance / n if n else float("nan"), "fragments": n}
 
 
-def triplet_crops(seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, queries: str,
-                  top: int = 6) -> list[tuple[str, list[tuple[np.ndarray, str]] | str]]:
+def triplet_crops(
+    seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, queries: str, top: int = 6
+) -> list[tuple[str, list[tuple[np.ndarray, str]] | str]]:
     """For each query ``"rel w1 w2"`` of ``queries`` (";"-separated): (title, [(crop, score label)])
     from :func:`triplet_search`, or (title, reason) when the run cannot express it."""
     from fraglib.evaluate import load_trained
@@ -178,6 +189,6 @@ def triplet_crops(seed_dir: str | Path, dataset_dir: str | Path, features_dir: s
         for k, box, score in hits:
             img = load_image(view.dataset.image_path(view.image_rows[k]))[0]
             x0, y0, x1, y1 = np.round(box).astype(int)
-            crops.append((img[max(0, y0):max(y0 + 1, y1), max(0, x0):max(x0 + 1, x1)], f"{score:.2f}"))
+            crops.append((img[max(0, y0) : max(y0 + 1, y1), max(0, x0) : max(x0 + 1, x1)], f"{score:.2f}"))
         out.append((f"{q[0]}({q[1]}, {q[2]})", crops))
     return out

@@ -4,6 +4,7 @@ Below both the readers and the systems (neither defines the other's types): a sy
 reads (:class:`Views`) and receives batches of items (:class:`Rows`); the readers build them from the files
 that the data, text and vision stages write (the file formats: docs/formats.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,14 +12,24 @@ import dataclasses
 import numpy as np
 import torch
 
-IMAGE_VIEWS = ("rcnn", "groundtruth", "fullframe",      # detections + full frame | VOC/synthetic boxes | whole image
-               "top36", "grid",                       # 36 proposals + full frame | 6 x 6 cells + full frame
-               "none")                                # text only: one constant row per image (no information)
-SENTENCE_VIEWS = ("dependency", "bow", "bigram",          # fragment files written by the fragments stage
-                  "tree_basic", "tree_collapsed",           # one tree per caption (fraglib.text.trees)
-                  "tokens")                                 # one row per token, train-split vocabulary ids
-IMAGE_SIGNAL_VIEWS = IMAGE_VIEWS[:-1]     # views that carry image information: what a retrieval system needs
-FRAGMENT_VIEWS = SENTENCE_VIEWS[:3]       # sentence views made of fragments (the fragment model's input)
+IMAGE_VIEWS = (
+    "rcnn",
+    "groundtruth",
+    "fullframe",  # detections + full frame | VOC/synthetic boxes | whole image
+    "top36",
+    "grid",  # 36 proposals + full frame | 6 x 6 cells + full frame
+    "none",
+)  # text only: one constant row per image (no information)
+SENTENCE_VIEWS = (
+    "dependency",
+    "bow",
+    "bigram",  # fragment files written by the fragments stage
+    "tree_basic",
+    "tree_collapsed",  # one tree per caption (fraglib.text.trees)
+    "tokens",
+)  # one row per token, train-split vocabulary ids
+IMAGE_SIGNAL_VIEWS = IMAGE_VIEWS[:-1]  # views that carry image information: what a retrieval system needs
+FRAGMENT_VIEWS = SENTENCE_VIEWS[:3]  # sentence views made of fragments (the fragment model's input)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,6 +30,7 @@ whole split; METEOR's corpus value is not the mean of its sentence scores, so it
 mean sentence score, shifted to the corpus value). METEOR and the tokenizer run Java: without a
 ``java`` on PATH this step stops with :class:`JavaMissing` (docs/runs.md, "Caption metrics").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,11 +70,15 @@ def java_missing() -> str | None:
     (``java -version`` fails), or no pycocoevalcap."""
     java = shutil.which("java")
     if java is None:
-        return ("no 'java' on PATH: pycocoevalcap's METEOR and PTB tokenizer need a Java runtime "
-                "(docs/runs.md, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)")
+        return (
+            "no 'java' on PATH: pycocoevalcap's METEOR and PTB tokenizer need a Java runtime "
+            "(docs/runs.md, 'Caption metrics': e.g. apt-get install openjdk-17-jre-headless)"
+        )
     broken = _java_fails(java)
     if broken:
-        return f"'{java} -version' fails ({broken}): pycocoevalcap's METEOR and PTB tokenizer need a working Java runtime"
+        return (
+            f"'{java} -version' fails ({broken}): pycocoevalcap's METEOR and PTB tokenizer need a working Java runtime"
+        )
     try:
         import pycocoevalcap  # noqa: F401
     except ImportError:
@@ -93,8 +98,10 @@ def tokenize(texts: dict[Any, list[str]]) -> dict[Any, list[str]]:
     out = PTBTokenizer().tokenize(flat) if flat else {}
     lost = [k for i, k in enumerate(keys) if i not in out]
     if lost:
-        raise JavaMissing(f"pycocoevalcap's PTB tokenizer (Java) returned nothing for {len(lost)} of {len(keys)} "
-                          "sentence lists; check that Java runs (java -version)")
+        raise JavaMissing(
+            f"pycocoevalcap's PTB tokenizer (Java) returned nothing for {len(lost)} of {len(keys)} "
+            "sentence lists; check that Java runs (java -version)"
+        )
     return {k: out[i] for i, k in enumerate(keys)}
 
 
@@ -108,8 +115,9 @@ def caption_scores(refs: dict[Any, list[str]], hyps: dict[Any, str], tokenized: 
 
     keys = list(refs)
     if set(keys) != set(hyps) or not keys:
-        raise ValueError(f"caption_scores: references for {len(refs)} items, hypotheses for {len(hyps)}; "
-                         "need the same non-empty set")
+        raise ValueError(
+            f"caption_scores: references for {len(refs)} items, hypotheses for {len(hyps)}; need the same non-empty set"
+        )
     if any(not r for r in refs.values()):
         raise ValueError("caption_scores: an item without references")
     if not tokenized:
@@ -165,7 +173,7 @@ def bootstrap(per_seed: list[dict[str, Any]], n_boot: int = 200, seed: int = 0) 
                 boot[f"bleu{k + 1}"][b] += v / len(per_seed)
         for m in ("meteor", "rouge_l", "cider"):
             x = s["per_item"][m]
-            shift = s[m] - x.mean() if m == "meteor" else 0.0        # corpus METEOR ≠ mean sentence METEOR
+            shift = s[m] - x.mean() if m == "meteor" else 0.0  # corpus METEOR ≠ mean sentence METEOR
             boot[m] += (x[idx].mean(1) + shift) / len(per_seed)
     return {m: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] for m, v in boot.items()}
 
@@ -188,26 +196,33 @@ def references(dataset_dir: str | Path, split: Any) -> tuple[list[list[str]], li
     return per_image, text, imgids
 
 
-def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours: list[str],
-              shapes: list[str]) -> dict[str, float]:
+def grounding(
+    captions: list[str], objects: list[list[dict[str, str]]], colours: list[str], shapes: list[str]
+) -> dict[str, float]:
     """How often a generated caption's colour words, shape words and "<colour> <shape>" pairs name
     something in its own image (``objects``: each image's objects with ``colour`` and ``shape``), as
     a precision in %, against the same captions scored on other images (``_chance``: the mean over up
     to 25 cyclic shifts of the images, each giving every caption another image: chance for these very
     words). Plural shapes count (``circles``)."""
+
     def mentions(c: str) -> tuple[list[str], list[str], list[tuple[str, str]]]:
         w = [t[:-1] if t[:-1] in shapes and t not in shapes else t for t in c.lower().split()]
-        return ([t for t in w if t in colours], [t for t in w if t in shapes],
-                [(a, b) for a, b in zip(w, w[1:]) if a in colours and b in shapes])
+        return (
+            [t for t in w if t in colours],
+            [t for t in w if t in shapes],
+            [(a, b) for a, b in zip(w, w[1:]) if a in colours and b in shapes],
+        )
 
     def precision(image_of: np.ndarray) -> dict[str, float]:
         hit = {"colour": [0, 0], "shape": [0, 0], "pair": [0, 0]}
         for c, i in zip(captions, image_of):
             cols, shps, pairs = mentions(c)
             objs = objects[i]
-            for key, found, ok in (("colour", cols, lambda t: any(o["colour"] == t for o in objs)),
-                                   ("shape", shps, lambda t: any(o["shape"] == t for o in objs)),
-                                   ("pair", pairs, lambda p: any((o["colour"], o["shape"]) == p for o in objs))):
+            for key, found, ok in (
+                ("colour", cols, lambda t: any(o["colour"] == t for o in objs)),
+                ("shape", shps, lambda t: any(o["shape"] == t for o in objs)),
+                ("pair", pairs, lambda p: any((o["colour"], o["shape"]) == p for o in objs)),
+            ):
                 hit[key][0] += sum(bool(ok(t)) for t in found)
                 hit[key][1] += len(found)
         return {k: 100.0 * a / b if b else float("nan") for k, (a, b) in hit.items()}
@@ -218,9 +233,12 @@ def grounding(captions: list[str], objects: list[list[dict[str, str]]], colours:
     shifted = [precision((np.arange(n) + d) % n) for d in shifts]
     other = {k: float(np.mean([p[k] for p in shifted])) if shifted and own[k] == own[k] else float("nan") for k in own}
     counts = [mentions(c) for c in captions]
-    return {**{f"{k}_precision": v for k, v in own.items()}, **{f"{k}_chance": v for k, v in other.items()},
-            "captions_naming_a_colour": 100.0 * np.mean([bool(m[0]) for m in counts]) if n else float("nan"),
-            "captions_naming_a_shape": 100.0 * np.mean([bool(m[1]) for m in counts]) if n else float("nan")}
+    return {
+        **{f"{k}_precision": v for k, v in own.items()},
+        **{f"{k}_chance": v for k, v in other.items()},
+        "captions_naming_a_colour": 100.0 * np.mean([bool(m[0]) for m in counts]) if n else float("nan"),
+        "captions_naming_a_shape": 100.0 * np.mean([bool(m[1]) for m in counts]) if n else float("nan"),
+    }
 
 
 @torch.no_grad()
@@ -239,44 +257,70 @@ def input_dependence(system: Any, split: Any, chunk: int = 256, captioning: bool
     usable = split.usable_sentences() & (split.images.counts() > 0)[split.sentence_image]
     j = np.flatnonzero(usable)
     img = split.sentence_image[j]
-    C = torch.cat([system.sentence_vectors(system.encode_sentences(split.sentences.take(j[a:a + chunk])))
-                   for a in range(0, len(j), chunk)])
+    C = torch.cat(
+        [
+            system.sentence_vectors(system.encode_sentences(split.sentences.take(j[a : a + chunk])))
+            for a in range(0, len(j), chunk)
+        ]
+    )
     other = np.roll(np.arange(len(j)), len(j) // 2)
     keep = img[other] != img
     b = draw_targets(split.sentence_image, usable, 0, 0)[j]
 
     def nll(u: torch.Tensor, targets: np.ndarray) -> float:
-        return float(torch.cat([system.caption_nll(u[a:a + chunk], split.sentences.take(targets[a:a + chunk]))
-                                for a in range(0, len(targets), chunk)]).mean()) if len(targets) else float("nan")
+        return (
+            float(
+                torch.cat(
+                    [
+                        system.caption_nll(u[a : a + chunk], split.sentences.take(targets[a : a + chunk]))
+                        for a in range(0, len(targets), chunk)
+                    ]
+                ).mean()
+            )
+            if len(targets)
+            else float("nan")
+        )
+
     out = {"paraphrasing_own": nll(C[keep], b[keep]), "paraphrasing_other": nll(C[other][keep], b[keep])}
     if captioning:
-        U = torch.cat([system.image_vectors(system.encode_images(split.images.take(np.arange(a, min(a + chunk, n)))))
-                       for a in range(0, n, chunk)])
+        U = torch.cat(
+            [
+                system.image_vectors(system.encode_images(split.images.take(np.arange(a, min(a + chunk, n)))))
+                for a in range(0, n, chunk)
+            ]
+        )
         out = {"captioning_own": nll(U[img], j), "captioning_other": nll(U[(img + n // 2) % n], j), **out}
     return out
 
 
 @torch.no_grad()
-def generate(system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256,
-             captioning: bool = True) -> dict[str, list[str]]:
+def generate(
+    system: Any, split: Any, vocab: list[str], beam: int | None = None, chunk: int = 256, captioning: bool = True
+) -> dict[str, list[str]]:
     """Decoded sentences: ``images`` (one per image of ``split``; none when not ``captioning``) and
     ``paraphrases`` (one per caption), words joined by spaces (``vocab``: the tokens view's vocabulary; ``<unk>`` kept)."""
     system.eval()
     words = lambda ids: " ".join(vocab[t] for t in ids)  # noqa: E731
     out: dict[str, list[str]] = {"images": [], "paraphrases": []}
     for key, n, take, encode, vec in (
-            ("images", split.n_images if captioning else 0, split.images.take, system.encode_images, system.image_vectors),
-            ("paraphrases", split.n_sentences, split.sentences.take, system.encode_sentences, system.sentence_vectors)):
+        ("images", split.n_images if captioning else 0, split.images.take, system.encode_images, system.image_vectors),
+        ("paraphrases", split.n_sentences, split.sentences.take, system.encode_sentences, system.sentence_vectors),
+    ):
         for a in range(0, n, chunk):
             u = vec(encode(take(np.arange(a, min(a + chunk, n)))))
             out[key] += [words(s) for s in system.decode(u, beam=beam)]
     return out
 
 
-def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | None = None,
-                  dataset_dir: str | Path | None = None, features_dir: str | Path | None = None,
-                  sentences_file: str | Path | None = None, images: str | None = None
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+def seed_captions(
+    seed_dir: str | Path,
+    split_name: str = "test",
+    beam: int | None = None,
+    dataset_dir: str | Path | None = None,
+    features_dir: str | Path | None = None,
+    sentences_file: str | Path | None = None,
+    images: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Generate and score one trained seed: (scores with their per-item parts, for :func:`bootstrap`;
     the record of every generated sentence beside its references and the scores). ``sentences_file``
     and ``images`` as in :func:`fraglib.evaluate.load_trained`; image view ``none``: paraphrasing only."""
@@ -297,29 +341,49 @@ def seed_captions(seed_dir: str | Path, split_name: str = "test", beam: int | No
         others = [text[k] for k in np.flatnonzero(split.sentence_image == split.sentence_image[j]) if k != j]
         if others:
             para_refs[int(j)] = others
-    skipped = {"images_without_features": int((~has_image).sum()),
-               "inputs_without_words_or_image": int((~usable).sum()),
-               "inputs_without_another_caption": int(usable.sum()) - len(para_refs)}
+    skipped = {
+        "images_without_features": int((~has_image).sum()),
+        "inputs_without_words_or_image": int((~usable).sum()),
+        "inputs_without_another_caption": int(usable.sum()) - len(para_refs),
+    }
     scores = {"paraphrasing": caption_scores(para_refs, {j: gen["paraphrases"][j] for j in para_refs})}
     if captioning:
-        scores["captioning"] = caption_scores({i: per_image[i] for i in cap_keys}, {i: gen["images"][i] for i in cap_keys})
-    if captioning and (ddir / "ground_truth.json").exists():   # the synthetic benchmark: is it the right objects?
+        scores["captioning"] = caption_scores(
+            {i: per_image[i] for i in cap_keys}, {i: gen["images"][i] for i in cap_keys}
+        )
+    if captioning and (ddir / "ground_truth.json").exists():  # the synthetic benchmark: is it the right objects?
         truth = json.loads((ddir / "ground_truth.json").read_text())
         objs = {im["imgid"]: im["objects"] for im in truth["images"]}
         shapes = sorted({o["shape"] for im in truth["images"] for o in im["objects"]})
-        scores["grounding"] = grounding([gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys],
-                                        list(truth["colours"]), shapes)
+        scores["grounding"] = grounding(
+            [gen["images"][i] for i in cap_keys], [objs[imgids[i]] for i in cap_keys], list(truth["colours"]), shapes
+        )
     scores["input_dependence"] = input_dependence(system, split, captioning=captioning)
     cider = {i: float(c) for i, c in zip(cap_keys, scores["captioning"]["per_item"]["cider"])} if captioning else {}
-    record = {"beam": beam or system.cfg.beam, "split": split_name, "skipped": skipped,
-              "dataset_dir": str(ddir),
-              "unk_share": float((split.sentences.data["rel"] == 0).float().mean()) if split.sentences.n else None,
-              "grounding": scores.get("grounding"), "input_dependence": scores["input_dependence"],
-              "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS if t in scores},
-              "captioning": [{"image": int(i), "caption": gen["images"][i], "references": per_image[i],
-                              "cider": cider.get(i)} for i in range(split.n_images) if captioning],
-              "paraphrasing": [{"sentence": int(j), "input": text[j], "paraphrase": gen["paraphrases"][j],
-                                "references": para_refs.get(j, [])} for j in range(split.n_sentences)]}
+    record = {
+        "beam": beam or system.cfg.beam,
+        "split": split_name,
+        "skipped": skipped,
+        "dataset_dir": str(ddir),
+        "unk_share": float((split.sentences.data["rel"] == 0).float().mean()) if split.sentences.n else None,
+        "grounding": scores.get("grounding"),
+        "input_dependence": scores["input_dependence"],
+        "scores": {t: {m: scores[t][m] for m in METRICS} for t in TASKS if t in scores},
+        "captioning": [
+            {"image": int(i), "caption": gen["images"][i], "references": per_image[i], "cider": cider.get(i)}
+            for i in range(split.n_images)
+            if captioning
+        ],
+        "paraphrasing": [
+            {
+                "sentence": int(j),
+                "input": text[j],
+                "paraphrase": gen["paraphrases"][j],
+                "references": para_refs.get(j, []),
+            }
+            for j in range(split.n_sentences)
+        ],
+    }
     return scores, compact_record(record)
 
 
@@ -336,9 +400,17 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
             pos[t] = len(texts)
             texts.append(t)
         return pos[t]
+
     out = {k: v for k, v in record.items() if k not in ("captioning", "paraphrasing")}
-    out["paraphrasing"] = [{"sentence": p["sentence"], "input": at(p["input"]), "paraphrase": p["paraphrase"],
-                            "references": [at(r) for r in p["references"]]} for p in record["paraphrasing"]]
+    out["paraphrasing"] = [
+        {
+            "sentence": p["sentence"],
+            "input": at(p["input"]),
+            "paraphrase": p["paraphrase"],
+            "references": [at(r) for r in p["references"]],
+        }
+        for p in record["paraphrasing"]
+    ]
     out["captioning"] = [{**c, "references": [at(r) for r in c["references"]]} for c in record["captioning"]]
     out["texts"] = texts
     return out
@@ -350,21 +422,35 @@ def read_record(path: str | Path) -> dict[str, Any]:
     if "texts" not in rec:
         return rec
     t = rec.pop("texts")
-    rec["paraphrasing"] = [{**p, "input": t[p["input"]], "references": [t[r] for r in p["references"]]}
-                           for p in rec["paraphrasing"]]
+    rec["paraphrasing"] = [
+        {**p, "input": t[p["input"]], "references": [t[r] for r in p["references"]]} for p in rec["paraphrasing"]
+    ]
     rec["captioning"] = [{**c, "references": [t[r] for r in c["references"]]} for c in rec["captioning"]]
     return rec
 
 
 def caption_family(run_dir: Path, name: str, seeds: list[int] | None = None) -> list[Path]:
     """``<name>.json`` and the per-seed files under ``<name>/``: those there now, or (``seeds``) those a run writes."""
-    per = [run_dir / name / f"seed{s}.json" for s in seeds] if seeds is not None else sorted((run_dir / name).glob("*.json"))
+    per = (
+        [run_dir / name / f"seed{s}.json" for s in seeds]
+        if seeds is not None
+        else sorted((run_dir / name).glob("*.json"))
+    )
     return [run_dir / f"{name}.json"] + per
 
 
-def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = None, n_boot: int = 200,
-                 dataset_dir: str | None = None, features_dir: str | None = None, parse_file: str | None = None,
-                 images: str | None = None, name: str = "captions", overwrite: bool = False) -> dict[str, Any]:
+def run_captions(
+    run_dir: str | Path,
+    split: str = "test",
+    beam: int | None = None,
+    n_boot: int = 200,
+    dataset_dir: str | None = None,
+    features_dir: str | None = None,
+    parse_file: str | None = None,
+    images: str | None = None,
+    name: str = "captions",
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir`` and
     ``parse_file``): writes ``<run_dir>/<name>/seed<N>.json`` (the sentences) and returns the run's
     summary, also written to ``<run_dir>/<name>.json`` (beside, never inside, the training stage's
@@ -378,8 +464,12 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "metrics.json").read_text())
     seeds = summary["seeds"]
-    claim(caption_family(run_dir, name), caption_family(run_dir, name, seeds), overwrite,
-          f"fraglib.captions --run-dir {run_dir} --name {name}")
+    claim(
+        caption_family(run_dir, name),
+        caption_family(run_dir, name, seeds),
+        overwrite,
+        f"fraglib.captions --run-dir {run_dir} --name {name}",
+    )
     (run_dir / name).mkdir(exist_ok=True)
     fmt = lambda x, s: x.format(seed=s) if x else None  # noqa: E731
     if parse_file and not dataset_dir:
@@ -394,23 +484,34 @@ def run_captions(run_dir: str | Path, split: str = "test", beam: int | None = No
                 vocab = load(best_of(seed_dir), torch.device("cpu"))["info"]["relations"]
                 reencoded = run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s))
             scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
-        record["reencoded"] = reencoded                                   # counts over all the data's captions
+        record["reencoded"] = reencoded  # counts over all the data's captions
         unk.append(record["unk_share"])
         write_text(run_dir / name / f"seed{s}.json", json.dumps(record, separators=(",", ":")) + "\n")
         per_seed.append(scores)
-    out: dict[str, Any] = {"run": summary["run"], "seeds": seeds, "split": split, "beam": beam, "n_boot": n_boot,
-                           "dataset_dir": dataset_dir, "images": images,
-                           "unk_share": float(np.mean(unk)) if None not in unk else None}   # of the split's tokens
+    out: dict[str, Any] = {
+        "run": summary["run"],
+        "seeds": seeds,
+        "split": split,
+        "beam": beam,
+        "n_boot": n_boot,
+        "dataset_dir": dataset_dir,
+        "images": images,
+        "unk_share": float(np.mean(unk)) if None not in unk else None,
+    }  # of the split's tokens
     for t in (t for t in TASKS if t in per_seed[0]):
         runs = [p[t] for p in per_seed]
         out[t] = {m: float(np.mean([r[m] for r in runs])) for m in METRICS}
         out[t + "_per_seed"] = {str(s): {m: r[m] for m in METRICS} for s, r in zip(seeds, runs)}
         out[t + "_ci"] = bootstrap(runs, n_boot) if len({len(r["per_item"]["cider"]) for r in runs}) == 1 else None
-    out["input_dependence"] = {k: float(np.mean([p["input_dependence"][k] for p in per_seed]))
-                               for k in per_seed[0]["input_dependence"]}
+    out["input_dependence"] = {
+        k: float(np.mean([p["input_dependence"][k] for p in per_seed])) for k in per_seed[0]["input_dependence"]
+    }
     if all("grounding" in p for p in per_seed):
-        vals = {k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]] for k in per_seed[0]["grounding"]}
-        out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}     # nan: nothing named
+        vals = {
+            k: [p["grounding"][k] for p in per_seed if p["grounding"][k] == p["grounding"][k]]
+            for k in per_seed[0]["grounding"]
+        }
+        out["grounding"] = {k: float(np.mean(v)) if v else float("nan") for k, v in vals.items()}  # nan: nothing named
     write_text(run_dir / f"{name}.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
@@ -423,8 +524,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--dataset-dir", help="default: each checkpoint's own; may hold {seed}")
     ap.add_argument("--features-dir")
-    ap.add_argument("--parse-file", help="other data: its CoNLL-U parse (may hold {seed}); its captions are "
-                                         "re-encoded in each model's vocabulary (transfer)")
+    ap.add_argument(
+        "--parse-file",
+        help="other data: its CoNLL-U parse (may hold {seed}); its captions are "
+        "re-encoded in each model's vocabulary (transfer)",
+    )
     ap.add_argument("--images", choices=["none"], help="none: text only (paraphrasing alone), e.g. data without images")
     ap.add_argument("--name", default="captions", help="output name: <run-dir>/<name>.json and <run-dir>/<name>/")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
@@ -439,10 +543,25 @@ def main(argv: list[str] | None = None) -> None:
     run_dir = Path(args.run_dir)
     if (run_dir / "metrics.json").exists():
         seeds = json.loads((run_dir / "metrics.json").read_text()).get("seeds", [])
-        claim_cli(ap, caption_family(run_dir, args.name), caption_family(run_dir, args.name, seeds), args.overwrite,
-                  f"fraglib.captions --run-dir {run_dir} --name {args.name}")
-    s = run_captions(args.run_dir, args.split, args.beam, args.n_boot, args.dataset_dir, args.features_dir,
-                     args.parse_file, args.images, args.name, overwrite=True)
+        claim_cli(
+            ap,
+            caption_family(run_dir, args.name),
+            caption_family(run_dir, args.name, seeds),
+            args.overwrite,
+            f"fraglib.captions --run-dir {run_dir} --name {args.name}",
+        )
+    s = run_captions(
+        args.run_dir,
+        args.split,
+        args.beam,
+        args.n_boot,
+        args.dataset_dir,
+        args.features_dir,
+        args.parse_file,
+        args.images,
+        args.name,
+        overwrite=True,
+    )
     for t in (t for t in TASKS if t in s):
         print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))
 

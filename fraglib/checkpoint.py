@@ -19,6 +19,7 @@ belong to its ``last.pt`` is never finished silently from other weights. The tra
 alone after epoch 1): the run resumes from ``last.pt`` (or starts again) and rewrites that epoch
 exactly. One process at a time trains a run folder (:func:`run_lock`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,10 +64,12 @@ def save(path: str | Path, ck: dict[str, Any]) -> None:
     try:
         with atomic(path) as tmp:
             torch.save({"format": FORMAT, **ck}, tmp)
-    except (RuntimeError, OSError) as exc:          # torch: "[enforce fail at inline_container.cc:...] ... file write failed"
-        raise OSError(f"{path}: writing the checkpoint failed, is the disk full? ({_first_line(exc)}). The previous "
-                      f"{path.name}, if any, is intact: free some space and run the same command again to resume "
-                      "from it") from None
+    except (RuntimeError, OSError) as exc:  # torch: "[enforce fail at inline_container.cc:...] ... file write failed"
+        raise OSError(
+            f"{path}: writing the checkpoint failed, is the disk full? ({_first_line(exc)}). The previous "
+            f"{path.name}, if any, is intact: free some space and run the same command again to resume "
+            "from it"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -90,9 +93,11 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
         if "weights_only" in str(exc):
-            raise CheckpointError(f"{path}: not a plain-tensor fraglib checkpoint (it holds {_not_plain(exc)}); it is "
-                                  "not loaded, since loading it could run code. Train the run again (or delete the "
-                                  "file) to replace it") from None
+            raise CheckpointError(
+                f"{path}: not a plain-tensor fraglib checkpoint (it holds {_not_plain(exc)}); it is "
+                "not loaded, since loading it could run code. Train the run again (or delete the "
+                "file) to replace it"
+            ) from None
         raise CheckpointError(f"{path}: not a readable fraglib checkpoint ({_first_line(exc)})") from None
     if not isinstance(ck, dict) or ck.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a fraglib checkpoint (no format {FORMAT!r})")
@@ -114,8 +119,10 @@ def best_of(seed_dir: str | Path) -> Path:
     if named and (Path(named) / "best.pt").exists():
         return Path(named) / "best.pt"
     where = f"{seed_dir}/best.pt" + (f" or {named}/best.pt" if named else "")
-    raise CheckpointError(f"{where}: checkpoint not found; checkpoints are DVC outputs: `dvc pull` them from a shared "
-                          "remote or rebuild them with `dvc repro` (the run's train stage)")
+    raise CheckpointError(
+        f"{where}: checkpoint not found; checkpoints are DVC outputs: `dvc pull` them from a shared "
+        "remote or rebuild them with `dvc repro` (the run's train stage)"
+    )
 
 
 def has_checkpoint(seed_dir: str | Path) -> bool:
@@ -141,21 +148,26 @@ def load_system(path: str | Path, device: Any = "cpu"):
     return system, ck
 
 
-def _differs(ck: dict[str, Any], identity: dict[str, Any], defaults: dict[str, dict[str, Any]] | None = None) -> list[str]:
+def _differs(
+    ck: dict[str, Any], identity: dict[str, Any], defaults: dict[str, dict[str, Any]] | None = None
+) -> list[str]:
     """The :data:`IDENTITY` fields where ``ck`` and ``identity`` disagree; a settings dict of ``ck`` first
     gets ``defaults[field]`` for the keys it lacks (settings added after it was written) and loses the keys
     ``identity`` lacks (settings removed since: the six evaluation keys that left ``train_config``)."""
+
     def stored(k: str) -> Any:
         v = ck.get(k)
         if not (defaults and k in defaults and isinstance(v, dict) and isinstance(identity[k], dict)):
             return v
         v = {**defaults[k], **v}
         return {key: v[key] for key in identity[k] if key in v}
+
     return [k for k in IDENTITY if stored(k) != identity[k]]
 
 
-def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
-           defaults: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def resume(
+    out: Path, identity: dict[str, Any], restart: bool, log=print, defaults: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """The ``last.pt`` of ``out`` to resume from, or None to start from scratch.
 
     ``identity``: the :data:`IDENTITY` fields of the run about to train. A checkpoint with other
@@ -172,9 +184,9 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
         except CheckpointError as exc:
             b, problem = None, str(exc)
         if not problem:
-            if b.get("epoch") == 0:                 # a closed-form fit (kcca, random): finished, nothing to train
+            if b.get("epoch") == 0:  # a closed-form fit (kcca, random): finished, nothing to train
                 return b
-            if b.get("epoch") == 1:                 # killed between best.pt and last.pt of the first epoch
+            if b.get("epoch") == 1:  # killed between best.pt and last.pt of the first epoch
                 log(f"{best} is ahead of a missing {last} (killed during epoch 1's writes): training from scratch")
                 best.unlink()
                 return None
@@ -192,7 +204,7 @@ def resume(out: Path, identity: dict[str, Any], restart: bool, log=print,
             elif ck.get("best_epoch") is not None:
                 try:
                     b = load(best)
-                    ahead = b.get("epoch") == ck["epoch"] + 1      # killed between this epoch's two writes
+                    ahead = b.get("epoch") == ck["epoch"] + 1  # killed between this epoch's two writes
                     if _differs(b, identity, defaults) or (b.get("epoch") != ck["best_epoch"] and not ahead):
                         problem = f"{best} does not belong to {last} (best epoch {ck['best_epoch']})"
                 except CheckpointError as exc:
@@ -212,7 +224,7 @@ def run_lock(*folders: str | Path) -> Iterator[None]:
     """Hold ``<folder>/.lock`` in each of ``folders`` (a non-blocking ``flock``) while this process trains
     into them; a second writer stops at once with RunLocked naming the folder. The OS drops the lock when
     its process dies, so a killed run resumes; the file is removed on release."""
-    unique: dict[Path, Path] = {}                       # one lock per folder (two spellings: one), as first named
+    unique: dict[Path, Path] = {}  # one lock per folder (two spellings: one), as first named
     for f in folders:
         unique.setdefault(Path(f).resolve(), Path(f))
     with contextlib.ExitStack() as held:
@@ -233,14 +245,16 @@ def _flock(folder: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLocked(f"{folder}: another process is training this run folder (it holds {lock}); wait for it "
-                            "to finish or stop it, or train into another folder") from None
+            raise RunLocked(
+                f"{folder}: another process is training this run folder (it holds {lock}); wait for it "
+                "to finish or stop it, or train into another folder"
+            ) from None
         try:
             if os.path.samestat(os.fstat(fd), os.stat(lock)):
                 break
         except FileNotFoundError:
             pass
-        os.close(fd)                        # its holder removed the file as it let go: lock the new one
+        os.close(fd)  # its holder removed the file as it let go: lock the new one
     try:
         yield
     finally:

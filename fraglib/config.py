@@ -3,6 +3,7 @@
 Every error names the parameter (``section.key``) and what is allowed, so a typo in
 ``params.yaml`` stops a stage with a message rather than a silent default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,8 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def read_yaml(path: str | Path = "params.yaml") -> dict[str, Any]:
@@ -85,8 +86,9 @@ def from_dict(section: str, values: dict[str, Any] | None, cls: type[T], names: 
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}: unknown parameter{did_you_mean(unknown[0], fields)}, "
-                          f"allowed: {', '.join(fields)}")
+        raise ConfigError(
+            f"{section}.{unknown[0]}: unknown parameter{did_you_mean(unknown[0], fields)}, allowed: {', '.join(fields)}"
+        )
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if validate is not None:
@@ -95,8 +97,9 @@ def from_dict(section: str, values: dict[str, Any] | None, cls: type[T], names: 
         except ConfigError as exc:
             if not names:
                 raise
-            raise ConfigError(re.sub(rf"(?<![\w.-]){re.escape(section)}\.(\w+)", lambda m: names.get(m[1], m[0]),
-                                     str(exc))) from None
+            raise ConfigError(
+                re.sub(rf"(?<![\w.-]){re.escape(section)}\.(\w+)", lambda m: names.get(m[1], m[0]), str(exc))
+            ) from None
     return obj
 
 

@@ -4,6 +4,7 @@ Order: the ``FRAGLIB_DEVICE`` environment variable if set (``cpu``, ``cuda``, ``
 else CUDA when a GPU is visible, else Apple MPS, else CPU. A CUDA build of torch on a machine
 without a GPU falls through to the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,10 @@ def select_device(preference: str | None = None) -> tuple[torch.device, str]:
             raise ValueError(f"{source}={preference!r}: not a torch device; use cpu, cuda, cuda:N or mps") from exc
         if dev.type == "cuda":
             if not torch.cuda.is_available():
-                raise ValueError(f"{source}={preference!r}: CUDA requested but torch sees no CUDA device "
-                                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+                raise ValueError(
+                    f"{source}={preference!r}: CUDA requested but torch sees no CUDA device "
+                    f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})"
+                )
             idx = dev.index or 0
             if idx >= torch.cuda.device_count():
                 raise ValueError(f"{source}={preference!r}: only {torch.cuda.device_count()} CUDA device(s)")
@@ -45,7 +48,7 @@ def select_device(preference: str | None = None) -> tuple[torch.device, str]:
         if dev.type not in ("cpu", "cuda", "mps"):
             raise ValueError(f"{source}={preference!r}: unsupported device type, use cpu, cuda, cuda:N or mps")
         return dev, f"{dev.type} (requested by {source})"
-    if torch.cuda.is_available():                 # under torchrun: this process's GPU (LOCAL_RANK)
+    if torch.cuda.is_available():  # under torchrun: this process's GPU (LOCAL_RANK)
         idx = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
         return torch.device("cuda", idx), f"{_cuda_name(idx)} (CUDA detected)"
     if _mps_available():

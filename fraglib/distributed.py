@@ -12,6 +12,7 @@ the same batch, to float tolerance (tests/test_distributed.py). Dropout draws it
 with dropout the runs agree in distribution, not in floats. Rank 0 alone validates, writes checkpoints,
 metrics and reports; a kill resumes as before (every process reads rank 0's ``last.pt``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,9 +61,11 @@ class Context:
             t = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
             return [g.cpu().numpy().astype(x.dtype, copy=False) for g in self._gather_leaf(t)]
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"cannot exchange an encoding part of type {type(x).__name__} between processes "
-                            "(tensors, numpy arrays, ints, tuples, lists and dataclasses only)")
-        if x.device != self.device and x.device.type == "cpu":    # a CPU copy (Rows.cpu) beside GPU data: NCCL
+            raise TypeError(
+                f"cannot exchange an encoding part of type {type(x).__name__} between processes "
+                "(tensors, numpy arrays, ints, tuples, lists and dataclasses only)"
+            )
+        if x.device != self.device and x.device.type == "cpu":  # a CPU copy (Rows.cpu) beside GPU data: NCCL
             return [g.cpu() for g in self._gather_leaf(x.to(self.device))]  # exchanges device tensors only
         if x.dim() > 8:
             raise ValueError(f"cannot exchange a tensor of {x.dim()} dimensions (8 at most)")
@@ -118,9 +121,10 @@ def _flatten(obj: Any) -> tuple[list[Any], Any]:
         def build(leaves, parts=parts, counts=counts, kind=type(obj)):
             out, a = [], 0
             for (_, b), n in zip(parts, counts):
-                out.append(b(leaves[a:a + n]))
+                out.append(b(leaves[a : a + n]))
                 a += n
             return kind(out) if kind in (tuple, list) else kind(*out)
+
         return [x for p in parts for x in p[0]], build
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         names = [f.name for f in dataclasses.fields(obj)]
@@ -160,8 +164,8 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # 1 = PR_SET_PDEATHSIG
-        if os.getppid() == 1:                     # the parent died before the line above took effect
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the line above took effect
             os._exit(1)
 
 

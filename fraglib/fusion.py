@@ -13,6 +13,7 @@ fusing any two models gains). The output folder has the layout of a trained run 
 ``seeds/seed<unit>/{metrics.json,ranks.json}``), so the reports' paired bootstrap reads it like one.
 It is never one of the two runs, and an existing one is replaced (whole) only with ``--overwrite``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ def standardiser(S: torch.Tensor) -> tuple[float, float]:
     return float(x.mean()), sd if sd > 0 else 1.0
 
 
-def fuse(Sa: torch.Tensor, Sb: torch.Tensor, w: float, za: tuple[float, float], zb: tuple[float, float]) -> torch.Tensor:
+def fuse(
+    Sa: torch.Tensor, Sb: torch.Tensor, w: float, za: tuple[float, float], zb: tuple[float, float]
+) -> torch.Tensor:
     """(n, m) ``w (Sa − μa)/σa + (1 − w)(Sb − μb)/σb``; a term of weight 0 is left out (its -inf entries
     do not turn the sum into NaN)."""
     terms = [(w, Sa, za), (1.0 - w, Sb, zb)]
@@ -45,8 +48,12 @@ def fuse(Sa: torch.Tensor, Sb: torch.Tensor, w: float, za: tuple[float, float], 
 
 def val_rsum(S: torch.Tensor, sentence_image: np.ndarray, what: str = "fused validation scores") -> float:
     """Validation R-sum (R@1+5+10 of both directions) of one score matrix (``what`` names it in errors)."""
-    return rsum({"annotation": recall_table(annotation_ranks(S, sentence_image, what=what)),
-                 "search": recall_table(search_ranks(S, sentence_image, what=what))})
+    return rsum(
+        {
+            "annotation": recall_table(annotation_ranks(S, sentence_image, what=what)),
+            "search": recall_table(search_ranks(S, sentence_image, what=what)),
+        }
+    )
 
 
 def unit_pairs(run_a: Path, run_b: Path) -> list[tuple[str, str, str]]:
@@ -83,15 +90,19 @@ def fusion_pairs(run_a: Path, run_b: Path, out: Path) -> list[tuple[str, str, st
     units was trained on the same dataset (:func:`trained_on`). ValueError names what to change."""
     for r in (run_a, run_b):
         if out.resolve() == r.resolve():
-            raise ValueError(f"the fused run's folder {out} is the input run {r}: fusion never writes into a run it "
-                             f"reads; give another folder (e.g. {r.parent / f'fuse_{run_a.name}_{run_b.name}'})")
+            raise ValueError(
+                f"the fused run's folder {out} is the input run {r}: fusion never writes into a run it "
+                f"reads; give another folder (e.g. {r.parent / f'fuse_{run_a.name}_{run_b.name}'})"
+            )
     pairs = unit_pairs(run_a, run_b)
     for name, ua, ub in pairs:
         (ha, da), (hb, db) = trained_on(run_a / "seeds" / f"seed{ua}"), trained_on(run_b / "seeds" / f"seed{ub}")
         if ha != hb:
-            raise ValueError(f"unit {name}: {run_a} (seed{ua}, trained on {da}) and {run_b} (seed{ub}, trained on "
-                             f"{db}) were trained on different datasets (dataset.json sha256 {str(ha)[:12]} vs "
-                             f"{str(hb)[:12]}): fusion compares two systems on the same validation and test splits")
+            raise ValueError(
+                f"unit {name}: {run_a} (seed{ua}, trained on {da}) and {run_b} (seed{ub}, trained on "
+                f"{db}) were trained on different datasets (dataset.json sha256 {str(ha)[:12]} vs "
+                f"{str(hb)[:12]}): fusion compares two systems on the same validation and test splits"
+            )
     return pairs
 
 
@@ -114,8 +125,9 @@ def fused_files(out: Path, pairs: list[tuple[str, str, str]] | None = None) -> l
     (``pairs``) those a fusion of ``pairs`` writes."""
     if pairs is None:
         return [out / "metrics.json"] + sorted(p for p in (out / "seeds").rglob("*") if p.is_file())
-    return [out / "metrics.json"] + [out / "seeds" / f"seed{n}" / f for n, _, _ in pairs
-                                     for f in ("metrics.json", "ranks.json")]
+    return [out / "metrics.json"] + [
+        out / "seeds" / f"seed{n}" / f for n, _, _ in pairs for f in ("metrics.json", "ranks.json")
+    ]
 
 
 def unit_scores(seed_dir: Path) -> dict[str, Any]:
@@ -126,15 +138,21 @@ def unit_scores(seed_dir: Path) -> dict[str, Any]:
     return {s: (score_matrix(system, splits[s]), splits[s].sentence_image) for s in ("val", "test")}
 
 
-def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tuple[float, ...] = WEIGHTS,
-              n_boot: int = 1000, label: str | None = None, overwrite: bool = False) -> dict[str, Any]:
+def fuse_runs(
+    run_a: str | Path,
+    run_b: str | Path,
+    out: str | Path,
+    weights: tuple[float, ...] = WEIGHTS,
+    n_boot: int = 1000,
+    label: str | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Fuse two trained runs (module docstring; checkpoints in ``<run>/seeds/seed<unit>/``) into the run
     folder ``out``; returns its summary. Before any scoring: :func:`fusion_pairs`' checks, and an existing
     fused run in ``out`` is refused unless ``overwrite`` (then replaced whole: :func:`fraglib.outputs.claim`)."""
     from tqdm.auto import tqdm
 
-    from fraglib.study import unit_seed
-    from fraglib.study import summarise
+    from fraglib.study import summarise, unit_seed
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)
     pairs = fusion_pairs(run_a, run_b, out)
@@ -145,24 +163,47 @@ def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tu
         check_scored(name, run_a, run_b, a, b)
         scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
     pair = f"{run_a} + {run_b}"
-    by_w = {w: float(np.mean([val_rsum(fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1],
-                                       f"{pair}, unit {name}: fused validation scores (w = {w})")
-                              for name, a, b, za, zb in scores])) for w in weights}
-    w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))       # ties: the more even mix
+    by_w = {
+        w: float(
+            np.mean(
+                [
+                    val_rsum(
+                        fuse(a["val"][0], b["val"][0], w, za, zb),
+                        a["val"][1],
+                        f"{pair}, unit {name}: fused validation scores (w = {w})",
+                    )
+                    for name, a, b, za, zb in scores
+                ]
+            )
+        )
+        for w in weights
+    }
+    w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))  # ties: the more even mix
     tests = []
     for name, a, b, za, zb in scores:
-        m = evaluate_scores(fuse(a["test"][0], b["test"][0], w_best, za, zb), a["test"][1], n_boot, unit_seed(name),
-                            f"{pair}, unit {name}: fused test scores (w = {w_best})")
+        m = evaluate_scores(
+            fuse(a["test"][0], b["test"][0], w_best, za, zb),
+            a["test"][1],
+            n_boot,
+            unit_seed(name),
+            f"{pair}, unit {name}: fused test scores (w = {w_best})",
+        )
         d = out / "seeds" / f"seed{name}"
         write_text(d / "ranks.json", json.dumps(m.pop("ranks")) + "\n")
         write_text(d / "metrics.json", json.dumps({"test": m, "weight": w_best}, indent=1, sort_keys=True) + "\n")
         tests.append(m)
     keys = [p[0] for p in pairs]
     seeds = sorted({unit_seed(k) for k in keys})
-    head = {"run": out.name, "system": "fusion", "seeds": seeds, "runs": [run_a.name, run_b.name],
-            "units_fused": {n: [ua, ub] for n, ua, ub in pairs}, "weight": w_best,
-            "val_rsum_by_weight": {str(w): round(v, 2) for w, v in by_w.items()},
-            "label": label or f"late fusion: {run_a.name} + {run_b.name} (weight chosen on validation)"}
+    head = {
+        "run": out.name,
+        "system": "fusion",
+        "seeds": seeds,
+        "runs": [run_a.name, run_b.name],
+        "units_fused": {n: [ua, ub] for n, ua, ub in pairs},
+        "weight": w_best,
+        "val_rsum_by_weight": {str(w): round(v, 2) for w, v in by_w.items()},
+        "label": label or f"late fusion: {run_a.name} + {run_b.name} (weight chosen on validation)",
+    }
     summary = summarise(head, keys, [unit_seed(k) for k in keys], tests)
     write_text(out / "metrics.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return summary
@@ -170,8 +211,13 @@ def fuse_runs(run_a: str | Path, run_b: str | Path, out: str | Path, weights: tu
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", nargs=2, required=True, metavar=("RUN_A", "RUN_B"),
-                    help="two trained run folders (metrics.json + seeds/); the weight w multiplies RUN_A")
+    ap.add_argument(
+        "--runs",
+        nargs=2,
+        required=True,
+        metavar=("RUN_A", "RUN_B"),
+        help="two trained run folders (metrics.json + seeds/); the weight w multiplies RUN_A",
+    )
     ap.add_argument("--out", required=True, help="the fused run's folder")
     ap.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="the grid of w (comma-separated, in [0, 1])")
     ap.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of each unit's test CIs")
@@ -196,8 +242,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(exc))
     claim_cli(ap, fused_files(out), fused_files(out, pairs), args.overwrite, f"fraglib.fusion --out {out}")
     s = fuse_runs(run_a, run_b, out, weights, args.n_boot, args.label, overwrite=True)
-    print(f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
-          f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}")
+    print(
+        f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
+        f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}"
+    )
 
 
 if __name__ == "__main__":

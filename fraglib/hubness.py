@@ -19,6 +19,7 @@ The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the sa
 *inductive* — queries of the training split (what a deployed system has); *transductive* (``bank=None``)
 — the other test queries: for query q the statistics leave row q out, so no query normalises itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,12 +43,12 @@ def k_occurrence(Q: torch.Tensor | np.ndarray, k: int = 10, chunk: int = 1024) -
     """(n_candidates,) int64 ``N_k``: for each candidate, the queries having it in their top ``k``."""
     Q = torch.as_tensor(Q)
     n_q, n_c = Q.shape
-    if not 1 <= k < n_c:        # with k >= n_c every candidate is in every top k: N_k constant, skewness 0
+    if not 1 <= k < n_c:  # with k >= n_c every candidate is in every top k: N_k constant, skewness 0
         raise ValueError(f"hubness k = {k}: needs 1 <= k < {n_c}, the number of candidates (evaluation.hub_k sets k)")
     counts = torch.zeros(n_c, dtype=torch.long)
     for a in range(0, n_q, chunk):
-        blk = Q[a:a + chunk]
-        bound = blk.topk(k + 1, dim=1).values[:, -1:]   # the (k+1)-th largest value bounds the top k strictly
+        blk = Q[a : a + chunk]
+        bound = blk.topk(k + 1, dim=1).values[:, -1:]  # the (k+1)-th largest value bounds the top k strictly
         inside = blk > bound
         counts += (inside & torch.isfinite(blk)).sum(dim=0).cpu()
     return counts.numpy()
@@ -57,7 +58,7 @@ def skewness(x: np.ndarray) -> float:
     """Population skewness ``E[(x − μ)³] / σ³`` (0 for a constant ``x``)."""
     x = np.asarray(x, np.float64)
     sd = x.std()
-    return float(((x - x.mean()) ** 3).mean() / sd ** 3) if sd > 0 else 0.0
+    return float(((x - x.mean()) ** 3).mean() / sd**3) if sd > 0 else 0.0
 
 
 def hubness_stats(counts: np.ndarray, k: int) -> dict[str, float]:
@@ -66,15 +67,21 @@ def hubness_stats(counts: np.ndarray, k: int) -> dict[str, float]:
     ``mean`` N_k (= k x queries / candidates when no query has fewer than k finite candidates)."""
     c = np.sort(np.asarray(counts))[::-1]
     top = max(1, int(np.ceil(0.05 * len(c))))
-    return {"k": k, "skewness": skewness(c), "never": float(100.0 * np.mean(c == 0)), "max": int(c[0]),
-            "top5_share": float(100.0 * c[:top].sum() / max(c.sum(), 1)), "mean": float(c.mean())}
+    return {
+        "k": k,
+        "skewness": skewness(c),
+        "never": float(100.0 * np.mean(c == 0)),
+        "max": int(c[0]),
+        "top5_share": float(100.0 * c[:top].sum() / max(c.sum(), 1)),
+        "mean": float(c.mean()),
+    }
 
 
 # ----------------------------------------------------------------------------- corrections
 def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``β Q − log Σ_b exp(β B[b, c])``; ``bank`` (n_b, n_c), or None: the other
     queries of ``Q`` (row q left out of its own normaliser)."""
-    if not (math.isfinite(beta) and beta > 0):     # NaN or inf would make every score NaN
+    if not (math.isfinite(beta) and beta > 0):  # NaN or inf would make every score NaN
         raise ValueError(f"inverted softmax: the inverse temperature β must be finite and > 0, got {beta}")
     Q = torch.as_tensor(Q).double()
     X = beta * Q
@@ -83,13 +90,13 @@ def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = N
     else:
         if Q.shape[0] < 2:
             raise ValueError("transductive inverted softmax needs at least 2 queries")
-        m1, i1 = X.max(dim=0)                                      # (n_c,) the largest term and its row
-        T1 = torch.exp(X - m1).nansum(dim=0)                       # >= 1 where m1 is finite
-        rest = T1[None, :] - torch.exp(X - m1)                     # row q left out; >= 1 unless q is the argmax
+        m1, i1 = X.max(dim=0)  # (n_c,) the largest term and its row
+        T1 = torch.exp(X - m1).nansum(dim=0)  # >= 1 where m1 is finite
+        rest = T1[None, :] - torch.exp(X - m1)  # row q left out; >= 1 unless q is the argmax
         norm = m1 + torch.log(rest)
         own = torch.zeros_like(X, dtype=torch.bool)
         own[i1, torch.arange(X.shape[1])] = True
-        X2 = X.masked_fill(own, float("-inf"))                     # the argmax row's normaliser: the others
+        X2 = X.masked_fill(own, float("-inf"))  # the argmax row's normaliser: the others
         m2 = X2.max(dim=0).values
         norm_top = m2 + torch.log(torch.exp(X2 - m2).nansum(dim=0))
         norm = torch.where(own, norm_top[None, :].expand_as(norm), norm)
@@ -108,8 +115,8 @@ def csls(Q: torch.Tensor, k: int, bank: torch.Tensor | None = None) -> torch.Ten
     else:
         if not 1 <= k <= Q.shape[0] - 1:
             raise ValueError(f"transductive CSLS k={k}: needs 1 <= k <= {Q.shape[0] - 1} other queries")
-        top = Q.topk(k + 1, dim=0).values                          # (k+1, n_c) descending
-        with_q = (top.sum(dim=0)[None, :] - Q) / k                 # q among the k largest: the k+1 minus q
+        top = Q.topk(k + 1, dim=0).values  # (k+1, n_c) descending
+        with_q = (top.sum(dim=0)[None, :] - Q) / k  # q among the k largest: the k+1 minus q
         without_q = top[:k].sum(dim=0)[None, :] / k
         r = torch.where(Q >= top[k - 1][None, :], with_q, without_q)
     return torch.where(torch.isfinite(Q), 2 * Q - r, torch.full_like(Q, float("-inf")))
@@ -158,8 +165,14 @@ def scale_of(S: torch.Tensor) -> float:
     return sd if sd > 0 else 1.0
 
 
-def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_image: np.ndarray,
-             banks: dict[str, dict[str, torch.Tensor]], k: int = 10) -> tuple[dict[str, Any], dict[str, Any]]:
+def evaluate(
+    test: torch.Tensor,
+    test_image: np.ndarray,
+    val: torch.Tensor,
+    val_image: np.ndarray,
+    banks: dict[str, dict[str, torch.Tensor]],
+    k: int = 10,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hubness of the test matrix and every correction's test metrics, parameters chosen on validation.
 
     ``test`` / ``val``: (n_images, n_sentences) scores, ``*_image`` their sentence -> image index;
@@ -183,15 +196,33 @@ def evaluate(test: torch.Tensor, test_image: np.ndarray, val: torch.Tensor, val_
                 qv, qt = _orient(val, d), _orient(test, d)
                 bv = banks["val"][d] if protocol == "inductive" else None
                 bt = banks["test"][d] if protocol == "inductive" else None
-                n_bank = min(bv.shape[0] if bv is not None else qv.shape[0] - 1,
-                             bt.shape[0] if bt is not None else qt.shape[0] - 1)
+                n_bank = min(
+                    bv.shape[0] if bv is not None else qv.shape[0] - 1,
+                    bt.shape[0] if bt is not None else qt.shape[0] - 1,
+                )
                 what = f"{key} ({d})"
-                tried = [(p, _rsum(_ranks(correct(qv, method, p, bv), d, val_image, f"{what}: validation scores at parameter {p:g}")))
-                         for p in grid(method, scale, n_bank)]
-                param, val_rsum = max(tried, key=lambda t: t[1])            # first of the best on ties
+                tried = [
+                    (
+                        p,
+                        _rsum(
+                            _ranks(
+                                correct(qv, method, p, bv),
+                                d,
+                                val_image,
+                                f"{what}: validation scores at parameter {p:g}",
+                            )
+                        ),
+                    )
+                    for p in grid(method, scale, n_bank)
+                ]
+                param, val_rsum = max(tried, key=lambda t: t[1])  # first of the best on ties
                 r = _ranks(correct(qt, method, param, bt), d, test_image, f"{what}: test scores at parameter {param:g}")
-                out[d] = {**recall_table(r), "param": param, "val_rsum": val_rsum,
-                          "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image, "validation scores"))}
+                out[d] = {
+                    **recall_table(r),
+                    "param": param,
+                    "val_rsum": val_rsum,
+                    "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image, "validation scores")),
+                }
                 lists["corrected"].setdefault(key, {})[d] = r.tolist()
             summary[key] = out
     return summary, lists

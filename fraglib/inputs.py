@@ -6,6 +6,7 @@ The only reader of data files for training and evaluation (docs/formats.md descr
 for text-only data such as Flickr8K without its photographs). Word ids are remapped to a compact table
 holding only the GloVe rows the fragment file uses, in sorted order (:func:`compact_words`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.device import to_device
 from fraglib.batches import Rows, Views
+from fraglib.device import to_device
 
 SPLITS = ("train", "val", "test")
 
@@ -34,8 +35,7 @@ class Ragged:
     def __post_init__(self) -> None:
         """``host``: CPU copies of the integer columns of data held on another device, taken once, so that a
         batch's index bookkeeping (:meth:`Rows.cpu`) never waits for that device."""
-        self.host = {k: v.cpu() for k, v in self.data.items()
-                     if v.device.type != "cpu" and not v.is_floating_point()}
+        self.host = {k: v.cpu() for k, v in self.data.items() if v.device.type != "cpu" and not v.is_floating_point()}
 
     @property
     def n(self) -> int:
@@ -48,15 +48,20 @@ class Ragged:
         """The rows of ``items`` (positions), owner = position in ``items``."""
         items = np.asarray(items, np.int64)
         starts, stops = self.off[items], self.off[items + 1]
-        rows = (np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(items)
-                else np.zeros(0, np.int64)).astype(np.int64)
+        rows = (
+            np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(items) else np.zeros(0, np.int64)
+        ).astype(np.int64)
         owner = torch.from_numpy(np.repeat(np.arange(len(items)), stops - starts))
         dev = next(iter(self.data.values())).device
         rows_t = torch.from_numpy(rows)
         r = to_device(rows_t, dev)
         per_item = {k: v.index_select(0, to_device(torch.from_numpy(items), v.device)) for k, v in self.items.items()}
-        data = {k: v.index_select(0, r) for k, v in self.data.items()}      # a row copy: 4x faster than v[r] on CPU
-        host = {"owner": owner, **{k: v.index_select(0, rows_t) for k, v in self.host.items()}} if dev.type != "cpu" else {}
+        data = {k: v.index_select(0, r) for k, v in self.data.items()}  # a row copy: 4x faster than v[r] on CPU
+        host = (
+            {"owner": owner, **{k: v.index_select(0, rows_t) for k, v in self.host.items()}}
+            if dev.type != "cpu"
+            else {}
+        )
         return Rows(data, to_device(owner, dev), len(items), items, per_item, host)
 
 
@@ -115,8 +120,10 @@ def pool_images(split: Split) -> Split:
 
     imgs = split.images
     if set(imgs.data) != {"x"} or imgs.items:
-        raise ValueError(f"pool_images: split {split.name} has image inputs besides descriptors "
-                         f"({sorted(set(imgs.data) | set(imgs.items))}); pooling would drop them")
+        raise ValueError(
+            f"pool_images: split {split.name} has image inputs besides descriptors "
+            f"({sorted(set(imgs.data) | set(imgs.items))}); pooling would drop them"
+        )
     x, counts = imgs.data["x"], imgs.counts()
     owner = torch.from_numpy(np.repeat(np.arange(imgs.n), counts)).to(x.device)
     has = torch.from_numpy(counts > 0).to(x.device)
@@ -134,13 +141,19 @@ def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return used, m(w1), m(w2)
 
 
-def input_files(dataset_dir: str | Path, views: Views, features_dir: str | Path | None = None,
-                sentences_file: str | Path | None = None) -> dict[str, Path]:
+def input_files(
+    dataset_dir: str | Path,
+    views: Views,
+    features_dir: str | Path | None = None,
+    sentences_file: str | Path | None = None,
+) -> dict[str, Path]:
     """The files a run with ``views`` reads (the checkpoint fingerprints them); ``sentences_file``
     replaces ``fragments/<view>.npz`` (e.g. captions re-encoded with another dataset's vocabulary)."""
     d = Path(dataset_dir)
-    files = {"dataset": d / "dataset.json",
-             "sentences": Path(sentences_file) if sentences_file else d / "fragments" / f"{views.sentences}.npz"}
+    files = {
+        "dataset": d / "dataset.json",
+        "sentences": Path(sentences_file) if sentences_file else d / "fragments" / f"{views.sentences}.npz",
+    }
     if views.images != "none":
         det = "rcnn" if views.images == "fullframe" else views.images
         files["images"] = Path(features_dir or d / "features") / f"{det}.npz"
@@ -152,10 +165,17 @@ def constant_images(ds: Any) -> Any:
     from fraglib.data.cache import FeatureCache
 
     n = len(ds.images)
-    return FeatureCache(np.ones((n, 1), np.float32), np.zeros((n, 4), np.float32), np.ones(n, np.float32),
-                        np.ones(n, bool), np.arange(n + 1, dtype=np.int64),
-                        np.array([im["imgid"] for im in ds.images]), np.array([im["filename"] for im in ds.images]),
-                        np.array([""] * n), {"detector": "none", "cnn": None})
+    return FeatureCache(
+        np.ones((n, 1), np.float32),
+        np.zeros((n, 4), np.float32),
+        np.ones(n, np.float32),
+        np.ones(n, bool),
+        np.arange(n + 1, dtype=np.int64),
+        np.array([im["imgid"] for im in ds.images]),
+        np.array([im["filename"] for im in ds.images]),
+        np.array([""] * n),
+        {"detector": "none", "cnn": None},
+    )
 
 
 def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
@@ -168,9 +188,14 @@ def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
     return cache.top(views.detections) if views.detections else cache
 
 
-def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, features_dir: str | Path | None = None,
-                sentences_file: str | Path | None = None, names: tuple[str, ...] = SPLITS,
-                ) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
+def load_splits(
+    dataset_dir: str | Path,
+    views: Views,
+    device: torch.device,
+    features_dir: str | Path | None = None,
+    sentences_file: str | Path | None = None,
+    names: tuple[str, ...] = SPLITS,
+) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
     """(splits ``names`` of train/val/test — ``restval`` images join train —, sizes for building a system
     (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`.
     A split not in ``names`` is never built (a search reads no test split); the sizes are the same whichever
@@ -183,8 +208,9 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
     ds = read_karpathy_json(files["dataset"])
     frags = Fragments.load(files["sentences"])
     if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:
-        raise ValueError(f"{files['sentences']}: sentence order differs from {files['dataset']} "
-                         "(re-run the fragments stage)")
+        raise ValueError(
+            f"{files['sentences']}: sentence order differs from {files['dataset']} (re-run the fragments stage)"
+        )
     cache = image_cache(files, ds, views)
     used, w1, w2 = compact_words(frags.w1, frags.w2)
     table = glove_table()[used]
@@ -196,34 +222,61 @@ def load_splits(dataset_dir: str | Path, views: Views, device: torch.device, fea
     cat_id = {c: i for i, c in enumerate(sorted({c for c in cats if c}))} if all(cats) else None
     splits = {}
     for split in names:
-        imgs = [n for n, im in enumerate(ds.images) if im["split"] == split or (split == "train" and im["split"] == "restval")]
+        imgs = [
+            n
+            for n, im in enumerate(ds.images)
+            if im["split"] == split or (split == "train" and im["split"] == "restval")
+        ]
         pos = {n: i for i, n in enumerate(imgs)}
         sents = [j for j, s in enumerate(ds.sentences) if row_of[s["imgid"]] in pos]
         sub = cache.subset(imgs)
-        rows = np.concatenate([np.arange(frags.offsets[j], frags.offsets[j + 1]) for j in sents]) if sents else np.zeros(0, np.int64)
+        rows = (
+            np.concatenate([np.arange(frags.offsets[j], frags.offsets[j + 1]) for j in sents])
+            if sents
+            else np.zeros(0, np.int64)
+        )
         counts = np.array([frags.offsets[j + 1] - frags.offsets[j] for j in sents], np.int64)
         t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
         img_rows = Ragged({"x": t(sub.features)}, sub.offsets)
         if views.pixels:
             img_rows = pixel_rows(sub, ds, imgs, device)
         splits[split] = Split(
-            split, img_rows,
-            Ragged({"rel": t(frags.rel[rows].astype(np.int64)), "w1": t(w1[rows]), "w2": t(w2[rows]),
-                    **{k: t(c[rows].astype(np.int64)) for k, c in frags.columns.items()}},
-                   np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)),
+            split,
+            img_rows,
+            Ragged(
+                {
+                    "rel": t(frags.rel[rows].astype(np.int64)),
+                    "w1": t(w1[rows]),
+                    "w2": t(w2[rows]),
+                    **{k: t(c[rows].astype(np.int64)) for k, c in frags.columns.items()},
+                },
+                np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            ),
             np.array([pos[row_of[ds.sentences[j]["imgid"]]] for j in sents], np.int64),
-            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64), words,
-            np.array([cat_id[cats[n]] for n in imgs], np.int64) if cat_id else None)
+            np.array([ds.sentences[j]["sentid"] for j in sents], np.int64),
+            words,
+            np.array([cat_id[cats[n]] for n in imgs], np.int64) if cat_id else None,
+        )
         if views.pooled:
             splits[split] = pool_images(splits[split])
-    dims = {"n_words": int(words.shape[0]), "word_dim": int(words.shape[1]), "n_relations": len(frags.relations),
-            "img_dim": int(cache.features.shape[1])}
-    if views.pixels:                                  # the CNN of the cache, trained with the system
+    dims = {
+        "n_words": int(words.shape[0]),
+        "word_dim": int(words.shape[1]),
+        "n_relations": len(frags.relations),
+        "img_dim": int(cache.features.shape[1]),
+    }
+    if views.pixels:  # the CNN of the cache, trained with the system
         dims["cnn_variant"] = int(cache.meta["settings"]["cnn_variant"])
-    if "rank" in frags.columns:                       # tree views: children per side, from the data (text only)
+    if "rank" in frags.columns:  # tree views: children per side, from the data (text only)
         dims["max_rank"] = int(frags.columns["rank"].max(initial=0)) + 1
-    info = {"dataset": ds.name, "relations": frags.relations, "sentences": frags.mode, "images": views.images,
-            "cnn": cache.meta.get("cnn"), "words_used": len(used)}
+    info = {
+        "dataset": ds.name,
+        "relations": frags.relations,
+        "sentences": frags.mode,
+        "images": views.images,
+        "cnn": cache.meta.get("cnn"),
+        "words_used": len(used),
+    }
     return splits, dims, info
 
 
@@ -243,11 +296,17 @@ def pixel_rows(cache: Any, ds: Any, rows: list[int], device: torch.device) -> Ra
     H, W = max((a.shape[0] for a in small), default=1), max((a.shape[1] for a in small), default=1)
     px = np.zeros((len(small), H, W, 3), np.uint8)
     for i, a in enumerate(small):
-        px[i, :a.shape[0], :a.shape[1]] = a
+        px[i, : a.shape[0], : a.shape[1]] = a
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return Ragged({"x": t(cache.features), "box": t(cache.boxes), "full": t(cache.is_full)}, cache.offsets,
-                  {"pixels": t(px), "hw": t(np.array([a.shape[:2] for a in small], np.int64).reshape(-1, 2)),
-                   "scale": t(np.array(scales, np.float32))})
+    return Ragged(
+        {"x": t(cache.features), "box": t(cache.boxes), "full": t(cache.is_full)},
+        cache.offsets,
+        {
+            "pixels": t(px),
+            "hw": t(np.array([a.shape[:2] for a in small], np.int64).reshape(-1, 2)),
+            "scale": t(np.array(scales, np.float32)),
+        },
+    )
 
 
 def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct: bool = True) -> list[np.ndarray]:
@@ -257,7 +316,7 @@ def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct:
     rng = np.random.default_rng([seed, epoch])
     perm = rng.permutation(np.nonzero(split.usable_sentences())[0])
     if not distinct:
-        return [perm[a:a + batch_size] for a in range(0, len(perm), batch_size) if len(perm) - a >= 2]
+        return [perm[a : a + batch_size] for a in range(0, len(perm), batch_size) if len(perm) - a >= 2]
     pool, image = perm.tolist(), split.sentence_image
     batches = []
     while pool:
@@ -267,8 +326,8 @@ def make_batches(split: Split, batch_size: int, seed: int, epoch: int, distinct:
             if k not in seen:
                 batch.append(j)
                 seen.add(k)
-                if len(batch) == batch_size:    # full: the rest of the pool keeps its order (one slice, not a
-                    rest.extend(pool[at + 1:])  # Python loop over it: an epoch's batching is linear, not O(M²/b))
+                if len(batch) == batch_size:  # full: the rest of the pool keeps its order (one slice, not a
+                    rest.extend(pool[at + 1 :])  # Python loop over it: an epoch's batching is linear, not O(M²/b))
                     break
             else:
                 rest.append(j)

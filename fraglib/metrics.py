@@ -17,6 +17,7 @@ first; -inf alone means "no score" and ranks last.
 * sentence similarity (systems with a sentence space, Socher et al. 2014): each sentence ranks
   the other sentences; rank of the best-ranked one of the same image (:func:`similarity_ranks`).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-KS = (1, 5, 10)                              # the R@K of every table
-DIRECTIONS = ("annotation", "search")        # image -> sentences, sentence -> images
+KS = (1, 5, 10)  # the R@K of every table
+DIRECTIONS = ("annotation", "search")  # image -> sentences, sentence -> images
 
 
 class ScoreError(ValueError):
@@ -48,25 +49,33 @@ def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | No
     if math.isnan(v) or v == math.inf:
         bad = torch.isnan(S) | (S == math.inf)
         i, j = (int(x) for x in torch.nonzero(bad)[0])
-        raise ScoreError(f"{what}: {int(bad.sum())} of {S.numel()} scores are NaN or +inf (first at [{i}, {j}]: "
-                         f"{float(S[i, j])}); a diverged or damaged model cannot be ranked")
+        raise ScoreError(
+            f"{what}: {int(bad.sum())} of {S.numel()} scores are NaN or +inf (first at [{i}, {j}]: "
+            f"{float(S[i, j])}); a diverged or damaged model cannot be ranked"
+        )
 
 
-def _matrix(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _matrix(
+    scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores as a 2-D tensor, the sentence -> image index on its device), shapes checked."""
     S = torch.as_tensor(scores).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or si.dim() != 1 or si.shape[0] != S.shape[1]:
-        raise ScoreError(f"{what}: a (n_images, n_sentences) matrix with one image index per sentence is needed, "
-                         f"got scores {tuple(S.shape)} and {tuple(si.shape)} indices")
+        raise ScoreError(
+            f"{what}: a (n_images, n_sentences) matrix with one image index per sentence is needed, "
+            f"got scores {tuple(S.shape)} and {tuple(si.shape)} indices"
+        )
     if si.numel() and (int(si.min()) < 0 or int(si.max()) >= S.shape[0]):
-        raise ScoreError(f"{what}: sentence image indices must lie in [0, {S.shape[0]}), got "
-                         f"[{int(si.min())}, {int(si.max())}]")
+        raise ScoreError(
+            f"{what}: sentence image indices must lie in [0, {S.shape[0]}), got [{int(si.min())}, {int(si.max())}]"
+        )
     return S, si
 
 
-def annotation_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                     what: str = "scores") -> np.ndarray:
+def annotation_ranks(
+    scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256, what: str = "scores"
+) -> np.ndarray:
     """(n_images,) rank of each image's best-ranked ground-truth sentence. Images without any
     sentence get rank 0 (excluded by :func:`recall_table`). ``what`` names the matrix in errors."""
     S, si = _matrix(scores, sentence_image, what)
@@ -74,29 +83,30 @@ def annotation_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarr
     ranks = np.zeros(n_img, np.int64)
     worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
     for a in range(0, n_img, chunk):
-        blk = S[a:a + chunk]
+        blk = S[a : a + chunk]
         worst = _largest(blk, worst)
         rows = torch.arange(a, a + blk.shape[0], device=S.device)
-        gt = si[None, :] == rows[:, None]                                  # (c, Ns)
+        gt = si[None, :] == rows[:, None]  # (c, Ns)
         best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
         has = gt.any(dim=1)
         worse_or_tied = ((blk >= best[:, None]) & ~gt).sum(dim=1)
         r = (1 + worse_or_tied).cpu().numpy()
         r[~has.cpu().numpy()] = 0
-        ranks[a:a + blk.shape[0]] = r
+        ranks[a : a + blk.shape[0]] = r
     check_scores(S, what, worst)
     return ranks
 
 
-def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                 what: str = "scores") -> np.ndarray:
+def search_ranks(
+    scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256, what: str = "scores"
+) -> np.ndarray:
     """(n_sentences,) rank of each sentence's image among all images."""
     S, si = _matrix(scores, sentence_image, what)
-    own = S[si, torch.arange(S.shape[1], device=S.device)]                 # (Ns,)
+    own = S[si, torch.arange(S.shape[1], device=S.device)]  # (Ns,)
     count = torch.zeros(S.shape[1], dtype=torch.long, device=S.device)
     worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
     for a in range(0, S.shape[0], chunk):
-        blk = S[a:a + chunk]
+        blk = S[a : a + chunk]
         worst = _largest(blk, worst)
         rows = torch.arange(a, a + blk.shape[0], device=S.device)
         other = rows[:, None] != si[None, :]
@@ -105,21 +115,24 @@ def search_ranks(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, 
     return (1 + count).cpu().numpy()
 
 
-def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256,
-                     what: str = "sentence similarities") -> np.ndarray:
+def similarity_ranks(
+    sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256, what: str = "sentence similarities"
+) -> np.ndarray:
     """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
     all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
     (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
     S = torch.as_tensor(sim).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or S.shape[0] != S.shape[1] or si.shape != (S.shape[0],):
-        raise ScoreError(f"{what}: a square (n_sentences, n_sentences) matrix with one image index per sentence "
-                         f"is needed, got {tuple(S.shape)} and {tuple(si.shape)} indices")
+        raise ScoreError(
+            f"{what}: a square (n_sentences, n_sentences) matrix with one image index per sentence "
+            f"is needed, got {tuple(S.shape)} and {tuple(si.shape)} indices"
+        )
     n = S.shape[0]
     ranks = np.zeros(n, np.int64)
     worst = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
     for a in range(0, n, chunk):
-        blk = S[a:a + chunk]
+        blk = S[a : a + chunk]
         worst = _largest(blk, worst)
         rows = torch.arange(a, a + blk.shape[0], device=S.device)
         cols = torch.arange(n, device=S.device)
@@ -128,7 +141,7 @@ def similarity_ranks(sim: np.ndarray | torch.Tensor, sentence_image: np.ndarray,
         best = torch.where(gt, blk, torch.full_like(blk, float("-inf"))).amax(dim=1)
         r = (1 + ((blk >= best[:, None]) & ~gt & ~self_).sum(dim=1)).cpu().numpy()
         r[~gt.any(dim=1).cpu().numpy()] = 0
-        ranks[a:a + blk.shape[0]] = r
+        ranks[a : a + blk.shape[0]] = r
     check_scores(S, what, worst)
     return ranks
 
@@ -176,15 +189,24 @@ def hodosh_columns(sentence_image: np.ndarray, sentids: np.ndarray) -> np.ndarra
     return np.array(sorted(first.values()), np.int64)
 
 
-def evaluate_scores(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, n_boot: int = 1000,
-                    seed: int = 0, what: str = "scores") -> dict[str, Any]:
+def evaluate_scores(
+    scores: np.ndarray | torch.Tensor,
+    sentence_image: np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+    what: str = "scores",
+) -> dict[str, Any]:
     """Both directions: metrics, bootstrap CIs and the per-query ranks (for error analysis); ``what``
     names the matrix (run and split) in a :class:`ScoreError`."""
     a = annotation_ranks(scores, sentence_image, what=what)
     s = search_ranks(scores, sentence_image, what=what)
-    return {"annotation": recall_table(a), "search": recall_table(s),
-            "annotation_ci": bootstrap_ci(a, n_boot, seed), "search_ci": bootstrap_ci(s, n_boot, seed + 1),
-            "ranks": {"annotation": a.tolist(), "search": s.tolist()}}
+    return {
+        "annotation": recall_table(a),
+        "search": recall_table(s),
+        "annotation_ci": bootstrap_ci(a, n_boot, seed),
+        "search_ci": bootstrap_ci(s, n_boot, seed + 1),
+        "ranks": {"annotation": a.tolist(), "search": s.tolist()},
+    }
 
 
 def rsum(metrics: dict[str, Any]) -> float:
@@ -197,8 +219,9 @@ def random_scores(n_images: int, n_sentences: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((n_images, n_sentences))
 
 
-def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5,
-                 what: str = "scores") -> dict[str, Any]:
+def fold_metrics(
+    scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, folds: int = 5, what: str = "scores"
+) -> dict[str, Any]:
     """The COCO literature's "1K" protocol: the images cut into ``folds`` consecutive equal folds (5K test:
     five folds of 1,000), each fold's sentences ranked against its images only; R@K and ranks averaged
     over the folds (``per_fold`` keeps each). The full matrix is the "5K" protocol (:func:`evaluate_scores`)."""
@@ -210,9 +233,13 @@ def fold_metrics(scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, 
     size, per = n // folds, []
     for f in range(folds):
         cols = np.nonzero((si >= f * size) & (si < (f + 1) * size))[0]
-        sub = S[f * size:(f + 1) * size][:, torch.from_numpy(cols)]
+        sub = S[f * size : (f + 1) * size][:, torch.from_numpy(cols)]
         w = f"{what} (fold {f + 1} of {folds})"
-        per.append({"annotation": recall_table(annotation_ranks(sub, si[cols] - f * size, what=w)),
-                    "search": recall_table(search_ranks(sub, si[cols] - f * size, what=w))})
+        per.append(
+            {
+                "annotation": recall_table(annotation_ranks(sub, si[cols] - f * size, what=w)),
+                "search": recall_table(search_ranks(sub, si[cols] - f * size, what=w)),
+            }
+        )
     mean = {d: {k: float(np.mean([p[d][k] for p in per])) for k in per[0][d]} for d in DIRECTIONS}
     return {**mean, "folds": folds, "fold_images": size, "per_fold": per}

@@ -24,6 +24,7 @@ bytes go to a hidden temporary file in the target's folder, which replaces the t
 complete, so a kill or a full disk never leaves a cut file where a complete one was (or is expected).
 tests/test_outputs.py fails on any write in the package that bypasses these helpers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,9 +48,13 @@ def claim(family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what:
     if not existing:
         return
     if not overwrite:
-        shown = ", ".join(str(p) for p in existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
-        raise FileExistsError(f"{what}: refusing to replace {len(existing)} existing file(s): {shown}. "
-                              "Pass --overwrite to replace them, or write somewhere else.")
+        shown = ", ".join(str(p) for p in existing[:5]) + (
+            f" and {len(existing) - 5} more" if len(existing) > 5 else ""
+        )
+        raise FileExistsError(
+            f"{what}: refusing to replace {len(existing)} existing file(s): {shown}. "
+            "Pass --overwrite to replace them, or write somewhere else."
+        )
     for p in existing:
         if p not in writes:
             p.unlink()

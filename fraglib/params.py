@@ -7,6 +7,7 @@ file (a study, a search, fusion, the reports) calls :func:`read_params`, which c
 against this schema, so a misspelt key anywhere is an error with "did you mean" before any work. It sits
 above every module whose dataclass it names (the layers: docs/architecture.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,27 @@ from fraglib.text.build import TextConfig
 from fraglib.train import TrainConfig
 from fraglib.vision.rcnn import VisionConfig
 
-SECTIONS = ("synthetic", "data_report", "text", "text_report", "pascal1k", "flickr8k", "vision", "vision_report", "train",
-            "evaluation", "systems", "study", "runs", "fusion", "captions", "results_report", "bench")
+# the real-data studies' sections (root, splits, train, systems, runs): a new study adds its name here, and only
+# here (docs/adding_a_dataset.md)
+DATASETS = ("pascal1k", "flickr8k")
+SECTIONS = (
+    "synthetic",
+    "data_report",
+    "text",
+    "text_report",
+    *DATASETS,
+    "vision",
+    "vision_report",
+    "train",
+    "evaluation",
+    "systems",
+    "study",
+    "runs",
+    "fusion",
+    "captions",
+    "results_report",
+    "bench",
+)
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
@@ -31,8 +51,10 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     data = read_yaml(path)
     unknown = [k for k in data if k not in SECTIONS]
     if unknown:
-        raise ConfigError(f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
-                          f"sections: {', '.join(SECTIONS)}")
+        raise ConfigError(
+            f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
+            f"sections: {', '.join(SECTIONS)}"
+        )
     try:
         check_params(data)
     except ConfigError as exc:
@@ -43,23 +65,57 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 # The keys of every nested mapping of params.yaml that is not read into a dataclass where it is used
 # (those are: synthetic, text, vision, train, systems.<s>, runs.<r>, checked against their fields).
 # Mappings whose keys the user names (results_report.socher_tables.margin, ….peri.generation) are free.
-DATASET_KEYS = ("root", "split_seed", "splits", "score", "image_size", "proposal_size", "num_workers", "objectness",
-                "nms_iou", "train", "systems", "runs")
+DATASET_KEYS = (
+    "root",
+    "split_seed",
+    "splits",
+    "score",
+    "image_size",
+    "proposal_size",
+    "num_workers",
+    "objectness",
+    "nms_iou",
+    "train",
+    "systems",
+    "runs",
+)
 PLAIN_KEYS = {
-    "data_report": ("n_show", "sample_seed"), "text_report": ("n_examples", "example_seed"),
+    "data_report": ("n_show", "sample_seed"),
+    "text_report": ("n_examples", "example_seed"),
     "vision_report": ("n_show", "sample_seed"),
-    "study": ("seeds", "jobs", "replicates", "runs", "extended_runs", "captions", "extended_captions", "train", "systems"),
+    "study": (
+        "seeds",
+        "jobs",
+        "replicates",
+        "runs",
+        "extended_runs",
+        "captions",
+        "extended_captions",
+        "train",
+        "systems",
+    ),
     "captions": ("runs", "n_boot"),
-    "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs"), "pascal1k": DATASET_KEYS, "flickr8k": DATASET_KEYS,
-    "pascal1k.objectness": ("model", "hidden", "epochs"), "flickr8k.objectness": ("model", "hidden", "epochs"),
+    "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs"),
+    **{ds: DATASET_KEYS for ds in DATASETS},
+    **{f"{ds}.objectness": ("model", "hidden", "epochs") for ds in DATASETS},
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
     "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
-RUN_KEYS = ("system", "label", "seeds", "replicates")      # a run's own keys besides trainer and system settings
-RUN_LISTS = ("captions.runs", "bench.growth_runs", "bench.epoch_runs", "bench.profile_runs", "bench.amp_runs",
-             "pascal1k.runs", "flickr8k.runs", "study.runs", "study.extended_runs", "study.captions", "study.extended_captions")
+RUN_KEYS = ("system", "label", "seeds", "replicates")  # a run's own keys besides trainer and system settings
+RUN_LISTS = (
+    "captions.runs",
+    "bench.growth_runs",
+    "bench.epoch_runs",
+    "bench.profile_runs",
+    "bench.amp_runs",
+    *(f"{ds}.runs" for ds in DATASETS),
+    "study.runs",
+    "study.extended_runs",
+    "study.captions",
+    "study.extended_captions",
+)
 
 
 def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
@@ -70,7 +126,9 @@ def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
         raise ConfigError(f"{where}: expected a mapping, got {value!r}")
     for k in value:
         if k not in allowed:
-            raise ConfigError(f"{where}.{k}: unknown parameter{did_you_mean(k, allowed)}, allowed: {', '.join(map(str, allowed))}")
+            raise ConfigError(
+                f"{where}.{k}: unknown parameter{did_you_mean(k, allowed)}, allowed: {', '.join(map(str, allowed))}"
+            )
     return value
 
 
@@ -80,8 +138,13 @@ def check_params(data: dict[str, Any]) -> None:
     so is a run list naming an unknown run. Values are checked where they are used."""
     names = lambda cls: tuple(f.name for f in dataclasses.fields(cls))  # noqa: E731
     trainer = names(TrainConfig)
-    for sec, cls in (("synthetic", SynthConfig), ("text", TextConfig), ("vision", VisionConfig), ("train", TrainConfig),
-                     ("evaluation", EvalConfig)):
+    for sec, cls in (
+        ("synthetic", SynthConfig),
+        ("text", TextConfig),
+        ("vision", VisionConfig),
+        ("train", TrainConfig),
+        ("evaluation", EvalConfig),
+    ):
         _keys(sec, data.get(sec), names(cls))
     for where, allowed in PLAIN_KEYS.items():
         head, _, sub = where.partition(".")
@@ -93,21 +156,23 @@ def check_params(data: dict[str, Any]) -> None:
     def systems(where: str, value: Any) -> None:
         for name, settings in _keys(where, value, tuple(SYSTEMS)).items():
             _keys(f"{where}.{name}", settings, trainer + names(SYSTEMS[name].Config))
+
     systems("systems", data.get("systems"))
     runs = data.get("runs") or {}
     for run, entry in _keys("runs", runs, tuple(runs)).items():
         entry = entry or {}
         if not isinstance(entry, dict) or entry.get("system") not in SYSTEMS:
             got = entry.get("system") if isinstance(entry, dict) else entry
-            raise ConfigError(f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: "
-                              f"{', '.join(SYSTEMS)}")
+            raise ConfigError(
+                f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: {', '.join(SYSTEMS)}"
+            )
         _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
-    for ds in ("study", "pascal1k", "flickr8k"):
+    for ds in ("study", *DATASETS):
         if isinstance(data.get(ds), dict):
             _keys(f"{ds}.train", data[ds].get("train"), trainer)
             systems(f"{ds}.systems", data[ds].get("systems"))
     for name, entry in _keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
-        for side in ("a", "b"):                     # late fusion of two trained runs (fraglib/fusion.py)
+        for side in ("a", "b"):  # late fusion of two trained runs (fraglib/fusion.py)
             r = _keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)
             if r not in runs:
                 raise ConfigError(f"fusion.{name}.{side}: unknown run {r!r}{did_you_mean(r, runs)}")

@@ -13,6 +13,7 @@ A run passes when every |z| <= ``z_max`` (3 by default). Measured: the synthetic
 from one 2-core AMD EPYC machine (2fb4ad0) against a re-run on another (5630995): largest |z| 2.66
 over 60 comparisons (10 runs x R@1/5/10 x both directions), none above 3.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,15 +28,16 @@ from fraglib.metrics import DIRECTIONS, KS
 METRICS = [(t, f"r{k}") for t in DIRECTIONS for k in KS]
 
 
-def agreement(reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, Any]],
-              z_max: float = 3.0) -> list[dict[str, Any]]:
+def agreement(
+    reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, Any]], z_max: float = 3.0
+) -> list[dict[str, Any]]:
     """One row per (run, direction, metric) present in both: committed and new mean, the pooled
     seed sd, z, and ``ok``. Inputs: run name -> summary ``metrics.json`` (``<dir>_sd``, ``seeds``, ``units``)."""
     runs = sorted(set(reference) & set(fresh))
     if not runs:
         raise ValueError("no run is in both the reference and the new results")
-    units = lambda s: len(s.get("units") or s["seeds"])                      # noqa: E731  training runs
-    spread = [r for r in runs if units(fresh[r]) > 1] or runs                # a one-run sd is 0, not a spread
+    units = lambda s: len(s.get("units") or s["seeds"])  # noqa: E731  training runs
+    spread = [r for r in runs if units(fresh[r]) > 1] or runs  # a one-run sd is 0, not a spread
     rows = []
     for t, m in METRICS:
         pooled = math.sqrt(sum(fresh[r][f"{t}_sd"][m] ** 2 for r in spread) / len(spread))
@@ -44,8 +46,18 @@ def agreement(reference: dict[str, dict[str, Any]], fresh: dict[str, dict[str, A
             diff = fresh[r][t][m] - reference[r][t][m]
             scale = pooled * math.sqrt(2 / n)
             z = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
-            rows.append({"run": r, "direction": t, "metric": m, "committed": reference[r][t][m],
-                         "new": fresh[r][t][m], "pooled_sd": pooled, "z": z, "ok": abs(z) <= z_max})
+            rows.append(
+                {
+                    "run": r,
+                    "direction": t,
+                    "metric": m,
+                    "committed": reference[r][t][m],
+                    "new": fresh[r][t][m],
+                    "pooled_sd": pooled,
+                    "z": z,
+                    "ok": abs(z) <= z_max,
+                }
+            )
     return rows
 
 
@@ -58,10 +70,14 @@ def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[st
         raise FileNotFoundError(f"{runs_dir}: no such folder of runs")
     top = None
     if ref is not None:
-        res = subprocess.run(["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        res = subprocess.run(
+            ["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True, text=True
+        )
         if res.returncode:
-            raise ValueError(f"{runs_dir}: not inside a git repository, so there is no committed {ref} to compare "
-                             "with (use --reference-dir)")
+            raise ValueError(
+                f"{runs_dir}: not inside a git repository, so there is no committed {ref} to compare "
+                "with (use --reference-dir)"
+            )
         top = Path(res.stdout.strip()).resolve()
     out = {}
     for p in sorted(runs_dir.glob("*/metrics.json")):
@@ -72,7 +88,7 @@ def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[st
             rel = p.relative_to(top).as_posix()
             res = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{rel}"], capture_output=True, text=True)
             if res.returncode:
-                continue          # a run added since ``ref``
+                continue  # a run added since ``ref``
             text, where = res.stdout, f"{ref}:{rel}"
         try:
             m = json.loads(text)
@@ -80,8 +96,9 @@ def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[st
                 float(m[t][k]), float(m[f"{t}_sd"][k])
             len(m["seeds"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: not a run summary fraglib.study writes (damaged? {type(exc).__name__}: "
-                             f"{str(exc)[:120]})") from None
+            raise ValueError(
+                f"{where}: not a run summary fraglib.study writes (damaged? {type(exc).__name__}: {str(exc)[:120]})"
+            ) from None
         out[p.parent.name] = m
     if not out:
         raise FileNotFoundError(f"{runs_dir}: no */metrics.json" + (f" at git {ref}" if ref else ""))
@@ -103,8 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     bad = [r for r in rows if not r["ok"]]
     worst = max(rows, key=lambda r: abs(r["z"]))
     for r in bad or [worst]:
-        print(f"{'OUTSIDE' if not r['ok'] else 'largest'}: {r['run']} {r['direction']} {r['metric']} "
-              f"committed {r['committed']:.2f} new {r['new']:.2f} (z {r['z']:+.2f}, pooled seed sd {r['pooled_sd']:.2f})")
+        print(
+            f"{'OUTSIDE' if not r['ok'] else 'largest'}: {r['run']} {r['direction']} {r['metric']} "
+            f"committed {r['committed']:.2f} new {r['new']:.2f} (z {r['z']:+.2f}, pooled seed sd {r['pooled_sd']:.2f})"
+        )
     print(f"{len(rows) - len(bad)} of {len(rows)} metrics within |z| <= {args.z_max}")
     raise SystemExit(1 if bad else 0)
 

@@ -27,6 +27,7 @@ when the table is written). The journal's first line records what its rows were 
 run's settings, ``--set``, ``--epochs``, folders, splits, searched keys, each split's
 ``dataset.json``): a search with other settings refuses it rather than count its rows as done.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import parse_overrides
-from fraglib.params import read_params
 from fraglib.distributed import worker_pool
 from fraglib.outputs import appending, claim_cli, write_text
+from fraglib.params import read_params
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -81,23 +82,43 @@ def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict
     for split in splits:
         s = spec.with_seed(split) if "{seed}" in dataset_dir else spec
         with tempfile.TemporaryDirectory() as tmp:
-            m = train(dataset_dir.format(seed=split), tmp, s, device=torch.device("cpu"), progress=False,
-                      features_dir=features_dir)
+            m = train(
+                dataset_dir.format(seed=split),
+                tmp,
+                s,
+                device=torch.device("cpu"),
+                progress=False,
+                features_dir=features_dir,
+            )
         vals.append(m["val_rsum_best"])
         epochs.append(m["best_epoch"])
-    return {**over, "val_rsum_best": round(float(np.mean(vals)), 2), "best_epoch": float(np.mean(epochs)),
-            "seconds": round(time.perf_counter() - t0, 1), "val_rsum_splits": " ".join(f"{v:.1f}" for v in vals)}
+    return {
+        **over,
+        "val_rsum_best": round(float(np.mean(vals)), 2),
+        "best_epoch": float(np.mean(epochs)),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "val_rsum_splits": " ".join(f"{v:.1f}" for v in vals),
+    }
 
 
-JOURNAL = "fraglib.search journal 1"       # the first line of a journal: {"journal": JOURNAL, settings...}
+JOURNAL = "fraglib.search journal 1"  # the first line of a journal: {"journal": JOURNAL, settings...}
 
 
 class JournalError(ValueError):
     """A search journal that is damaged or was written by a search with other settings."""
 
 
-def journal_head(params: dict[str, Any], run: str, dataset: str | None, fixed: dict[str, Any], epochs: int,
-                 dataset_dir: str, splits: list[int], features_dir: str | None, keys: list[str]) -> dict[str, Any]:
+def journal_head(
+    params: dict[str, Any],
+    run: str,
+    dataset: str | None,
+    fixed: dict[str, Any],
+    epochs: int,
+    dataset_dir: str,
+    splits: list[int],
+    features_dir: str | None,
+    keys: list[str],
+) -> dict[str, Any]:
     """What a journal's rows were trained with (its first line, as JSON): the run, its resolved settings
     besides the ``fixed`` and searched ``keys`` and ``epochs``, the folders, split seeds, ``keys`` and the
     sha256 of each split's ``dataset.json`` (a missing one is an error naming it)."""
@@ -106,10 +127,19 @@ def journal_head(params: dict[str, Any], run: str, dataset: str | None, fixed: d
 
     spec = resolve_run(params, run, dataset, {**fixed, "epochs": epochs})
     settings = {**dataclasses.asdict(spec.train_config), **dataclasses.asdict(spec.system_config)}
-    head = {"journal": JOURNAL, "run": run, "dataset": dataset, "epochs": epochs, "fixed": fixed,
-            "settings": {k: v for k, v in settings.items() if k not in {*fixed, *keys, "epochs"}},
-            "dataset_dir": dataset_dir, "splits": splits, "features_dir": features_dir, "keys": sorted(keys),
-            "data": fingerprint({f"split {s}": Path(dataset_dir.format(seed=s)) / "dataset.json" for s in splits})}
+    head = {
+        "journal": JOURNAL,
+        "run": run,
+        "dataset": dataset,
+        "epochs": epochs,
+        "fixed": fixed,
+        "settings": {k: v for k, v in settings.items() if k not in {*fixed, *keys, "epochs"}},
+        "dataset_dir": dataset_dir,
+        "splits": splits,
+        "features_dir": features_dir,
+        "keys": sorted(keys),
+        "data": fingerprint({f"split {s}": Path(dataset_dir.format(seed=s)) / "dataset.json" for s in splits}),
+    }
     return json.loads(json.dumps(head, default=str))
 
 
@@ -124,8 +154,11 @@ def _flat(d: dict[str, Any]) -> dict[str, Any]:
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``"key: X in the journal, Y now"`` for each entry that differs (mappings compared one level down)."""
     old, new = _flat(old), _flat(new)
-    return [f"{k}: {old.get(k, '(absent)')!r} in the journal, {new.get(k, '(absent)')!r} now"
-            for k in dict.fromkeys([*old, *new]) if old.get(k, "(absent)") != new.get(k, "(absent)")]
+    return [
+        f"{k}: {old.get(k, '(absent)')!r} in the journal, {new.get(k, '(absent)')!r} now"
+        for k in dict.fromkeys([*old, *new])
+        if old.get(k, "(absent)") != new.get(k, "(absent)")
+    ]
 
 
 def read_journal(journal: Path, head: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -137,8 +170,10 @@ def read_journal(journal: Path, head: dict[str, Any]) -> list[dict[str, Any]] | 
         return None
     *lines, tail = journal.read_text(encoding="utf-8").split("\n")
     if tail:
-        print(f"{journal}: line {len(lines) + 1} was cut short (the search was killed while writing it); "
-              "dropped, its trial trains again")
+        print(
+            f"{journal}: line {len(lines) + 1} was cut short (the search was killed while writing it); "
+            "dropped, its trial trains again"
+        )
         write_text(journal, "".join(line + "\n" for line in lines))
     if not lines:
         return None
@@ -147,28 +182,47 @@ def read_journal(journal: Path, head: dict[str, Any]) -> list[dict[str, Any]] | 
         try:
             parsed.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise JournalError(f"{journal}: line {n} is damaged ({exc}); delete the journal (its trials "
-                               "train again)") from None
+            raise JournalError(
+                f"{journal}: line {n} is damaged ({exc}); delete the journal (its trials train again)"
+            ) from None
     first, *rows = parsed
     if not isinstance(first, dict) or first.get("journal") != JOURNAL:
-        raise JournalError(f"{journal}: line 1 is not a fraglib.search journal header (an older version's journal, "
-                           "or not a journal); delete it (its trials train again)")
+        raise JournalError(
+            f"{journal}: line 1 is not a fraglib.search journal header (an older version's journal, "
+            "or not a journal); delete it (its trials train again)"
+        )
     diffs = _differences(first, head)
     if diffs:
-        raise JournalError(f"{journal}: its trials were trained with other settings than this search's "
-                           f"({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''}), so they cannot count as done. "
-                           "Delete it to train every trial with these settings, or run the search with the journal's.")
+        raise JournalError(
+            f"{journal}: its trials were trained with other settings than this search's "
+            f"({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''}), so they cannot count as done. "
+            "Delete it to train every trial with these settings, or run the search with the journal's."
+        )
     for n, r in enumerate(rows, 2):
         if not isinstance(r, dict) or not {*head["keys"], "val_rsum_best"} <= set(r):
-            raise JournalError(f"{journal}: line {n} is not a trial row (the searched keys {', '.join(head['keys'])} "
-                               "and val_rsum_best); delete the journal (its trials train again)")
+            raise JournalError(
+                f"{journal}: line {n} is not a trial row (the searched keys {', '.join(head['keys'])} "
+                "and val_rsum_best); delete the journal (its trials train again)"
+            )
     return rows
 
 
-def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epochs: int, seed: int, jobs: int,
-           splits: list[int] | None = None, features_dir: str | None = None, space: dict[str, list[Any]] | None = None,
-           dataset: str | None = None, fixed: dict[str, Any] | None = None,
-           configs: list[dict[str, Any]] | None = None, journal: Path | None = None) -> list[dict[str, Any]]:
+def search(
+    dataset_dir: str,
+    params: dict[str, Any],
+    run: str,
+    trials: int,
+    epochs: int,
+    seed: int,
+    jobs: int,
+    splits: list[int] | None = None,
+    features_dir: str | None = None,
+    space: dict[str, list[Any]] | None = None,
+    dataset: str | None = None,
+    fixed: dict[str, Any] | None = None,
+    configs: list[dict[str, Any]] | None = None,
+    journal: Path | None = None,
+) -> list[dict[str, Any]]:
     """Rows (trial settings + criterion), best first; ``configs`` replaces the ``trials`` drawn. Each
     finished row is appended to ``journal`` (JSON lines after a header, :func:`read_journal`); rows
     already there are not trained again."""
@@ -176,14 +230,22 @@ def search(dataset_dir: str, params: dict[str, Any], run: str, trials: int, epoc
 
     configs = draw(trials, seed, space) if configs is None else configs
     fixed = dict(fixed or {})
-    specs = [resolve_run(params, run, dataset, {**fixed, "epochs": epochs, **{k: v for k, v in c.items() if k != "features_dir"}})
-             for c in configs]                                                    # every trial checked first
+    specs = [
+        resolve_run(
+            params, run, dataset, {**fixed, "epochs": epochs, **{k: v for k, v in c.items() if k != "features_dir"}}
+        )
+        for c in configs
+    ]  # every trial checked first
     splits = splits if "{seed}" in dataset_dir and splits else [0]
-    key = lambda c: json.dumps({k: c[k] for k in configs[0]}, sort_keys=True)    # noqa: E731
-    done, head = {}, ""                               # head: the journal's first line while still to write
+    key = lambda c: json.dumps({k: c[k] for k in configs[0]}, sort_keys=True)  # noqa: E731
+    done, head = {}, ""  # head: the journal's first line while still to write
     if journal is not None:
-        head = json.dumps(journal_head(params, run, dataset, fixed, epochs, dataset_dir, splits, features_dir,
-                                       list(configs[0]))) + "\n"
+        head = (
+            json.dumps(
+                journal_head(params, run, dataset, fixed, epochs, dataset_dir, splits, features_dir, list(configs[0]))
+            )
+            + "\n"
+        )
         rows = read_journal(journal, json.loads(head))
         if rows is not None:
             head = ""
@@ -215,11 +277,15 @@ def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]
     try:
         meta = json.loads(meta_file.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"--rescore: {meta_file} (the settings of {table}) is not JSON ({exc}): cut short? {redo}") from None
+        raise ValueError(
+            f"--rescore: {meta_file} (the settings of {table}) is not JSON ({exc}): cut short? {redo}"
+        ) from None
     missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
     if missing or not isinstance(meta["space"], dict):
-        raise ValueError(f"--rescore: {meta_file} (the settings of {table}) lacks {', '.join(missing) or 'a space mapping'} "
-                         f"(an older version's, or edited); {redo}")
+        raise ValueError(
+            f"--rescore: {meta_file} (the settings of {table}) lacks {', '.join(missing) or 'a space mapping'} "
+            f"(an older version's, or edited); {redo}"
+        )
     head, *lines = table.read_text().splitlines() or [""]
     keys = head.split(",")
     missing = [k for k in [*meta["space"], "val_rsum_best"] if k not in keys]
@@ -228,13 +294,14 @@ def top_rows(table: Path, top: int) -> tuple[dict[str, Any], list[dict[str, Any]
         raise ValueError(f"--rescore: {table}: {what} (cut short?); {redo}")
     configs, crit = [], []
     for n, line in enumerate(lines[:top], 2):
-        try:     # map the CSV text back to the space's value (its type included)
+        try:  # map the CSV text back to the space's value (its type included)
             row = dict(zip(keys, line.split(","), strict=True))
             configs.append({k: next(v for v in vals if str(v) == row[k]) for k, vals in meta["space"].items()})
             crit.append(float(row["val_rsum_best"]))
         except (KeyError, StopIteration, ValueError):
-            raise ValueError(f"--rescore: {table} line {n} ({line!r}) does not match its header or the space of "
-                             f"{meta_file}; {redo}") from None
+            raise ValueError(
+                f"--rescore: {table} line {n} ({line!r}) does not match its header or the space of {meta_file}; {redo}"
+            ) from None
     return meta, configs, crit
 
 
@@ -257,14 +324,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
-    ap.add_argument("--splits", type=int, nargs="*", help="split seeds whose validation sets are averaged ({seed} in --dataset-dir)")
+    ap.add_argument(
+        "--splits", type=int, nargs="*", help="split seeds whose validation sets are averaged ({seed} in --dataset-dir)"
+    )
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a trainer or system key in every trial")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="fix a trainer or system key in every trial"
+    )
     ap.add_argument("--space", help='JSON {"key": [values, ...]} replacing the default search space')
-    ap.add_argument("--configs", help='JSON [{"key": value, ...}, ...]: exactly these trials instead of drawn ones '
-                    '(e.g. one step past the edges of an earlier space)')
-    ap.add_argument("--rescore", type=Path, metavar="TABLE", help="second stage: the --top best rows of this earlier "
-                    "table (its run, keys, epochs, folders) on --splits, ranked over all splits")
+    ap.add_argument(
+        "--configs",
+        help='JSON [{"key": value, ...}, ...]: exactly these trials instead of drawn ones '
+        "(e.g. one step past the edges of an earlier space)",
+    )
+    ap.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="TABLE",
+        help="second stage: the --top best rows of this earlier "
+        "table (its run, keys, epochs, folders) on --splits, ranked over all splits",
+    )
     ap.add_argument("--top", type=int, default=4, help="rows of --rescore trained again")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out table (and its .json)")
     args = ap.parse_args(argv)
@@ -274,11 +353,15 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, name) < 1:
             ap.error(f"--{name} {getattr(args, name)}: must be at least 1")
     if args.splits and args.dataset_dir and "{seed}" not in args.dataset_dir:
-        ap.error(f"--splits {' '.join(map(str, args.splits))}: --dataset-dir {args.dataset_dir!r} has no {{seed}} "
-                 "to put each split in (e.g. data/pascal1k/split{seed})")
+        ap.error(
+            f"--splits {' '.join(map(str, args.splits))}: --dataset-dir {args.dataset_dir!r} has no {{seed}} "
+            "to put each split in (e.g. data/pascal1k/split{seed})"
+        )
     out = Path(args.out)
     # before any training: no work is lost to a refusal
-    claim_cli(ap, [out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out")
+    claim_cli(
+        ap, [out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out"
+    )
     configs, prev = None, None
     if args.rescore:
         if not args.splits:
@@ -306,15 +389,30 @@ def main(argv: list[str] | None = None) -> None:
     else:
         space = json_arg(ap, "--space", args.space) if args.space else SPACE
         if not isinstance(space, dict) or not space or not all(isinstance(v, list) and v for v in space.values()):
-            ap.error(f"--space {args.space}: a non-empty JSON object of non-empty lists, e.g. '{{\"lr\": [0.01, 0.03]}}'")
+            ap.error(
+                f"--space {args.space}: a non-empty JSON object of non-empty lists, e.g. '{{\"lr\": [0.01, 0.03]}}'"
+            )
         fixed = parse_overrides(args.set)
     try:
-        rows = search(args.dataset_dir, read_params(args.params), args.run, args.trials, args.epochs,
-                      args.seed, args.jobs, args.splits, args.features_dir, space, args.dataset, fixed, configs,
-                      journal=out.with_suffix(".partial.jsonl"))
-    except JournalError as exc:          # raised before any trial trains
+        rows = search(
+            args.dataset_dir,
+            read_params(args.params),
+            args.run,
+            args.trials,
+            args.epochs,
+            args.seed,
+            args.jobs,
+            args.splits,
+            args.features_dir,
+            space,
+            args.dataset,
+            fixed,
+            configs,
+            journal=out.with_suffix(".partial.jsonl"),
+        )
+    except JournalError as exc:  # raised before any trial trains
         ap.error(str(exc))
-    if prev:       # weight each stage's mean by its number of splits
+    if prev:  # weight each stage's mean by its number of splits
         n0, n1 = len(prev["splits"]), len(args.splits)
         by_key = {json.dumps(c, sort_keys=True): v for c, v in zip(configs, prev["criteria"])}
         for r in rows:
@@ -323,11 +421,26 @@ def main(argv: list[str] | None = None) -> None:
         rows.sort(key=lambda r: -r["val_rsum_all"])
     keys = list(rows[0])
     write_text(out, ",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
-    write_text(out.with_suffix(".json"), json.dumps({"dataset_dir": args.dataset_dir, "trials": args.trials,
-                                                    "epochs": args.epochs, "seed": args.seed, "space": space,
-                                                    "splits": args.splits, "features_dir": args.features_dir,
-                                                    "run": args.run, "dataset": args.dataset,
-                                                    "fixed": fixed, "rescore": prev}, indent=1) + "\n")
+    write_text(
+        out.with_suffix(".json"),
+        json.dumps(
+            {
+                "dataset_dir": args.dataset_dir,
+                "trials": args.trials,
+                "epochs": args.epochs,
+                "seed": args.seed,
+                "space": space,
+                "splits": args.splits,
+                "features_dir": args.features_dir,
+                "run": args.run,
+                "dataset": args.dataset,
+                "fixed": fixed,
+                "rescore": prev,
+            },
+            indent=1,
+        )
+        + "\n",
+    )
     out.with_suffix(".partial.jsonl").unlink(missing_ok=True)
     print(f"best: {rows[0]}")
 

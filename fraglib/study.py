@@ -18,6 +18,7 @@ written for other settings or inputs trains from scratch. The run's summary goes
 ``metrics.json`` (mean and sd over seeds, per-seed values; a DVC metric; nothing
 timing-dependent, so a re-run gives identical bytes on one machine) and ``history.csv``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,12 @@ import torch
 
 from fraglib import hubness
 from fraglib.config import ConfigError
-from fraglib.params import read_params
 from fraglib.evaluate import eval_config
 from fraglib.metrics import DIRECTIONS, KS
 from fraglib.outputs import write_text
+from fraglib.params import read_params
 from fraglib.train import resolve_run, train
+
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
@@ -53,12 +55,14 @@ def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | N
     own = ((params.get("runs") or {}).get(run) or {}).get("seeds") if run else None
     if own is not None:
         if not isinstance(own, list) or not set(own) & set(seeds) or len(set(own)) != len(own):
-            raise ConfigError(f"runs.{run}.seeds={own!r}: expected a list without duplicates sharing a seed with {where}={seeds}")
+            raise ConfigError(
+                f"runs.{run}.seeds={own!r}: expected a list without duplicates sharing a seed with {where}={seeds}"
+            )
         seeds = [s for s in seeds if s in own]
     return [int(s) for s in seeds]
 
 
-REPLICATE_STRIDE = 1000      # replicate r of seed s trains with seed s + 1000 r
+REPLICATE_STRIDE = 1000  # replicate r of seed s trains with seed s + 1000 r
 
 
 def study_replicates(params: dict[str, Any], run: str | None = None) -> int:
@@ -94,14 +98,24 @@ def _run_seed(args: tuple[str, Any, Any, int, int, str, int, str | None, str | N
     dataset_dir, spec, ec, seed, replicate, out, threads, features_dir, models_dir = args
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
-    m = train(dataset_dir.format(seed=seed), Path(out) / "seeds" / f"seed{key}",
-              spec.with_seed(seed + REPLICATE_STRIDE * replicate), ec, device=None,
-              progress=False, features_dir=features_dir, restart=True,
-              checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None)
+    m = train(
+        dataset_dir.format(seed=seed),
+        Path(out) / "seeds" / f"seed{key}",
+        spec.with_seed(seed + REPLICATE_STRIDE * replicate),
+        ec,
+        device=None,
+        progress=False,
+        features_dir=features_dir,
+        restart=True,
+        checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None,
+    )
     if "test" not in m:
         return m
-    print(f"[{spec.run} seed {key}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
-          f"search R@1 {m['test']['search']['r1']:.1f}", flush=True)
+    print(
+        f"[{spec.run} seed {key}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
+        f"search R@1 {m['test']['search']['r1']:.1f}",
+        flush=True,
+    )
     return m
 
 
@@ -126,32 +140,42 @@ def summarise(head: dict[str, Any], keys: list[str], groups: list[int], tests: l
         summary.update(units=keys, groups=groups, replicates=len(keys) // len(head["seeds"]))
     for d in dirs:
         summary[d] = {m: float(np.mean([per_seed[k][d][m] for k in keys])) for m in METRICS}
-        summary[f"{d}_sd"] = {m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0
-                              for m in METRICS}
+        summary[f"{d}_sd"] = {
+            m: float(np.std([per_seed[k][d][m] for k in keys], ddof=1)) if len(keys) > 1 else 0.0 for m in METRICS
+        }
     summary["per_seed"] = per_seed
     return summary
 
 
-def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Path, dataset: str | None = None,
-              features_dir: str | None = None, seeds: list[int] | None = None,
-              models_dir: str | None = None) -> dict[str, Any]:
+def run_study(
+    dataset_dir: str,
+    run: str,
+    params: dict[str, Any],
+    out: str | Path,
+    dataset: str | None = None,
+    features_dir: str | None = None,
+    seeds: list[int] | None = None,
+    models_dir: str | None = None,
+) -> dict[str, Any]:
     """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``; ``models_dir``:
     checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git)."""
-    spec = resolve_run(params, run, dataset)            # fails before any work
+    spec = resolve_run(params, run, dataset)  # fails before any work
     ec = eval_config(params)
     seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
     jobs = study_jobs(params)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:                                   # under torchrun: the seeds one after another, each on all processes
+    if world > 1:  # under torchrun: the seeds one after another, each on all processes
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
     keys = [unit_key(s, r) for s, r in units]
-    work = [(dataset_dir, spec, ec, s, r, str(out), t, features_dir, models_dir)
-            for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))]
+    work = [
+        (dataset_dir, spec, ec, s, r, str(out), t, features_dir, models_dir)
+        for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))
+    ]
     if jobs > 1 and len(units) > 1:
         from fraglib.distributed import worker_pool
 
@@ -159,13 +183,17 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
             results = list(ex.map(_run_seed, work))
     else:
         results = [_run_seed(w) for w in work]
-    if "test" not in results[0]:                    # not rank 0: rank 0 summarises
+    if "test" not in results[0]:  # not rank 0: rank 0 summarises
         return {}
     # units on one test set share queries: the splits when the data is split per seed, else all one group
     groups = [s if "{seed}" in dataset_dir else 0 for s, _ in units]
-    summary = summarise({"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides},
-                        keys, groups, [r["test"] for r in results])
-    if all("hubness" in r["test"] for r in results):            # mean over units (per unit: seeds/seed<N>/metrics.json)
+    summary = summarise(
+        {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides},
+        keys,
+        groups,
+        [r["test"] for r in results],
+    )
+    if all("hubness" in r["test"] for r in results):  # mean over units (per unit: seeds/seed<N>/metrics.json)
         summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
     summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}
     write_text(out / "metrics.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -183,16 +211,24 @@ def run_study(dataset_dir: str, run: str, params: dict[str, Any], out: str | Pat
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", "--run-name", dest="run", required=True,
-                    help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)")
+    ap.add_argument(
+        "--run",
+        "--run-name",
+        dest="run",
+        required=True,
+        help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)",
+    )
     ap.add_argument("--dataset-dir", required=True, help="may hold {seed} (one split per seed)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset", help="dataset section (its train/systems layers and its splits apply)")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds or <dataset>.splits)")
-    ap.add_argument("--models-dir", help="checkpoints under <models-dir>/seed<N>/ (a DVC output) instead of beside "
-                                         "the per-seed results in <out>/seeds/ (kept in git)")
+    ap.add_argument(
+        "--models-dir",
+        help="checkpoints under <models-dir>/seed<N>/ (a DVC output) instead of beside "
+        "the per-seed results in <out>/seeds/ (kept in git)",
+    )
     args = ap.parse_args(argv)
     params = read_params(args.params)
     try:
@@ -200,8 +236,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     s = run_study(args.dataset_dir, args.run, params, args.out, args.dataset, args.features_dir, seeds, args.models_dir)
-    print(f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
-          f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}")
+    print(
+        f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
+        f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"
+    )
 
 
 if __name__ == "__main__":

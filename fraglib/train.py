@@ -15,6 +15,7 @@ bootstrap CIs, the run's settings), ``ranks.json`` (per-query test ranks), ``his
 Settings of a run come from ``params.yaml`` by one rule (:func:`resolve_run`). Under ``torchrun`` the same
 loop runs data-parallel (:mod:`fraglib.distributed`, docs/training.md "Many processes").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,10 @@ import torch
 from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
 from fraglib.evaluate import EvalConfig, check_evaluable, evaluate_split, score_matrix
-from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
 from fraglib.inputs import input_files, load_splits, make_batches
+from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
 from fraglib.outputs import write_text
 from fraglib.systems import get_system
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,17 +45,17 @@ class TrainConfig:
 
     seed: int = 0
     epochs: int = 20
-    batch_size: int = 100               # image–sentence pairs
-    distinct_images: bool = True        # no image twice in a batch (false: plain shuffled slices, as VSE++)
-    optimizer: str = "sgd"              # sgd (paper; momentum) | adam | adagrad
+    batch_size: int = 100  # image–sentence pairs
+    distinct_images: bool = True  # no image twice in a batch (false: plain shuffled slices, as VSE++)
+    optimizer: str = "sgd"  # sgd (paper; momentum) | adam | adagrad
     lr: float = 1e-3
-    momentum: float = 0.9               # sgd only
-    adagrad_reset: int = 0              # adagrad only: reset the squared-gradient sums to 1 every N epochs (0 = never)
+    momentum: float = 0.9  # sgd only
+    adagrad_reset: int = 0  # adagrad only: reset the squared-gradient sums to 1 every N epochs (0 = never)
     lr_drop: float = 0.1
     lr_drop_epochs: int = 2
-    grad_clip: float = 0.0              # max global gradient norm; 0 = off
-    amp: bool = False                   # bfloat16 autocast of the training step (GPUs with bf16; validation, test fp32)
-    select: str = "val_rsum"            # best.pt = the epoch of the highest validation R-sum | "last" epoch
+    grad_clip: float = 0.0  # max global gradient norm; 0 = off
+    amp: bool = False  # bfloat16 autocast of the training step (GPUs with bf16; validation, test fp32)
+    select: str = "val_rsum"  # best.pt = the epoch of the highest validation R-sum | "last" epoch
 
     def validate(self) -> "TrainConfig":
         p = "train"
@@ -90,7 +90,9 @@ class RunSpec:
         return dataclasses.replace(self, train_config=dataclasses.replace(self.train_config, seed=seed))
 
 
-def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, extra: dict[str, Any] | None = None) -> RunSpec:
+def resolve_run(
+    params: dict[str, Any], run: str, dataset: str | None = None, extra: dict[str, Any] | None = None
+) -> RunSpec:
     """The settings of run ``run`` by the one override rule (later layers win):
 
     ``train`` ← ``<dataset>.train`` ← ``systems.<s>`` ← ``<dataset>.systems.<s>`` ← ``runs.<run>`` ← ``extra``
@@ -109,9 +111,9 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
     if "system" not in entry:
         raise ConfigError(f"runs.{run}.system: missing (one of the registered systems)")
     name = entry.pop("system")
-    entry.pop("label", None)                                        # for the reports only
-    entry.pop("seeds", None)                                        # which seeds run: fraglib.study
-    entry.pop("replicates", None)                                   # training runs per seed: fraglib.study
+    entry.pop("label", None)  # for the reports only
+    entry.pop("seeds", None)  # which seeds run: fraglib.study
+    entry.pop("replicates", None)  # training runs per seed: fraglib.study
     cls = get_system(name, f"runs.{run}.system")
     ds = params.get("study") if isinstance(params.get("study"), dict) else {}
     if dataset is not None:
@@ -123,14 +125,18 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
         raise ConfigError(f"systems.{name}: missing (every system used by a run needs an entry, may be {{}})")
     t_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     s_fields = {f.name for f in dataclasses.fields(cls.Config)}
-    layers = [("train", params["train"], True), (f"{section}.train", ds.get("train"), True),
-              (f"systems.{name}", params["systems"][name], False),
-              (f"{section}.systems.{name}", (ds.get("systems") or {}).get(name), False),
-              (f"runs.{run}", entry, False), ("--set", extra, False)]
+    layers = [
+        ("train", params["train"], True),
+        (f"{section}.train", ds.get("train"), True),
+        (f"systems.{name}", params["systems"][name], False),
+        (f"{section}.systems.{name}", (ds.get("systems") or {}).get(name), False),
+        (f"runs.{run}", entry, False),
+        ("--set", extra, False),
+    ]
     tvals: dict[str, Any] = {}
     svals: dict[str, Any] = {}
     base: dict[str, Any] = {}
-    names: dict[str, str] = {}          # key -> where params.yaml set the value in force: value errors name it there
+    names: dict[str, str] = {}  # key -> where params.yaml set the value in force: value errors name it there
     base_names: dict[str, str] = {}
     for where, layer, trainer_only in layers:
         if layer is None:
@@ -144,10 +150,13 @@ def resolve_run(params: dict[str, Any], run: str, dataset: str | None = None, ex
                 svals[k] = v
             else:
                 known = t_fields if trainer_only else t_fields | s_fields
-                raise ConfigError(f"{where}.{k}: unknown parameter{did_you_mean(k, known)} "
-                                  f"(trainer keys: {', '.join(sorted(t_fields))}"
-                                  + ("" if trainer_only else f"; system {name}: {', '.join(sorted(s_fields))}") + ")")
-            if layer is extra:          # --set, a search's trial: named by the section the key belongs to
+                raise ConfigError(
+                    f"{where}.{k}: unknown parameter{did_you_mean(k, known)} "
+                    f"(trainer keys: {', '.join(sorted(t_fields))}"
+                    + ("" if trainer_only else f"; system {name}: {', '.join(sorted(s_fields))}")
+                    + ")"
+                )
+            if layer is extra:  # --set, a search's trial: named by the section the key belongs to
                 names.pop(k, None)
             else:
                 names[k] = f"{where}.{k}"
@@ -176,7 +185,7 @@ def make_optimizer(tc: TrainConfig, params) -> torch.optim.Optimizer:
         params = [{"params": ps, "lr": tc.lr * k, "lr_scale": k} for k, ps in params if ps]
     if tc.optimizer == "sgd":
         return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum)
-    if tc.optimizer == "adagrad":       # Socher et al. 2014: sums start at 1 (reset_adagrad)
+    if tc.optimizer == "adagrad":  # Socher et al. 2014: sums start at 1 (reset_adagrad)
         return torch.optim.Adagrad(params, lr=tc.lr, initial_accumulator_value=1.0)
     return torch.optim.Adam(params, lr=tc.lr)
 
@@ -211,9 +220,18 @@ class Step(torch.nn.Module):
         return s.loss(img, sent, epoch)
 
 
-def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim.Optimizer, tr: Any, tc: TrainConfig,
-                epoch: int, device: torch.device, ctx: distributed.Context | None = None, desc: str | None = None,
-                run: str = "") -> tuple[dict[str, float], int, int]:
+def train_epoch(
+    step: torch.nn.Module,
+    system: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    tr: Any,
+    tc: TrainConfig,
+    epoch: int,
+    device: torch.device,
+    ctx: distributed.Context | None = None,
+    desc: str | None = None,
+    run: str = "",
+) -> tuple[dict[str, float], int, int]:
     """One epoch of optimisation steps on the training split ``tr`` (the trainer's loop, also timed by
     ``python -m fraglib.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
     :func:`fraglib.inputs.make_batches` (after the system's ``begin_epoch``), autocast when ``tc.amp``,
@@ -234,7 +252,7 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
         system.begin_epoch(epoch)
     sums: dict[str, Any] = {}
     batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
-    skipped = sum(len(b) for b in batches if len(b) < ctx.world)    # every process needs one pair of a batch
+    skipped = sum(len(b) for b in batches if len(b) < ctx.world)  # every process needs one pair of a batch
     batches = [b for b in batches if len(b) >= ctx.world]
     bar = tqdm(batches, desc=desc, disable=desc is None, leave=False, mininterval=2)
     shown = time.monotonic()
@@ -250,13 +268,15 @@ def train_epoch(step: torch.nn.Module, system: torch.nn.Module, opt: torch.optim
         opt.step()
         for k, v in {**parts, "cost": cost}.items():
             sums[k] = sums.get(k, 0.0) + (v.detach().double() if isinstance(v, torch.Tensor) else v)
-        if desc is not None and time.monotonic() - shown > 2:      # the bar's numbers: one read per 2 s
+        if desc is not None and time.monotonic() - shown > 2:  # the bar's numbers: one read per 2 s
             bar.set_postfix({k: f"{float(v):.3g}" for k, v in parts.items()})
             shown = time.monotonic()
     sums = {k: float(v) for k, v in sums.items()}
     if not math.isfinite(sums.get("cost", 0.0)):
-        raise FloatingPointError(f"run {run}, epoch {epoch + 1}: the cost summed over the epoch's batches is "
-                                 f"{sums['cost']} (lower train.lr, now {tc.lr})")
+        raise FloatingPointError(
+            f"run {run}, epoch {epoch + 1}: the cost summed over the epoch's batches is "
+            f"{sums['cost']} (lower train.lr, now {tc.lr})"
+        )
     return sums, len(batches), skipped
 
 
@@ -300,22 +320,34 @@ def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
         ok = sp.usable_sentences()
         if ok.mean() < 0.5:
             n_img = int((sp.images.counts() > 0).sum())
-            raise ValueError(f"{where}: only {int(ok.sum())} of {len(ok)} {name} sentences are usable "
-                             f"({n_img} of {sp.n_images} images have features; sentences need fragments) — "
-                             "check the image folder, the features stage and the fragments stage")
+            raise ValueError(
+                f"{where}: only {int(ok.sum())} of {len(ok)} {name} sentences are usable "
+                f"({n_img} of {sp.n_images} images have features; sentences need fragments) — "
+                "check the image folder, the features stage and the fragments stage"
+            )
     if views is not None and views.sentences != "tokens":
         tr = splits["train"]
         known = tr.known_word_sentences()
         if known.mean() < 0.5:
-            raise ValueError(f"{where}: only {int(known.sum())} of {len(known)} train sentences have a word with a GloVe "
-                             f"vector (the view {views.sentences!r} reads word vectors; the rest are out of the "
-                             "dictionary) — are the captions English, tokenised and lower-cased?")
+            raise ValueError(
+                f"{where}: only {int(known.sum())} of {len(known)} train sentences have a word with a GloVe "
+                f"vector (the view {views.sentences!r} reads word vectors; the rest are out of the "
+                "dictionary) — are the captions English, tokenised and lower-cased?"
+            )
 
 
-def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, evaluation: EvalConfig | None = None,
-          device: torch.device | None = None, progress: bool = True, stop_after: int | None = None,
-          features_dir: str | Path | None = None, restart: bool = False,
-          checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+def train(
+    dataset_dir: str | Path,
+    out_dir: str | Path,
+    spec: RunSpec,
+    evaluation: EvalConfig | None = None,
+    device: torch.device | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+    features_dir: str | Path | None = None,
+    restart: bool = False,
+    checkpoint_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """Fit (or resume) ``spec`` (:func:`fit`), then, with ``evaluation``, score its ``best.pt`` on the test split
     by the one test evaluation (:func:`fraglib.evaluate.evaluate_split`) and write the run's results:
     ``metrics.json``, ``ranks.json``, ``history.csv`` (small, kept in git) in ``out_dir``; returns the metrics.
@@ -334,29 +366,59 @@ def train(dataset_dir: str | Path, out_dir: str | Path, spec: RunSpec, evaluatio
     ctx = distributed.setup(device)
     out = Path(out_dir)
     ck_dir = Path(checkpoint_dir) if checkpoint_dir is not None else out
-    with checkpoint.run_lock(out, ck_dir) if ctx.main else contextlib.nullcontext():   # rank 0 writes for all
+    with checkpoint.run_lock(out, ck_dir) if ctx.main else contextlib.nullcontext():  # rank 0 writes for all
         views = get_system(spec.system).views(spec.system_config)
-        splits, dims, info = load_splits(dataset_dir, views, device, features_dir,
-                                         names=("train", "val", "test") if ec else ("train", "val"))
+        splits, dims, info = load_splits(
+            dataset_dir, views, device, features_dir, names=("train", "val", "test") if ec else ("train", "val")
+        )
         check_usable(splits, str(dataset_dir), views)
         if ec is not None:
-            check_evaluable(ec, splits["test"], str(dataset_dir))         # before any training, not after it
+            check_evaluable(ec, splits["test"], str(dataset_dir))  # before any training, not after it
         info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
-        fitted = fit(splits, dims, info, input_files(dataset_dir, views, features_dir), ck_dir, spec, device, ctx,
-                     progress and ctx.main, stop_after, restart, ec.eval_chunk if ec else EvalConfig().eval_chunk)
+        fitted = fit(
+            splits,
+            dims,
+            info,
+            input_files(dataset_dir, views, features_dir),
+            ck_dir,
+            spec,
+            device,
+            ctx,
+            progress and ctx.main,
+            stop_after,
+            restart,
+            ec.eval_chunk if ec else EvalConfig().eval_chunk,
+        )
         distributed.teardown(ctx)
-        if "system" not in fitted:                                   # stopped early, or not rank 0
+        if "system" not in fitted:  # stopped early, or not rank 0
             return fitted
         if ec is None:
             return {k: fitted[k] for k in ("best_epoch", "val_rsum_best", "history")}
-        test = evaluate_split(fitted["system"], splits, ec, spec.train_config.seed, "test",
-                              f"run {spec.run}: test scores of best.pt (epoch {fitted['best_epoch']})")
+        test = evaluate_split(
+            fitted["system"],
+            splits,
+            ec,
+            spec.train_config.seed,
+            "test",
+            f"run {spec.run}: test scores of best.pt (epoch {fitted['best_epoch']})",
+        )
         return write_outputs(out, spec, ec, info, test, fitted["best_epoch"], fitted["history"], checkpoint_dir)
 
 
-def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inputs: dict[str, Path], ck_dir: Path,
-        spec: RunSpec, device: torch.device, ctx: distributed.Context, progress: bool, stop_after: int | None,
-        restart: bool, eval_chunk: int) -> dict[str, Any]:
+def fit(
+    splits: dict[str, Any],
+    dims: dict[str, int],
+    info: dict[str, Any],
+    inputs: dict[str, Path],
+    ck_dir: Path,
+    spec: RunSpec,
+    device: torch.device,
+    ctx: distributed.Context,
+    progress: bool,
+    stop_after: int | None,
+    restart: bool,
+    eval_chunk: int,
+) -> dict[str, Any]:
     """The loop: build the system from ``dims``, resume from ``ck_dir`` or prepare (a closed-form system is
     fitted once), train ``epochs`` epochs on ``splits["train"]``, validate each on ``splits["val"]`` (R-sum, both
     directions; ``eval_chunk`` images per score tile) and keep ``best.pt`` (the highest validation R-sum, or the
@@ -367,11 +429,16 @@ def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inpu
     tc, cls = spec.train_config, get_system(spec.system)
     torch.manual_seed(tc.seed)
     system = cls(spec.system_config, dims, tc.seed).to(device)
-    identity = {"system": spec.system, "system_config": dataclasses.asdict(spec.system_config),
-                "train_config": dataclasses.asdict(tc), "model_args": dims, "fingerprint": checkpoint.fingerprint(inputs)}
+    identity = {
+        "system": spec.system,
+        "system_config": dataclasses.asdict(spec.system_config),
+        "train_config": dataclasses.asdict(tc),
+        "model_args": dims,
+        "fingerprint": checkpoint.fingerprint(inputs),
+    }
     defaults = {"train_config": dataclasses.asdict(TrainConfig()), "system_config": dataclasses.asdict(cls.Config())}
     ck = checkpoint.resume(ck_dir, identity, restart, defaults=defaults) if ctx.main else None
-    ctx.barrier()                                                    # rank 0 may have removed a foreign checkpoint
+    ctx.barrier()  # rank 0 may have removed a foreign checkpoint
     if not ctx.main:
         ck = checkpoint.resume(ck_dir, identity, False, defaults=defaults)
     trainable = cls.TRAINABLE and any(p.requires_grad for p in system.parameters())
@@ -391,22 +458,41 @@ def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inpu
             system.fit(splits["train"])
 
     def state(epoch: int) -> dict[str, Any]:
-        return {**identity, "run": spec.run, "model": system.state_dict(),
-                "optimizer": opt.state_dict() if opt else None, "epoch": epoch, "history": history,
-                "best_rsum": best_rsum, "best_epoch": best_epoch, "rng": rng_state(device), "info": info}
+        return {
+            **identity,
+            "run": spec.run,
+            "model": system.state_dict(),
+            "optimizer": opt.state_dict() if opt else None,
+            "epoch": epoch,
+            "history": history,
+            "best_rsum": best_rsum,
+            "best_epoch": best_epoch,
+            "rng": rng_state(device),
+            "info": info,
+        }
 
     def validate(epoch: int, phase: str, sums: dict[str, float], n_batches: int, skipped: int) -> dict[str, Any]:
-        val = evaluate_scores(score_matrix(system, splits["val"], eval_chunk), splits["val"].sentence_image, 10, tc.seed,
-                              f"run {spec.run}: validation scores after epoch {epoch}")
-        return {"epoch": epoch, "lr": lr_at(tc, max(epoch - 1, 0)) if trainable else 0.0, "phase": phase,
-                **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
-                **({"skipped_pairs": skipped} if skipped else {}),
-                "val_rsum": rsum(val), **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in KS}}
+        val = evaluate_scores(
+            score_matrix(system, splits["val"], eval_chunk),
+            splits["val"].sentence_image,
+            10,
+            tc.seed,
+            f"run {spec.run}: validation scores after epoch {epoch}",
+        )
+        return {
+            "epoch": epoch,
+            "lr": lr_at(tc, max(epoch - 1, 0)) if trainable else 0.0,
+            "phase": phase,
+            **{f"train_{k}": v / max(n_batches, 1) for k, v in sums.items()},
+            **({"skipped_pairs": skipped} if skipped else {}),
+            "val_rsum": rsum(val),
+            **{f"val_{d}_r{k}": val[d][f"r{k}"] for d in DIRECTIONS for k in KS},
+        }
 
     tr = splits["train"]
     system.use_training_split(tr)
     epochs = tc.epochs if trainable else 0
-    if not trainable and not history and ctx.main:   # a closed-form fit: one validation row, "epoch 0" (also
+    if not trainable and not history and ctx.main:  # a closed-form fit: one validation row, "epoch 0" (also
         history.append(validate(0, "fit", {}, 0, 0))  # added to a checkpoint written before the row existed)
         best_rsum, best_epoch = history[0]["val_rsum"], 0
         checkpoint.save(ck_dir / "best.pt", state(0))
@@ -419,18 +505,29 @@ def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inpu
             return {"stopped_at_epoch": epoch}
         t0 = time.perf_counter()
         phase = system.phase(epoch)
-        sums, n_batches, skipped = train_epoch(step, system, opt, tr, tc, epoch, device, ctx,
-                                               desc=f"epoch {epoch + 1}/{epochs} ({phase})" if progress else None,
-                                               run=spec.run)
+        sums, n_batches, skipped = train_epoch(
+            step,
+            system,
+            opt,
+            tr,
+            tc,
+            epoch,
+            device,
+            ctx,
+            desc=f"epoch {epoch + 1}/{epochs} ({phase})" if progress else None,
+            run=spec.run,
+        )
         t_train += time.perf_counter() - t0
         done += 1
-        if not ctx.main:                                             # rank 0 validates and writes
+        if not ctx.main:  # rank 0 validates and writes
             ctx.barrier()
             continue
         row = validate(epoch + 1, phase, sums, n_batches, skipped)
         history.append(row)
         if progress:
-            print(f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True)
+            print(
+                f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True
+            )
         if row["val_rsum"] > best_rsum or tc.select == "last":
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
             checkpoint.save(ck_dir / "best.pt", state(epoch + 1))
@@ -441,19 +538,38 @@ def fit(splits: dict[str, Any], dims: dict[str, int], info: dict[str, Any], inpu
         return {"rank": ctx.rank}
     if (ck_dir / "best.pt").exists():
         system.load_state_dict(checkpoint.load(ck_dir / "best.pt", device)["model"])
-    return {"system": system, "best_epoch": best_epoch, "history": history,
-            "val_rsum_best": max((h["val_rsum"] for h in history), default=None)}
+    return {
+        "system": system,
+        "best_epoch": best_epoch,
+        "history": history,
+        "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
+    }
 
 
-def write_outputs(out: Path, spec: RunSpec, ec: EvalConfig, info: dict[str, Any], test: dict[str, Any],
-                  best_epoch: int | None, history: list[dict[str, Any]],
-                  checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+def write_outputs(
+    out: Path,
+    spec: RunSpec,
+    ec: EvalConfig,
+    info: dict[str, Any],
+    test: dict[str, Any],
+    best_epoch: int | None,
+    history: list[dict[str, Any]],
+    checkpoint_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """``metrics.json`` (no timings: identical runs give identical bytes), ``ranks.json``, ``history.csv``."""
     ranks = test.pop("ranks")
-    metrics = {"test": test, "best_epoch": best_epoch, "run": spec.run, "system": spec.system,
-               "system_config": dataclasses.asdict(spec.system_config), "train_config": dataclasses.asdict(spec.train_config),
-               "eval_config": dataclasses.asdict(ec), "info": info, "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
-               **({"checkpoint_dir": Path(checkpoint_dir).as_posix()} if checkpoint_dir is not None else {})}
+    metrics = {
+        "test": test,
+        "best_epoch": best_epoch,
+        "run": spec.run,
+        "system": spec.system,
+        "system_config": dataclasses.asdict(spec.system_config),
+        "train_config": dataclasses.asdict(spec.train_config),
+        "eval_config": dataclasses.asdict(ec),
+        "info": info,
+        "val_rsum_best": max((h["val_rsum"] for h in history), default=None),
+        **({"checkpoint_dir": Path(checkpoint_dir).as_posix()} if checkpoint_dir is not None else {}),
+    }
     write_text(out / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     write_text(out / "ranks.json", json.dumps(ranks) + "\n")
     keys = sorted({k for h in history for k in h}, key=lambda k: (k != "epoch", k))
@@ -467,16 +583,22 @@ def main(argv: list[str] | None = None) -> None:
     from fraglib.evaluate import eval_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", "--run-name", dest="run", required=True,
-                    help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)")
+    ap.add_argument(
+        "--run",
+        "--run-name",
+        dest="run",
+        required=True,
+        help="a name under params.yaml `runs` (under torchrun spell it --run-name: torchrun takes --run as its --run-path)",
+    )
     ap.add_argument("--dataset-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset", help="dataset section whose train/systems layers apply, e.g. pascal1k")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seed", type=int, help="training seed (default train.seed)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a trainer, system or evaluation key")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a trainer, system or evaluation key"
+    )
     ap.add_argument("--restart", action="store_true", help="replace a checkpoint of other settings or inputs")
     ap.add_argument("--stop-after", type=int, metavar="N", help="end after N epochs as if killed (resume later)")
     ap.add_argument("--checkpoint-dir", help="checkpoints and timing.json here instead of --out")
@@ -487,15 +609,28 @@ def main(argv: list[str] | None = None) -> None:
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
     try:
-        m = train(args.dataset_dir, args.out, spec, ec, features_dir=args.features_dir, restart=args.restart,
-                  stop_after=args.stop_after, checkpoint_dir=args.checkpoint_dir)
-    except checkpoint.RunLocked as exc:                              # raised before any work
+        m = train(
+            args.dataset_dir,
+            args.out,
+            spec,
+            ec,
+            features_dir=args.features_dir,
+            restart=args.restart,
+            stop_after=args.stop_after,
+            checkpoint_dir=args.checkpoint_dir,
+        )
+    except checkpoint.RunLocked as exc:  # raised before any work
         ap.error(str(exc))
-    if "test" not in m:                                              # stopped early, or not rank 0
+    if "test" not in m:  # stopped early, or not rank 0
         return
     t = m["test"]
-    print("test: " + " | ".join(f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in KS)
-                                + f" med {t[d]['median_rank']:.0f}" for d in DIRECTIONS))
+    print(
+        "test: "
+        + " | ".join(
+            f"{d} " + " ".join(f"R@{k} {t[d][f'r{k}']:.1f}" for k in KS) + f" med {t[d]['median_rank']:.0f}"
+            for d in DIRECTIONS
+        )
+    )
 
 
 if __name__ == "__main__":

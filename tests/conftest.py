@@ -1,4 +1,5 @@
 """Shared fixtures. Real data under ../shared/data is optional: tests that need it skip."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):       # under pytest-xdist (make test): one thread per worker and per
-    os.environ["OMP_NUM_THREADS"] = "1"         # process it starts; two workers of two threads on two cores made
-    torch.set_num_threads(1)                    # the suite slower than one worker (CNN tests 6-10x)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # under pytest-xdist (make test): one thread per worker and per
+    os.environ["OMP_NUM_THREADS"] = "1"  # process it starts; two workers of two threads on two cores made
+    torch.set_num_threads(1)  # the suite slower than one worker (CNN tests 6-10x)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -77,25 +78,45 @@ def tiny_full(tiny_text, tmp_path_factory):
     out = tmp_path_factory.mktemp("full") / "synth"
     shutil.copytree(src, out)
     ds = read_karpathy_json(out / "dataset.json")
-    extract(ds, VisionConfig(max_proposals=100, num_workers=0), out / "features",
-            synthetic_truth(out / "ground_truth.json"), progress=False, region_views=True)
+    extract(
+        ds,
+        VisionConfig(max_proposals=100, num_workers=0),
+        out / "features",
+        synthetic_truth(out / "ground_truth.json"),
+        progress=False,
+        region_views=True,
+    )
     return out
 
 
 TINY_TRAIN = dict(epochs=4, batch_size=20, lr=0.01, lr_drop_epochs=1)
-TINY_EVALUATION = dict(n_boot=50, hub_k=2)          # k < the 4 test images
-TINY_SYSTEMS = {"fragment": dict(embed_dim=32, dense_epochs=2), "devise": dict(embed_dim=32), "random": {},
-                "socher": {}, "kcca": dict(rff_dim=64, components=8),
-                "vse": dict(embed_dim=16, word_dim=12, hidden=16),
-                "stt": dict(embed_dim=16, word_dim=12, hidden=16, dec_hidden=16, max_len=8)}
-TINY_RUNS = {"full": {"system": "fragment"}, "devise": {"system": "devise"}, "random": {"system": "random"},
-             "dtrnn": {"system": "socher"}}
+TINY_EVALUATION = dict(n_boot=50, hub_k=2)  # k < the 4 test images
+TINY_SYSTEMS = {
+    "fragment": dict(embed_dim=32, dense_epochs=2),
+    "devise": dict(embed_dim=32),
+    "random": {},
+    "socher": {},
+    "kcca": dict(rff_dim=64, components=8),
+    "vse": dict(embed_dim=16, word_dim=12, hidden=16),
+    "stt": dict(embed_dim=16, word_dim=12, hidden=16, dec_hidden=16, max_len=8),
+}
+TINY_RUNS = {
+    "full": {"system": "fragment"},
+    "devise": {"system": "devise"},
+    "random": {"system": "random"},
+    "dtrnn": {"system": "socher"},
+}
 
 
 def tiny_params(**runs) -> dict:
     """A params dict for the tiny benchmark: TINY_TRAIN, TINY_SYSTEMS and the runs given (default TINY_RUNS)."""
-    return {"train": dict(TINY_TRAIN), "evaluation": dict(TINY_EVALUATION), "systems": {k: dict(v) for k, v in TINY_SYSTEMS.items()},
-            "runs": runs or dict(TINY_RUNS), "study": {"seeds": [0], "jobs": 1}}
+    return {
+        "train": dict(TINY_TRAIN),
+        "evaluation": dict(TINY_EVALUATION),
+        "systems": {k: dict(v) for k, v in TINY_SYSTEMS.items()},
+        "runs": runs or dict(TINY_RUNS),
+        "study": {"seeds": [0], "jobs": 1},
+    }
 
 
 def tiny_eval(**overrides):
@@ -116,15 +137,26 @@ def tiny_spec(run: str = "full", **overrides):
 def tiny_study(tiny_full, tmp_path_factory):
     """Four runs (fragment, devise, random, socher) x one seed trained for a few epochs on the
     tiny benchmark, plus a search table."""
-    from fraglib.study import run_study
-
     import yaml
+
+    from fraglib.study import run_study
 
     runs = tmp_path_factory.mktemp("runs")
     params = tiny_params()
     # what the reports read run order, labels and the Socher tables' rows from
-    (runs / "params.yaml").write_text(yaml.safe_dump({**params, "results_report": {"socher_tables": {
-        "margin": {"random": "random", "dt_rnn": "dtrnn", "sdt_rnn": "not_run"}, "squared": {"dt_rnn": "dtrnn"}}}}))
+    (runs / "params.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **params,
+                "results_report": {
+                    "socher_tables": {
+                        "margin": {"random": "random", "dt_rnn": "dtrnn", "sdt_rnn": "not_run"},
+                        "squared": {"dt_rnn": "dtrnn"},
+                    }
+                },
+            }
+        )
+    )
     for r in params["runs"]:
         run_study(str(tiny_full), r, params, runs / r)
     table = runs / "search.csv"

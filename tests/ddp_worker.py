@@ -6,6 +6,7 @@ For each case of SPECS (a list of RunSpecs as JSON: system, system_config, train
 process builds the system on the data, takes the first global batch of epoch ``epoch`` and runs one DDP
 step; rank 0 saves the parameter gradients and the cost to OUT_DIR/<case>.pt.
 """
+
 import json
 import sys
 
@@ -34,8 +35,9 @@ def one_step(dataset_dir: str, spec: dict, ctx: distributed.Context, out: str) -
     system = cls(cfg, dims, tc.seed)
     system.prepare(tr)
     system.use_training_split(tr)
-    step = torch.nn.parallel.DistributedDataParallel(Step(system, ctx), find_unused_parameters=True,
-                                                     broadcast_buffers=False)
+    step = torch.nn.parallel.DistributedDataParallel(
+        Step(system, ctx), find_unused_parameters=True, broadcast_buffers=False
+    )
     b = distributed.shard(make_batches(tr, tc.batch_size, tc.seed, spec["epoch"])[0], ctx)
     cost, _ = step(tr.images.take(tr.sentence_image[b]), tr.sentences.take(b), spec["epoch"])
     cost.backward()

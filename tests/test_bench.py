@@ -1,5 +1,6 @@
 """The benchmark package: the epoch table's entries are complete and self-consistent (nothing here
 asserts a time — benchmarks measure, tests check what is reported)."""
+
 import json
 import re
 
@@ -13,26 +14,33 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     from fraglib.bench.systems import bench_epoch
 
     got = {e["name"].removesuffix("_cuda"): e for e in bench_epoch(["devise", "dtrnn"], repeats=1)}
-    gpu = got.pop("epoch_gpu", None)                                    # present (value None) without a GPU
+    gpu = got.pop("epoch_gpu", None)  # present (value None) without a GPU
     assert gpu is None or (gpu["value"] is None and "systems_device" in gpu["note"])
     assert set(got) == {"epoch_devise", "epoch_dtrnn"}
     for e in got.values():
         assert {"name", "value", "unit", "reference", "ratio", "machine"} <= set(e)
-        assert e["value"] > 0 and e["gflop"] > 0 and e["reference"] > 0 and e["steps"] >= 40   # 4,000 pairs, batches of 100
+        assert (
+            e["value"] > 0 and e["gflop"] > 0 and e["reference"] > 0 and e["steps"] >= 40
+        )  # 4,000 pairs, batches of 100
         # ratio = achieved FLOP/s / the same process's matmul FLOP/s (rounded figures: 5 %)
         assert e["ratio"] == pytest.approx(e["gflop"] / e["value"] / e["reference"], rel=0.05)
-    assert "critical_path_s" not in got["epoch_devise"]                 # no recurrence
+    assert "critical_path_s" not in got["epoch_devise"]  # no recurrence
     tree = got["epoch_dtrnn"]
     assert tree["critical_path_s"] > 0 and tree["sequential"]["levels_all_negatives"] >= 2
-    assert tree["sequential"]["levels_batch_mean"] == 0                 # Eq. 5 reads the batch by position only
+    assert tree["sequential"]["levels_batch_mean"] == 0  # Eq. 5 reads the batch by position only
 
 
 def test_socher_entries_time_every_encoder_and_the_recursion():
     from fraglib.bench.systems import bench_socher
 
     got = {e["name"]: e for e in bench_socher(epochs=1, n_images=20, trees=20)}
-    assert sorted(got) == ["socher_epoch_s_chain", "socher_epoch_s_ctrnn", "socher_epoch_s_dtrnn", "socher_epoch_s_sdtrnn",
-                           "socher_tree_encoder_speedup"]
+    assert sorted(got) == [
+        "socher_epoch_s_chain",
+        "socher_epoch_s_ctrnn",
+        "socher_epoch_s_dtrnn",
+        "socher_epoch_s_sdtrnn",
+        "socher_tree_encoder_speedup",
+    ]
     assert all(e["value"] > 0 for e in got.values())
     e = got["socher_tree_encoder_speedup"]
     assert e["trees"] == 20 and e["batched_ms"] > 0 and e["recursive_ms"] > 0 and e["nodes"] > 20
@@ -49,7 +57,7 @@ def test_a_closed_form_fit_reports_its_solver_bound():
     parts = e["sequential"]
     assert parts["eigh_s"] > 0 and parts["cholesky_s"] > 0 and parts["mm_s"] > 0
     assert sum(parts.values()) == pytest.approx(e["critical_path_s"], abs=0.01)
-    assert e["critical_path_s"] <= 1.2 * e["value"]                      # a part of the fit (profiler: +20 % slack)
+    assert e["critical_path_s"] <= 1.2 * e["value"]  # a part of the fit (profiler: +20 % slack)
     assert e["seconds_over_critical_path"] == pytest.approx(e["value"] / e["critical_path_s"], rel=0.05)
 
 
@@ -62,7 +70,7 @@ def test_profile_entries_say_where_an_epoch_goes():
     assert e["ms_per_step"] == pytest.approx(e["value"] / e["steps"] * 1000, rel=0.01)
     ops = dict((name, ms) for name, ms, _ in e["top_self_cpu_ms_per_step"])
     assert len(ops) == 10 and any(k.startswith("aten::") for k in ops) and all(ms >= 0 for ms in ops.values())
-    assert e["scalar_reads_per_step"] >= 1                              # the loss parts read back per step, at least
+    assert e["scalar_reads_per_step"] >= 1  # the loss parts read back per step, at least
 
 
 def _exits_silently(q) -> None:
@@ -99,22 +107,29 @@ def test_refused_runs_keep_every_measurement_in_the_pending_file(tmp_path):
     path.write_text(json.dumps([THEIRS]))
     second = dict(MINE, value=2.5)
     for new in (MINE, second):
-        with pytest.raises(FileExistsError, match=r"another machine \(epoch_full\)\. Pass --overwrite .* This run's "
-                                                  rf"entries are kept in {path.with_suffix('.pending.json')}\."):
+        with pytest.raises(
+            FileExistsError,
+            match=r"another machine \(epoch_full\)\. Pass --overwrite .* This run's "
+            rf"entries are kept in {path.with_suffix('.pending.json')}\.",
+        ):
             merge([new], path)
-    assert json.loads(path.with_suffix(".pending.json").read_text()) == [MINE, second]     # appended, both kept
+    assert json.loads(path.with_suffix(".pending.json").read_text()) == [MINE, second]  # appended, both kept
     assert json.loads(path.read_text()) == [THEIRS]
-    path.with_suffix(".pending.json").write_text("[{")                                     # a damaged pending file
+    path.with_suffix(".pending.json").write_text("[{")  # a damaged pending file
     with pytest.raises(FileExistsError, match="kept in .*results.pending2.json"):
         merge([MINE], path)
     assert json.loads(path.with_suffix(".pending2.json").read_text()) == [MINE]
-    assert path.with_suffix(".pending.json").read_text() == "[{"                           # left for the user
+    assert path.with_suffix(".pending.json").read_text() == "[{"  # left for the user
 
 
-@pytest.mark.parametrize("text, defect", [
-    ('[{"name": "a", "value": 1}, {"na', r"not valid JSON \(.* line 1 column 30\): the file is cut or damaged"),
-    ('{"name": "a", "value": 1}', r"not a benchmark register \(a JSON dict, not a list of entries\)"),
-    ('[{"name": "a"}, {"value": 1}]', r'1 of its 2 entries are not objects with a "name" \(the first: entry 2\)')])
+@pytest.mark.parametrize(
+    "text, defect",
+    [
+        ('[{"name": "a", "value": 1}, {"na', r"not valid JSON \(.* line 1 column 30\): the file is cut or damaged"),
+        ('{"name": "a", "value": 1}', r"not a benchmark register \(a JSON dict, not a list of entries\)"),
+        ('[{"name": "a"}, {"value": 1}]', r'1 of its 2 entries are not objects with a "name" \(the first: entry 2\)'),
+    ],
+)
 def test_a_damaged_register_stops_the_bench_before_it_measures(text, defect, tmp_path, monkeypatch, capsys):
     import fraglib.bench
     from fraglib.bench.common import merge
@@ -128,7 +143,7 @@ def test_a_damaged_register_stops_the_bench_before_it_measures(text, defect, tmp
     assert e.value.code == 2 and not measured and path.read_text() == text
     assert re.search(rf"{re.escape(str(path))}: {defect}", capsys.readouterr().err)
     with pytest.raises(ValueError, match=rf"{defect}.* This run's entries are kept in .*results.pending.json"):
-        merge([MINE], path)                                       # damaged after measuring: the figures are kept
+        merge([MINE], path)  # damaged after measuring: the figures are kept
     assert json.loads(path.with_suffix(".pending.json").read_text()) == [MINE] and path.read_text() == text
 
 
@@ -144,7 +159,7 @@ def test_a_full_disk_leaves_the_register_as_it_was(tmp_path, monkeypatch):
     write = pathlib.Path.write_text
 
     def half(self, data, *args, **kwargs):
-        write(self, data[:len(data) // 2], *args, **kwargs)
+        write(self, data[: len(data) // 2], *args, **kwargs)
         raise OSError(errno.ENOSPC, "No space left on device", str(self))
 
     monkeypatch.setattr(pathlib.Path, "write_text", half)

@@ -1,4 +1,5 @@
 """Caption metrics through pycocoevalcap: BLEU by hand, the bootstrap, the Java check, a trained seed."""
+
 import json
 
 import numpy as np
@@ -31,15 +32,19 @@ def test_bleu_by_hand_and_on_a_resample():
     from pycocoevalcap.bleu.bleu import Bleu
 
     idx = np.array([1, 0, 1])
-    want, _ = Bleu(4).compute_score({i: refs[k] for i, k in enumerate(idx)}, {i: [hyps[k]] for i, k in enumerate(idx)},
-                                    verbose=0)
+    want, _ = Bleu(4).compute_score(
+        {i: refs[k] for i, k in enumerate(idx)}, {i: [hyps[k]] for i, k in enumerate(idx)}, verbose=0
+    )
     assert bleu_on(cooked(refs, hyps), idx) == pytest.approx(want)
 
 
 def test_bootstrap_of_a_perfect_and_a_shuffled_system():
     refs = {k: [f"the {c} shape number {k} is here"] for k, c in enumerate("abcdefgh")}
-    good = {"per_item": {m: np.ones(8) for m in ("meteor", "rouge_l", "cider")}, "meteor": 1.0,
-            "bleu_stats": cooked(refs, {k: refs[k][0] for k in refs})}
+    good = {
+        "per_item": {m: np.ones(8) for m in ("meteor", "rouge_l", "cider")},
+        "meteor": 1.0,
+        "bleu_stats": cooked(refs, {k: refs[k][0] for k in refs}),
+    }
     ci = bootstrap([good, good], n_boot=50)
     assert set(ci) == set(METRICS) and ci["bleu4"] == pytest.approx([1.0, 1.0]) and ci["cider"] == [1.0, 1.0]
 
@@ -101,8 +106,13 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
         assert set(out[t]) == set(METRICS) and all(0 <= v for v in out[t].values())
         lo, hi = out[t + "_ci"]["cider"]
         assert lo <= out[t]["cider"] + 1e-9 and out[t]["cider"] <= hi + 1e-9
-    assert "grounding" in out and 0 <= out["grounding"]["captions_naming_a_colour"] <= 100   # synthetic truth
-    assert set(out["input_dependence"]) == {"captioning_own", "captioning_other", "paraphrasing_own", "paraphrasing_other"}
+    assert "grounding" in out and 0 <= out["grounding"]["captions_naming_a_colour"] <= 100  # synthetic truth
+    assert set(out["input_dependence"]) == {
+        "captioning_own",
+        "captioning_other",
+        "paraphrasing_own",
+        "paraphrasing_other",
+    }
     from fraglib.results import caption_gallery
 
     panels = caption_gallery(tmp_path / "stt", 0, tiny_full, n_good=1, n_bad=1)
@@ -117,13 +127,13 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     must give back the tokens view exactly, so the same paraphrases; another vocabulary is refused."""
     import shutil
 
-    from fraglib.captions import run_captions
-    from fraglib.evaluate import load_trained
     import torch
 
+    from fraglib.batches import Views
+    from fraglib.captions import run_captions
+    from fraglib.evaluate import load_trained
     from fraglib.inputs import input_files, load_splits
     from fraglib.study import run_study
-    from fraglib.batches import Views
     from fraglib.text.fragments import Fragments
     from tests.conftest import tiny_params
 
@@ -138,15 +148,21 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     assert set(own["input_dependence"]) == {"paraphrasing_own", "paraphrasing_other"}
     rec = json.loads((tmp_path / "t" / "captions" / "seed0.json").read_text())
     assert rec["captioning"] == [] and rec["reencoded"] is None
-    moved = run_captions(tmp_path / "t", n_boot=10, dataset_dir=str(tiny_full), parse_file=str(tiny_full / "parse.conllu"),
-                         images="none", name="transfer_self")
+    moved = run_captions(
+        tmp_path / "t",
+        n_boot=10,
+        dataset_dir=str(tiny_full),
+        parse_file=str(tiny_full / "parse.conllu"),
+        images="none",
+        name="transfer_self",
+    )
     back = json.loads((tmp_path / "t" / "transfer_self" / "seed0.json").read_text())
     assert [p["paraphrase"] for p in back["paraphrasing"]] == [p["paraphrase"] for p in rec["paraphrasing"]]
     assert moved["paraphrasing"] == own["paraphrasing"]
     unk = Fragments.load(tiny_full / "fragments" / "tokens.npz").rel
-    assert back["reencoded"]["unk_share"] == pytest.approx(float((unk == 0).mean()))    # every caption of the data
-    assert moved["unk_share"] == own["unk_share"] and 0 <= own["unk_share"] < 1         # the test split's tokens
-    other = tmp_path / "other"                                   # the same captions, a vocabulary without 'red'
+    assert back["reencoded"]["unk_share"] == pytest.approx(float((unk == 0).mean()))  # every caption of the data
+    assert moved["unk_share"] == own["unk_share"] and 0 <= own["unk_share"] < 1  # the test split's tokens
+    other = tmp_path / "other"  # the same captions, a vocabulary without 'red'
     shutil.copytree(tiny_full, other, ignore=shutil.ignore_patterns("images", "features"))
     f = Fragments.load(other / "fragments" / "tokens.npz")
     f.relations = [w for w in f.relations if w != "red"] + ["zzz"]
@@ -180,17 +196,21 @@ def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_inpu
                 u = s.image_vectors(s.encode_images(sp.images.take(np.array([img]))))
                 dest.append(float(s.caption_nll(u, sp.sentences.take(np.array([j])))[0]))
         for k, j in enumerate(js):
-            a = js[(k - len(js) // 2) % len(js)]                                 # np.roll by half
+            a = js[(k - len(js) // 2) % len(js)]  # np.roll by half
             if sp.sentence_image[a] == sp.sentence_image[j]:
                 continue
             for dest, src in ((para, j), (para_other, a)):
                 c = s.sentence_vectors(s.encode_sentences(sp.sentences.take(np.array([src]))))
                 dest.append(float(s.caption_nll(c, sp.sentences.take(np.array([b[j]])))[0]))
-    want = {"captioning_own": np.mean(own), "captioning_other": np.mean(other),
-            "paraphrasing_own": np.mean(para), "paraphrasing_other": np.mean(para_other)}
+    want = {
+        "captioning_own": np.mean(own),
+        "captioning_other": np.mean(other),
+        "paraphrasing_own": np.mean(para),
+        "paraphrasing_other": np.mean(para_other),
+    }
     assert got == pytest.approx(want, rel=1e-9)
     assert got["captioning_own"] != pytest.approx(got["captioning_other"], rel=1e-6)  # this decoder reads u
-    torch.nn.init.zeros_(s.init.weight)                                       # h_0 = tanh(b): blind to u
+    torch.nn.init.zeros_(s.init.weight)  # h_0 = tanh(b): blind to u
     blind = input_dependence(s, sp)
     assert blind["captioning_own"] == pytest.approx(blind["captioning_other"], rel=1e-12)
     assert blind["paraphrasing_own"] == pytest.approx(blind["paraphrasing_other"], rel=1e-12)
@@ -199,8 +219,11 @@ def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_inpu
 def test_grounding_against_hand_counts():
     from fraglib.captions import grounding
 
-    objects = [[{"colour": "red", "shape": "circle"}], [{"colour": "blue", "shape": "square"}],
-               [{"colour": "red", "shape": "square"}]]
+    objects = [
+        [{"colour": "red", "shape": "circle"}],
+        [{"colour": "blue", "shape": "square"}],
+        [{"colour": "red", "shape": "square"}],
+    ]
     caps = ["a red circle", "two blue squares and a red star", "a green square"]
     g = grounding(caps, objects, ["red", "blue", "green"], ["circle", "square", "star"])
     # colours named: red (ok), blue (ok), red (no: image 1 has only blue), green (no) -> 2 of 4
@@ -208,8 +231,12 @@ def test_grounding_against_hand_counts():
     # shapes: circle (ok), square (ok, plural), star (no), square (ok) -> 3 of 4; pairs: 2 of 4
     assert g["shape_precision"] == pytest.approx(75.0) and g["pair_precision"] == pytest.approx(50.0)
     # chance: the captions scored on images shifted by 1 and by 2 (every other image once)
-    shifted = [grounding([caps[(i - d) % 3] for i in range(3)], objects, ["red", "blue", "green"],
-                         ["circle", "square", "star"])["colour_precision"] for d in (1, 2)]
+    shifted = [
+        grounding(
+            [caps[(i - d) % 3] for i in range(3)], objects, ["red", "blue", "green"], ["circle", "square", "star"]
+        )["colour_precision"]
+        for d in (1, 2)
+    ]
     assert g["colour_chance"] == pytest.approx(np.mean(shifted))
     assert g["captions_naming_a_colour"] == pytest.approx(100.0)
 
@@ -226,10 +253,10 @@ def test_caption_table_and_the_published_rows(tmp_path):
     assert t.loc[("captioning", "STT"), "cider"] == "50.0 [40.0, 60.0]"
     assert t.loc[("paraphrasing", "STT"), "bleu4"] == "50.0" and len(t) == 2
     pub = peri_caption_published()
-    assert pub.loc[("captioning_mscoco_1k", "stt_1024"), "cider"] == 85.0     # as printed (0.850), x100
+    assert pub.loc[("captioning_mscoco_1k", "stt_1024"), "cider"] == 85.0  # as printed (0.850), x100
 
 
-@pytest.mark.parametrize("run", ["stt", "stt_att"])          # the default study's generating runs
+@pytest.mark.parametrize("run", ["stt", "stt_att"])  # the default study's generating runs
 def test_committed_synthetic_captions_name_the_right_objects(run):
     """The committed synthetic results (runs/synthetic/<run>/captions.json at git HEAD, from the maintainers'
     `dvc repro`): the trained decoders read their input and name the image's shapes and colour-shape pairs far
@@ -240,24 +267,30 @@ def test_committed_synthetic_captions_name_the_right_objects(run):
     c = json.loads(committed_text(f"runs/synthetic/{run}/captions.json"))
     g, dep = c["grounding"], c["input_dependence"]
     assert g["shape_precision"] >= 1.5 * g["shape_chance"] and g["pair_precision"] >= 1.5 * g["pair_chance"]
-    if run == "stt":       # STT-ATT's one run (seed 0) names colours at chance (29.8 % vs 30.9 %), pairs 2.4x (its captions.json)
+    if (
+        run == "stt"
+    ):  # STT-ATT's one run (seed 0) names colours at chance (29.8 % vs 30.9 %), pairs 2.4x (its captions.json)
         assert g["colour_precision"] > g["colour_chance"]
-    assert dep["captioning_own"] + 1.0 < dep["captioning_other"]          # nats per caption
+    assert dep["captioning_own"] + 1.0 < dep["captioning_other"]  # nats per caption
     assert dep["paraphrasing_own"] < dep["paraphrasing_other"]
 
 
 def test_a_seed_record_is_written_compactly_and_read_back_whole(tmp_path):
     from fraglib.captions import compact_record, read_record
 
-    rec = {"split": "test", "captioning": [{"image": 0, "caption": "a red circle", "references": ["a red ball", "red"],
-                                            "cider": 0.5}],
-           "paraphrasing": [{"sentence": 0, "input": "a red ball", "paraphrase": "a ball", "references": ["red"]},
-                            {"sentence": 1, "input": "red", "paraphrase": "red", "references": ["a red ball"]}]}
+    rec = {
+        "split": "test",
+        "captioning": [{"image": 0, "caption": "a red circle", "references": ["a red ball", "red"], "cider": 0.5}],
+        "paraphrasing": [
+            {"sentence": 0, "input": "a red ball", "paraphrase": "a ball", "references": ["red"]},
+            {"sentence": 1, "input": "red", "paraphrase": "red", "references": ["a red ball"]},
+        ],
+    }
     small = compact_record(rec)
     assert small["texts"] == ["a red ball", "red"] and small["paraphrasing"][1]["input"] == 1
     (tmp_path / "seed0.json").write_text(json.dumps(small))
     assert read_record(tmp_path / "seed0.json") == rec
-    (tmp_path / "old.json").write_text(json.dumps(rec))                 # the earlier format reads as it is
+    (tmp_path / "old.json").write_text(json.dumps(rec))  # the earlier format reads as it is
     assert read_record(tmp_path / "old.json") == rec
 
 
@@ -270,13 +303,16 @@ def test_caption_files_are_written_atomically_with_the_same_bytes(tmp_path, monk
 
     (tmp_path / "metrics.json").write_text(json.dumps({"run": "stt", "seeds": [0]}))
     record = {"split": "test", "unk_share": 0.25, "captioning": [{"image": 0, "caption": "a red ball"}]}
-    monkeypatch.setattr(captions, "seed_captions", lambda *a: ({"input_dependence": {"captioning_own": 1.5}}, dict(record)))
+    monkeypatch.setattr(
+        captions, "seed_captions", lambda *a: ({"input_dependence": {"captioning_own": 1.5}}, dict(record))
+    )
     renamed = []
     real = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.relpath(b, tmp_path)), real(a, b)))
     captions.run_captions(tmp_path, n_boot=10)
     assert renamed == ["captions/seed0.json", "captions.json"]
-    assert (tmp_path / "captions" / "seed0.json").read_bytes() == (json.dumps({**record, "reencoded": None},
-                                                                               separators=(",", ":")) + "\n").encode()
+    assert (tmp_path / "captions" / "seed0.json").read_bytes() == (
+        json.dumps({**record, "reencoded": None}, separators=(",", ":")) + "\n"
+    ).encode()
     assert (tmp_path / "captions.json").read_text().startswith('{\n "beam": null,\n "dataset_dir": null,\n')
     assert json.loads((tmp_path / "captions.json").read_text())["input_dependence"] == {"captioning_own": 1.5}

@@ -1,5 +1,6 @@
 """Checkpoints: no code runs on load, a checkpoint is resumed only for the very inputs and settings
 it was trained on, and a finished run never silently changes (issue "Reliability", items 1, 2, 6)."""
+
 import json
 import os
 import pickle
@@ -10,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_eval, tiny_spec
 from fraglib import checkpoint
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
 from fraglib.train import check_usable, train
+
+from conftest import tiny_eval, tiny_spec
 
 CPU = torch.device("cpu")
 
@@ -82,15 +84,24 @@ def test_duplicate_seeds_are_refused():
 def test_a_run_may_take_a_subset_of_the_seeds():
     from fraglib.study import study_seeds
 
-    p = {"study": {"seeds": [0, 1, 2]}, "pascal1k": {"splits": [4, 3, 2, 1, 0]},
-         "runs": {"big": {"system": "vse", "seeds": [1, 0]}, "bad": {"system": "vse", "seeds": [7]},
-                  "twice": {"system": "vse", "seeds": [1, 1]}}}
+    p = {
+        "study": {"seeds": [0, 1, 2]},
+        "pascal1k": {"splits": [4, 3, 2, 1, 0]},
+        "runs": {
+            "big": {"system": "vse", "seeds": [1, 0]},
+            "bad": {"system": "vse", "seeds": [7]},
+            "twice": {"system": "vse", "seeds": [1, 1]},
+        },
+    }
     assert study_seeds(p, None, "big") == [0, 1] and study_seeds(p, "pascal1k", "big") == [1, 0]  # the study's order
     assert study_seeds(p, None, "other") == [0, 1, 2]
     one = {**p, "study": {"seeds": [0]}}
-    assert study_seeds(one, None, "big") == [0]                    # seed 1 is not in a one-seed study: skipped
-    with pytest.raises(ConfigError, match=r"runs.bad.seeds=\[7\]: expected a list without duplicates sharing a seed "
-                                          r"with study.seeds"):
+    assert study_seeds(one, None, "big") == [0]  # seed 1 is not in a one-seed study: skipped
+    with pytest.raises(
+        ConfigError,
+        match=r"runs.bad.seeds=\[7\]: expected a list without duplicates sharing a seed "
+        r"with study.seeds",
+    ):
         study_seeds(p, None, "bad")
     with pytest.raises(ConfigError, match=r"runs.twice.seeds=\[1, 1\]"):
         study_seeds(p, None, "twice")
@@ -99,18 +110,21 @@ def test_a_run_may_take_a_subset_of_the_seeds():
 def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, tmp_path):
     """runs.<run>.replicates: seed 0 trains twice (training seeds 0 and 1000) on the same data; the
     summary lists both units in one group (one test set) and their mean."""
-    from conftest import tiny_params
     from fraglib.results import load_run
     from fraglib.study import run_study, study_replicates
+
+    from conftest import tiny_params
 
     params = tiny_params(r={"system": "devise", "replicates": 2, "epochs": 1})
     s = run_study(str(tiny_full), "r", params, tmp_path)
     assert s["units"] == ["0", "0r1"] and s["groups"] == [0, 0] and s["replicates"] == 2
     ms = [json.loads((tmp_path / "seeds" / f"seed{u}" / "metrics.json").read_text()) for u in s["units"]]
     assert [m["train_config"]["seed"] for m in ms] == [0, 1000]
-    assert s["annotation"]["r5"] == pytest.approx((ms[0]["test"]["annotation"]["r5"] + ms[1]["test"]["annotation"]["r5"]) / 2)
+    assert s["annotation"]["r5"] == pytest.approx(
+        (ms[0]["test"]["annotation"]["r5"] + ms[1]["test"]["annotation"]["r5"]) / 2
+    )
     costs = [(tmp_path / "seeds" / f"seed{u}" / "history.csv").read_text() for u in s["units"]]
-    assert costs[0] != costs[1]                                      # another initialisation and batch order
+    assert costs[0] != costs[1]  # another initialisation and batch order
     assert load_run(tmp_path)["ranks"]["search"].shape[0] == 2
     with pytest.raises(ConfigError, match=r"runs.r.replicates=0: expected an integer"):
         study_replicates({"runs": {"r": {"replicates": 0}}}, "r")
@@ -118,25 +132,25 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
 
 
 def test_unusable_data_stops_before_training(tiny_full):
-    from fraglib.inputs import load_splits
     from fraglib.batches import Views
+    from fraglib.inputs import load_splits
 
     splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
     te = splits["test"]
-    te.images.off = np.zeros_like(te.images.off)            # every test image without features
+    te.images.off = np.zeros_like(te.images.off)  # every test image without features
     with pytest.raises(ValueError, match=r"only 0 of \d+ test sentences are usable \(0 of \d+ images have features"):
         check_usable(splits, "somewhere")
 
 
 def test_captions_without_a_known_word_stop_systems_that_read_word_vectors(tiny_full):
-    from fraglib.inputs import load_splits
     from fraglib.batches import Views
+    from fraglib.inputs import load_splits
 
     for view in ("dependency", "tree_basic"):
         splits, _, _ = load_splits(tiny_full, Views("fullframe", view), CPU)
-        check_usable(splits, "somewhere", Views("fullframe", view))        # English captions: fine
+        check_usable(splits, "somewhere", Views("fullframe", view))  # English captions: fine
         assert splits["train"].known_word_sentences().all()
-        splits["train"].words.zero_()                                      # every word out of the dictionary
+        splits["train"].words.zero_()  # every word out of the dictionary
         with pytest.raises(ValueError, match=r"only 0 of \d+ train sentences have a word with a GloVe vector"):
             check_usable(splits, "somewhere", Views("fullframe", view))
 
@@ -151,22 +165,27 @@ def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, t
     (data / "dataset.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match="the val split has 0 images and 0 sentences"):
         train(data, tmp_path / "run", tiny_spec(epochs=2), tiny_eval(), device=CPU, progress=False)
-    assert not list((tmp_path / "run").rglob("*.pt"))          # stopped before any training
+    assert not list((tmp_path / "run").rglob("*.pt"))  # stopped before any training
 
 
 def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monkeypatch):
     """A study keeps its small results in git (runs/) and its checkpoints in DVC (models/): the results
     folder holds no checkpoint, names where they are, and everything that loads one finds it there."""
-    from conftest import tiny_params
     from fraglib.checkpoint import CheckpointError, best_of
     from fraglib.evaluate import evaluate_run
     from fraglib.study import run_study
 
-    monkeypatch.chdir(tmp_path)                                   # the names are relative, as in the pipeline
+    from conftest import tiny_params
+
+    monkeypatch.chdir(tmp_path)  # the names are relative, as in the pipeline
     run_study(str(tiny_full), "devise", tiny_params(), "runs/devise", models_dir="models/devise")
     seed = tmp_path / "runs" / "devise" / "seeds" / "seed0"
     assert sorted(p.name for p in seed.iterdir()) == ["history.csv", "metrics.json", "ranks.json"]
-    assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == ["best.pt", "last.pt", "timing.json"]
+    assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == [
+        "best.pt",
+        "last.pt",
+        "timing.json",
+    ]
     assert json.loads((seed / "metrics.json").read_text())["checkpoint_dir"] == "models/devise/seed0"
     assert best_of(seed) == Path("models/devise/seed0/best.pt")
     again = evaluate_run(seed, tiny_eval())
@@ -188,22 +207,27 @@ def test_a_checkpoint_holding_other_objects_is_refused_without_advice_to_run_its
     with pytest.raises(CheckpointError) as e:
         checkpoint.load(path)
     msg = str(e.value)
-    assert msg.startswith(f"{path}: not a plain-tensor fraglib checkpoint (it holds objects other than tensors and "
-                          "plain containers: Unsupported global: GLOBAL ")
+    assert msg.startswith(
+        f"{path}: not a plain-tensor fraglib checkpoint (it holds objects other than tensors and "
+        "plain containers: Unsupported global: GLOBAL "
+    )
     assert "_Plain); it is not loaded, since loading it could run code" in msg
     assert "weights_only" not in msg and "safe_globals" not in msg and "trust" not in msg
 
 
-@pytest.mark.parametrize("failure", [
-    RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4352"),
-    OSError(28, "No space left on device"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4352"),
+        OSError(28, "No space left on device"),
+    ],
+)
 def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch, failure):
     path = tmp_path / "last.pt"
     checkpoint.save(path, {"epoch": 1})
     real_save = torch.save
 
-    def disk_fills(obj, f, *a, **k):                   # half the file reaches the disk, then the write fails
+    def disk_fills(obj, f, *a, **k):  # half the file reaches the disk, then the write fails
         real_save(obj, f, *a, **k)
         Path(f).write_bytes(Path(f).read_bytes()[:40])
         raise failure
@@ -211,9 +235,11 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, m
     monkeypatch.setattr(torch, "save", disk_fills)
     with pytest.raises(OSError) as e:
         checkpoint.save(path, {"epoch": 2})
-    assert str(e.value) == (f"{path}: writing the checkpoint failed, is the disk full? ({str(failure).splitlines()[0]}). "
-                            "The previous last.pt, if any, is intact: free some space and run the same command again "
-                            "to resume from it")
+    assert str(e.value) == (
+        f"{path}: writing the checkpoint failed, is the disk full? ({str(failure).splitlines()[0]}). "
+        "The previous last.pt, if any, is intact: free some space and run the same command again "
+        "to resume from it"
+    )
     monkeypatch.undo()
     assert checkpoint.load(path)["epoch"] == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]         # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary file left

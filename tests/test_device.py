@@ -13,8 +13,7 @@ def test_env_override_cpu(monkeypatch):
 def test_autodetect_matches_torch(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     dev, _ = select_device()
-    expected = "cuda" if torch.cuda.is_available() else (
-        "mps" if torch.backends.mps.is_available() else "cpu")
+    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
     assert dev.type == expected
     assert describe().startswith(f"fraglib runs on {dev}")
 

@@ -1,5 +1,6 @@
 """Data-parallel training (fraglib.distributed): two gloo processes started by torchrun take the same
 step as one process on the same global batch, and a short two-process run ends where one process ends."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,12 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, tiny_eval, tiny_spec
 from fraglib import distributed
 from fraglib.inputs import load_splits, make_batches
 from fraglib.systems import get_system
 from fraglib.systems.base import join_parts
 from fraglib.train import Step, train
+
+from conftest import ROOT, tiny_eval, tiny_spec
 
 
 def torchrun(args: list[str], n: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -46,27 +48,43 @@ def one_process_step(data: Path, spec, epoch: int):
     return cost.detach(), {n: p.grad for n, p in system.named_parameters()}
 
 
-CASES = [("fragment", {}, 0), ("fragment", {}, 3),                      # dense phase, then MIL
-         ("fragment", {"normalize": True, "sentences": "bow"}, 3),
-         ("devise", {}, 0),
-         ("socher", {}, 0),                                               # Eq. 5 against the whole split
-         ("vse", {"negatives": "hardest", "warmup_epochs": 0}, 0),
-         ("vse", {"similarity": "attention", "images": "top36"}, 0),      # padded regions and words
-         ("stt", {}, 0)]
+CASES = [
+    ("fragment", {}, 0),
+    ("fragment", {}, 3),  # dense phase, then MIL
+    ("fragment", {"normalize": True, "sentences": "bow"}, 3),
+    ("devise", {}, 0),
+    ("socher", {}, 0),  # Eq. 5 against the whole split
+    ("vse", {"negatives": "hardest", "warmup_epochs": 0}, 0),
+    ("vse", {"similarity": "attention", "images": "top36"}, 0),  # padded regions and words
+    ("stt", {}, 0),
+]
 
 
 def test_two_processes_take_the_one_process_step(tiny_full, tmp_path):
     """One DDP step of 2 gloo processes on an 11-pair batch (shares of 6 and 5) = one process's step, for
     every case of CASES (one torchrun for all: each start costs seconds)."""
-    from conftest import tiny_params
     from fraglib.train import resolve_run
 
-    specs = [resolve_run(tiny_params(r={"system": system, **override}), "r", extra={"batch_size": 11})
-             for system, override, _ in CASES]
+    from conftest import tiny_params
+
+    specs = [
+        resolve_run(tiny_params(r={"system": system, **override}), "r", extra={"batch_size": 11})
+        for system, override, _ in CASES
+    ]
     f = tmp_path / "specs.json"
-    f.write_text(json.dumps([{"system": sp.system, "system_config": dataclasses.asdict(sp.system_config),
-                              "train_config": dataclasses.asdict(sp.train_config), "epoch": epoch}
-                             for sp, (_, _, epoch) in zip(specs, CASES)]))
+    f.write_text(
+        json.dumps(
+            [
+                {
+                    "system": sp.system,
+                    "system_config": dataclasses.asdict(sp.system_config),
+                    "train_config": dataclasses.asdict(sp.train_config),
+                    "epoch": epoch,
+                }
+                for sp, (_, _, epoch) in zip(specs, CASES)
+            ]
+        )
+    )
     torchrun([str(ROOT / "tests" / "ddp_worker.py"), str(tiny_full), str(f), str(tmp_path)])
     for n, (spec, (system, override, epoch)) in enumerate(zip(specs, CASES)):
         case = f"{system} {override} epoch {epoch}"
@@ -79,7 +97,7 @@ def test_two_processes_take_the_one_process_step(tiny_full, tmp_path):
             if g is None:
                 assert got["grads"][name] is None or not got["grads"][name].any(), (case, name)
             else:
-                err = float((got["grads"][name] - g).abs().max())          # float sums in another order
+                err = float((got["grads"][name] - g).abs().max())  # float sums in another order
                 assert err <= 1e-5 * scale, f"{case}, {name}: max |diff| {err:.3g}, largest gradient entry {scale:.3g}"
 
 
@@ -112,14 +130,20 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
     torchrun(args + ["--out", str(tmp_path / "two")])
     one = train(tiny_full, tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
     two = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["best.pt", "history.csv", "last.pt", "metrics.json",
-                                                                   "ranks.json", "timing.json"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
+        "best.pt",
+        "history.csv",
+        "last.pt",
+        "metrics.json",
+        "ranks.json",
+        "timing.json",
+    ]
     h1 = (tmp_path / "one" / "history.csv").read_text().splitlines()
     h2 = (tmp_path / "two" / "history.csv").read_text().splitlines()
     assert h1[0] == h2[0] and len(h1) == len(h2)
     c1 = [float(r.split(",")[h1[0].split(",").index("train_cost")]) for r in h1[1:]]
     c2 = [float(r.split(",")[h2[0].split(",").index("train_cost")]) for r in h2[1:]]
-    assert np.allclose(c1, c2, rtol=1e-4), (c1, c2)                        # tolerance: 1e-4 relative on the cost
+    assert np.allclose(c1, c2, rtol=1e-4), (c1, c2)  # tolerance: 1e-4 relative on the cost
     for d in ("annotation", "search"):
         for k in ("r1", "r5", "r10"):
             assert abs(one["test"][d][k] - two["test"][d][k]) <= 1e-9 + 100 / 20, (d, k)  # at most one query of 20
@@ -131,13 +155,16 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
     assert (tmp_path / "resumed" / "metrics.json").read_text() == (tmp_path / "two" / "metrics.json").read_text()
 
 
-@pytest.mark.parametrize("system,override", [("fragment", {}), ("devise", {}), ("vse", {"negatives": "hardest",
-                                             "warmup_epochs": 0}), ("stt", {})])
+@pytest.mark.parametrize(
+    "system,override",
+    [("fragment", {}), ("devise", {}), ("vse", {"negatives": "hardest", "warmup_epochs": 0}), ("stt", {})],
+)
 def test_mixed_precision_changes_the_step_little(tiny_full, system, override):
     """train.amp (bfloat16 autocast of the step): the cost within 2 % and the gradient direction within
     cosine 0.99 of float32 on one batch — the tolerance we call safe."""
-    from conftest import tiny_params
     from fraglib.train import resolve_run
+
+    from conftest import tiny_params
 
     spec = resolve_run(tiny_params(r={"system": system, **override}), "r")
     cls, cpu = get_system(spec.system), torch.device("cpu")
@@ -169,8 +196,21 @@ def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text("vision:\n  max_proposals: 100\n  num_workers: 0\n")
     out = tmp_path / "features"
-    torchrun(["-m", "fraglib.vision.features", "--dataset-dir", str(tiny_full), "--truth",
-              str(tiny_full / "ground_truth.json"), "--region-views", "--params", str(params), "--out-dir", str(out)])
+    torchrun(
+        [
+            "-m",
+            "fraglib.vision.features",
+            "--dataset-dir",
+            str(tiny_full),
+            "--truth",
+            str(tiny_full / "ground_truth.json"),
+            "--region-views",
+            "--params",
+            str(params),
+            "--out-dir",
+            str(out),
+        ]
+    )
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["0of2", "1of2"]
     for det in ("rcnn", "groundtruth", "top36", "grid"):
         a, b = np.load(tiny_full / "features" / f"{det}.npz"), np.load(out / f"{det}.npz")
@@ -199,7 +239,7 @@ def _alive(pid: int) -> bool:
         state = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return False
-    return "\nState:\tZ" not in state                      # a zombie has stopped; only its entry is left
+    return "\nState:\tZ" not in state  # a zombie has stopped; only its entry is left
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
@@ -210,8 +250,11 @@ def test_pool_workers_die_with_the_process_that_started_them(tmp_path):
 
     (tmp_path / "parent.py").write_text(PARENT)
     pid_file = tmp_path / "worker.pid"
-    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(pid_file)], cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "parent.py"), str(pid_file)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         t0 = time.time()
         while not pid_file.exists() or not pid_file.read_text():
@@ -229,4 +272,4 @@ def test_pool_workers_die_with_the_process_that_started_them(tmp_path):
         if parent.poll() is None:
             parent.kill()
         if pid_file.exists() and pid_file.read_text() and _alive(int(pid_file.read_text())):
-            os.kill(int(pid_file.read_text()), 9)             # no orphan left by a failing run
+            os.kill(int(pid_file.read_text()), 9)  # no orphan left by a failing run

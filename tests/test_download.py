@@ -1,4 +1,5 @@
 """The Pascal1K downloader, offline: a page and images served from file:// URLs the test builds."""
+
 import json
 
 import pytest
@@ -19,15 +20,24 @@ def _site(tmp_path):
         (site / cat / name).write_bytes(data)
     (site / "index.html").write_text(PAGE)
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"2008_000001.jpg": sha256(site / "cat" / "2008_000001.jpg"),
-                                    "2008_000002.jpg": sha256(site / "dog" / "2008_000002.jpg")}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "2008_000001.jpg": sha256(site / "cat" / "2008_000001.jpg"),
+                "2008_000002.jpg": sha256(site / "dog" / "2008_000002.jpg"),
+            }
+        )
+    )
     return site, manifest
 
 
 def test_parse_page():
     items = parse_page(PAGE)
-    assert items["2008_000001.jpg"] == {"category": "cat", "sentences": ["A cat on a sofa.", "Grey cat & pillow"],
-                                        "src": "cat/2008_000001.jpg"}
+    assert items["2008_000001.jpg"] == {
+        "category": "cat",
+        "sentences": ["A cat on a sofa.", "Grey cat & pillow"],
+        "src": "cat/2008_000001.jpg",
+    }
     assert items["2008_000002.jpg"]["sentences"] == ["A dog."]
 
 
@@ -48,8 +58,9 @@ def test_checksum_mismatch_stops_with_names(tmp_path):
 
 
 def test_manifest_matches_the_shared_copy():
-    from conftest import shared_data
     from fraglib.data.download import MANIFEST
+
+    from conftest import shared_data
 
     root = shared_data("pascal1k")
     known = json.loads(MANIFEST.read_text())
@@ -67,7 +78,7 @@ def test_duplicate_names_and_unlisted_images_refused(tmp_path):
     manifest.write_text(json.dumps({"2008_000001.jpg": sha256(site / "cat" / "2008_000001.jpg")}))
     with pytest.raises(RuntimeError, match=r"1 image\(s\).*not in the checksum manifest.*2008_000002.jpg"):
         download_pascal1k(tmp_path / "out", f"file://{site}/", manifest)
-    assert not (tmp_path / "out").exists()                              # refused before writing anything
+    assert not (tmp_path / "out").exists()  # refused before writing anything
     rep = download_pascal1k(tmp_path / "out", f"file://{site}/", manifest, allow_unverified=True)
     assert rep["not_in_manifest"] == 1 and rep["verified"] == 1
 

@@ -6,6 +6,7 @@ of every import statement, function-local ones included, relative ones resolved;
 runs on import, so the registry ``fraglib.systems`` pulls in every system), plus the package data files they
 name (``published_results.yaml``, the HTML templates). A dep that is a folder covers every file under it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "fraglib"
-EXEMPT = {"fraglib/__init__.py"}     # the version string: imports nothing, every stage would list it
+EXEMPT = {"fraglib/__init__.py"}  # the version string: imports nothing, every stage would list it
 
 
 def module_file(name: str) -> Path | None:
@@ -56,7 +57,7 @@ def imported(tree: ast.AST, package: str = "") -> set[str]:
     """Every module ``tree`` imports anywhere (``from a import b`` yields ``a`` and ``a.b``); ``package``
     resolves relative imports."""
     names = {n for base, what in statements(tree, package) for n in [base] + [f"{base}.{w}" for w in what]}
-    return {".".join(n.split(".")[:i]) for n in names for i in range(1, len(n.split(".")) + 1)}   # parents run too
+    return {".".join(n.split(".")[:i]) for n in names for i in range(1, len(n.split(".")) + 1)}  # parents run too
 
 
 @lru_cache(maxsize=None)
@@ -70,8 +71,11 @@ def _scan(path: Path) -> tuple[frozenset[str], frozenset[str]]:
 
 def _data_files() -> dict[str, Path]:
     """Package data by name: every non-Python file or non-package folder under fraglib/."""
-    return {p.name: p for p in PKG.rglob("*") if "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc")
-            and not (p / "__init__.py").exists()}
+    return {
+        p.name: p
+        for p in PKG.rglob("*")
+        if "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc") and not (p / "__init__.py").exists()
+    }
 
 
 def notebook_imports(notebook: Path) -> set[str]:
@@ -90,7 +94,7 @@ def stage_code(cmd: str, wdir: Path = ROOT) -> set[str]:
     needed: set[Path] = set()
     for i, w in enumerate(words):
         if w in ("python", "python3") or w.endswith("/python"):
-            if words[i + 1:i + 2] != ["-m"] or not words[i + 2].startswith("fraglib."):
+            if words[i + 1 : i + 2] != ["-m"] or not words[i + 2].startswith("fraglib."):
                 raise ValueError(f"{cmd!r}: a python command this test cannot follow (not python -m fraglib.…)")
             mod = words[i + 2]
             todo |= imported(ast.parse(f"import {mod}")) | {f"{mod}.__main__"}
@@ -127,7 +131,7 @@ def test_every_stage_depends_on_all_the_code_it_runs():
         assert len(stages) > 30, "the stages of every dvc.yaml"
         for stage in stages:
             cmd = stage.cmd if isinstance(stage.cmd, str) else " && ".join(stage.cmd)
-            missing = uncovered(cmd, [d.fs_path for d in stage.deps], Path(stage.wdir))   # absolute dep paths
+            missing = uncovered(cmd, [d.fs_path for d in stage.deps], Path(stage.wdir))  # absolute dep paths
             if missing:
                 problems.append(f"{stage.addressing}: {', '.join(missing)}")
     assert not problems, "stages whose deps miss code they run:\n" + "\n".join(problems)
@@ -138,7 +142,9 @@ def _copied_stages() -> dict[str, dict]:
     import yaml
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    return {n: stages[n].get("do", stages[n]) for n in ("train_synthetic", "captions_synthetic", "results_report", "index")}
+    return {
+        n: stages[n].get("do", stages[n]) for n in ("train_synthetic", "captions_synthetic", "results_report", "index")
+    }
 
 
 CASES = [(n, d) for n, s in _copied_stages().items() for d in s["deps"] if d.startswith("fraglib/")]
@@ -146,11 +152,14 @@ CASES = [(n, d) for n, s in _copied_stages().items() for d in s["deps"] if d.sta
 
 def test_the_scan_follows_registry_local_and_relative_imports():
     code = stage_code("python -m fraglib.captions --run-dir runs/synthetic/stt")
-    assert {"fraglib/captions.py", "fraglib/systems/__init__.py", "fraglib/systems/gru.py",
-            "fraglib/systems/cnn.py"} <= code
+    assert {
+        "fraglib/captions.py",
+        "fraglib/systems/__init__.py",
+        "fraglib/systems/gru.py",
+        "fraglib/systems/cnn.py",
+    } <= code
     report = stage_code("python -m fraglib.notebook notebooks/results_report.ipynb reports/r.html -p a b")
-    assert {"notebooks/results_report.ipynb", "fraglib/reference/published_results.yaml",
-            "fraglib/templates"} <= report
+    assert {"notebooks/results_report.ipynb", "fraglib/reference/published_results.yaml", "fraglib/templates"} <= report
     tree = ast.parse("def f():\n    from .gru import Gru\n    import fraglib.cnn as c\n")
     assert {"fraglib.systems.gru", "fraglib.cnn", "fraglib"} <= imported(tree, "fraglib.systems")
 

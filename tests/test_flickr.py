@@ -1,13 +1,15 @@
 """Flickr token-file loaders on fixtures the test builds, and on the real Flickr8K text."""
+
 import json
 from collections import Counter
 
 import pytest
 
-from conftest import shared_data
 from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as data_main
-from fraglib.data.flickr import read_flickr30k, read_flickr8k
+from fraglib.data.flickr import read_flickr8k, read_flickr30k
+
+from conftest import shared_data
 
 
 def _fixture(tmp_path, n_images=12):
@@ -26,8 +28,8 @@ def _fixture(tmp_path, n_images=12):
     names = [f"{1000 + i}_abc.jpg" for i in range(n_images)]
     (text / "Flickr_8k.trainImages.txt").write_text("\n".join(names[:8]) + "\n")
     (text / "Flickr_8k.devImages.txt").write_text("\n".join(names[8:10]) + "\n")
-    (text / "Flickr_8k.testImages.txt").write_text(names[10] + "\n")     # names[11]: in no list
-    for f in names[1:]:                                                    # names[0] missing on disk
+    (text / "Flickr_8k.testImages.txt").write_text(names[10] + "\n")  # names[11]: in no list
+    for f in names[1:]:  # names[0] missing on disk
         (images / f).write_bytes(b"stand-in")
     (images / "notes.txt").write_text("an extra file")
     return text, images
@@ -56,7 +58,9 @@ def test_flickr30k_seeded_split_and_cli(tmp_path):
         read_flickr30k(token, images)
     data_main(["flickr8k", "--root", str(text), "--images", str(images), "--out", str(tmp_path / "out")])
     back = read_karpathy_json(tmp_path / "out" / "dataset.json")
-    assert len(back.images) == 10 and json.loads((tmp_path / "out" / "conversion.json").read_text())["lines_skipped"] == 2
+    assert (
+        len(back.images) == 10 and json.loads((tmp_path / "out" / "conversion.json").read_text())["lines_skipped"] == 2
+    )
 
 
 def test_bom_and_duplicate_caption_index(tmp_path):
@@ -65,10 +69,12 @@ def test_bom_and_duplicate_caption_index(tmp_path):
     token = text / "Flickr8k.token.txt"
     token.write_bytes(b"\xef\xbb\xbf" + token.read_bytes())
     ds, rep = read_flickr8k(text, images)
-    assert rep["lines_skipped"] == 2 and len(ds.sentences) == 50          # the same as without the BOM
+    assert rep["lines_skipped"] == 2 and len(ds.sentences) == 50  # the same as without the BOM
     assert ds.sentences[0]["raw"].startswith("A dog number 1 ")
     token.write_text(token.read_text(encoding="utf-8-sig") + "1003_abc.jpg#2\tAnother caption two .\n")
-    with pytest.raises(ValueError, match=r"Flickr8k.token.txt:\d+: caption 1003_abc.jpg#2 appears twice \(first on line \d+\)"):
+    with pytest.raises(
+        ValueError, match=r"Flickr8k.token.txt:\d+: caption 1003_abc.jpg#2 appears twice \(first on line \d+\)"
+    ):
         read_flickr8k(text, images)
 
 
@@ -81,7 +87,9 @@ def test_real_flickr8k_text_with_stand_in_images(tmp_path):
     root = shared_data("flickr8k")
     images = tmp_path / "images"
     images.mkdir()
-    names = sorted({line.split("#")[0] for line in (root / "Flickr8k.token.txt").read_text().splitlines() if "#" in line})
+    names = sorted(
+        {line.split("#")[0] for line in (root / "Flickr8k.token.txt").read_text().splitlines() if "#" in line}
+    )
     for f in names[5:]:
         (images / f).write_bytes(b"")
     ds, rep = read_flickr8k(root, images)
@@ -95,9 +103,11 @@ def test_text_only_keeps_every_listed_image_and_says_so(tmp_path):
     text, _ = _fixture(tmp_path)
     ds, rep = read_flickr8k(text, None)
     assert rep["images_on_disk"] == "not read (text only)" and "images_missing_on_disk" not in rep
-    assert Counter(im["split"] for im in ds.images) == {"train": 8, "val": 2, "test": 1}    # names[0] kept
+    assert Counter(im["split"] for im in ds.images) == {"train": 8, "val": 2, "test": 1}  # names[0] kept
     data_main(["flickr8k", "--root", str(text), "--text-only", "--out", str(tmp_path / "out")])
     back = json.loads((tmp_path / "out" / "dataset.json").read_text())
     assert "image_root" not in back and len(back["images"]) == 11
-    with pytest.raises(SystemExit):                                       # --text-only with --images: refused
-        data_main(["flickr8k", "--root", str(text), "--text-only", "--images", str(tmp_path), "--out", str(tmp_path / "o2")])
+    with pytest.raises(SystemExit):  # --text-only with --images: refused
+        data_main(
+            ["flickr8k", "--root", str(text), "--text-only", "--images", str(tmp_path), "--out", str(tmp_path / "o2")]
+        )

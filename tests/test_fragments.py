@@ -1,4 +1,5 @@
 """The relation mapping table (both label schemes), the frequency filter and the encoders."""
+
 from collections import Counter
 
 import numpy as np
@@ -65,8 +66,13 @@ def test_clearnlp_multiword_preposition_in_front_of():
 
 def test_clearnlp_passive_agent_and_conj():
     t = set(triplets(CLEAR_PASSIVE, "clearnlp"))
-    assert {("nsubjpass", "topped", "square"), ("auxpass", "topped", "is"), ("agent", "topped", "star"),
-            ("amod", "star", "red"), ("conj_and", "star", "ring")} <= t
+    assert {
+        ("nsubjpass", "topped", "square"),
+        ("auxpass", "topped", "is"),
+        ("agent", "topped", "star"),
+        ("amod", "star", "red"),
+        ("conj_and", "star", "ring"),
+    } <= t
     assert not any(r in ("cc", "pobj", "prep") for r, _, _ in t)
 
 
@@ -123,22 +129,34 @@ def ud(conllu: str) -> list[Token]:
 
 def test_ud_passive_agent_and_fixed_multiword_case():
     t = set(triplets(ud(UD_PASSIVE_FIXED), "ud"))
-    assert {("nsubjpass", "chased", "dog"), ("auxpass", "chased", "is"), ("agent", "chased", "child"),
-            ("prep_in_front_of", "chased", "house"), ("det", "child", "a")} <= t
+    assert {
+        ("nsubjpass", "chased", "dog"),
+        ("auxpass", "chased", "is"),
+        ("agent", "chased", "child"),
+        ("prep_in_front_of", "chased", "house"),
+        ("det", "child", "a"),
+    } <= t
     assert not any(r in ("case", "fixed", "punct", "obl", "obl:agent") for r, _, _ in t)
 
 
 def test_ud_renames_poss_obj_conj_and_collapses_nmod_chain():
     t = set(triplets(ud(UD_NMOD_CHAIN), "ud"))
-    assert {("poss", "dog", "man"), ("dobj", "sees", "cat"), ("conj_and", "cat", "bird"),
-            ("prep_on_top_of", "cat", "car"), ("amod", "dog", "black")} <= t
+    assert {
+        ("poss", "dog", "man"),
+        ("dobj", "sees", "cat"),
+        ("conj_and", "cat", "bird"),
+        ("prep_on_top_of", "cat", "car"),
+        ("amod", "dog", "black"),
+    } <= t
     assert not any(w == "top" for _, h, d in t for w in (h, d))
 
 
 def test_both_schemes_agree_on_the_passive():
     """The same passive sentence in both schemes gives the same core triplets."""
     clear = set(triplets(CLEAR_PASSIVE[:8], "clearnlp"))
-    ud_t = set(triplets(ud("""# text = A square is topped by a red star
+    ud_t = set(
+        triplets(
+            ud("""# text = A square is topped by a red star
 1	A	a	DET	DT	_	2	det	_	_
 2	square	square	NOUN	NN	_	4	nsubj:pass	_	_
 3	is	be	AUX	VBZ	_	4	aux:pass	_	_
@@ -148,7 +166,10 @@ def test_both_schemes_agree_on_the_passive():
 7	red	red	ADJ	JJ	_	8	amod	_	_
 8	star	star	NOUN	NN	_	4	obl:agent	_	_
 
-"""), "ud"))
+"""),
+            "ud",
+        )
+    )
     assert clear == ud_t
 
 
@@ -169,12 +190,18 @@ def test_frequency_filter_threshold_is_inclusive():
 
 
 def test_encode_modes_and_reasons():
-    index = {w: i for i, w in enumerate(["a", "black", "dog", "sits", "the", "house", "square", "topped", "is",
-                                         "by", "red", "star", "and", "ring"])}
-    parsed = [ParsedCaption(0, "A black dog sits in front of the house.", CLEAR_IN_FRONT),
-              ParsedCaption(1, "", []),
-              ParsedCaption(2, "Zyx", conllu_tokens("1 Zyx X 0 root")),
-              ParsedCaption(3, "A square is topped by a red star and a ring", CLEAR_PASSIVE)]
+    index = {
+        w: i
+        for i, w in enumerate(
+            ["a", "black", "dog", "sits", "the", "house", "square", "topped", "is", "by", "red", "star", "and", "ring"]
+        )
+    }
+    parsed = [
+        ParsedCaption(0, "A black dog sits in front of the house.", CLEAR_IN_FRONT),
+        ParsedCaption(1, "", []),
+        ParsedCaption(2, "Zyx", conllu_tokens("1 Zyx X 0 root")),
+        ParsedCaption(3, "A square is topped by a red star and a ring", CLEAR_PASSIVE),
+    ]
     dep = encode(parsed, "clearnlp", "dependency", index, ["det", "amod", "nsubj", "agent"])
     assert dep.reasons == ["", "empty", "no_edges", ""]
     assert list(dep.counts()) == [4, 0, 0, 5]  # caption 0: its prep_in_front_of type was not kept

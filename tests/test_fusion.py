@@ -16,21 +16,22 @@ def test_fuse_is_the_weighted_sum_of_standardised_scores():
     assert za == pytest.approx((3.0, 2.0)) and zb == pytest.approx((2.0, np.std([2, 0, 4, 2], ddof=1)))
     f = fusion.fuse(Sa, Sb, 0.25, za, zb)
     assert f[0, 1].item() == pytest.approx(0.25 * 0.0 + 0.75 * (0.0 - 2.0) / zb[1])
-    assert f[1, 0].item() == float("-inf")                       # a row-less item stays last
-    assert torch.equal(fusion.fuse(Sa, Sb, 0.0, za, zb), (Sb - 2.0) / zb[1])   # no NaN from 0 x -inf
+    assert f[1, 0].item() == float("-inf")  # a row-less item stays last
+    assert torch.equal(fusion.fuse(Sa, Sb, 0.0, za, zb), (Sb - 2.0) / zb[1])  # no NaN from 0 x -inf
 
 
 def test_fused_run_chooses_its_weight_on_validation_and_its_ends_are_the_runs(tiny_study, tmp_path):
-    out = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "fused", weights=(0.0, 0.5, 1.0),
-                           n_boot=20)
+    out = fusion.fuse_runs(
+        tiny_study / "full", tiny_study / "devise", tmp_path / "fused", weights=(0.0, 0.5, 1.0), n_boot=20
+    )
     a, b = (fusion.unit_scores(tiny_study / r / "seeds" / "seed0") for r in ("full", "devise"))
     za, zb = fusion.standardiser(a["val"][0]), fusion.standardiser(b["val"][0])
     by_w = {w: fusion.val_rsum(fusion.fuse(a["val"][0], b["val"][0], w, za, zb), a["val"][1]) for w in (0.0, 0.5, 1.0)}
     assert out["val_rsum_by_weight"] == {str(w): round(v, 2) for w, v in by_w.items()}
     assert by_w[out["weight"]] == max(by_w.values())
-    fused = load_run(tmp_path / "fused")                         # the layout of a trained run
+    fused = load_run(tmp_path / "fused")  # the layout of a trained run
     assert fused["ranks"]["search"].shape == load_run(tiny_study / "full")["ranks"]["search"].shape
-    for w, run in ((1.0, "full"), (0.0, "devise")):               # each end is that run's own test ranks
+    for w, run in ((1.0, "full"), (0.0, "devise")):  # each end is that run's own test ranks
         end = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / f"w{w}", weights=(w,), n_boot=20)
         own = load_run(tiny_study / run)
         for d in ("annotation", "search"):
@@ -43,17 +44,35 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys, monkeypatch)
         fusion.main(["--runs", str(tiny_study / "full"), str(tmp_path / "nothing"), "--out", str(tmp_path / "o")])
     assert "nothing has no metrics.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        fusion.main(["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--out", str(tmp_path / "o"),
-                     "--weights", "0.5,2"])
+        fusion.main(
+            [
+                "--runs",
+                str(tiny_study / "full"),
+                str(tiny_study / "devise"),
+                "--out",
+                str(tmp_path / "o"),
+                "--weights",
+                "0.5,2",
+            ]
+        )
     assert "must lie in [0, 1]" in capsys.readouterr().err
     with monkeypatch.context() as m:
-        _no_scoring(m)                                               # refused before any scoring
+        _no_scoring(m)  # refused before any scoring
         for n in ("0", "-5"):
             with pytest.raises(SystemExit):
-                fusion.main(["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--out",
-                             str(tmp_path / "o"), "--n-boot", n])
+                fusion.main(
+                    [
+                        "--runs",
+                        str(tiny_study / "full"),
+                        str(tiny_study / "devise"),
+                        "--out",
+                        str(tmp_path / "o"),
+                        "--n-boot",
+                        n,
+                    ]
+                )
             assert f"--n-boot {n}: at least 1 bootstrap resample" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="two training runs per split"):     # one unit per split: no self-ensemble
+    with pytest.raises(ValueError, match="two training runs per split"):  # one unit per split: no self-ensemble
         fusion.unit_pairs(tiny_study / "full", tiny_study / "full")
 
 
@@ -71,8 +90,10 @@ def test_results_page_row_is_read_from_the_fused_metrics(tiny_study, tmp_path):
     full = load_run(tiny_study / "full")
     cells = [c.strip() for c in row[0].split("|")[1:-1]]
     assert cells[2] == "0.3" and cells[4] == f"{m['annotation']['r1']:.1f}" and cells[5] == f"{m['search']['r1']:.1f}"
-    assert cells[6].split(" / ")[0] == f"{m['annotation']['r1'] - full['annotation']['r1']:+.1f}, " \
-                                       f"{m['search']['r1'] - full['search']['r1']:+.1f}"
+    assert (
+        cells[6].split(" / ")[0] == f"{m['annotation']['r1'] - full['annotation']['r1']:+.1f}, "
+        f"{m['search']['r1'] - full['search']['r1']:+.1f}"
+    )
 
 
 def _copy_runs(tiny_study, tmp_path, *names):
@@ -87,20 +108,23 @@ def _copy_runs(tiny_study, tmp_path, *names):
 
 def _no_scoring(monkeypatch):
     """Make any scoring fail: a refusal must come before it."""
+
     def score(seed_dir):
         raise AssertionError(f"scored {seed_dir} before refusing")
+
     monkeypatch.setattr(fusion, "unit_scores", score)
 
 
-def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_with_overwrite(tiny_study, tmp_path,
-                                                                                         capsys, monkeypatch):
+def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_with_overwrite(
+    tiny_study, tmp_path, capsys, monkeypatch
+):
     a, b = _copy_runs(tiny_study, tmp_path, "full", "devise")
     files = lambda: {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}  # noqa: E731
     before = files()
     argv = ["--runs", str(a), str(b), "--weights", "0.5", "--n-boot", "20"]
     with monkeypatch.context() as m:
         _no_scoring(m)
-        for out in (a, tmp_path / "x" / ".." / "full"):           # even spelled otherwise, even with --overwrite
+        for out in (a, tmp_path / "x" / ".." / "full"):  # even spelled otherwise, even with --overwrite
             with pytest.raises(SystemExit):
                 fusion.main(argv + ["--out", str(out), "--overwrite"])
             assert f"is the input run {a}" in capsys.readouterr().err
@@ -110,7 +134,7 @@ def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_wit
     out = tmp_path / "fz"
     fusion.main(argv + ["--out", str(out)])
     first = (out / "metrics.json").read_bytes()
-    stale = out / "seeds" / "seed9" / "ranks.json"                 # a unit the next fusion does not write
+    stale = out / "seeds" / "seed9" / "ranks.json"  # a unit the next fusion does not write
     stale.parent.mkdir()
     stale.write_text("[]")
     with monkeypatch.context() as m:
@@ -122,7 +146,7 @@ def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_wit
             fusion.fuse_runs(a, b, out, weights=(0.5,), n_boot=20)
     assert (out / "metrics.json").read_bytes() == first and stale.exists()
     fusion.main(argv + ["--out", str(out), "--overwrite"])
-    assert (out / "metrics.json").read_bytes() == first and not stale.exists()    # replaced whole, same result
+    assert (out / "metrics.json").read_bytes() == first and not stale.exists()  # replaced whole, same result
 
 
 def _dataset_fingerprint(run, sha):
@@ -139,8 +163,10 @@ def test_fusion_refuses_runs_trained_on_other_data(tiny_study, tmp_path, capsys,
     a, b = tiny_study / "full", _copy_runs(tiny_study, tmp_path, "devise")[0]
     _dataset_fingerprint(b, "f" * 64)
     _no_scoring(monkeypatch)
-    msg = rf"unit 0: {a} \(seed0, trained on .*\) and {b} \(seed0, trained on .*\) were trained on different " \
-          r"datasets \(dataset.json sha256 [0-9a-f]{12} vs ffffffffffff\)"
+    msg = (
+        rf"unit 0: {a} \(seed0, trained on .*\) and {b} \(seed0, trained on .*\) were trained on different "
+        r"datasets \(dataset.json sha256 [0-9a-f]{12} vs ffffffffffff\)"
+    )
     with pytest.raises(ValueError, match=msg):
         fusion.fuse_runs(a, b, tmp_path / "fz")
     with pytest.raises(SystemExit):
@@ -148,9 +174,13 @@ def test_fusion_refuses_runs_trained_on_other_data(tiny_study, tmp_path, capsys,
     assert "were trained on different datasets" in capsys.readouterr().err and not (tmp_path / "fz").exists()
 
 
-@pytest.mark.parametrize("split, change, what", [
-    ("test", lambda S, si: (S[:, :-1], si[:-1]), r"\(4, \d+\) vs \(4, \d+\) images x sentences"),  # other sizes
-    ("val", lambda S, si: (S, si[::-1].copy()), "the same shape, other sentence-image pairs")])  # other data
+@pytest.mark.parametrize(
+    "split, change, what",
+    [
+        ("test", lambda S, si: (S[:, :-1], si[:-1]), r"\(4, \d+\) vs \(4, \d+\) images x sentences"),  # other sizes
+        ("val", lambda S, si: (S, si[::-1].copy()), "the same shape, other sentence-image pairs"),
+    ],
+)  # other data
 def test_fusion_refuses_scores_of_other_splits(tiny_study, tmp_path, monkeypatch, split, change, what):
     score = fusion.unit_scores
 
@@ -159,9 +189,13 @@ def test_fusion_refuses_scores_of_other_splits(tiny_study, tmp_path, monkeypatch
         if "devise" in str(seed_dir):
             s[split] = change(*s[split])
         return s
+
     monkeypatch.setattr(fusion, "unit_scores", other)
-    with pytest.raises(ValueError, match=rf"unit 0: {tiny_study / 'full'} and {tiny_study / 'devise'} were scored "
-                                         rf"on different {split} splits \({what}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"unit 0: {tiny_study / 'full'} and {tiny_study / 'devise'} were scored "
+        rf"on different {split} splits \({what}\)",
+    ):
         fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "fz", weights=(0.5,), n_boot=20)
 
 
@@ -174,10 +208,14 @@ def test_fused_files_are_written_through_fraglib_outputs(tiny_study, tmp_path, m
     def record(path, text):
         written[path] = text
         write(path, text)
+
     monkeypatch.setattr(fusion, "write_text", record)
     out = tmp_path / "fz"
     s = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", out, weights=(0.5,), n_boot=20)
-    assert set(written) == {out / "metrics.json", out / "seeds" / "seed0" / "metrics.json",
-                            out / "seeds" / "seed0" / "ranks.json"}
+    assert set(written) == {
+        out / "metrics.json",
+        out / "seeds" / "seed0" / "metrics.json",
+        out / "seeds" / "seed0" / "ranks.json",
+    }
     assert (out / "metrics.json").read_text() == json.dumps(s, indent=1, sort_keys=True) + "\n"
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["metrics.json", "metrics.json", "ranks.json"]

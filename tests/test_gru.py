@@ -1,8 +1,8 @@
 """fraglib.systems.gru.packed_gru: bit-identical to torch.nn.GRU on packed sequences (outputs and every gradient)."""
+
 import itertools
 
 import numpy as np
-
 import pytest
 import torch
 from torch import nn
@@ -47,10 +47,12 @@ def test_packed_gru_is_bit_identical_to_nn_gru(shape, use_h0, use_y, use_hn, mon
     h0 = torch.randn(1, B, H, requires_grad=True) if use_h0 else None
     calls = []
     backward = gru_mod._Recurrence.backward
-    monkeypatch.setattr(gru_mod._Recurrence, "backward", staticmethod(lambda ctx, *a: calls.append(1) or backward(ctx, *a)))
+    monkeypatch.setattr(
+        gru_mod._Recurrence, "backward", staticmethod(lambda ctx, *a: calls.append(1) or backward(ctx, *a))
+    )
     ref = _run(lambda p, h: g(p, h), g, x, lengths, h0, use_y, use_hn)
     new = _run(lambda p, h: packed_gru(g, p, h), g, x, lengths, h0, use_y, use_hn)
-    assert calls == [1]                                     # the linear-time recurrence ran, not nn.GRU
+    assert calls == [1]  # the linear-time recurrence ran, not nn.GRU
     names = ["outputs", "final states", "x.grad"] + [n for n, _ in g.named_parameters()] + ["h0.grad"]
     for name, a, b in zip(names, ref, new):
         assert torch.equal(a, b), f"{name}: max |diff| {(a - b).abs().max().item()}"

@@ -1,5 +1,6 @@
 """Hubness: k-occurrence and the two corrections against loops written from the definitions
 (fraglib/hubness.py, docs/evaluation.md "Hubness")."""
+
 import math
 
 import numpy as np
@@ -35,16 +36,16 @@ def _lse(xs):
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_k_occurrence_equals_the_loop_with_ties_and_empty_candidates(k):
     Q = _tied(7, 9, seed=k)
-    Q[:, 4] = float("-inf")                                     # a candidate without rows
+    Q[:, 4] = float("-inf")  # a candidate without rows
     assert np.array_equal(hubness.k_occurrence(Q, k, chunk=3), _loop_k_occurrence(Q, k))
     R = torch.randn(5, 12, generator=torch.Generator().manual_seed(k))
     got = hubness.k_occurrence(R, k)
     assert np.array_equal(got, _loop_k_occurrence(R, k))
-    assert got.sum() == 5 * min(k, 12)                          # no ties: every query fills its top k
+    assert got.sum() == 5 * min(k, 12)  # no ties: every query fills its top k
 
 
 def test_hubness_stats_by_hand():
-    s = hubness.hubness_stats(np.array([0, 0, 1, 3, 6]), k=2)   # 20 candidates would make top5 = 1 item
+    s = hubness.hubness_stats(np.array([0, 0, 1, 3, 6]), k=2)  # 20 candidates would make top5 = 1 item
     assert s["never"] == 40.0 and s["max"] == 6 and s["mean"] == 2.0
     x = np.array([0, 0, 1, 3, 6], float)
     assert s["skewness"] == pytest.approx(((x - 2) ** 3).mean() / x.std() ** 3)
@@ -55,14 +56,16 @@ def test_hubness_stats_by_hand():
 @pytest.mark.parametrize("beta", [0.7, 40.0])
 def test_inverted_softmax_equals_the_loop(beta):
     Q = _tied(6, 5, seed=1) + torch.rand(6, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 0.1
-    Q[0, 2] = Q[3, 2] = Q[:, 2].max()                           # a tied maximum in a column
+    Q[0, 2] = Q[3, 2] = Q[:, 2].max()  # a tied maximum in a column
     B = torch.randn(4, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 3
     ind = hubness.inverted_softmax(Q, beta, B)
     tra = hubness.inverted_softmax(Q, beta)
     for q in range(6):
         for c in range(5):
-            assert float(ind[q, c]) == pytest.approx(beta * float(Q[q, c]) - _lse([beta * float(B[b, c]) for b in range(4)]), rel=1e-9)
-            others = [beta * float(Q[b, c]) for b in range(6) if b != q]     # never the query's own row
+            assert float(ind[q, c]) == pytest.approx(
+                beta * float(Q[q, c]) - _lse([beta * float(B[b, c]) for b in range(4)]), rel=1e-9
+            )
+            others = [beta * float(Q[b, c]) for b in range(6) if b != q]  # never the query's own row
             assert float(tra[q, c]) == pytest.approx(beta * float(Q[q, c]) - _lse(others), rel=1e-9, abs=1e-9)
 
 
@@ -85,12 +88,14 @@ def test_transductive_row_is_the_inductive_one_with_the_other_queries_as_bank(me
     Q = torch.randn(8, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     tra = hubness.correct(Q, method, param)
     for q in range(8):
-        others = torch.cat([Q[:q], Q[q + 1:]])
-        ind = hubness.correct(Q[q:q + 1], method, param, others)
+        others = torch.cat([Q[:q], Q[q + 1 :]])
+        ind = hubness.correct(Q[q : q + 1], method, param, others)
         assert torch.allclose(tra[q], ind[0], atol=1e-12)
         bumped = Q.clone()
-        bumped[q] += 5.0                                        # the query's own row cannot move its normaliser
-        moved = hubness.correct(bumped, method, param)[q] - 2 * 5.0 * (method == "csls") - 3.0 * 5.0 * (method != "csls")
+        bumped[q] += 5.0  # the query's own row cannot move its normaliser
+        moved = (
+            hubness.correct(bumped, method, param)[q] - 2 * 5.0 * (method == "csls") - 3.0 * 5.0 * (method != "csls")
+        )
         assert torch.allclose(moved, tra[q], atol=1e-9)
 
 
@@ -113,9 +118,9 @@ def _hub_data(seed, n_img=30, per=2):
     g = np.random.default_rng(seed)
     si = np.repeat(np.arange(n_img), per)
     S = g.normal(size=(n_img, n_img * per))
-    S[si, np.arange(len(si))] += 2.0                            # the truth stands out a little
-    S[0, :] += 2.5                                              # image 0 is near every sentence
-    S[:, 1] += 2.5                                              # sentence 1 is near every image
+    S[si, np.arange(len(si))] += 2.0  # the truth stands out a little
+    S[0, :] += 2.5  # image 0 is near every sentence
+    S[:, 1] += 2.5  # sentence 1 is near every image
     return torch.from_numpy(S), si
 
 
@@ -125,15 +130,15 @@ def test_planted_hubs_are_measured_and_corrected_without_touching_plain_ranks():
     bank = lambda seed: {d: hubness._orient(_hub_data(seed)[0], d) for d in hubness.DIRECTIONS}  # noqa: E731
     before = (annotation_ranks(test, si).copy(), search_ranks(test, si).copy(), test.clone())
     summary, lists = hubness.evaluate(test, si, val, vsi, {"val": bank(2), "test": bank(3)}, k=5)
-    assert torch.equal(test, before[2])                        # the plain matrix and its ranks are untouched
+    assert torch.equal(test, before[2])  # the plain matrix and its ranks are untouched
     assert np.array_equal(annotation_ranks(test, si), before[0]) and np.array_equal(search_ranks(test, si), before[1])
-    occ = lists["occurrence"]["search"]                        # images as candidates: image 0 is the hub
+    occ = lists["occurrence"]["search"]  # images as candidates: image 0 is the hub
     assert occ[0] == max(occ) and summary["search"]["skewness"] > 2
     assert lists["occurrence"]["annotation"][1] == max(lists["occurrence"]["annotation"])
     for key in ("inverted_softmax_inductive", "inverted_softmax_transductive", "csls_inductive", "csls_transductive"):
         for d in hubness.DIRECTIONS:
             got = summary[key][d]
-            assert got["val_rsum"] >= got["val_rsum_uncorrected"]       # chosen on validation, not worse there
+            assert got["val_rsum"] >= got["val_rsum_uncorrected"]  # chosen on validation, not worse there
             assert len(lists["corrected"][key][d]) == (len(si) if d == "search" else test.shape[0])
         plain = search_ranks(test, si)
         assert np.mean(np.array(lists["corrected"][key]["search"]) <= 1) > np.mean(plain <= 1)
@@ -150,23 +155,26 @@ def test_average_of_units():
 def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_full, tmp_path):
     import json
 
-    from conftest import tiny_eval, tiny_spec
     from fraglib.evaluate import evaluate_run
     from fraglib.train import train
 
+    from conftest import tiny_eval, tiny_spec
+
     cpu = torch.device("cpu")
     on = train(tiny_full, tmp_path / "on", tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
-    train(tiny_full, tmp_path / "off", tiny_spec("devise", epochs=2), tiny_eval(hubness=False), device=cpu, progress=False)
+    train(
+        tiny_full, tmp_path / "off", tiny_spec("devise", epochs=2), tiny_eval(hubness=False), device=cpu, progress=False
+    )
     r_on, r_off = (json.loads((tmp_path / x / "ranks.json").read_text()) for x in ("on", "off"))
     assert "hubness" not in r_off and set(r_on) == set(r_off) | {"hubness"}
-    assert all(r_on[d] == r_off[d] for d in r_off)             # the option's default leaves the plain ranks alone
+    assert all(r_on[d] == r_off[d] for d in r_off)  # the option's default leaves the plain ranks alone
     h = on["test"]["hubness"]
     n_img, n_sent = len(r_on["annotation"]), len(r_on["search"])
     assert len(r_on["hubness"]["occurrence"]["annotation"]) == n_sent
     assert len(r_on["hubness"]["occurrence"]["search"]) == n_img
     assert sum(r_on["hubness"]["occurrence"]["search"]) <= n_sent * h["k"]
     assert set(h) >= {"annotation", "search", "csls_inductive", "inverted_softmax_transductive"}
-    again = evaluate_run(tmp_path / "on", tiny_eval())       # re-scored from the checkpoint alone
+    again = evaluate_run(tmp_path / "on", tiny_eval())  # re-scored from the checkpoint alone
     assert again["hubness"] == json.loads(json.dumps(h)) and again["ranks"]["hubness"] == r_on["hubness"]
 
 
@@ -175,12 +183,9 @@ def test_similarity_hubness_counts_nearest_other_sentences_by_hand():
     nearest other sentence of sentences 1, 2 and 3, sentence 1 of sentence 0."""
     from fraglib.evaluate import similarity_hubness
 
-    sim = torch.tensor([[9.0, 0.8, 0.1, 0.0],
-                        [0.9, 9.0, 0.2, 0.1],
-                        [0.7, 0.3, 9.0, 0.5],
-                        [0.6, 0.2, 0.4, 9.0]])
+    sim = torch.tensor([[9.0, 0.8, 0.1, 0.0], [0.9, 9.0, 0.2, 0.1], [0.7, 0.3, 9.0, 0.5], [0.6, 0.2, 0.4, 9.0]])
     got = similarity_hubness(sim)
-    assert got["k"] == 1 and got["max"] == 3 and got["never"] == 50.0        # counts (3, 1, 0, 0)
+    assert got["k"] == 1 and got["max"] == 3 and got["never"] == 50.0  # counts (3, 1, 0, 0)
     assert got["skewness"] == pytest.approx(hubness_ref_skew([3, 1, 0, 0]))
 
 

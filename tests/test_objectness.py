@@ -1,4 +1,5 @@
 """The learned objectness score: geometry features, fitting, and use by the features stage."""
+
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ def test_geometry_by_hand():
 def test_fit_separates_a_separable_problem(tmp_path, model):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3000, 6)).astype(np.float32)
-    iou = np.where(X[:, 0] + 0.5 * X[:, 1] > 0.3, 0.8, 0.1)   # labels: IoU >= 0.5 positive, < 0.3 negative
+    iou = np.where(X[:, 0] + 0.5 * X[:, 1] > 0.3, 0.8, 0.1)  # labels: IoU >= 0.5 positive, < 0.3 negative
     m = fit(X, iou, model=model, epochs=60, l2=1e-4, context=False)
     assert ((m.logits(X) > 0) == (iou > 0.5)).mean() > 0.95
     m.save(tmp_path / "o.npz")
@@ -48,9 +49,9 @@ def test_learned_score_needs_a_model(tmp_path):
 
 def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     from fraglib.data import Dataset, read_karpathy_json
+    from fraglib.data.cache import FeatureCache
     from fraglib.data.synthetic import synthetic_truth
     from fraglib.vision.features import extract
-    from fraglib.data.cache import FeatureCache
     from fraglib.vision.objectness import collect
 
     ds = read_karpathy_json(tiny_full / "dataset.json")
@@ -61,6 +62,7 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     assert data["X"].shape[1] == 2565 and 0 < (data["iou"] >= 0.5).sum() < len(data["iou"])
     assert data["annotated"].sum() == sum(len(truth[int(im["imgid"])]) for im in train.images)
     from fraglib.vision.regions import Regions, build  # the same examples from a regions cache (no CNN pass)
+
     build(ds, cfg, tmp_path / "regions.npz", progress=False)
     again = collect(train, truth, cfg, progress=False, regions=Regions.load(tmp_path / "regions.npz"))
     np.testing.assert_array_equal(again["iou"], data["iou"])
@@ -68,6 +70,7 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     model = fit(data["X"], data["iou"], epochs=2)
     model.save(tmp_path / "obj.npz")
     from fraglib.vision.objectness import cross_validate
+
     cv = cross_validate(data, [truth[int(im["imgid"])] for im in train.images], [0.3, 0.5], 5, epochs=2)
     assert set(cv["recall_by_nms_iou"]) == {"0.3", "0.5"} and all(0 <= r <= 1 for r in cv["recall_by_nms_iou"].values())
     test = Dataset(ds.name, ds.image_dir, [im for im in ds.images if im["split"] == "test"], [])
@@ -77,15 +80,27 @@ def test_learned_objectness_end_to_end(tiny_full, tmp_path):
     assert c.meta["settings"]["score"] == "learned" and 0 <= stats["recall_iou50_rcnn"] <= 1
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("cut", r"not a readable .npz archive"), ("text", r"not a readable .npz archive \(not a complete zip file"),
-    ("other", r"no layers W0, W1 ... \(an older format, or another file\); re-run python -m "
-              r"fraglib.vision.objectness")])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("cut", r"not a readable .npz archive"),
+        ("text", r"not a readable .npz archive \(not a complete zip file"),
+        (
+            "other",
+            r"no layers W0, W1 ... \(an older format, or another file\); re-run python -m "
+            r"fraglib.vision.objectness",
+        ),
+    ],
+)
 def test_a_damaged_objectness_model_is_not_called_missing(tmp_path, damage, reason):
     """A damaged model file was reported as "objectness model not found"."""
     path = tmp_path / "obj.npz"
-    fit(np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32), np.r_[np.ones(20), np.zeros(20)],
-        model="linear", context=False).save(path)
+    fit(
+        np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32),
+        np.r_[np.ones(20), np.zeros(20)],
+        model="linear",
+        context=False,
+    ).save(path)
     if damage == "cut":
         path.write_bytes(path.read_bytes()[:100])
     elif damage == "text":
@@ -96,6 +111,9 @@ def test_a_damaged_objectness_model_is_not_called_missing(tmp_path, damage, reas
     with pytest.raises(ValueError, match=message) as err:
         Objectness.load(path)
     assert "not found" not in str(err.value)
-    with pytest.raises(FileNotFoundError, match=r"nope.npz: objectness model not found \(vision.objectness_file\); "
-                                                r"train one with python -m fraglib.vision.objectness"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"nope.npz: objectness model not found \(vision.objectness_file\); "
+        r"train one with python -m fraglib.vision.objectness",
+    ):
         Objectness.load(tmp_path / "nope.npz")

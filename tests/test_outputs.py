@@ -1,6 +1,7 @@
 """One rule for outputs (fraglib.outputs): every command that writes refuses to replace or mix with files
 already there unless --overwrite, before doing its work, and names them; with --overwrite a family is
 replaced whole (no stale member survives beside new ones)."""
+
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ def test_claim_refuses_then_replaces_the_whole_family(tmp_path):
     with pytest.raises(FileExistsError, match=r"refusing to replace 2 existing file\(s\): .*rcnn.npz, .*top36.npz"):
         claim(fam, fam[:1], False, "caches")
     assert fam[0].read_text() == "old rcnn"
-    claim(fam, fam[:1], True, "caches")                  # this run writes rcnn only: top36 must not survive
+    claim(fam, fam[:1], True, "caches")  # this run writes rcnn only: top36 must not survive
     assert fam[0].exists() and not fam[2].exists()
 
 
@@ -28,33 +29,81 @@ def _precomp(root):
 
 # command -> (argv builder, the output file it must not touch); each builder gets (tmp_path, tiny_full)
 COMMANDS = {
-    "fraglib.data precomp": ("fraglib.data.__main__", lambda t, d: ["precomp", "--root", str(t / "p"), "--splits", "train", "--out", str(t / "o")],
-                             "o/features/grid.npz"),
-    "fraglib.data pascal1k": ("fraglib.data.__main__", lambda t, d: ["karpathy", "--json", str(d / "dataset.json"),
-                                                                      "--images", str(d / "images"), "--out", str(t / "o")],
-                              "o/dataset.json"),
+    "fraglib.data precomp": (
+        "fraglib.data.__main__",
+        lambda t, d: ["precomp", "--root", str(t / "p"), "--splits", "train", "--out", str(t / "o")],
+        "o/features/grid.npz",
+    ),
+    "fraglib.data pascal1k": (
+        "fraglib.data.__main__",
+        lambda t, d: [
+            "karpathy",
+            "--json",
+            str(d / "dataset.json"),
+            "--images",
+            str(d / "images"),
+            "--out",
+            str(t / "o"),
+        ],
+        "o/dataset.json",
+    ),
     "fraglib.data.synthetic": ("fraglib.data.synthetic", lambda t, d: ["--out", str(t / "o")], "o/stats.json"),
-    "fraglib.text parse": ("fraglib.text.build", lambda t, d: ["parse", "--dataset-dir", str(d), "--parse-file",
-                                                               str(t / "o" / "parse.conllu")], "o/parse.conllu"),
-    "fraglib.text fragments": ("fraglib.text.build", lambda t, d: ["fragments", "--dataset-dir", str(d), "--out-dir",
-                                                                   str(t / "o")], "o/bow.npz"),
-    "fraglib.vision.features": ("fraglib.vision.features", lambda t, d: ["--dataset-dir", str(d), "--out-dir", str(t / "o")],
-                                "o/top36.npz"),
-    "fraglib.vision.regions": ("fraglib.vision.regions", lambda t, d: ["--dataset-dir", str(d), "--out", str(t / "o" / "r.npz")],
-                               "o/r.npz"),
-    "fraglib.vision.objectness": ("fraglib.vision.objectness", lambda t, d: [
-        "--dataset-dir", str(d), "--truth", str(d / "ground_truth.json"), "--out", str(t / "o" / "obj.npz")], "o/obj.npz"),
-    "fraglib.search": ("fraglib.search", lambda t, d: ["--run", "full", "--dataset-dir", str(d), "--out", str(t / "o" / "s.csv")],
-                       "o/s.csv"),
+    "fraglib.text parse": (
+        "fraglib.text.build",
+        lambda t, d: ["parse", "--dataset-dir", str(d), "--parse-file", str(t / "o" / "parse.conllu")],
+        "o/parse.conllu",
+    ),
+    "fraglib.text fragments": (
+        "fraglib.text.build",
+        lambda t, d: ["fragments", "--dataset-dir", str(d), "--out-dir", str(t / "o")],
+        "o/bow.npz",
+    ),
+    "fraglib.vision.features": (
+        "fraglib.vision.features",
+        lambda t, d: ["--dataset-dir", str(d), "--out-dir", str(t / "o")],
+        "o/top36.npz",
+    ),
+    "fraglib.vision.regions": (
+        "fraglib.vision.regions",
+        lambda t, d: ["--dataset-dir", str(d), "--out", str(t / "o" / "r.npz")],
+        "o/r.npz",
+    ),
+    "fraglib.vision.objectness": (
+        "fraglib.vision.objectness",
+        lambda t, d: [
+            "--dataset-dir",
+            str(d),
+            "--truth",
+            str(d / "ground_truth.json"),
+            "--out",
+            str(t / "o" / "obj.npz"),
+        ],
+        "o/obj.npz",
+    ),
+    "fraglib.search": (
+        "fraglib.search",
+        lambda t, d: ["--run", "full", "--dataset-dir", str(d), "--out", str(t / "o" / "s.csv")],
+        "o/s.csv",
+    ),
     "fraglib.captions": ("fraglib.captions", lambda t, d: ["--run-dir", str(t / "o")], "o/captions/seed0.json"),
-    "fraglib.evaluate --out": ("fraglib.evaluate", lambda t, d: [str(t / "seed"), "--out", str(t / "o" / "m.json")], "o/m.json"),
-    "fraglib.notebook (reports)": ("fraglib.notebook", lambda t, d: ["notebooks/data_report.ipynb", str(t / "o" / "d.html")],
-                                   "o/executed/data_report.ipynb"),
+    "fraglib.evaluate --out": (
+        "fraglib.evaluate",
+        lambda t, d: [str(t / "seed"), "--out", str(t / "o" / "m.json")],
+        "o/m.json",
+    ),
+    "fraglib.notebook (reports)": (
+        "fraglib.notebook",
+        lambda t, d: ["notebooks/data_report.ipynb", str(t / "o" / "d.html")],
+        "o/executed/data_report.ipynb",
+    ),
     "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
     "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
     # the fused run's folder (two trained runs of tiny_study, copied into t by the test)
-    "fraglib.fusion": ("fraglib.fusion", lambda t, d: ["--runs", str(t / "full"), str(t / "devise"), "--out",
-                                                        str(t / "o")], "o/metrics.json"),
+    "fraglib.fusion": (
+        "fraglib.fusion",
+        lambda t, d: ["--runs", str(t / "full"), str(t / "devise"), "--out", str(t / "o")],
+        "o/metrics.json",
+    ),
 }
 
 
@@ -68,10 +117,11 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
     module, argv, existing = COMMANDS[command]
     monkeypatch.chdir(ROOT)
     _precomp(tmp_path / "p")
-    if command == "fraglib.captions":                    # a finished generating run with one seed
+    if command == "fraglib.captions":  # a finished generating run with one seed
         (tmp_path / "o").mkdir()
         (tmp_path / "o" / "metrics.json").write_text(json.dumps({"seeds": [0]}))
         from fraglib.captions import java_missing
+
         if java_missing():
             pytest.skip(java_missing())
     if command == "fraglib.evaluate --out":
@@ -109,17 +159,21 @@ def test_bench_never_replaces_another_machines_entries_silently(tmp_path):
     from fraglib.bench.common import merge
 
     path = tmp_path / "results.json"
-    theirs = {"name": "epoch_full", "value": 1.0, "machine": "Intel Xeon; 16 cores; torch 2.11 (1 threads); Python 3.11"}
+    theirs = {
+        "name": "epoch_full",
+        "value": 1.0,
+        "machine": "Intel Xeon; 16 cores; torch 2.11 (1 threads); Python 3.11",
+    }
     keep = {"name": "other", "value": 3.0, "machine": theirs["machine"]}
     path.write_text(json.dumps([theirs, keep]))
     mine = {"name": "epoch_full", "value": 2.0, "machine": "AMD EPYC; 2 cores; torch 2.14 (1 threads); Python 3.11"}
     with pytest.raises(FileExistsError, match=r"1 entries to replace were measured on another machine \(epoch_full\)"):
         merge([mine], path)
     assert json.loads(path.read_text()) == [theirs, keep]
-    assert json.loads(path.with_suffix(".pending.json").read_text()) == [mine]     # nothing measured is lost
+    assert json.loads(path.with_suffix(".pending.json").read_text()) == [mine]  # nothing measured is lost
     assert merge([mine], path, overwrite=True) == [mine, keep]
     again = dict(mine, value=2.5, machine=mine["machine"].replace("(1 threads)", "(2 threads)"))
-    assert merge([again], path) == [again, keep]                                     # same machine: updated
+    assert merge([again], path) == [again, keep]  # same machine: updated
 
 
 # ----------------------------------------------------------------------------- the rule, by construction
@@ -155,20 +209,37 @@ def test_every_command_that_writes_is_covered_by_the_output_test():
     writers = set()
     for path in _package_files():
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
-                    and any(isinstance(a, ast.Constant) and a.value in OUT_FLAGS for a in node.args)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+                and any(isinstance(a, ast.Constant) and a.value in OUT_FLAGS for a in node.args)
+            ):
                 writers.add(_module_name(path))
     covered = {m.removesuffix(".__main__") for m, _, _ in COMMANDS.values()}
     missing = writers - covered - set(KEEPS_ON_PURPOSE)
     assert not missing, f"commands with an output flag that no case of COMMANDS tries: {sorted(missing)}"
-    assert len(writers) >= 15, sorted(writers)                     # the scan itself still finds the commands
+    assert len(writers) >= 15, sorted(writers)  # the scan itself still finds the commands
 
 
 # X.method(...) that writes a file whatever X is; module.function(...) that writes one for these modules
 METHODS = {"write_text", "write_bytes", "savefig", "to_csv", "to_json", "to_parquet", "imwrite"}
-FUNCTIONS = {("np", "save"), ("np", "savez"), ("np", "savez_compressed"), ("torch", "save"), ("json", "dump"),
-             ("pickle", "dump"), ("yaml", "dump"), ("yaml", "safe_dump"), ("shutil", "copy"), ("shutil", "copy2"),
-             ("shutil", "copyfile"), ("shutil", "copytree"), ("shutil", "move"), ("cv2", "imwrite")}
+FUNCTIONS = {
+    ("np", "save"),
+    ("np", "savez"),
+    ("np", "savez_compressed"),
+    ("torch", "save"),
+    ("json", "dump"),
+    ("pickle", "dump"),
+    ("yaml", "dump"),
+    ("yaml", "safe_dump"),
+    ("shutil", "copy"),
+    ("shutil", "copy2"),
+    ("shutil", "copyfile"),
+    ("shutil", "copytree"),
+    ("shutil", "move"),
+    ("cv2", "imwrite"),
+}
 # writes that go elsewhere than a file of the user's: an in-memory buffer, the temporary file of a helper
 NOT_FILES = {"buf", "buffer", "io", "out_buf"}
 
@@ -197,14 +268,16 @@ def _direct_writes(tree):
             continue
         f = node.func
         if isinstance(f, ast.Name) and f.id == "open":
-            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            mode = (
+                node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            )
             if not (isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")):
                 continue
         elif isinstance(f, ast.Attribute) and f.attr in METHODS:
             pass
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in FUNCTIONS:
             if "dump" in f.attr and not node.args[1:] and not any(k.arg in ("fp", "stream") for k in node.keywords):
-                continue                                               # yaml.dump(obj) returns text
+                continue  # yaml.dump(obj) returns text
         else:
             continue
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
@@ -218,20 +291,28 @@ def test_every_file_write_in_the_package_goes_through_the_atomic_helpers():
     full disk) fails this test, naming the file and line."""
     import ast
 
-    found = {f"{p.name}:{line}: {code}" for p in _package_files() if p.name != "outputs.py"
-             for line, code in _direct_writes(ast.parse(p.read_text()))}
+    found = {
+        f"{p.name}:{line}: {code}"
+        for p in _package_files()
+        if p.name != "outputs.py"
+        for line, code in _direct_writes(ast.parse(p.read_text()))
+    }
     assert not found, "\n".join(sorted(found))
 
 
 def test_the_write_scan_finds_a_direct_write_and_accepts_the_helpers():
     import ast
 
-    bad = ast.parse("def f(p, S):\n    p.write_text('x')\n    np.savez(p, S=S)\n    torch.save(S, p)\n"
-                    "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n")
+    bad = ast.parse(
+        "def f(p, S):\n    p.write_text('x')\n    np.savez(p, S=S)\n    torch.save(S, p)\n"
+        "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n"
+    )
     assert [line for line, _ in _direct_writes(bad)] == [2, 3, 4, 5, 6]
-    good = ast.parse("def f(p, S):\n    with atomic(p) as tmp:\n        np.savez(tmp, S=S)\n"
-                     "    with atomic(p) as t2, open(t2, 'w') as fh:\n        json.dump(S, fh)\n"
-                     "    with appending(p) as j:\n        j.write('x')\n    open(p).read()\n    yaml.dump(S)\n")
+    good = ast.parse(
+        "def f(p, S):\n    with atomic(p) as tmp:\n        np.savez(tmp, S=S)\n"
+        "    with atomic(p) as t2, open(t2, 'w') as fh:\n        json.dump(S, fh)\n"
+        "    with appending(p) as j:\n        j.write('x')\n    open(p).read()\n    yaml.dump(S)\n"
+    )
     assert _direct_writes(good) == []
 
 
@@ -245,4 +326,4 @@ def test_atomic_leaves_the_old_file_whole_when_the_writer_fails(tmp_path):
             tmp.write_text("half of the ne")
             raise OSError(28, "No space left on device")
     assert target.read_text() == "complete\n"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["metrics.json"]    # no temporary left behind
+    assert sorted(p.name for p in target.parent.iterdir()) == ["metrics.json"]  # no temporary left behind

@@ -1,17 +1,18 @@
 """Large-dataset inputs: Karpathy's dataset_coco.json (filepath + filename) and the VSE++/SCAN precomputed
 layout ({split}_ims.npy + {split}_caps.txt), on small files written here."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 
+from fraglib.batches import Views
 from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as convert
+from fraglib.data.cache import FeatureCache
 from fraglib.data.precomp import read_precomp
 from fraglib.inputs import load_splits
-from fraglib.batches import Views
-from fraglib.data.cache import FeatureCache
 
 
 def write_precomp(root, split, ims, captions):
@@ -21,14 +22,32 @@ def write_precomp(root, split, ims, captions):
 
 
 def test_karpathy_coco_json_joins_filepath_and_filename(tmp_path):
-    (tmp_path / "dataset_coco.json").write_text(json.dumps({"dataset": "coco", "images": [
-        {"imgid": 0, "filepath": "val2014", "filename": "COCO_val2014_1.jpg", "split": "test",
-         "sentences": [{"sentid": 0, "raw": "A dog runs.", "tokens": ["a", "dog", "runs"]}]},
-        {"imgid": 1, "filepath": "train2014", "filename": "COCO_train2014_2.jpg", "split": "restval",
-         "sentences": [{"sentid": 1, "raw": "A cat.", "tokens": ["a", "cat"]}]}]}))
+    (tmp_path / "dataset_coco.json").write_text(
+        json.dumps(
+            {
+                "dataset": "coco",
+                "images": [
+                    {
+                        "imgid": 0,
+                        "filepath": "val2014",
+                        "filename": "COCO_val2014_1.jpg",
+                        "split": "test",
+                        "sentences": [{"sentid": 0, "raw": "A dog runs.", "tokens": ["a", "dog", "runs"]}],
+                    },
+                    {
+                        "imgid": 1,
+                        "filepath": "train2014",
+                        "filename": "COCO_train2014_2.jpg",
+                        "split": "restval",
+                        "sentences": [{"sentid": 1, "raw": "A cat.", "tokens": ["a", "cat"]}],
+                    },
+                ],
+            }
+        )
+    )
     ds = read_karpathy_json(tmp_path / "dataset_coco.json", tmp_path / "coco")
     assert ds.image_path(0) == tmp_path / "coco" / "val2014" / "COCO_val2014_1.jpg"
-    assert [len(ds.split(s).images) for s in ("train", "test")] == [1, 1]          # restval joins train
+    assert [len(ds.split(s).images) for s in ("train", "test")] == [1, 1]  # restval joins train
 
 
 def test_global_precomp_becomes_a_dataset_and_a_fullframe_cache(tmp_path):
@@ -54,7 +73,7 @@ def test_region_precomp_keeps_regions_and_adds_their_mean_as_the_frame(tmp_path)
     rng = np.random.default_rng(1)
     root = tmp_path / "coco_precomp"
     ims = rng.standard_normal((3, 4, 5)).astype(np.float32)
-    write_precomp(root, "testall", ims, [f"caption {k}" for k in range(3)])     # one caption per image
+    write_precomp(root, "testall", ims, [f"caption {k}" for k in range(3)])  # one caption per image
     ds, feats, counts = read_precomp(root, ["testall"])
     assert counts.tolist() == [5, 5, 5] and [im["split"] for im in ds.images] == ["test"] * 3
     np.testing.assert_allclose(feats[4], ims[0].mean(0), rtol=1e-6)
@@ -78,14 +97,20 @@ def test_precomp_features_feed_the_systems(tiny_text, tmp_path):
         assert dims["img_dim"] == 7 and set(splits["test"].images.counts().tolist()) == {rows}
 
 
-@pytest.mark.parametrize("problem,match", [
-    ("ratio", "7 captions for 2 images"), ("empty", "empty caption on line"), ("missing", "not found"),
-    ("shape", "train_ims.npy: shape \\(4,\\); expected \\(N, D\\) or \\(N, R, D\\)"),
-    ("nan", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 1\)"),
-    ("inf", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 0\)"),
-    ("mixed", r"dev_ims.npy: shape \(2, 4, 3\) \(regions per image\) but train_ims.npy: one descriptor per image"),
-    ("dims", r"the splits' descriptors differ in size: train_ims.npy has 3, dev_ims.npy has 5"),
-    ("garbage", r"train_ims.npy: not a readable .npy array")])
+@pytest.mark.parametrize(
+    "problem,match",
+    [
+        ("ratio", "7 captions for 2 images"),
+        ("empty", "empty caption on line"),
+        ("missing", "not found"),
+        ("shape", "train_ims.npy: shape \\(4,\\); expected \\(N, D\\) or \\(N, R, D\\)"),
+        ("nan", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 1\)"),
+        ("inf", r"train_ims.npy: 1 image row\(s\) hold NaN or Inf \(first: row 0\)"),
+        ("mixed", r"dev_ims.npy: shape \(2, 4, 3\) \(regions per image\) but train_ims.npy: one descriptor per image"),
+        ("dims", r"the splits' descriptors differ in size: train_ims.npy has 3, dev_ims.npy has 5"),
+        ("garbage", r"train_ims.npy: not a readable .npy array"),
+    ],
+)
 def test_precomp_refuses_bad_files_naming_them(tmp_path, problem, match):
     root = tmp_path / "p"
     ims = np.zeros((2, 3), np.float32) if problem != "shape" else np.zeros(4, np.float32)
@@ -122,19 +147,31 @@ def test_a_feature_cache_with_nan_is_refused_where_it_enters(tiny_text, tmp_path
     feats = np.ones((len(ds.images), 7), np.float32)
     feats[3, 2] = np.inf
     write_cache(ds, feats, np.ones(len(ds.images), np.int64), out)
-    with pytest.raises(ValueError, match=rf"rcnn.npz: 1 feature row\(s\) hold NaN or Inf \(first in image "
-                                         rf"{ds.images[3]['filename']}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"rcnn.npz: 1 feature row\(s\) hold NaN or Inf \(first in image "
+        rf"{ds.images[3]['filename']}\)",
+    ):
         load_splits(out, Views("fullframe", "dependency"), torch.device("cpu"))
 
 
-@pytest.mark.parametrize("ims, match", [
-    (np.array(["a", "b"]), r"train_ims.npy: dtype <U1: not a plain numeric array, so it is not loaded; expected "
-                           r"image features saved with numpy.save: a float16/float32 array"),
-    (np.array([["0.5", "1"]]), r"train_ims.npy: dtype <U3: not a plain numeric array"),
-    (np.array([[{"x": 1}, None]], dtype=object), r"train_ims.npy: dtype object: not a plain numeric array \(it holds "
-                                                 r"Python objects\), so it is not loaded; expected .*float16/float32"),
-    ("pickle", r"train_ims.npy: not a readable .npy array \(.*magic string.*\); expected .*float16/float32"),
-])
+@pytest.mark.parametrize(
+    "ims, match",
+    [
+        (
+            np.array(["a", "b"]),
+            r"train_ims.npy: dtype <U1: not a plain numeric array, so it is not loaded; expected "
+            r"image features saved with numpy.save: a float16/float32 array",
+        ),
+        (np.array([["0.5", "1"]]), r"train_ims.npy: dtype <U3: not a plain numeric array"),
+        (
+            np.array([[{"x": 1}, None]], dtype=object),
+            r"train_ims.npy: dtype object: not a plain numeric array \(it holds "
+            r"Python objects\), so it is not loaded; expected .*float16/float32",
+        ),
+        ("pickle", r"train_ims.npy: not a readable .npy array \(.*magic string.*\); expected .*float16/float32"),
+    ],
+)
 def test_precomp_refuses_what_is_not_an_array_of_numbers(tmp_path, capsys, ims, match):
     """Text arrays got "could not convert string to float" or a shape error; an object array or a pickle
     got numpy's advice to load it with allow_pickle=True (running the pickle)."""

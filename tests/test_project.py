@@ -1,4 +1,5 @@
 """The project's shape: pins in step, no stray device code, DVC stages that resolve."""
+
 import json
 import re
 import tomllib
@@ -23,8 +24,11 @@ def test_environment_yml_mirrors_pyproject():
 
 
 def test_no_hard_coded_cuda_outside_device_module():
-    offenders = [str(p) for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb"))
-                 if p.name != "device.py" and re.search(r"\.cuda\(|device\(['\"]cuda", p.read_text())]
+    offenders = [
+        str(p)
+        for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb"))
+        if p.name != "device.py" and re.search(r"\.cuda\(|device\(['\"]cuda", p.read_text())
+    ]
     assert offenders == []
 
 
@@ -76,15 +80,17 @@ def test_runs_name_registered_systems_and_configs_are_disjoint():
         resolve_run(params, run, "pascal1k")
     trainer = {f.name for f in dataclasses.fields(TrainConfig)}
     for name, cls in SYSTEMS.items():
-        assert name in params["systems"] and name in params["pascal1k"]["systems"], f"systems.{name} / pascal1k.systems.{name}"
+        assert name in params["systems"] and name in params["pascal1k"]["systems"], (
+            f"systems.{name} / pascal1k.systems.{name}"
+        )
         assert not trainer & {f.name for f in dataclasses.fields(cls.Config)}, f"{name}: keys shared with the trainer"
         assert (ROOT / "fraglib" / "systems" / f"{name}.py").exists(), "a system's module is named after it (DVC deps)"
 
 
 def test_no_run_names_written_outside_params():
     """Reports and code take run names from params.yaml `runs` (the one list)."""
-    from fraglib.systems import SYSTEMS
     from fraglib.batches import IMAGE_VIEWS, SENTENCE_VIEWS
+    from fraglib.systems import SYSTEMS
     from fraglib.systems.socher import ENCODERS
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -107,7 +113,7 @@ def test_notebooks_have_no_functions_and_short_cells():
 
 def test_readme_layout_names_every_module_and_docs_exist():
     readme = (ROOT / "README.md").read_text()
-    layout = readme[readme.index("## Layout"):readme.index("## Device")]
+    layout = readme[readme.index("## Layout") : readme.index("## Device")]
     for p in (ROOT / "fraglib").rglob("*.py"):
         if p.name != "__init__.py" or p.parent.name != "fraglib":
             name = p.stem if p.name not in ("__init__.py", "__main__.py") else p.parent.name
@@ -123,23 +129,58 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
     from fraglib.index import _scale_sections
 
     def ep(name, value, ratio, **kw):
-        return {"name": name, "value": value, "ratio": ratio, "machine": "m", "threads": 1, "repeats": 3,
-                "views": "rcnn/dependency", "gflop": 234.9, **kw}
-    entries = [ep("epoch_full", 6.8, 0.49), ep("epoch_full_cuda", 0.69, 0.009, device="H200", before={"value": 0.91}),
-               ep("epoch_dtrnn", 4.5, 0.17, critical_path_s=1.9, seconds_over_critical_path=2.4),
-               ep("epoch_sdtrnn", 1.36, 0.24, critical_path_s=0.56, seconds_over_critical_path=2.44,
-                  before={"value": 1.5, "seconds_over_critical_path": 2.58}),
-               {"name": "profile_full_cuda", "value": 1.1, "ms_per_step": 27.4, "device_busy_share": 0.082,
-                "launches_per_step": 875.8, "syncs_per_step": 31.1, "device": "H200", "machine": "m",
-                "before": {"ms_per_step": 40.2, "launches_per_step": 1200.4}},
-               {"name": "amp_vse0_cuda", "value": 2.67, "ratio": 1.004, "seeds": [0, 1, 2], "machine": "m",
-                "fp32": {"annotation_r1": 28.0, "annotation_r1_sd": 4.0, "search_r1": 18.33},
-                "bf16": {"annotation_r1": 30.67, "annotation_r1_sd": 4.16, "search_r1": 19.47}}]
+        return {
+            "name": name,
+            "value": value,
+            "ratio": ratio,
+            "machine": "m",
+            "threads": 1,
+            "repeats": 3,
+            "views": "rcnn/dependency",
+            "gflop": 234.9,
+            **kw,
+        }
+
+    entries = [
+        ep("epoch_full", 6.8, 0.49),
+        ep("epoch_full_cuda", 0.69, 0.009, device="H200", before={"value": 0.91}),
+        ep("epoch_dtrnn", 4.5, 0.17, critical_path_s=1.9, seconds_over_critical_path=2.4),
+        ep(
+            "epoch_sdtrnn",
+            1.36,
+            0.24,
+            critical_path_s=0.56,
+            seconds_over_critical_path=2.44,
+            before={"value": 1.5, "seconds_over_critical_path": 2.58},
+        ),
+        {
+            "name": "profile_full_cuda",
+            "value": 1.1,
+            "ms_per_step": 27.4,
+            "device_busy_share": 0.082,
+            "launches_per_step": 875.8,
+            "syncs_per_step": 31.1,
+            "device": "H200",
+            "machine": "m",
+            "before": {"ms_per_step": 40.2, "launches_per_step": 1200.4},
+        },
+        {
+            "name": "amp_vse0_cuda",
+            "value": 2.67,
+            "ratio": 1.004,
+            "seeds": [0, 1, 2],
+            "machine": "m",
+            "fp32": {"annotation_r1": 28.0, "annotation_r1_sd": 4.0, "search_r1": 18.33},
+            "bf16": {"annotation_r1": 30.67, "annotation_r1_sd": 4.16, "search_r1": 19.47},
+        },
+    ]
     page = "".join(_scale_sections(entries))
-    assert "<tr><td>full</td><td>rcnn/dependency</td><td>234.9</td><td>6.8</td><td>0.49</td><td>—</td>" \
-           "<td>0.69 (was 0.91)</td><td>0.009</td><td>—</td></tr>" in page   # the same GPU before a change
+    assert (
+        "<tr><td>full</td><td>rcnn/dependency</td><td>234.9</td><td>6.8</td><td>0.49</td><td>—</td>"
+        "<td>0.69 (was 0.91)</td><td>0.009</td><td>—</td></tr>" in page
+    )  # the same GPU before a change
     assert "<td>4.5</td><td>0.17</td><td>1.9 s (2.4×)</td><td>—</td><td>—</td><td>—</td></tr>" in page  # no GPU row
-    assert "<td>1.36 (was 1.5)</td><td>0.24</td><td>0.56 s (2.44×, was 2.58×)</td>" in page   # the CPU before a change
+    assert "<td>1.36 (was 1.5)</td><td>0.24</td><td>0.56 s (2.44×, was 2.58×)</td>" in page  # the CPU before a change
     assert "epoch_full_cuda" not in page and "GPU busy 8% of it, 876 kernel launches and 31 host" in page
     assert "27.4 ms per step (was 40.2 ms, 1200 launches)" in page
     assert "28.0 ± 4.0 (fp32) vs 30.67 ± 4.16 (bf16)" in page
@@ -148,7 +189,7 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
 def test_growth_slope_is_the_log_log_least_squares_exponent():
     from fraglib.index import growth_slope
 
-    assert growth_slope([(1, 2.0), (4, 8.0)]) == pytest.approx(1.0)             # linear
+    assert growth_slope([(1, 2.0), (4, 8.0)]) == pytest.approx(1.0)  # linear
     assert growth_slope([(1, 1.0), (4, 16.0), (16, 256.0)]) == pytest.approx(2.0)  # quadratic, three scales
     assert growth_slope([(1, 3.0)]) is None and growth_slope([(1, 0.0), (4, 1.0)]) is None
 
@@ -169,7 +210,9 @@ def test_no_committed_file_reaches_one_megabyte():
     import subprocess
 
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    big = [(f, (ROOT / f).stat().st_size) for f in files if (ROOT / f).is_file() and (ROOT / f).stat().st_size >= 1 << 20]
+    big = [
+        (f, (ROOT / f).stat().st_size) for f in files if (ROOT / f).is_file() and (ROOT / f).stat().st_size >= 1 << 20
+    ]
     assert not big, f"files of 1 MB or more in git: {big}"
 
 
@@ -197,3 +240,17 @@ def test_lock_files_hold_only_stages_that_exist():
         if lock.exists():
             entries = set(yaml.load(lock.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["stages"])
             assert entries <= stages, f"{lock.relative_to(ROOT)}: entries of no stage {sorted(entries - stages)}"
+
+
+def test_ruff_lint_and_format_are_clean():
+    """The linter and the formatter (pyproject.toml [tool.ruff]) pass over the package and the tests: fix with
+    `ruff check --fix . && ruff format .`."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff is a dev dependency (pyproject.toml): `make env` installs it"
+    for args in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
+        r = subprocess.run([ruff, *args], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0, f"ruff {' '.join(args)}:\n{r.stdout}{r.stderr}"

@@ -1,16 +1,25 @@
 """Socher et al. 2014's trees, level-batched encoders and Eq. 5 (fraglib/text/trees.py,
 fraglib/systems/recursive.py): the paper's worked example, a recursive reference, gradcheck, loops."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_eval
-from fraglib.systems.recursive import (compose, compose_reference, hinge_all_negatives,
-                                       hinge_all_negatives_reference, levels, plan, squared_loss)
+from fraglib.systems.recursive import (
+    compose,
+    compose_reference,
+    hinge_all_negatives,
+    hinge_all_negatives_reference,
+    levels,
+    plan,
+    squared_loss,
+)
 from fraglib.text.parse import Token
 from fraglib.text.trees import basic_tree, binarize_head_outward, collapsed_tree, heights, slots, subtree_sizes
+
+from conftest import tiny_eval
 
 
 def _tokens(spec):
@@ -19,8 +28,15 @@ def _tokens(spec):
 
 
 # Students_1 ride_2 bikes_3 at_4 night_5 (SYSTEMS A2; spaCy/ClearNLP labels)
-EXAMPLE = _tokens([("Students", 2, "nsubj", "NOUN"), ("ride", 0, "ROOT", "VERB"), ("bikes", 2, "dobj", "NOUN"),
-                   ("at", 2, "prep", "ADP"), ("night", 4, "pobj", "NOUN")])
+EXAMPLE = _tokens(
+    [
+        ("Students", 2, "nsubj", "NOUN"),
+        ("ride", 0, "ROOT", "VERB"),
+        ("bikes", 2, "dobj", "NOUN"),
+        ("at", 2, "prep", "ADP"),
+        ("night", 4, "pobj", "NOUN"),
+    ]
+)
 
 
 def test_worked_example_basic_tree_slots_and_lengths():
@@ -39,7 +55,7 @@ def test_worked_example_composition_by_hand():
     n = 4
     x = torch.randn(5, n, generator=g, dtype=torch.float64)
     Wv = torch.randn(n, n, generator=g, dtype=torch.float64)
-    W = torch.randn(4, n, n, generator=g, dtype=torch.float64)       # l1, l2, r1, r2
+    W = torch.randn(4, n, n, generator=g, dtype=torch.float64)  # l1, l2, r1, r2
     t = basic_tree(EXAMPLE)
     side, rank = slots(t.parent)
     ell = torch.from_numpy(subtree_sizes(t.parent)).double()
@@ -58,8 +74,16 @@ def test_collapsed_example_and_punctuation_and_two_roots():
     assert t.rel == ["nsubj", "root", "dobj", "prep_at"]
     assert subtree_sizes(t.parent).tolist() == [1, 4, 1, 1]
     # "dogs run . cats sleep ," : punctuation dropped (its child re-attached), second root under the first
-    toks = _tokens([("dogs", 2, "nsubj", "NOUN"), ("run", 0, "ROOT", "VERB"), (".", 2, "punct", "PUNCT"),
-                    ("cats", 5, "nsubj", "NOUN"), ("sleep", 0, "ROOT", "VERB"), (",", 5, "punct", "PUNCT")])
+    toks = _tokens(
+        [
+            ("dogs", 2, "nsubj", "NOUN"),
+            ("run", 0, "ROOT", "VERB"),
+            (".", 2, "punct", "PUNCT"),
+            ("cats", 5, "nsubj", "NOUN"),
+            ("sleep", 0, "ROOT", "VERB"),
+            (",", 5, "punct", "PUNCT"),
+        ]
+    )
     b = basic_tree(toks)
     assert b.words == ["dogs", "run", "cats", "sleep"] and b.parent.tolist() == [1, -1, 3, 1]
     assert b.rel == ["nsubj", "root", "nsubj", "dep"]
@@ -67,9 +91,16 @@ def test_collapsed_example_and_punctuation_and_two_roots():
 
 
 def test_head_outward_binarisation():
-    """"A man rides a bike" -> ((A man) (rides (a bike))); leaves in sentence order."""
-    toks = _tokens([("A", 2, "det", "DET"), ("man", 3, "nsubj", "NOUN"), ("rides", 0, "ROOT", "VERB"),
-                    ("a", 5, "det", "DET"), ("bike", 3, "dobj", "NOUN")])
+    """ "A man rides a bike" -> ((A man) (rides (a bike))); leaves in sentence order."""
+    toks = _tokens(
+        [
+            ("A", 2, "det", "DET"),
+            ("man", 3, "nsubj", "NOUN"),
+            ("rides", 0, "ROOT", "VERB"),
+            ("a", 5, "det", "DET"),
+            ("bike", 3, "dobj", "NOUN"),
+        ]
+    )
     t = basic_tree(toks)
     left, right = binarize_head_outward(t.parent)
     n = len(t)
@@ -85,7 +116,7 @@ def _random_forest(rng, n_trees=6, max_nodes=9, k=5):
     parent, off = [], 0
     for _ in range(n_trees):
         m = int(rng.integers(1, max_nodes + 1))
-        order = rng.permutation(m)                   # random tree: each node's parent comes earlier in `order`
+        order = rng.permutation(m)  # random tree: each node's parent comes earlier in `order`
         par = np.full(m, -1)
         for a in range(1, m):
             par[order[a]] = order[rng.integers(0, a)]
@@ -113,11 +144,15 @@ def test_level_batched_equals_recursive_reference_on_random_trees():
         ell = torch.from_numpy(subtree_sizes(parent)).double()
         raw = _leaves(parent, rng, 0.3) if trial % 2 else None
         for weight, scale in ((None, None), (ell, 1 / ell)):
-            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw),
-                                       compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw))
+            torch.testing.assert_close(
+                compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw),
+                compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw),
+            )
             roots = np.nonzero(parent < 0)[0]
-            torch.testing.assert_close(compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw, roots_only=True),
-                                       compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw)[roots])
+            torch.testing.assert_close(
+                compose(base, parent, slot, W, weight=weight, scale=scale, raw=raw, roots_only=True),
+                compose_reference(base, parent, slot, W, weight=weight, scale=scale, raw=raw)[roots],
+            )
     assert sorted(np.concatenate(levels(parent)).tolist()) == list(range(len(parent)))
 
 
@@ -180,7 +215,7 @@ def test_compose_on_a_word_table_equals_the_recursion(roots_only):
             out.append((h, *torch.autograd.grad((h * w_out).sum(), (x, W))))
         for name, a, b in zip(("output", "table gradient", "W gradient"), *out):
             torch.testing.assert_close(a, b, msg=lambda m: f"trial {trial}, {name}: {m}")
-        W = W0.clone().requires_grad_()                 # a table without gradient: the leaves' level is cut short
+        W = W0.clone().requires_grad_()  # a table without gradient: the leaves' level is cut short
         h = compose(table, parent, slot, W, weight, scale, raw, roots_only=roots_only, rows=rows)
         torch.testing.assert_close(torch.autograd.grad((h * w_out).sum(), W)[0], out[1][2])
 
@@ -197,7 +232,9 @@ def test_compose_on_cuda_equals_the_cpu(roots_only):
         out = []
         for dev in ("cpu", "cuda"):
             x, W = table.to(dev).requires_grad_(), W0.to(dev).requires_grad_()
-            h = compose(x, parent, slot, W, ell.to(dev), (1 / ell).to(dev), raw, roots_only=roots_only, rows=rows.to(dev))
+            h = compose(
+                x, parent, slot, W, ell.to(dev), (1 / ell).to(dev), raw, roots_only=roots_only, rows=rows.to(dev)
+            )
             w_out = torch.ones_like(h) + torch.arange(h.numel(), device=dev, dtype=h.dtype).view_as(h) % 3
             out.append([t.cpu() for t in (h, *torch.autograd.grad((h * w_out).sum(), (x, W)))])
         for name, a, b in zip(("output", "table gradient", "W gradient"), *out):
@@ -239,10 +276,14 @@ def test_compose_gradcheck():
     base = torch.randn(len(parent), 3, generator=g, dtype=torch.float64, requires_grad=True)
     W = (torch.randn(k, 3, 3, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
     ell = torch.from_numpy(subtree_sizes(parent)).double()
-    Win = (torch.eye(3, dtype=torch.float64) + 0.1 * torch.randn(3, 3, generator=g, dtype=torch.float64)).requires_grad_()
+    Win = (
+        torch.eye(3, dtype=torch.float64) + 0.1 * torch.randn(3, 3, generator=g, dtype=torch.float64)
+    ).requires_grad_()
     assert torch.autograd.gradcheck(lambda b, w: compose(b, parent, slot, w, weight=ell, scale=1 / ell), (base, W))
-    assert torch.autograd.gradcheck(lambda w, wi: compose(base.detach() @ wi.T, parent, slot, w, weight=ell,
-                                                          scale=1 / ell, roots_only=True), (W, Win))
+    assert torch.autograd.gradcheck(
+        lambda w, wi: compose(base.detach() @ wi.T, parent, slot, w, weight=ell, scale=1 / ell, roots_only=True),
+        (W, Win),
+    )
 
 
 def test_levels_refuse_a_cycle():
@@ -262,7 +303,8 @@ def test_eq5_all_negatives_against_loops():
         got = hinge_all_negatives(v_all[k], y_all[j], v_all, y_all, k, img_of, margin)
         assert float(got) == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, margin))
     assert float(squared_loss(v_all[k], y_all[j])) == pytest.approx(
-        sum(float(((v_all[a] - y_all[b]) ** 2).sum()) for a, b in pairs) / len(pairs))
+        sum(float(((v_all[a] - y_all[b]) ** 2).sum()) for a, b in pairs) / len(pairs)
+    )
 
 
 def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
@@ -271,7 +313,7 @@ def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
     from fraglib.text.trees import encode_trees
 
     parsed = [ParsedCaption(7, "students ride bikes at night", EXAMPLE), ParsedCaption(8, "", [])]
-    index = {"ride": 10, "bikes": 3, "at": 5, "night": 8}                   # "students" unknown
+    index = {"ride": 10, "bikes": 3, "at": 5, "night": 8}  # "students" unknown
     f = encode_trees(parsed, "clearnlp", "tree_basic", index)
     assert f.w1.tolist() == [-1, 10, 3, 5, 8] and f.offsets.tolist() == [0, 5, 5] and f.reasons == ["", "empty"]
     c = f.columns
@@ -279,7 +321,7 @@ def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
     assert c["side"].tolist() == [0, -1, 1, 1, 1] and c["rank"].tolist() == [0, -1, 0, 1, 0]
     assert [f.relations[r] for r in f.rel] == ["nsubj", "root", "dobj", "prep", "pobj"]
     used, w1, _ = compact_words(f.w1, f.w2)
-    assert used.tolist() == [3, 5, 8, 10] and w1.tolist() == [4, 3, 0, 1, 2]   # -1 -> the appended zero row
+    assert used.tolist() == [3, 5, 8, 10] and w1.tolist() == [4, 3, 0, 1, 2]  # -1 -> the appended zero row
     g = encode_trees(parsed, "clearnlp", "tree_collapsed", index)
     assert g.w1.tolist() == [-1, 10, 3, 8] and [g.relations[r] for r in g.rel] == ["nsubj", "root", "dobj", "prep_at"]
 
@@ -290,10 +332,10 @@ def test_adagrad_sums_reset_every_n_epochs():
     tc = TrainConfig(optimizer="adagrad", adagrad_reset=5, lr=0.1)
     w = torch.nn.Parameter(torch.ones(3))
     opt = make_optimizer(tc, [w])
-    assert float(opt.state[w]["sum"][0]) == 1.0                             # sums start at 1
-    (w ** 2).sum().backward()
+    assert float(opt.state[w]["sum"][0]) == 1.0  # sums start at 1
+    (w**2).sum().backward()
     opt.step()
-    assert float(opt.state[w]["sum"][0]) == pytest.approx(5.0)              # 1 + 2²
+    assert float(opt.state[w]["sum"][0]) == pytest.approx(5.0)  # 1 + 2²
     for epoch in (1, 4):
         reset_adagrad(tc, opt, epoch)
         assert float(opt.state[w]["sum"][0]) == pytest.approx(5.0)
@@ -305,10 +347,11 @@ def test_adagrad_sums_reset_every_n_epochs():
 def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
     """The system's batched encoders (global ids, slots, binarisation) against a per-sentence
     recursion written from the definitions, and its loss against Eq. 5 by loops."""
-    from conftest import tiny_params
     from fraglib.inputs import load_splits, make_batches
     from fraglib.systems import SYSTEMS
     from fraglib.train import resolve_run
+
+    from conftest import tiny_params
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": encoder, "init_noise": 0.3}), "r")
     cls = SYSTEMS["socher"]
@@ -342,8 +385,9 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
                     slot = d["side"] * system.max_rank + d["rank"] if encoder == "dtrnn" else d["rel"]
                     ell = torch.from_numpy(subtree_sizes(parent)).double()
                     assert ell.tolist() == d["ell"].tolist()
-                h = compose_reference(x @ system.W_v.T, parent, np.maximum(slot, 0), system.W, ell,
-                                      None if ell is None else 1 / ell)
+                h = compose_reference(
+                    x @ system.W_v.T, parent, np.maximum(slot, 0), system.W, ell, None if ell is None else 1 / ell
+                )
                 want = h[int(np.nonzero(parent < 0)[0][0])]
             torch.testing.assert_close(got[k], want)
     b = make_batches(tr, 4, seed=0, epoch=0)[0]
@@ -351,9 +395,12 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
     system.train()
     neg = system._negatives
     imgs, all_img, all_sent, img_of = neg.images, neg.image_rows, neg.sentence_rows, neg.image_of
-    enc_i, enc_s = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
+    enc_i, enc_s = (
+        system.encode_images(tr.images.take(tr.sentence_image[b])),
+        system.encode_sentences(tr.sentences.take(b)),
+    )
     cost, parts = system.loss(enc_i, enc_s, epoch=0)
-    assert enc_i.vec is None and enc_s.vec is None          # a training step of Eq. 5 never encodes its batch apart
+    assert enc_i.vec is None and enc_s.vec is None  # a training step of Eq. 5 never encodes its batch apart
     system.eval()
     with torch.no_grad():
         v_all, y_all = system.encode_images(all_img).vec, system.encode_sentences(all_sent).vec
@@ -376,18 +423,26 @@ def test_word_map_once_per_distinct_word_equals_once_per_node(encoder):
     system.prepare(train)
     rows = train.sentences.take(np.arange(train.n_sentences))
     st = system.structure(rows)
-    assert len(st.vocab) < len(st.parent)                          # words repeat: fewer products than nodes
+    assert len(st.vocab) < len(st.parent)  # words repeat: fewer products than nodes
     w_out = torch.randn(rows.n, dims["word_dim"], generator=torch.Generator().manual_seed(0))
     new = system._sentence_vectors(rows, st)
-    x = system.words[rows.data["w1"]] / system.word_scale           # the per-node formulation
+    x = system.words[rows.data["w1"]] / system.word_scale  # the per-node formulation
     weight = st.ell.float() if st.ell is not None else None
-    h = compose(x @ system.W_v.T, st.parent, st.slot, system.W, weight, None if weight is None else 1 / weight,
-                schedule=st.plan, roots_only=True)
+    h = compose(
+        x @ system.W_v.T,
+        st.parent,
+        st.slot,
+        system.W,
+        weight,
+        None if weight is None else 1 / weight,
+        schedule=st.plan,
+        roots_only=True,
+    )
     old = torch.zeros_like(new).index_copy(0, st.root_items, h)
     assert torch.equal(new, old)
     params = (system.W_v, system.W)
     for a, b in zip(torch.autograd.grad((new * w_out).sum(), params), torch.autograd.grad((old * w_out).sum(), params)):
-        assert (a - b).abs().max() <= 1e-5 * a.abs().max()           # float32 sums in another order
+        assert (a - b).abs().max() <= 1e-5 * a.abs().max()  # float32 sums in another order
 
 
 # ------------------------------------------------------------------ sampled negatives (systems.socher.negatives)
@@ -407,8 +462,11 @@ def _sampling_system(negatives, encoder="dtrnn", seed=0, n_images=40):
 
 
 def _step_loss(system, train, b, epoch=0):
-    return system.loss(system.encode_images(train.images.take(train.sentence_image[b])),
-                       system.encode_sentences(train.sentences.take(b)), epoch)
+    return system.loss(
+        system.encode_images(train.images.take(train.sentence_image[b])),
+        system.encode_sentences(train.sentences.take(b)),
+        epoch,
+    )
 
 
 @pytest.mark.parametrize("encoder", ["bow", "chain", "ctrnn", "dtrnn", "sdtrnn"])
@@ -416,7 +474,7 @@ def test_sampled_negatives_covering_the_split_equal_eq5_and_its_gradients(encode
     """n ≥ the training split, drawn without replacement, is every sentence and image once, weights M/M = N/N
     = 1: the loss and every gradient are Eq. 5's (``negatives: 0``)."""
     exact, train, b = _sampling_system(0, encoder)
-    sampled, *_ = _sampling_system(10 ** 6, encoder)
+    sampled, *_ = _sampling_system(10**6, encoder)
     got = []
     for s in (exact, sampled):
         cost, parts = _step_loss(s, train, b)
@@ -443,8 +501,20 @@ def test_sampled_eq5_is_unbiased_over_every_subset():
     for cs in itertools.combinations(range(12), n_s):
         for ci in itertools.combinations(range(5), n_i):
             cs_t, ci_t = torch.tensor(cs), torch.tensor(ci)
-            total += float(hinge_all_negatives(v_all[k], y_all[j], v_all[ci_t], y_all[cs_t], k, img_of[cs_t], 1.5,
-                                               image_ids=ci_t, sentence_weight=12 / n_s, image_weight=5 / n_i))
+            total += float(
+                hinge_all_negatives(
+                    v_all[k],
+                    y_all[j],
+                    v_all[ci_t],
+                    y_all[cs_t],
+                    k,
+                    img_of[cs_t],
+                    1.5,
+                    image_ids=ci_t,
+                    sentence_weight=12 / n_s,
+                    image_weight=5 / n_i,
+                )
+            )
             count += 1
     assert total / count == pytest.approx(hinge_all_negatives_reference(v_all, y_all, pairs, img_of, 1.5), rel=1e-12)
 
@@ -459,8 +529,9 @@ def test_sampled_negatives_mean_over_draws_approaches_eq5():
     system.eval()
     with torch.no_grad():
         v_all, y_all = system.encode_images(neg.image_rows).vec, system.encode_sentences(neg.sentence_rows).vec
-    pairs = [(int(np.searchsorted(neg.images, train.sentence_image[q])), int(np.searchsorted(neg.sentences, q)))
-             for q in b]
+    pairs = [
+        (int(np.searchsorted(neg.images, train.sentence_image[q])), int(np.searchsorted(neg.sentences, q))) for q in b
+    ]
     exact = hinge_all_negatives_reference(v_all, y_all, pairs, neg.image_of, 3.0)
     se = draws.std() / len(draws) ** 0.5
     assert draws.std() > 0 and abs(draws.mean() - exact) < 4 * se
@@ -475,7 +546,7 @@ def test_sampled_negatives_compose_only_the_batch_and_the_drawn_trees(monkeypatc
     real = socher.compose
 
     def counting(x, parent, *args, **kw):
-        composed.append(int((np.asarray(parent) < 0).sum()))             # trees = roots
+        composed.append(int((np.asarray(parent) < 0).sum()))  # trees = roots
         return real(x, parent, *args, **kw)
 
     monkeypatch.setattr(socher, "compose", counting)
@@ -515,33 +586,43 @@ def test_sampled_negatives_are_a_function_of_seed_epoch_and_step():
 def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, tmp_path):
     """The trainer: a DT-RNN with sampled negatives, killed after 2 epochs and resumed, ends as an
     uninterrupted run (metrics, history), and two runs of one seed agree."""
-    from conftest import tiny_params
     from fraglib.train import resolve_run, train
+
+    from conftest import tiny_params
 
     spec = resolve_run(tiny_params(r={"system": "socher", "negatives": 7}), "r")
     cpu = torch.device("cpu")
     train(tiny_full, tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
     train(tiny_full, tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
-    assert train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2) == {"stopped_at_epoch": 2}
+    assert train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2) == {
+        "stopped_at_epoch": 2
+    }
     train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
     for f in ("metrics.json", "history.csv"):
         assert (tmp_path / "b" / f).read_text() == (tmp_path / "a" / f).read_text()
         assert (tmp_path / "c" / f).read_text() == (tmp_path / "a" / f).read_text()
 
 
-@pytest.mark.parametrize("over, why", [({"negatives": -1}, "out of range"), ({"negatives": 2.5}, "expected int"),
-                                       ({"negatives": True}, "expected int"),
-                                       ({"negatives": 64, "loss": "squared"}, "loss: squared has no negatives")])
+@pytest.mark.parametrize(
+    "over, why",
+    [
+        ({"negatives": -1}, "out of range"),
+        ({"negatives": 2.5}, "expected int"),
+        ({"negatives": True}, "expected int"),
+        ({"negatives": 64, "loss": "squared"}, "loss: squared has no negatives"),
+    ],
+)
 def test_bad_negatives_are_refused_by_name(over, why):
-    from conftest import tiny_params
     from fraglib.config import ConfigError
     from fraglib.train import resolve_run
+
+    from conftest import tiny_params
 
     with pytest.raises(ConfigError, match=rf"systems\.socher\.negatives=.*{why}"):
         resolve_run(tiny_params(r={"system": "socher"}), "r", extra=over)
     with pytest.raises(ConfigError, match=r"runs\.r\.negatives|systems\.socher\.negatives"):
         resolve_run(tiny_params(r={"system": "socher", **over}), "r")
-    assert resolve_run(tiny_params(r={"system": "socher"}), "r").system_config.negatives == 0   # the paper's Eq. 5
+    assert resolve_run(tiny_params(r={"system": "socher"}), "r").system_config.negatives == 0  # the paper's Eq. 5
 
 
 def test_cca_recovers_known_canonical_correlations():
@@ -553,15 +634,15 @@ def test_cca_recovers_known_canonical_correlations():
     n, r1, r2 = 20000, 0.9, 0.5
     x = rng.standard_normal((n, 5))
     y = rng.standard_normal((n, 4))
-    y[:, 0] = r1 * x[:, 0] + np.sqrt(1 - r1 ** 2) * rng.standard_normal(n)
-    y[:, 1] = r2 * x[:, 1] + np.sqrt(1 - r2 ** 2) * rng.standard_normal(n)
-    mix_x, mix_y = rng.standard_normal((5, 5)), rng.standard_normal((4, 4))      # CCA is invariant to these
+    y[:, 0] = r1 * x[:, 0] + np.sqrt(1 - r1**2) * rng.standard_normal(n)
+    y[:, 1] = r2 * x[:, 1] + np.sqrt(1 - r2**2) * rng.standard_normal(n)
+    mix_x, mix_y = rng.standard_normal((5, 5)), rng.standard_normal((4, 4))  # CCA is invariant to these
     A, B, rho = cca(x @ mix_x, y @ mix_y, reg=1e-8, p=3)
     np.testing.assert_allclose(rho[:2], [r1, r2], atol=0.01)
     assert rho[2] < 0.05
     u, v = (x @ mix_x - (x @ mix_x).mean(0)) @ A, (y @ mix_y - (y @ mix_y).mean(0)) @ B
     np.testing.assert_allclose(np.corrcoef(u[:, 0], v[:, 0])[0, 1], r1, atol=0.01)
-    np.testing.assert_allclose(u.T @ u / n, np.eye(3), atol=0.02)                  # unit variance, uncorrelated
+    np.testing.assert_allclose(u.T @ u / n, np.eye(3), atol=0.02)  # unit variance, uncorrelated
 
 
 @pytest.mark.parametrize("dx, dy", [(30, 12), (12, 30)])
@@ -580,7 +661,7 @@ def test_cca_equals_the_inverse_square_root_reference(dx, dy):
 
     def inv_sqrt(C):
         w, V = np.linalg.eigh(C)
-        return V @ np.diag(w ** -0.5) @ V.T
+        return V @ np.diag(w**-0.5) @ V.T
 
     U, rho_ref, Vt = np.linalg.svd(inv_sqrt(Cxx) @ Cxy @ inv_sqrt(Cyy))
     A_ref, B_ref = inv_sqrt(Cxx) @ U[:, :5], inv_sqrt(Cyy) @ Vt[:5].T
@@ -594,10 +675,11 @@ def test_cca_equals_the_inverse_square_root_reference(dx, dy):
 def squared_dtrnn(dataset_dir, **over):
     """A float64 squared-loss DT-RNN (settings ``over``) prepared on ``dataset_dir``'s training split:
     (system, train split, run spec, system class, dims)."""
-    from conftest import tiny_params
     from fraglib.inputs import load_splits
     from fraglib.systems import SYSTEMS
     from fraglib.train import resolve_run
+
+    from conftest import tiny_params
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared", **over}), "r")
     cls = SYSTEMS["socher"]
@@ -616,13 +698,21 @@ def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(ti
     from fraglib.train import TrainConfig, make_optimizer
 
     system, tr, spec, cls, dims = squared_dtrnn(tiny_full, alternate_epochs=2, lam=0.5)
-    assert [system.phase(e) for e in range(5)] == ["image map", "image map", "sentence model", "sentence model",
-                                                   "image map"]
+    assert [system.phase(e) for e in range(5)] == [
+        "image map",
+        "image map",
+        "sentence model",
+        "sentence model",
+        "image map",
+    ]
     b = make_batches(tr, 6, seed=0, epoch=0)[0]
     opt = make_optimizer(TrainConfig(optimizer="adagrad", lr=0.1), system.parameters())
     for epoch, moved, kept in ((0, ["W_I"], ["W", "W_v"]), (2, ["W", "W_v"], ["W_I"])):
         before = {n: p.detach().clone() for n, p in system.named_parameters()}
-        imgs, sents = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
+        imgs, sents = (
+            system.encode_images(tr.images.take(tr.sentence_image[b])),
+            system.encode_sentences(tr.sentences.take(b)),
+        )
         cost, parts = system.loss(imgs, sents, epoch)
         v, y = imgs.vec.detach(), sents.vec.detach()
         want_sq = sum(float(((v[p] - y[p]) ** 2).sum()) for p in range(len(b))) / len(b)
@@ -638,7 +728,7 @@ def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(ti
         S = system.scores(imgs, sents)
         assert float(S.detach()[1, 2]) == pytest.approx(-float((v[1] - y[2]).norm()))
     bow = cls(dataclasses.replace(spec.system_config, encoder="bow"), dims, 0)
-    assert {bow.phase(e) for e in range(6)} == {"image map"}                  # θ is empty for BoW
+    assert {bow.phase(e) for e in range(6)} == {"image map"}  # θ is empty for BoW
 
 
 def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tiny_full):
@@ -652,7 +742,7 @@ def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tin
     assert {system.phase(e) for e in range(4)} == {"sentence model"}
     before = system.W_I.detach().clone()
     with torch.no_grad():
-        system.begin_epoch(1)                                 # mid-round: nothing
+        system.begin_epoch(1)  # mid-round: nothing
     assert torch.equal(system.W_I, before)
     with torch.no_grad():
         system.begin_epoch(2)
@@ -661,12 +751,12 @@ def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tin
     imgs = tr.images.take(tr.sentence_image[ok])
     z = (mean_rows(imgs.data["x"], imgs.owner, imgs.n).double() - system.img_mean) / system.img_std
     y = system.encode_sentences(tr.sentences.take(ok)).vec.detach()
-    J = ((z @ W.T - y) ** 2).sum(1).mean() + 0.3 * (W ** 2).sum()
+    J = ((z @ W.T - y) ** 2).sum(1).mean() + 0.3 * (W**2).sum()
     J.backward()
     assert float(W.grad.abs().max()) < 1e-9 * max(1.0, float(W.abs().max()))
     N, d = z.shape
     stacked = torch.cat([z, (N * 0.3) ** 0.5 * torch.eye(d, dtype=z.dtype)])  # [Z; √(Nλ) I] Wᵀ ≈ [Y; 0]
     want = torch.linalg.lstsq(stacked, torch.cat([y, y.new_zeros((d, y.shape[1]))])).solution.T
     torch.testing.assert_close(system.W_I.detach(), want, rtol=1e-7, atol=1e-9)
-    one = ridge_map(torch.tensor([[2.0]]), torch.tensor([3]), torch.tensor([[3.0, -6.0]]), 0.0)   # by hand: 3 pairs
-    torch.testing.assert_close(one, torch.tensor([[0.5], [-1.0]]))          # z = 2, y = (1, −2): W = y / z
+    one = ridge_map(torch.tensor([[2.0]]), torch.tensor([3]), torch.tensor([[3.0, -6.0]]), 0.0)  # by hand: 3 pairs
+    torch.testing.assert_close(one, torch.tensor([[0.5], [-1.0]]))  # z = 2, y = (1, −2): W = y / z

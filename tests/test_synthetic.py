@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from fraglib.config import ConfigError
-from fraglib.data.synthetic import (RELATION_PHRASES, SynthConfig, spatial_relation, tokenize,
-                               write_benchmark)
+from fraglib.data.synthetic import RELATION_PHRASES, SynthConfig, spatial_relation, tokenize, write_benchmark
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path, tiny_synth):
@@ -32,7 +34,7 @@ def test_existing_benchmark_never_replaced_without_overwrite(tmp_path):
     before = _digest(tmp_path)
     with pytest.raises(FileExistsError, match="--overwrite"):
         write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False)
-    assert _digest(tmp_path) == before                       # nothing deleted, nothing rewritten
+    assert _digest(tmp_path) == before  # nothing deleted, nothing rewritten
     mine = tmp_path / "user" / "images"
     mine.mkdir(parents=True)
     (mine / "holiday.png").write_bytes(b"not ours")
@@ -40,7 +42,7 @@ def test_existing_benchmark_never_replaced_without_overwrite(tmp_path):
         write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path / "user", progress=False)
     assert (mine / "holiday.png").read_bytes() == b"not ours"
     write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False, overwrite=True)
-    assert len(list((tmp_path / "images").glob("*.png"))) == 5   # the explicit flag replaces it completely
+    assert len(list((tmp_path / "images").glob("*.png"))) == 5  # the explicit flag replaces it completely
 
 
 def test_karpathy_format_and_splits(tiny_synth):
@@ -77,17 +79,21 @@ def test_ground_truth_spans_boxes_and_relations(tiny_synth):
         for i, a in enumerate(objs):  # inside the image, no overlap
             x0, y0, x1, y1 = a["box"]
             assert 0 <= x0 < x1 <= cfg.image_size and 0 <= y0 < y1 <= cfg.image_size
-            for b in objs[i + 1:]:
-                assert a["box"][2] <= b["box"][0] or b["box"][2] <= a["box"][0] or \
-                    a["box"][3] <= b["box"][1] or b["box"][3] <= a["box"][1]
+            for b in objs[i + 1 :]:
+                assert (
+                    a["box"][2] <= b["box"][0]
+                    or b["box"][2] <= a["box"][0]
+                    or a["box"][3] <= b["box"][1]
+                    or b["box"][3] <= a["box"][1]
+                )
         for cap in rec["captions"]:
             assert 1 <= len(cap["mentions"]) <= cfg.max_mentions
             for m in cap["mentions"]:
                 n_mentions += 1
                 obj = objs[m["object"]]
-                head = cap["raw"][m["head"][0]:m["head"][1]]
+                head = cap["raw"][m["head"][0] : m["head"][1]]
                 assert head.lower() == obj["shape"]
-                phrase = cap["raw"][m["span"][0]:m["span"][1]].lower()
+                phrase = cap["raw"][m["span"][0] : m["span"][1]].lower()
                 if "colour" in m["attributes"]:
                     assert obj["colour"] in phrase
                 # no other object's colour is named inside this phrase
@@ -121,13 +127,16 @@ def test_spatial_relation_by_hand():
     assert spatial_relation(a, {"box": [22, 5, 42, 25]}, 256) == "near"
 
 
-@pytest.mark.parametrize("override, name", [
-    ({"max_objects": 9}, "synthetic.max_objects"),
-    ({"min_objects": 5, "max_objects": 3}, "synthetic.max_objects"),
-    ({"twin_fraction": 0.8}, "synthetic.twin_fraction"),
-    ({"image_size": "big"}, "synthetic.image_size"),
-    ({"n_test": 0}, "synthetic.n_test"),
-])
+@pytest.mark.parametrize(
+    "override, name",
+    [
+        ({"max_objects": 9}, "synthetic.max_objects"),
+        ({"min_objects": 5, "max_objects": 3}, "synthetic.max_objects"),
+        ({"twin_fraction": 0.8}, "synthetic.twin_fraction"),
+        ({"image_size": "big"}, "synthetic.image_size"),
+        ({"n_test": 0}, "synthetic.n_test"),
+    ],
+)
 def test_impossible_settings_name_the_parameter(override, name):
     with pytest.raises(ConfigError, match=name.replace(".", r"\.")):
         SynthConfig(**override).validate()

@@ -2,6 +2,7 @@
 test over ``list_models()``): it builds from sizes, scores finite, its loss is finite with
 non-zero gradients when trainable (and ``join`` of encoded shares gives the same loss), a one-epoch run writes metrics, and the checkpoint alone
 rebuilds a system that reproduces the score matrix exactly."""
+
 import dataclasses
 import json
 
@@ -9,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_SYSTEMS, tiny_params
-from conftest import tiny_eval
 from fraglib.checkpoint import load_system
 from fraglib.config import ConfigError
 from fraglib.evaluate import score_matrix
 from fraglib.inputs import load_splits, make_batches
 from fraglib.systems import SYSTEMS, get_system
 from fraglib.train import resolve_run, train
+
+from conftest import TINY_SYSTEMS, tiny_eval, tiny_params
 
 CPU = torch.device("cpu")
 
@@ -31,15 +32,22 @@ def test_unknown_system_names_the_known_ones():
 
 
 # every system with its tiny settings, and the other settings of a system that change its code path
-CASES = [(name, {}) for name in SYSTEMS] + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")] \
-    + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})] \
-    + [("vse", {"similarity": "order", "negatives": "sum"}), ("vse", {"word_init": "glove", "word_dim": 50}),
-       ("vse", {"similarity": "attention", "images": "top36", "warmup_epochs": 1}),
-       ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
-       ("stt", {"similarity": "attention", "images": "top36", "beam": 2}),
-       ("fragment", {"finetune": 1}), ("vse", {"finetune": 1, "images": "rcnn"}),      # CNN fine-tuning
-       ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True}),       # the modern recipe (#18)
-       ("fragment", {"images": "top36", "detections": 3})]                              # fewer detections (#18)
+CASES = (
+    [(name, {}) for name in SYSTEMS]
+    + [("socher", {"encoder": e}) for e in ("bow", "chain", "ctrnn", "sdtrnn")]
+    + [("socher", {"loss": "squared"}), ("kcca", {"kernel": "linear"}), ("kcca", {"distance": "euclidean"})]
+    + [
+        ("vse", {"similarity": "order", "negatives": "sum"}),
+        ("vse", {"word_init": "glove", "word_dim": 50}),
+        ("vse", {"similarity": "attention", "images": "top36", "warmup_epochs": 1}),
+        ("vse", {"similarity": "attention", "clipped_l2norm": True, "images": "grid"}),
+        ("stt", {"similarity": "attention", "images": "top36", "beam": 2}),
+        ("fragment", {"finetune": 1}),
+        ("vse", {"finetune": 1, "images": "rcnn"}),  # CNN fine-tuning
+        ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True}),  # the modern recipe (#18)
+        ("fragment", {"images": "top36", "detections": 3}),
+    ]
+)  # fewer detections (#18)
 
 
 @pytest.mark.parametrize("name, settings", CASES, ids=[n + "".join(f"-{v}" for v in s.values()) for n, s in CASES])
@@ -64,27 +72,38 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     # the hubness banks encode the training items once for every split: each bank is, to the bit, the
     # matrix score_matrix gives for the same items and tiles (here several tiles each way)
     from fraglib.evaluate import bank_items, hubness_banks
+
     imgs, sents = bank_items(tr, n_bank=7)
     assert len(imgs) == len(sents) == 7
     banks = hubness_banks(system, {"val": splits["val"], "test": te}, tr, n_bank=7, chunk=3, sent_chunk=5)
     for part in ("val", "test"):
         ev = splits[part]
-        assert torch.equal(banks[part]["annotation"], score_matrix(system, tr, 3, 5, image_items=imgs, sentences=ev.sentences))
-        assert torch.equal(banks[part]["search"], score_matrix(system, ev, 3, 5, sentences=tr.sentences, sentence_items=sents).T)
+        assert torch.equal(
+            banks[part]["annotation"], score_matrix(system, tr, 3, 5, image_items=imgs, sentences=ev.sentences)
+        )
+        assert torch.equal(
+            banks[part]["search"], score_matrix(system, ev, 3, 5, sentences=tr.sentences, sentence_items=sents).T
+        )
     if cls.TRAINABLE:
         b = make_batches(tr, 8, seed=0, epoch=0)[0]
         system.use_training_split(tr)
-        cost, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
-                                  system.encode_sentences(tr.sentences.take(b)), epoch=0)
+        cost, parts = system.loss(
+            system.encode_images(tr.images.take(tr.sentence_image[b])),
+            system.encode_sentences(tr.sentences.take(b)),
+            epoch=0,
+        )
         assert torch.isfinite(cost) and all(np.isfinite(float(v)) for v in parts.values())
         # two shares encoded apart and joined give the whole batch's loss (what data-parallel training relies on)
         shares = np.array_split(b, 2)
-        joined, _ = system.loss(system.join([system.encode_images(tr.images.take(tr.sentence_image[p])) for p in shares]),
-                                system.join([system.encode_sentences(tr.sentences.take(p)) for p in shares]), epoch=0)
+        joined, _ = system.loss(
+            system.join([system.encode_images(tr.images.take(tr.sentence_image[p])) for p in shares]),
+            system.join([system.encode_sentences(tr.sentences.take(p)) for p in shares]),
+            epoch=0,
+        )
         torch.testing.assert_close(joined, cost, rtol=1e-5, atol=1e-6)
         cost.backward()
         grads = [p.grad for p in system.parameters() if p.requires_grad]
-        if system.phase(0) == "train":                    # alternating systems train a part per phase
+        if system.phase(0) == "train":  # alternating systems train a part per phase
             assert all(g is not None for g in grads)
         grads = [g for g in grads if g is not None]
         assert grads and any(g.abs().sum() > 0 for g in grads)
@@ -98,7 +117,8 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     trained_splits, _, _ = load_splits(tiny_full, reloaded.views(reloaded.cfg), CPU)
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     from fraglib.evaluate import evaluate_split
-    again = evaluate_split(reloaded, trained_splits, tiny_eval(), spec.train_config.seed)   # the study's own path
+
+    again = evaluate_split(reloaded, trained_splits, tiny_eval(), spec.train_config.seed)  # the study's own path
     assert ("similarity" in ranks) == reloaded.SENTENCE_SPACE
     assert again["ranks"] == ranks, "the checkpoint alone must reproduce the test ranks"
 
@@ -109,8 +129,9 @@ def test_fragment_modern_options(tiny_full):
     an offset of the word table, starts at GloVe and is regularised."""
     from fraglib.systems.objectives import total_cost
 
-    params = tiny_params(r={"system": "fragment", "cosine_scale": 4.0, "hardest": True, "tune_words": True,
-                            "alpha": 1e-3})
+    params = tiny_params(
+        r={"system": "fragment", "cosine_scale": 4.0, "hardest": True, "tune_words": True, "alpha": 1e-3}
+    )
     spec = resolve_run(params, "r")
     splits, dims, _ = load_splits(tiny_full, SYSTEMS["fragment"].views(spec.system_config), CPU)
     torch.manual_seed(0)
@@ -120,26 +141,58 @@ def test_fragment_modern_options(tiny_full):
     b = make_batches(tr, 10, 0, 0)[0]
     system.use_training_split(tr)
     im, se = system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b))
-    torch.testing.assert_close(im.x.norm(dim=1), torch.full((len(im.x),), 2.0))           # sqrt(4)
+    torch.testing.assert_close(im.x.norm(dim=1), torch.full((len(im.x),), 2.0))  # sqrt(4)
     nz = se.x.norm(dim=1) > 0
     torch.testing.assert_close(se.x[nz].norm(dim=1), torch.full((int(nz.sum()),), 2.0))
     cos = torch.nn.functional.cosine_similarity(im.x[:, None], se.x[None][:, nz], dim=-1)
     torch.testing.assert_close(im.x @ se.x[nz].T, 4.0 * cos, rtol=1e-5, atol=1e-5)
     loss, _ = system.loss(im, se, epoch=0)
-    ref, _ = total_cost(im.x, se.x, im.owner, se.owner, dense=True, beta=system.cfg.beta, margin=system.cfg.margin,
-                        smooth=system.cfg.smooth, hardest=True)
+    ref, _ = total_cost(
+        im.x,
+        se.x,
+        im.owner,
+        se.owner,
+        dense=True,
+        beta=system.cfg.beta,
+        margin=system.cfg.margin,
+        smooth=system.cfg.smooth,
+        hardest=True,
+    )
     assert loss.item() == pytest.approx(ref.item() / im.n + 1e-3 * system.regularizer().item(), rel=1e-6)
-    soft, _ = total_cost(im.x, se.x, im.owner, se.owner, dense=True, beta=system.cfg.beta, margin=system.cfg.margin,
-                         smooth=system.cfg.smooth, hardest=False)
-    assert soft.item() != pytest.approx(ref.item())                                      # hardest is used
-    late = SYSTEMS["fragment"](resolve_run(tiny_params(r={"system": "fragment", "cosine_scale": 4.0, "hardest": True,
-                                                          "hardest_after": 2, "dense_epochs": 9, "alpha": 0.0}),
-                                        "r").system_config, dims, 0)
+    soft, _ = total_cost(
+        im.x,
+        se.x,
+        im.owner,
+        se.owner,
+        dense=True,
+        beta=system.cfg.beta,
+        margin=system.cfg.margin,
+        smooth=system.cfg.smooth,
+        hardest=False,
+    )
+    assert soft.item() != pytest.approx(ref.item())  # hardest is used
+    late = SYSTEMS["fragment"](
+        resolve_run(
+            tiny_params(
+                r={
+                    "system": "fragment",
+                    "cosine_scale": 4.0,
+                    "hardest": True,
+                    "hardest_after": 2,
+                    "dense_epochs": 9,
+                    "alpha": 0.0,
+                }
+            ),
+            "r",
+        ).system_config,
+        dims,
+        0,
+    )
     late.load_state_dict(system.state_dict(), strict=False)
     li, ls = late.encode_images(tr.images.take(tr.sentence_image[b])), late.encode_sentences(tr.sentences.take(b))
-    assert late.loss(li, ls, epoch=1)[0].item() == pytest.approx(soft.item() / im.n, rel=1e-6)   # warm-up: summed
-    assert late.loss(li, ls, epoch=2)[0].item() == pytest.approx(ref.item() / im.n, rel=1e-6)    # then the hardest
-    torch.testing.assert_close(system.words, tr.words)                                    # GloVe, untouched
+    assert late.loss(li, ls, epoch=1)[0].item() == pytest.approx(soft.item() / im.n, rel=1e-6)  # warm-up: summed
+    assert late.loss(li, ls, epoch=2)[0].item() == pytest.approx(ref.item() / im.n, rel=1e-6)  # then the hardest
+    torch.testing.assert_close(system.words, tr.words)  # GloVe, untouched
     assert float(system.word_offset.abs().sum()) == 0.0
     loss.backward()
     assert float(system.word_offset.grad.abs().sum()) > 0
@@ -159,7 +212,7 @@ def test_sentence_fragments_equal_the_per_fragment_equation():
     system.words = torch.randn(30, 6)
     with torch.no_grad():
         system.b_R.normal_()
-    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3])             # type 2 and 4 unused, 3 not contiguous
+    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3])  # type 2 and 4 unused, 3 not contiguous
     w1, w2 = torch.randint(0, 30, (9,)), torch.randint(0, 30, (9,))
     g = torch.randn(9, 7)
     out = system.embed_sentences(rel, w1, w2)
@@ -168,10 +221,13 @@ def test_sentence_fragments_equal_the_per_fragment_equation():
     x = torch.cat([system.words[w1], system.words[w2]], dim=1)
     eq = torch.stack([torch.relu(system.W_R[r] @ x[i] + system.b_R[r]) for i, r in enumerate(rel.tolist())])
     torch.testing.assert_close(out, eq, rtol=1e-6, atol=1e-6)
-    system.W_R.grad = system.b_R.grad = None                     # the former code: W_R[r] per relation type
+    system.W_R.grad = system.b_R.grad = None  # the former code: W_R[r] per relation type
     order = torch.argsort(rel, stable=True)
-    pieces = [torch.relu(p @ system.W_R[r].T + system.b_R[r])
-              for r, p in enumerate(torch.split(x[order], torch.bincount(rel, minlength=5).tolist())) if len(p)]
+    pieces = [
+        torch.relu(p @ system.W_R[r].T + system.b_R[r])
+        for r, p in enumerate(torch.split(x[order], torch.bincount(rel, minlength=5).tolist()))
+        if len(p)
+    ]
     old = torch.empty_like(out)
     old[order] = torch.cat(pieces).detach()
     torch.cat(pieces).backward(g[order])
@@ -187,11 +243,13 @@ def test_grouped_relation_maps_equal_the_per_type_loop(dtype, tol):
     an empty batch; an unused type's matrix gets a zero gradient."""
     from fraglib.systems.fragment import relation_maps
 
-    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3, 5, 3])              # 2 and 4 unused, 5 once
+    rel = torch.tensor([3, 0, 3, 1, 3, 0, 1, 1, 3, 5, 3])  # 2 and 4 unused, 5 once
     grads = {}
     for grouped in (False, True):
-        gen = torch.Generator().manual_seed(5)                             # the same inputs both times
-        x, W, b = (torch.randn(shape, generator=gen, dtype=dtype).requires_grad_() for shape in ((11, 6), (6, 7, 6), (6, 7)))
+        gen = torch.Generator().manual_seed(5)  # the same inputs both times
+        x, W, b = (
+            torch.randn(shape, generator=gen, dtype=dtype).requires_grad_() for shape in ((11, 6), (6, 7, 6), (6, 7))
+        )
         out = relation_maps(x, rel, W, b, grouped)
         out.backward(torch.randn(out.shape, generator=gen, dtype=dtype))
         grads[grouped] = (out.detach(), x.grad, W.grad, b.grad)
@@ -225,8 +283,9 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
             if not on_cpu:
                 i, s = dataclasses.replace(i, owner_cpu=None), dataclasses.replace(s, owner_cpu=None)
             x = torch.cat([system.words[sents.data["w1"]], system.words[sents.data["w2"]]], 1)
-            grouped = relation_maps(x, sents.data["rel"], system.W_R, system.b_R, True,
-                                    rel_cpu=sents.cpu("rel").clone() if on_cpu else None)
+            grouped = relation_maps(
+                x, sents.data["rel"], system.W_R, system.b_R, True, rel_cpu=sents.cpu("rel").clone() if on_cpu else None
+            )
             cost, _ = system.loss(i, s, epoch)
             system.zero_grad()
             (cost + grouped.sum()).backward()
@@ -247,7 +306,7 @@ def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     cut, _, _ = load_splits(tiny_full, Views("top36", "dependency", detections=k), CPU)
     top, _, _ = load_splits(tiny_full, Views("top36", "dependency"), CPU)
     for s in ("train", "test"):
-        assert np.diff(top[s].images.off).max() > k + 1                   # the cut removes rows
+        assert np.diff(top[s].images.off).max() > k + 1  # the cut removes rows
         np.testing.assert_array_equal(cut[s].images.off, rcnn[s].images.off)
         torch.testing.assert_close(cut[s].images.data["x"], rcnn[s].images.data["x"])
 
@@ -266,7 +325,7 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
     run("whole")
     whole = (tmp_path / "whole" / "metrics.json").read_bytes()
     print(f"{name}: uninterrupted {len(whole)} bytes", end="")
-    run("again")                                          # finished: re-scored from its checkpoint
+    run("again")  # finished: re-scored from its checkpoint
     run("again")
     assert (tmp_path / "again" / "metrics.json").read_bytes() == whole
     if not SYSTEMS[name].TRAINABLE:
@@ -292,8 +351,10 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
     print(", resumed after a kill, after a torn epoch and after a torn first epoch: identical")
 
 
-@pytest.mark.parametrize("name, settings", [("devise", {"images": "rcnn"}), ("kcca", {"images": "rcnn"}),
-                                            ("socher", {"images": "rcnn", "encoder": "bow"})])
+@pytest.mark.parametrize(
+    "name, settings",
+    [("devise", {"images": "rcnn"}), ("kcca", {"images": "rcnn"}), ("socher", {"images": "rcnn", "encoder": "bow"})],
+)
 def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full):
     """Systems whose views are ``pooled`` read each image's mean row, taken once by the loader: the
     standardisation, the image encodings and the score matrix equal those of the unpooled rows to the
@@ -319,9 +380,14 @@ def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full
     for a, b in zip(got[False], got[True]):
         assert torch.equal(a, b)
     tr = splits["train"]
-    hole = dataclasses.replace(tr, images=dataclasses.replace(tr.images, off=np.concatenate([[0, 0], tr.images.off[1:]])),
-                               row_moments=None)
+    hole = dataclasses.replace(
+        tr, images=dataclasses.replace(tr.images, off=np.concatenate([[0, 0], tr.images.off[1:]])), row_moments=None
+    )
     pooled = pool_images(hole).images
     assert pooled.counts()[0] == 0 and pooled.n == hole.images.n
     with pytest.raises(ValueError, match="box"):
-        pool_images(dataclasses.replace(tr, images=dataclasses.replace(tr.images, data={**tr.images.data, "box": tr.images.data["x"][:, :4]})))
+        pool_images(
+            dataclasses.replace(
+                tr, images=dataclasses.replace(tr.images, data={**tr.images.data, "box": tr.images.data["x"][:, :4]})
+            )
+        )

@@ -1,4 +1,5 @@
 """The text stages end to end on the tiny benchmark, and Pascal1K reading/splitting."""
+
 import json
 from collections import Counter
 
@@ -7,9 +8,9 @@ import pytest
 
 from fraglib.config import ConfigError
 from fraglib.data import read_karpathy_json, read_pascal1k, stratified_split, write_karpathy_json
+from fraglib.text.build import TextConfig
 from fraglib.text.fragments import MODES, Fragments
 from fraglib.text.parse import read_conllu
-from fraglib.text.build import TextConfig
 
 from conftest import shared_data
 
@@ -78,8 +79,11 @@ def test_stratified_split_by_hand():
 
 
 def test_pascal1k_reader_on_a_fixture(tmp_path):
-    data = {f"{c}_{i:02d}.jpg": {"category": c, "sentences": [f"A {c} number {i}."] * (6 if i == 0 else 5)}
-            for c in ("dog", "cat") for i in range(50)}
+    data = {
+        f"{c}_{i:02d}.jpg": {"category": c, "sentences": [f"A {c} number {i}."] * (6 if i == 0 else 5)}
+        for c in ("dog", "cat")
+        for i in range(50)
+    }
     (tmp_path / "sentences.json").write_text(json.dumps(data))
     ds = read_pascal1k(tmp_path, split_seed=3)
     assert len(ds.images) == 100 and len(ds.sentences) == 502
@@ -92,10 +96,13 @@ def test_pascal1k_reader_on_a_fixture(tmp_path):
 
 def test_pascal1k_reader_names_bad_entries(tmp_path):
     """An entry without `category` was a bare KeyError."""
-    for entry, match in [({"sentences": ["a dog"]}, "'b.jpg' has no 'category'"),
-                         ({"category": "dog", "sentences": "a dog"}, "'b.jpg': 'sentences' must be a list")]:
-        (tmp_path / "sentences.json").write_text(json.dumps({"a.jpg": {"category": "dog", "sentences": ["x"]},
-                                                             "b.jpg": entry}))
+    for entry, match in [
+        ({"sentences": ["a dog"]}, "'b.jpg' has no 'category'"),
+        ({"category": "dog", "sentences": "a dog"}, "'b.jpg': 'sentences' must be a list"),
+    ]:
+        (tmp_path / "sentences.json").write_text(
+            json.dumps({"a.jpg": {"category": "dog", "sentences": ["x"]}, "b.jpg": entry})
+        )
         with pytest.raises(ValueError, match=match):
             read_pascal1k(tmp_path)
     (tmp_path / "sentences.json").write_text("{not json")
@@ -125,11 +132,12 @@ def test_tokens_view_vocabulary_from_train_split(tiny_text):
     counts = Counter(w for p, s in zip(parsed, ds.sentences) if s["imgid"] in train for w in words_of(p.tokens))
     assert tok.relations[0] == UNK and set(tok.relations[1:]) == {w for w, c in counts.items() if c >= 4}
     assert stats["tokens"]["vocabulary_size"] == len(tok.relations)
-    for n in (0, len(parsed) // 2, len(parsed) - 1):      # caption order and ids, <unk> for rare words
+    for n in (0, len(parsed) // 2, len(parsed) - 1):  # caption order and ids, <unk> for rare words
         a, b = tok.offsets[n], tok.offsets[n + 1]
-        assert [tok.relations[r] if r else None for r in tok.rel[a:b]] == \
-            [w if counts[w] >= 4 else None for w in words_of(parsed[n].tokens)]
-    assert vocabulary([["b", "a", "b"], ["c", "a", "b"]], 2) == [UNK, "b", "a"]   # most frequent first
+        assert [tok.relations[r] if r else None for r in tok.rel[a:b]] == [
+            w if counts[w] >= 4 else None for w in words_of(parsed[n].tokens)
+        ]
+    assert vocabulary([["b", "a", "b"], ["c", "a", "b"]], 2) == [UNK, "b", "a"]  # most frequent first
 
 
 def test_min_word_count_is_checked():
@@ -137,23 +145,26 @@ def test_min_word_count_is_checked():
         TextConfig(min_word_count=0).validate()
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("cut", r"its last sentence \(\d+\) does not end with a blank line: the file is cut short"),
-    ("no_blank", r"line \d+: sentence \d+ has no blank line after it"),
-    ("renumber", r"sentence \d+: token ids \[1, 3"),
-    ("head", r"sentence \d+: token ids .* a head is out of range"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("cut", r"its last sentence \(\d+\) does not end with a blank line: the file is cut short"),
+        ("no_blank", r"line \d+: sentence \d+ has no blank line after it"),
+        ("renumber", r"sentence \d+: token ids \[1, 3"),
+        ("head", r"sentence \d+: token ids .* a head is out of range"),
+    ],
+)
 def test_a_damaged_parse_file_is_refused(tiny_text, tmp_path, damage, message):
     """A CoNLL-U cache cut at a line end inside its last sentence (or edited) would silently drop a
     caption's words: it is an error naming the sentence."""
     src, _ = tiny_text
     lines = (src / "parse.conllu").read_text().split("\n")
     blanks = [i for i, x in enumerate(lines) if x == ""]
-    if damage == "cut":                                   # keep the last sentence up to its second token
-        lines = lines[:blanks[-3] + 5]
-    elif damage == "no_blank":                            # two sentences run together
+    if damage == "cut":  # keep the last sentence up to its second token
+        lines = lines[: blanks[-3] + 5]
+    elif damage == "no_blank":  # two sentences run together
         lines.pop(blanks[5])
-    else:                                                 # the first token line of the third sentence
+    else:  # the first token line of the third sentence
         i = next(k for k in range(blanks[3], len(lines)) if lines[k] and not lines[k].startswith("#"))
         c = lines[i + 1].split("\t")
         if damage == "renumber":
@@ -194,7 +205,7 @@ def test_binarisation_equals_the_recursive_reference(tiny_text):
     _, parsed = read_conllu(out / "parse.conllu")
     trees = [t.parent for p in parsed for t in (basic_tree(p.tokens), collapsed_tree(p.tokens, "clearnlp")) if t]
     rng = np.random.default_rng(0)
-    for n in rng.integers(1, 40, 200):                     # random trees: each node hangs under an earlier one
+    for n in rng.integers(1, 40, 200):  # random trees: each node hangs under an earlier one
         order, parent = rng.permutation(n), np.full(n, -1)
         for k in range(1, n):
             parent[order[k]] = order[rng.integers(k)]
@@ -209,9 +220,9 @@ def test_binarisation_of_a_5000_word_chain():
     from fraglib.text.trees import binarize_head_outward
 
     n = 5000
-    left, right = binarize_head_outward(np.append(np.arange(1, n), -1))     # word i under word i + 1
+    left, right = binarize_head_outward(np.append(np.arange(1, n), -1))  # word i under word i + 1
     assert left.tolist() == [0, *range(n, 2 * n - 2)] and right.tolist() == list(range(1, n))
-    left, right = binarize_head_outward(np.arange(-1, n - 1))               # word i under word i - 1
+    left, right = binarize_head_outward(np.arange(-1, n - 1))  # word i under word i - 1
     assert left.tolist() == list(range(n - 2, -1, -1)) and right.tolist() == [n - 1, *range(n, 2 * n - 2)]
 
 
@@ -230,8 +241,10 @@ def _chain_caption(src, dst, n):
     header, parsed = read_conllu(dst / "parse.conllu")
     p = next(p for p in parsed if p.sentid == sentence["sentid"])
     p.text = sentence["raw"]
-    p.tokens = [Token(i, w, w, "ADJ", "JJ", 0 if i == n else i + 1, "root" if i == n else "amod")
-                for i, w in enumerate(words, 1)]
+    p.tokens = [
+        Token(i, w, w, "ADJ", "JJ", 0 if i == n else i + 1, "root" if i == n else "amod")
+        for i, w in enumerate(words, 1)
+    ]
     write_conllu(dst / "parse.conllu", parsed, header["parser"], header["scheme"])
     return parsed.index(p)
 

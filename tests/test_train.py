@@ -1,18 +1,19 @@
 """Training end to end on the tiny benchmark: determinism, kill-and-resume, variants, batching."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_params, tiny_spec
-from conftest import tiny_eval
 from fraglib import checkpoint
+from fraglib.batches import Views
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
 from fraglib.inputs import load_splits, make_batches
-from fraglib.batches import Views
 from fraglib.train import resolve_run, train
+
+from conftest import tiny_eval, tiny_params, tiny_spec
 
 
 def _test_metrics(out):
@@ -48,16 +49,26 @@ def test_resume_refuses_another_configuration(tiny_full, tmp_path):
         train(tiny_full, tmp_path, tiny_spec(margin=0.5), tiny_eval(), device=cpu, progress=False)
 
 
-@pytest.mark.parametrize("run,override", [
-    ("devise", {}),
-    ("devise", {"similarity": "cosine", "optimizer": "adam", "lr": 1e-3, "images": "fullframe"}),
-    ("random", {}),
-    ("full", {"images": "fullframe"}),
-    ("full", {"images": "groundtruth", "sentences": "bow", "accumulate": "max"}),
-    ("full", {"sentences": "bigram", "beta": 0.0}),
-])
+@pytest.mark.parametrize(
+    "run,override",
+    [
+        ("devise", {}),
+        ("devise", {"similarity": "cosine", "optimizer": "adam", "lr": 1e-3, "images": "fullframe"}),
+        ("random", {}),
+        ("full", {"images": "fullframe"}),
+        ("full", {"images": "groundtruth", "sentences": "bow", "accumulate": "max"}),
+        ("full", {"sentences": "bigram", "beta": 0.0}),
+    ],
+)
 def test_runs_of_every_system(tiny_full, tmp_path, run, override):
-    m = train(tiny_full, tmp_path, tiny_spec(run, epochs=2, **override), tiny_eval(), device=torch.device("cpu"), progress=False)
+    m = train(
+        tiny_full,
+        tmp_path,
+        tiny_spec(run, epochs=2, **override),
+        tiny_eval(),
+        device=torch.device("cpu"),
+        progress=False,
+    )
     t = m["test"]
     assert 0 <= t["annotation"]["r1"] <= 100 and t["search"]["mean_rank"] >= 1
     assert t["annotation_ci"]["r1"][0] <= t["annotation"]["r1"] <= t["annotation_ci"]["r1"][1]
@@ -99,9 +110,31 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
-    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "1",
-                 "--params", str(params), "--set", "similarity=cosine", "--trials", "2", "--epochs", "1",
-                 "--jobs", "1", "--out", str(out), "--space", '{"lr": [0.01, 0.03], "margin": [0.1, 0.2]}'])
+    search.main(
+        [
+            "--run",
+            "devise",
+            "--dataset-dir",
+            str(tmp_path / "split{seed}"),
+            "--splits",
+            "0",
+            "1",
+            "--params",
+            str(params),
+            "--set",
+            "similarity=cosine",
+            "--trials",
+            "2",
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+            "--space",
+            '{"lr": [0.01, 0.03], "margin": [0.1, 0.2]}',
+        ]
+    )
     lines = out.read_text().splitlines()
     assert lines[0].split(",")[:2] == ["lr", "margin"] and len(lines) == 3
     crit = [float(line.split(",")[2]) for line in lines[1:]]
@@ -122,16 +155,38 @@ def test_search_resumes_from_its_journal(tiny_full, tmp_path):
     params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
     journal = out.with_suffix(".partial.jsonl")
-    head = search.journal_head(tiny_params(), "devise", None, {}, 1, str(tmp_path / "split{seed}"), [0],
-                               None, ["lr"])
-    journal.write_text(json.dumps(head) + "\n" + json.dumps({"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0,
-                                                             "seconds": 0.0, "val_rsum_splits": "999.0"}) + "\n")
-    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0",
-                 "--params", str(params), "--epochs", "1", "--jobs", "1", "--out", str(out),
-                 "--configs", '[{"lr": 0.01}, {"lr": 0.03}]'])
+    head = search.journal_head(tiny_params(), "devise", None, {}, 1, str(tmp_path / "split{seed}"), [0], None, ["lr"])
+    journal.write_text(
+        json.dumps(head)
+        + "\n"
+        + json.dumps(
+            {"lr": 0.01, "val_rsum_best": 999.0, "best_epoch": 1.0, "seconds": 0.0, "val_rsum_splits": "999.0"}
+        )
+        + "\n"
+    )
+    search.main(
+        [
+            "--run",
+            "devise",
+            "--dataset-dir",
+            str(tmp_path / "split{seed}"),
+            "--splits",
+            "0",
+            "--params",
+            str(params),
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+            "--configs",
+            '[{"lr": 0.01}, {"lr": 0.03}]',
+        ]
+    )
     rows = [line.split(",") for line in out.read_text().splitlines()]
-    assert rows[1][:2] == ["0.01", "999.0"]                  # from the journal
-    assert rows[2][0] == "0.03" and 0 < float(rows[2][1]) < 600      # trained now
+    assert rows[1][:2] == ["0.01", "999.0"]  # from the journal
+    assert rows[2][0] == "0.03" and 0 < float(rows[2][1]) < 600  # trained now
     assert not journal.exists()
 
 
@@ -146,23 +201,52 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
     from fraglib.metrics import evaluate_scores, rsum
 
     params = tiny_params(k={"system": "kcca", "kernel": "linear"})
-    m = train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), tiny_eval(), device=torch.device("cpu"), progress=False)
+    m = train(
+        str(tiny_full),
+        tmp_path / "run",
+        resolve_run(params, "k"),
+        tiny_eval(),
+        device=torch.device("cpu"),
+        progress=False,
+    )
     system, _ = load_system(tmp_path / "run" / "best.pt", torch.device("cpu"))
     val = load_splits(tiny_full, type(system).views(system.cfg), torch.device("cpu"))[0]["val"]
     head, *rows = (tmp_path / "run" / "history.csv").read_text().splitlines()
     assert m["best_epoch"] == 0 and len(rows) == 1 and dict(zip(head.split(","), rows[0].split(",")))["epoch"] == "0"
     assert m["val_rsum_best"] == rsum(evaluate_scores(score_matrix(system, val, 64), val.sentence_image, 10, 0))
     fresh = [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")]
-    ck = checkpoint.load(tmp_path / "run" / "best.pt")               # as written before the row existed
+    ck = checkpoint.load(tmp_path / "run" / "best.pt")  # as written before the row existed
     checkpoint.save(tmp_path / "run" / "best.pt", {**ck, "history": [], "best_epoch": None, "best_rsum": -1.0})
-    train(str(tiny_full), tmp_path / "run", resolve_run(params, "k"), tiny_eval(), device=torch.device("cpu"), progress=False)
+    train(
+        str(tiny_full),
+        tmp_path / "run",
+        resolve_run(params, "k"),
+        tiny_eval(),
+        device=torch.device("cpu"),
+        progress=False,
+    )
     assert [(tmp_path / "run" / f).read_bytes() for f in ("metrics.json", "history.csv")] == fresh
     (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "kcca.csv"
-    search.main(["--run", "k", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
-                 str(tmp_path / "params.yaml"), "--jobs", "1", "--out", str(out),
-                 "--configs", '[{"reg": 0.01, "distance": "inner"}, {"reg": 100.0, "distance": "euclidean"}]'])
+    search.main(
+        [
+            "--run",
+            "k",
+            "--dataset-dir",
+            str(tmp_path / "split{seed}"),
+            "--splits",
+            "0",
+            "--params",
+            str(tmp_path / "params.yaml"),
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+            "--configs",
+            '[{"reg": 0.01, "distance": "inner"}, {"reg": 100.0, "distance": "euclidean"}]',
+        ]
+    )
     rows = [line.split(",") for line in out.read_text().splitlines()[1:]]
     assert len(rows) == 2 and all(float(r[2]) > 0 for r in rows) and float(rows[0][2]) >= float(rows[1][2])
 
@@ -178,13 +262,49 @@ def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, t
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(tiny_params()))
     first, second = tmp_path / "first.csv", tmp_path / "second.csv"
-    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
-                 str(params), "--set", "similarity=cosine", "--trials", "3", "--epochs", "1", "--jobs", "1",
-                 "--out", str(first), "--space", '{"lr": [0.01, 0.03, 0.1], "margin": [0.1, 0.2]}'])
+    search.main(
+        [
+            "--run",
+            "devise",
+            "--dataset-dir",
+            str(tmp_path / "split{seed}"),
+            "--splits",
+            "0",
+            "--params",
+            str(params),
+            "--set",
+            "similarity=cosine",
+            "--trials",
+            "3",
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(first),
+            "--space",
+            '{"lr": [0.01, 0.03, 0.1], "margin": [0.1, 0.2]}',
+        ]
+    )
     head, *lines = first.read_text().splitlines()
     stage1 = {(float(r[0]), float(r[1])): float(r[2]) for r in (line.split(",") for line in lines)}
-    search.main(["--rescore", str(first), "--top", "2", "--splits", "1", "2", "--params", str(params), "--jobs", "1",
-                 "--out", str(second)])
+    search.main(
+        [
+            "--rescore",
+            str(first),
+            "--top",
+            "2",
+            "--splits",
+            "1",
+            "2",
+            "--params",
+            str(params),
+            "--jobs",
+            "1",
+            "--out",
+            str(second),
+        ]
+    )
     head, *lines = second.read_text().splitlines()
     rows = [dict(zip(head.split(","), line.split(","))) for line in lines]
     assert len(rows) == 2 and {(float(r["lr"]), float(r["margin"])) for r in rows} == set(list(stage1)[:2])
@@ -192,24 +312,56 @@ def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, t
         assert float(r["val_rsum_prev"]) == stage1[(float(r["lr"]), float(r["margin"]))]
         new = [float(v) for v in r["val_rsum_splits"].split()]
         assert len(new) == 2 and float(r["val_rsum_best"]) == pytest.approx(sum(new) / 2, abs=0.01)
-        assert float(r["val_rsum_all"]) == pytest.approx((float(r["val_rsum_prev"]) + 2 * float(r["val_rsum_best"])) / 3,
-                                                         abs=0.01)
+        assert float(r["val_rsum_all"]) == pytest.approx(
+            (float(r["val_rsum_prev"]) + 2 * float(r["val_rsum_best"])) / 3, abs=0.01
+        )
     assert float(rows[0]["val_rsum_all"]) >= float(rows[1]["val_rsum_all"])
     meta = json.loads(second.with_suffix(".json").read_text())
     assert meta["rescore"]["splits"] == [0] and meta["splits"] == [1, 2] and meta["fixed"]["similarity"] == "cosine"
     assert meta["epochs"] == 1 and meta["run"] == "devise" and meta["trials"] == 2
-    third = tmp_path / "third.csv"             # --configs: exactly the given trials
-    search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--splits", "0", "--params",
-                 str(params), "--epochs", "1", "--jobs", "1", "--out", str(third),
-                 "--configs", '[{"lr": 0.2, "margin": 0.1}, {"lr": 0.01, "margin": 0.3}]'])
+    third = tmp_path / "third.csv"  # --configs: exactly the given trials
+    search.main(
+        [
+            "--run",
+            "devise",
+            "--dataset-dir",
+            str(tmp_path / "split{seed}"),
+            "--splits",
+            "0",
+            "--params",
+            str(params),
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(third),
+            "--configs",
+            '[{"lr": 0.2, "margin": 0.1}, {"lr": 0.01, "margin": 0.3}]',
+        ]
+    )
     rows = [line.split(",") for line in third.read_text().splitlines()[1:]]
     assert sorted((float(r[0]), float(r[1])) for r in rows) == [(0.01, 0.3), (0.2, 0.1)]
     assert json.loads(third.with_suffix(".json").read_text())["space"] == {"lr": [0.2, 0.01], "margin": [0.1, 0.3]}
     with pytest.raises(ValueError, match="same keys"):
-        search.main(["--run", "devise", "--dataset-dir", str(tmp_path / "split{seed}"), "--params", str(params),
-                     "--out", str(tmp_path / "fourth.csv"), "--configs", '[{"lr": 0.2}, {"margin": 0.3}]'])
+        search.main(
+            [
+                "--run",
+                "devise",
+                "--dataset-dir",
+                str(tmp_path / "split{seed}"),
+                "--params",
+                str(params),
+                "--out",
+                str(tmp_path / "fourth.csv"),
+                "--configs",
+                '[{"lr": 0.2}, {"margin": 0.3}]',
+            ]
+        )
     with pytest.raises(ValueError, match=r"splits \[0\] were already scored"):
-        search.main(["--rescore", str(first), "--splits", "0", "--params", str(params), "--out", str(tmp_path / "x.csv")])
+        search.main(
+            ["--rescore", str(first), "--splits", "0", "--params", str(params), "--out", str(tmp_path / "x.csv")]
+        )
 
 
 def test_search_over_feature_caches(tiny_full, tmp_path):
@@ -222,27 +374,58 @@ def test_search_over_feature_caches(tiny_full, tmp_path):
     params.write_text(yaml.safe_dump(tiny_params()))
     out, other = tmp_path / "table.csv", tmp_path / "other_features"
     other.symlink_to(tiny_full / "features", target_is_directory=True)
-    base = ["--run", "full", "--dataset-dir", str(tiny_full), "--params", str(params), "--trials", "2", "--epochs", "1",
-            "--jobs", "1", "--out", str(out)]
+    base = [
+        "--run",
+        "full",
+        "--dataset-dir",
+        str(tiny_full),
+        "--params",
+        str(params),
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+    ]
     search.main(base + ["--space", json.dumps({"features_dir": [str(tiny_full / "features"), str(other)]})])
     rows = [line.split(",") for line in out.read_text().splitlines()]
     assert rows[0][0] == "features_dir" and {r[0] for r in rows[1:]} == {str(tiny_full / "features"), str(other)}
-    assert rows[1][1] == rows[2][1]                     # the same cache under two names: the same criterion
+    assert rows[1][1] == rows[2][1]  # the same cache under two names: the same criterion
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        search.main(base[:-1] + [str(tmp_path / "missing.csv"), "--trials", "1",
-                                 "--space", json.dumps({"features_dir": [str(tmp_path / "nowhere")]})])
+        search.main(
+            base[:-1]
+            + [
+                str(tmp_path / "missing.csv"),
+                "--trials",
+                "1",
+                "--space",
+                json.dumps({"features_dir": [str(tmp_path / "nowhere")]}),
+            ]
+        )
 
 
 def test_resolve_run_layers_and_routing():
     """train <- <dataset>.train <- systems.<s> <- <dataset>.systems.<s> <- runs.<r>; keys routed by name."""
-    params = {"train": {"lr": 0.01, "epochs": 3}, "systems": {"fragment": {"margin": 1.0, "embed_dim": 64},
-                                                               "devise": {"margin": 0.5}},
-              "runs": {"full": {"system": "fragment"}, "fo": {"system": "fragment", "beta": 0.0},
-                       "devise": {"system": "devise", "lr": 0.2}},
-              "ds": {"train": {"epochs": 5}, "systems": {"fragment": {"lr": 0.1, "margin": 0.2}, "devise": {"lr": 0.3}}}}
+    params = {
+        "train": {"lr": 0.01, "epochs": 3},
+        "systems": {"fragment": {"margin": 1.0, "embed_dim": 64}, "devise": {"margin": 0.5}},
+        "runs": {
+            "full": {"system": "fragment"},
+            "fo": {"system": "fragment", "beta": 0.0},
+            "devise": {"system": "devise", "lr": 0.2},
+        },
+        "ds": {"train": {"epochs": 5}, "systems": {"fragment": {"lr": 0.1, "margin": 0.2}, "devise": {"lr": 0.3}}},
+    }
     full = resolve_run(params, "full", "ds")
-    assert (full.train_config.lr, full.train_config.epochs, full.system_config.margin, full.system_config.embed_dim) \
-        == (0.1, 5, 0.2, 64)
+    assert (
+        full.train_config.lr,
+        full.train_config.epochs,
+        full.system_config.margin,
+        full.system_config.embed_dim,
+    ) == (0.1, 5, 0.2, 64)
     assert full.overrides == {"lr": 0.1, "epochs": 5, "margin": 0.2}
     assert resolve_run(params, "fo", "ds").system_config.beta == 0.0
     dev = resolve_run(params, "devise", "ds")
@@ -252,7 +435,7 @@ def test_resolve_run_layers_and_routing():
         resolve_run(params, "fulll")
     with pytest.raises(ConfigError, match=r"runs\.x\.system='sgm': unknown system, known: fragment, devise, random"):
         resolve_run({**params, "runs": {"x": {"system": "sgm"}}}, "x")
-    with pytest.raises(ConfigError, match=r"ds\.train\.margin: unknown parameter"):   # trainer layers take trainer keys
+    with pytest.raises(ConfigError, match=r"ds\.train\.margin: unknown parameter"):  # trainer layers take trainer keys
         resolve_run({**params, "ds": {"train": {"margin": 1.0}}}, "full", "ds")
     with pytest.raises(ConfigError, match="section 'runs' missing"):
         resolve_run({"train": {}, "systems": {}}, "full")
@@ -265,7 +448,7 @@ def test_devise_scores_cosine_by_hand():
     V = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     S = torch.tensor([[0.0, 2.0], [1.0, 1.0]])
     assert torch.allclose(sys_.scores(V, S), torch.tensor([[8.0, 7.0], [0.0, 1.0]]))
-    r = 2 ** -0.5
+    r = 2**-0.5
     cos = DeviseSystem(Config(embed_dim=2, similarity="cosine"), {"n_words": 1, "word_dim": 2, "img_dim": 2})
     assert torch.allclose(cos.scores(V, S), torch.tensor([[0.8, 7 / 5 * r], [0.0, r]]))
 
@@ -294,21 +477,24 @@ def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_d
         checkpoint.save(out / name, ck)
     train(tiny_full, out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False)
     assert checkpoint.load(out / "last.pt")["epoch"] == 3
-    with pytest.raises(CheckpointError, match="other train_config"):     # but not at another value
+    with pytest.raises(CheckpointError, match="other train_config"):  # but not at another value
         train(tiny_full, out, tiny_spec(epochs=3, select="last"), tiny_eval(), device=cpu, progress=False)
 
 
-@pytest.mark.parametrize("extra, says", [
-    (["--trials", "0"], "--trials 0: must be at least 1"),
-    (["--jobs", "0"], "--jobs 0: must be at least 1"),
-    (["--space", "{lr: [1]}"], "--space '{lr: [1]}': not JSON"),
-    (["--space", "{}"], "a non-empty JSON object of non-empty lists"),
-    (["--space", '{"lr": 0.01}'], "a non-empty JSON object of non-empty lists"),
-    (["--space", '{"lr": []}'], "a non-empty JSON object of non-empty lists"),
-    (["--configs", "[{"], "--configs '[{': not JSON"),
-    (["--splits", "0", "1"], "has no {seed}"),
-    ([], "refusing to replace 1 existing file"),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--trials", "0"], "--trials 0: must be at least 1"),
+        (["--jobs", "0"], "--jobs 0: must be at least 1"),
+        (["--space", "{lr: [1]}"], "--space '{lr: [1]}': not JSON"),
+        (["--space", "{}"], "a non-empty JSON object of non-empty lists"),
+        (["--space", '{"lr": 0.01}'], "a non-empty JSON object of non-empty lists"),
+        (["--space", '{"lr": []}'], "a non-empty JSON object of non-empty lists"),
+        (["--configs", "[{"], "--configs '[{': not JSON"),
+        (["--splits", "0", "1"], "has no {seed}"),
+        ([], "refusing to replace 1 existing file"),
+    ],
+)
 def test_search_refuses_unusable_arguments_before_any_work(extra, says, tmp_path, capsys):
     """Each bad argument stops the search with a usage error naming it, before a trial trains; an existing
     table is never rewritten without --overwrite."""
@@ -324,13 +510,20 @@ def test_search_refuses_unusable_arguments_before_any_work(extra, says, tmp_path
     assert extra or out.read_text() == "lr,val_rsum_best\n0.01,100\n"
 
 
-@pytest.mark.parametrize("module, argv, says", [
-    ("captions", ["--run-dir", "x", "--split", "dev"], "invalid choice: 'dev'"),
-    ("captions", ["--run-dir", "x", "--beam", "0"], "--beam 0: the beam width is at least 1"),
-    ("captions", ["--run-dir", "x", "--beam", "-2"], "--beam -2: the beam width is at least 1"),
-    ("captions", ["--run-dir", "x", "--n-boot", "0"], "--n-boot 0: at least 1"),
-    ("study", ["--run", "full", "--dataset-dir", "x", "--out", "y", "--seeds", "0,x"], "--seeds '0,x': comma-separated"),
-])
+@pytest.mark.parametrize(
+    "module, argv, says",
+    [
+        ("captions", ["--run-dir", "x", "--split", "dev"], "invalid choice: 'dev'"),
+        ("captions", ["--run-dir", "x", "--beam", "0"], "--beam 0: the beam width is at least 1"),
+        ("captions", ["--run-dir", "x", "--beam", "-2"], "--beam -2: the beam width is at least 1"),
+        ("captions", ["--run-dir", "x", "--n-boot", "0"], "--n-boot 0: at least 1"),
+        (
+            "study",
+            ["--run", "full", "--dataset-dir", "x", "--out", "y", "--seeds", "0,x"],
+            "--seeds '0,x': comma-separated",
+        ),
+    ],
+)
 def test_commands_refuse_unusable_arguments(module, argv, says, capsys):
     import importlib
 
@@ -343,8 +536,8 @@ def test_epoch_sums_are_the_python_sums_and_a_bad_cost_is_reported(tiny_full):
     """train_epoch keeps the sums of the cost and the parts on the device: they equal, to the bit, the
     Python sums of the floats read batch by batch; a cost that is not finite raises FloatingPointError
     naming the run and the epoch (read at the epoch's end)."""
-    from fraglib.systems import get_system
     from fraglib.distributed import Context
+    from fraglib.systems import get_system
     from fraglib.train import Step, make_optimizer, train_epoch
 
     spec = tiny_spec()
@@ -385,20 +578,42 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
     from fraglib.train import main
 
     run, models = tmp_path / "run", tmp_path / "models"
-    nowhere = tmp_path / "no-data"                                # never read: the refusal comes first
+    nowhere = tmp_path / "no-data"  # never read: the refusal comes first
     with run_lock(run):
         assert (run / ".lock").exists()
-        with pytest.raises(RunLocked, match=f"^{run}: another process is training this run folder "
-                                            f"\\(it holds {run}/.lock\\); wait for it to finish or stop it"):
+        with pytest.raises(
+            RunLocked,
+            match=f"^{run}: another process is training this run folder "
+            f"\\(it holds {run}/.lock\\); wait for it to finish or stop it",
+        ):
             train(nowhere, run, tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
         with pytest.raises(RunLocked, match=f"^{run}: another process"):
-            train(nowhere, tmp_path / "other", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False, checkpoint_dir=run)
+            train(
+                nowhere,
+                tmp_path / "other",
+                tiny_spec(),
+                tiny_eval(),
+                device=torch.device("cpu"),
+                progress=False,
+                checkpoint_dir=run,
+            )
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
         with pytest.raises(SystemExit) as e:
-            main(["--run", "full", "--dataset-dir", str(nowhere), "--out", str(run), "--params", str(tmp_path / "params.yaml")])
+            main(
+                [
+                    "--run",
+                    "full",
+                    "--dataset-dir",
+                    str(nowhere),
+                    "--out",
+                    str(run),
+                    "--params",
+                    str(tmp_path / "params.yaml"),
+                ]
+            )
         assert e.value.code == 2 and f"{run}: another process is training this run folder" in capsys.readouterr().err
     assert not (run / ".lock").exists()
-    with run_lock(run, models, models / ".." / "run"):               # free again; one folder spelled twice: one lock
+    with run_lock(run, models, models / ".." / "run"):  # free again; one folder spelled twice: one lock
         assert (run / ".lock").exists() and (models / ".lock").exists()
     assert not list(tmp_path.rglob(".lock"))
 
@@ -410,9 +625,16 @@ def test_the_lock_of_a_killed_run_is_released(tmp_path):
 
     from fraglib.checkpoint import RunLocked, run_lock
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from fraglib.checkpoint import run_lock\n"
-                               f"with run_lock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fraglib.checkpoint import run_lock\n"
+            f"with run_lock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(RunLocked, match=f"{tmp_path}: another process is training"):
@@ -421,7 +643,7 @@ def test_the_lock_of_a_killed_run_is_released(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert (tmp_path / ".lock").exists()                            # left behind by the kill, but not held
+    assert (tmp_path / ".lock").exists()  # left behind by the kill, but not held
     with run_lock(tmp_path):
         pass
 
@@ -438,11 +660,15 @@ def test_results_and_timing_are_written_atomically_with_the_same_bytes(tmp_path,
     monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(os.path.basename(b)), real(a, b)))
     spec = tiny_spec()
     history = [{"epoch": 1, "val_rsum": 10.5, "train_cost": 2.0}, {"epoch": 2, "val_rsum": 12.0, "skipped_pairs": 1}]
-    write_outputs(tmp_path, spec, tiny_eval(), {"d": 1}, {"annotation": {"r1": 1.0}, "ranks": {"search": [1, 2]}}, 2, history)
+    write_outputs(
+        tmp_path, spec, tiny_eval(), {"d": 1}, {"annotation": {"r1": 1.0}, "ranks": {"search": [1, 2]}}, 2, history
+    )
     write_timing(tmp_path, 1.23456, 2)
     assert renamed == ["metrics.json", "ranks.json", "history.csv", "timing.json"]
     assert (tmp_path / "ranks.json").read_bytes() == b'{"search": [1, 2]}\n'
-    assert (tmp_path / "history.csv").read_bytes() == b"epoch,skipped_pairs,train_cost,val_rsum\n1,,2.0,10.5\n2,1,,12.0\n"
+    assert (
+        tmp_path / "history.csv"
+    ).read_bytes() == b"epoch,skipped_pairs,train_cost,val_rsum\n1,,2.0,10.5\n2,1,,12.0\n"
     assert (tmp_path / "timing.json").read_bytes() == b'{"train_seconds": 1.235, "epochs": 2}\n'
     m = (tmp_path / "metrics.json").read_text()
     assert m.startswith('{\n "best_epoch": 2,\n') and m.endswith("}\n") and json.loads(m)["val_rsum_best"] == 12.0

@@ -1,4 +1,5 @@
 """Image loading (bad input), box geometry, NMS, degradation, and the feature cache end to end."""
+
 import hashlib
 import json
 import shutil
@@ -9,8 +10,7 @@ from PIL import Image
 
 from fraglib.data import read_karpathy_json
 from fraglib.data.dataset import Dataset
-from fraglib.vision.rcnn import (BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k,
-                            recall_at_iou)
+from fraglib.vision.rcnn import BadImage, VisionConfig, box_iou, degrade_boxes, load_image, nms_top_k, recall_at_iou
 
 
 # ------------------------------------------------------------------ bad input
@@ -36,8 +36,12 @@ def test_bad_images_raise_with_reason(tmp_path):
     (tmp_path / "truncated.jpg").write_bytes(data[: len(data) // 2])
     (tmp_path / "garbage.jpg").write_bytes(b"not an image at all")
     Image.fromarray(_photo(20, 40)).save(tmp_path / "tiny.png")
-    for name, reason in [("truncated.jpg", "corrupt"), ("garbage.jpg", "corrupt"), ("tiny.png", "too_small"),
-                         ("absent.jpg", "missing")]:
+    for name, reason in [
+        ("truncated.jpg", "corrupt"),
+        ("garbage.jpg", "corrupt"),
+        ("tiny.png", "too_small"),
+        ("absent.jpg", "missing"),
+    ]:
         with pytest.raises(BadImage, match=name) as exc:
             load_image(tmp_path / name)
         assert exc.value.reason == reason
@@ -60,12 +64,12 @@ def test_valid_but_unusual_images_decode_correctly(tmp_path):
     Image.fromarray(ramp).save(tmp_path / "gray16.png")
     arr, note = load_image(tmp_path / "gray16.png")
     assert "converted from I" in note and arr[0, 0].tolist() == [0, 0, 0] and arr[0, -1].tolist() == [255, 255, 255]
-    np.testing.assert_allclose(arr[0, :, 0], np.rint(np.linspace(0, 255, 64)), atol=1)   # a ramp, not white
+    np.testing.assert_allclose(arr[0, :, 0], np.rint(np.linspace(0, 255, 64)), atol=1)  # a ramp, not white
 
     upright = np.zeros((40, 64, 3), np.uint8)
-    upright[:10] = 255                                           # white band on top when shown upright
+    upright[:10] = 255  # white band on top when shown upright
     exif = Image.Exif()
-    exif[0x0112] = 6                                             # stored rotated: "rotate 90 CW to view"
+    exif[0x0112] = 6  # stored rotated: "rotate 90 CW to view"
     Image.fromarray(np.rot90(upright, 1).copy()).save(tmp_path / "phone.jpg", exif=exif, quality=95)
     arr, note = load_image(tmp_path / "phone.jpg")
     assert arr.shape == (40, 64, 3) and "EXIF orientation 6" in note
@@ -75,7 +79,7 @@ def test_valid_but_unusual_images_decode_correctly(tmp_path):
     arr, note = load_image(tmp_path / "panorama.png")
     assert arr.shape == (32, 6400, 3) and "reduced from 20000x100" in note
     small, scale = resize_longer(arr, 512)
-    assert small.shape == (32, 6400, 3) and scale == 1.0          # the CNN input keeps 32 px
+    assert small.shape == (32, 6400, 3) and scale == 1.0  # the CNN input keeps 32 px
     fmap = Backbone(0).feature_map(Backbone.to_input(small, torch.device("cpu")))
     assert fmap.shape[2] >= 1 and torch.isfinite(fmap).all()
 
@@ -158,11 +162,19 @@ def test_cache_top_keeps_the_frame_and_the_first_detections():
 
     scores = np.array([np.inf, 0.2, 0.9, 0.5, np.inf, 0.7, np.inf, 0.1, 0.3, 0.8], np.float32)
     is_full = np.isinf(scores)
-    c = FeatureCache(np.arange(10, dtype=np.float32)[:, None], np.zeros((10, 4), np.float32), scores, is_full,
-                     np.array([0, 4, 6, 6, 10]), np.arange(4), np.array(list("abcd")), np.array([""] * 4),
-                     {"detector": "top36"})
+    c = FeatureCache(
+        np.arange(10, dtype=np.float32)[:, None],
+        np.zeros((10, 4), np.float32),
+        scores,
+        is_full,
+        np.array([0, 4, 6, 6, 10]),
+        np.arange(4),
+        np.array(list("abcd")),
+        np.array([""] * 4),
+        {"detector": "top36"},
+    )
     t = c.top(2)
-    assert t.features[:, 0].tolist() == [0, 1, 2, 4, 5, 6, 7, 8]       # image 2 has no rows at all
+    assert t.features[:, 0].tolist() == [0, 1, 2, 4, 5, 6, 7, 8]  # image 2 has no rows at all
     assert t.offsets.tolist() == [0, 3, 5, 5, 8] and t.is_full.sum() == 3
     assert t.meta == {"detector": "top36", "detections": 2}
     assert c.top(0).features[:, 0].tolist() == c.fullframe().features[:, 0].tolist() == [0, 4, 6]
@@ -198,8 +210,8 @@ def test_region_views_of_the_attention_model(tiny_features, tmp_path):
     """top36: the full frame + up to 36 proposals, the rcnn detections first (same score, same NMS);
     grid: the full frame + 6 x 6 cells tiling the image."""
     from fraglib.data import Dataset
-    from fraglib.vision.features import extract, grid_boxes
     from fraglib.data.cache import FeatureCache
+    from fraglib.vision.features import extract, grid_boxes
 
     root, ds, cfg, _ = tiny_features
     small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
@@ -209,7 +221,7 @@ def test_region_views_of_the_attention_model(tiny_features, tmp_path):
         r, t, g = rcnn.rows(n), top.rows(n), grid.rows(n)
         assert top.is_full[t][0] and grid.is_full[g][0] and 1 < t.stop - t.start <= 37 and g.stop - g.start == 37
         k = r.stop - r.start
-        np.testing.assert_array_equal(top.boxes[t][:k], rcnn.boxes[r])      # greedy NMS: a prefix of the longer list
+        np.testing.assert_array_equal(top.boxes[t][:k], rcnn.boxes[r])  # greedy NMS: a prefix of the longer list
         w, h = top.boxes[t][0][2:]
         cells = grid.boxes[g][1:]
         np.testing.assert_allclose(((cells[:, 2] - cells[:, 0]) * (cells[:, 3] - cells[:, 1])).sum(), w * h, rtol=1e-5)
@@ -250,9 +262,9 @@ def test_no_usable_images_stop_the_stage(tiny_features, tmp_path):
         extract(Dataset(ds.name, empty, ds.images[:3], []), cfg, tmp_path / "f", progress=False)
     assert not (tmp_path / "f").exists()
     (tmp_path / "dangling").symlink_to(tmp_path / "gone", target_is_directory=True)
-    with pytest.raises(NotADirectoryError, match="dangling: not a folder"):                # before any work
+    with pytest.raises(NotADirectoryError, match="dangling: not a folder"):  # before any work
         extract(Dataset(ds.name, empty, ds.images[:3], []), cfg, tmp_path / "dangling", progress=False)
-    check_images_usable(["", "", "corrupt", "missing"], ds)              # half usable: a counted skip
+    check_images_usable(["", "", "corrupt", "missing"], ds)  # half usable: a counted skip
     with pytest.raises(ValueError, match="corrupt 2, missing 1"):
         check_images_usable(["", "corrupt", "corrupt", "missing"], ds)
 
@@ -262,9 +274,14 @@ def test_on_bad_image_error_names_the_file(tiny_features, tmp_path):
 
     root, ds, cfg, _ = tiny_features
     from fraglib.data import Dataset
+
     with pytest.raises(BadImage, match="000003.png"):
-        extract(Dataset(ds.name, ds.image_dir, ds.images[2:4], []),
-                VisionConfig(**{**cfg.__dict__, "on_bad_image": "error", "num_workers": 0}), tmp_path, progress=False)
+        extract(
+            Dataset(ds.name, ds.image_dir, ds.images[2:4], []),
+            VisionConfig(**{**cfg.__dict__, "on_bad_image": "error", "num_workers": 0}),
+            tmp_path,
+            progress=False,
+        )
 
 
 # ------------------------------------------------------------------ the CNN itself
@@ -289,9 +306,10 @@ def test_backbone_recognises_pascal_photographs():
     photographs of the category 'dog' get a dog breed as top-1 (with swish instead of ReLU6: few)."""
     import torch
 
-    from conftest import shared_data
     from fraglib.data import read_pascal1k
     from fraglib.vision.rcnn import Backbone
+
+    from conftest import shared_data
 
     ds = read_pascal1k(shared_data("pascal1k"))
     bb = Backbone(0)
@@ -315,9 +333,9 @@ def test_backbone_recognises_pascal_photographs():
 def test_features_from_regions_cache_match_direct(tiny_features, tmp_path):
     """A regions cache (skips kept in place) gives the same boxes as computing from the images,
     and descriptors within float16 rounding of them."""
+    from fraglib.data.cache import FeatureCache
     from fraglib.data.synthetic import synthetic_truth
     from fraglib.vision.features import extract
-    from fraglib.data.cache import FeatureCache
     from fraglib.vision.regions import Regions, build
 
     root, ds, cfg, _ = tiny_features
@@ -331,8 +349,10 @@ def test_features_from_regions_cache_match_direct(tiny_features, tmp_path):
         b = FeatureCache.load(tmp_path / "via" / f"{d}.npz", ds)
         assert b.status.tolist() == a.status.tolist() and b.offsets.tolist() == a.offsets.tolist()
         # the score order can swap near-tied proposals: compare the sets of boxes per image
-        same = sum(np.array_equal(np.sort(a.boxes[a.rows(n)], 0), np.sort(b.boxes[b.rows(n)], 0))
-                   for n in range(len(ds.images)))
+        same = sum(
+            np.array_equal(np.sort(a.boxes[a.rows(n)], 0), np.sort(b.boxes[b.rows(n)], 0))
+            for n in range(len(ds.images))
+        )
         assert same >= len(ds.images) - 3
         full = a.is_full
         np.testing.assert_allclose(b.features[full], a.features[full], rtol=0.02, atol=0.02)
@@ -354,7 +374,9 @@ def test_regions_cache_refuses_other_settings_and_images(tiny_features, tmp_path
     with pytest.raises(ValueError, match="lacks 1 image"):
         extract(Dataset(ds.name, ds.image_dir, ds.images[:4], []), cfg, tmp_path / "b", progress=False, regions=regions)
     with pytest.raises(ValueError, match="region_features=crop needs the images"):
-        extract(small, dataclasses.replace(cfg, region_features="crop"), tmp_path / "c", progress=False, regions=regions)
+        extract(
+            small, dataclasses.replace(cfg, region_features="crop"), tmp_path / "c", progress=False, regions=regions
+        )
     with pytest.raises(FileNotFoundError, match="regions cache not found"):
         Regions.load(tmp_path / "nothing.npz")
 
@@ -381,7 +403,7 @@ def test_roi_descriptors_equal_torchvision_roi_align():
 
     g = torch.Generator().manual_seed(0)
     fmap = torch.randn(1, 7, 9, 13, generator=g)
-    scale = 0.8                       # original px -> input px; the map is input / 32
+    scale = 0.8  # original px -> input px; the map is input / 32
     W, H = 13 * 32 / scale, 9 * 32 / scale
     rng = np.random.default_rng(0)
     xy = rng.uniform(-0.2, 1.1, (200, 2)) * [W, H]
@@ -389,8 +411,14 @@ def test_roi_descriptors_equal_torchvision_roi_align():
     boxes = np.concatenate([np.concatenate([xy, xy + wh], 1), [[0, 0, W, H], [5, 5, 6, 6], [W - 3, H - 3, W, H]]])
     boxes = boxes.astype(np.float32)
     ours = roi_descriptors(fmap, boxes, scale)
-    ref = roi_align(fmap, [torch.from_numpy(boxes) * scale], output_size=(3, 3), spatial_scale=1 / 32,
-                    sampling_ratio=2, aligned=True).mean(dim=(2, 3))
+    ref = roi_align(
+        fmap,
+        [torch.from_numpy(boxes) * scale],
+        output_size=(3, 3),
+        spatial_scale=1 / 32,
+        sampling_ratio=2,
+        aligned=True,
+    ).mean(dim=(2, 3))
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -402,17 +430,19 @@ def test_report_recall_functions_on_fake_voc_boxes(tiny_full, tmp_path):
     from pathlib import Path
 
     from fraglib.data import read_karpathy_json
-    from fraglib.data.synthetic import synthetic_truth
     from fraglib.data.cache import FeatureCache
+    from fraglib.data.synthetic import synthetic_truth
     from fraglib.vision.recall import floor_and_ceiling, recall_by_size, recall_curve, voc_per_class
 
     ds = read_karpathy_json(tiny_full / "dataset.json")
     truth = synthetic_truth(tiny_full / "ground_truth.json")
     rec = {r["imgid"]: r for r in json.loads((tiny_full / "ground_truth.json").read_text())["images"]}
     for im in ds.images:
-        objs = "".join(f"<object><name>{o['shape']}</name><difficult>0</difficult><bndbox><xmin>{o['box'][0]}</xmin>"
-                       f"<ymin>{o['box'][1]}</ymin><xmax>{o['box'][2]}</xmax><ymax>{o['box'][3]}</ymax></bndbox></object>"
-                       for o in rec[im["imgid"]]["objects"])
+        objs = "".join(
+            f"<object><name>{o['shape']}</name><difficult>0</difficult><bndbox><xmin>{o['box'][0]}</xmin>"
+            f"<ymin>{o['box'][1]}</ymin><xmax>{o['box'][2]}</xmax><ymax>{o['box'][3]}</ymax></bndbox></object>"
+            for o in rec[im["imgid"]]["objects"]
+        )
         (tmp_path / (Path(im["filename"]).stem + ".xml")).write_text(f"<annotation>{objs}</annotation>")
     caches = {d: FeatureCache.load(tiny_full / "features" / f"{d}.npz", ds) for d in ("rcnn", "groundtruth")}
     curve = recall_curve(caches, ds.images, truth, range(1, 4))
@@ -454,13 +484,19 @@ def test_shards_merge_into_the_single_process_caches(tiny_full, tmp_path):
     assert stats["recall_iou50_rcnn"] == one["recall_iou50_rcnn"]
     assert stats["fragments_per_image_mean"] == one["fragments_per_image_mean"]
     with pytest.raises(FileExistsError):
-        merge_shards(ds, out, 2, truth)                                  # never overwrites silently
+        merge_shards(ds, out, 2, truth)  # never overwrites silently
     other = tmp_path / "other"
     shutil.copytree(shard_dir(out, 0, 2), shard_dir(other, 0, 2))
     with pytest.raises(FileNotFoundError, match="missing shard.*1of2"):
         merge_shards(ds, other, 2)
-    extract(shard_dataset(ds, 1, 2), VisionConfig(max_proposals=50, num_workers=0), shard_dir(other, 1, 2), truth,
-            progress=False, region_views=True)
+    extract(
+        shard_dataset(ds, 1, 2),
+        VisionConfig(max_proposals=50, num_workers=0),
+        shard_dir(other, 1, 2),
+        truth,
+        progress=False,
+        region_views=True,
+    )
     with pytest.raises(ValueError, match="other settings than shard 0"):
         merge_shards(ds, other, 2)
     assert stats["pictures_sha256"] == one["pictures_sha256"]
@@ -471,7 +507,7 @@ def test_shards_merge_into_the_single_process_caches(tiny_full, tmp_path):
     third = tmp_path / "third"
     for i in range(2):
         shutil.copytree(shard_dir(out, i, 2), shard_dir(third, i, 2))
-    victim = moved.image_path(len(ds.images) - 1)                  # an image of shard 1
+    victim = moved.image_path(len(ds.images) - 1)  # an image of shard 1
     victim.write_bytes(moved.image_path(0).read_bytes())
     with pytest.raises(ValueError, match=r"1of2: computed from other pictures .* same file names"):
         merge_shards(moved, third, 2)
@@ -495,12 +531,20 @@ def test_features_never_read_an_image_outside_the_image_folder(tiny_synth, tmp_p
     with pytest.raises(SystemExit) as exit_:
         main(["--dataset-dir", str(root)])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and f"images[1] (imgid {d['images'][1]['imgid']}): file name '../../../..{outside}' " \
-        "leads outside the image folder" in err, err
+    assert (
+        exit_.value.code == 2
+        and f"images[1] (imgid {d['images'][1]['imgid']}): file name '../../../..{outside}' "
+        "leads outside the image folder"
+        in err
+    ), err
     (root / "images" / "linked.png").symlink_to(outside)
     d["images"][1]["filename"] = "linked.png"
     (root / "dataset.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match=r"file name 'linked.png': it is .*private.png, outside the image folder"):
-        extract(read_karpathy_json(root / "dataset.json"), VisionConfig(max_proposals=20, num_workers=0),
-                tmp_path / "features", progress=False)
+        extract(
+            read_karpathy_json(root / "dataset.json"),
+            VisionConfig(max_proposals=20, num_workers=0),
+            tmp_path / "features",
+            progress=False,
+        )
     assert not (tmp_path / "features").exists()

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from conftest import shared_data
 from fraglib.data.voc import read_voc, voc_truth
+
+from conftest import shared_data
 
 XML = """<annotation><filename>x.jpg</filename>
 <object><name>person</name><truncated>1</truncated><difficult>0</difficult>
@@ -17,11 +18,11 @@ XML = """<annotation><filename>x.jpg</filename>
 def test_top_level_objects_flags_and_coordinates(tmp_path):
     (tmp_path / "x.xml").write_text(XML)
     objs = read_voc(tmp_path / "x.xml")
-    assert [o["name"] for o in objs] == ["person", "dog"]          # the <part> is not an object
+    assert [o["name"] for o in objs] == ["person", "dog"]  # the <part> is not an object
     assert objs[0]["box"] == [9, 19, 110, 220] and objs[0]["truncated"] and not objs[0]["difficult"]
     assert objs[1]["difficult"]
     t = voc_truth(tmp_path, [{"imgid": 3, "filename": "x.jpg"}])
-    np.testing.assert_array_equal(t[3], [[9, 19, 110, 220]])       # difficult objects left out
+    np.testing.assert_array_equal(t[3], [[9, 19, 110, 220]])  # difficult objects left out
 
 
 def test_bad_files_are_named(tmp_path):

@@ -11,6 +11,7 @@ One module per area: :mod:`~fraglib.bench.pipeline` (generator, `dvc repro`, flo
 epochs with their FLOPs and critical paths, evaluation), :mod:`~fraglib.bench.scale` (COCO size,
 growth curves); :mod:`~fraglib.bench.common` holds the schema and the random inputs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,17 +19,26 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fraglib.bench.common import RESULTS, merge
-from fraglib.results import read_register
 from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
 from fraglib.bench.scale import bench_coco_eval, bench_growth, bench_socher_growth
-from fraglib.bench.systems import (bench_amp, bench_epoch, bench_eval, bench_peri, bench_profile, bench_socher, bench_stt,
-                                   bench_systems_device, bench_train_step)
+from fraglib.bench.systems import (
+    bench_amp,
+    bench_epoch,
+    bench_eval,
+    bench_peri,
+    bench_profile,
+    bench_socher,
+    bench_stt,
+    bench_systems_device,
+    bench_train_step,
+)
 from fraglib.bench.text import bench_parse
 from fraglib.bench.vision import bench_features, bench_rcnn_recall
+from fraglib.results import read_register
 
 __all__ = ["BENCHMARKS", "OPT_IN", "main", "merge"]
 
-BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {    # `make bench` (the default list)
+BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {  # `make bench` (the default list)
     "train_step": bench_train_step,
     "epoch": bench_epoch,
     "eval": bench_eval,
@@ -38,40 +48,62 @@ BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {    # `make bench` 
     "features": bench_features,
 }
 
-OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {      # by name only: long, or need the Pascal1K study
-    "systems_device": bench_systems_device, "rcnn_recall": bench_rcnn_recall, "repro": bench_repro,
-    "repro_pascal1k": bench_repro_pascal1k, "kernel_bits": bench_kernel_bits, "socher": bench_socher,
-    "coco_eval": bench_coco_eval, "growth": bench_growth,
-    "socher_growth": bench_socher_growth, "peri": bench_peri, "stt": bench_stt,
-    "profile": bench_profile, "amp": bench_amp}
+OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long, or need the Pascal1K study
+    "systems_device": bench_systems_device,
+    "rcnn_recall": bench_rcnn_recall,
+    "repro": bench_repro,
+    "repro_pascal1k": bench_repro_pascal1k,
+    "kernel_bits": bench_kernel_bits,
+    "socher": bench_socher,
+    "coco_eval": bench_coco_eval,
+    "growth": bench_growth,
+    "socher_growth": bench_socher_growth,
+    "peri": bench_peri,
+    "stt": bench_stt,
+    "profile": bench_profile,
+    "amp": bench_amp,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: {', '.join(BENCHMARKS)}; "
-                                             f"by name only: {', '.join(OPT_IN)})")
+    ap.add_argument(
+        "names",
+        nargs="*",
+        help=f"benchmarks to run (default: {', '.join(BENCHMARKS)}; by name only: {', '.join(OPT_IN)})",
+    )
     ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--in-place", action="store_true", help="repro_pascal1k: time the out-of-date stages of this checkout")
-    ap.add_argument("--overwrite", action="store_true", help="replace entries of --out measured on another machine "
-                    "(entries of this machine are always updated; others are kept)")
+    ap.add_argument(
+        "--in-place", action="store_true", help="repro_pascal1k: time the out-of-date stages of this checkout"
+    )
+    ap.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace entries of --out measured on another machine "
+        "(entries of this machine are always updated; others are kept)",
+    )
     args = ap.parse_args(argv)
     known = {**BENCHMARKS, **OPT_IN}
     unknown = [n for n in args.names if n not in known]
     if unknown:
         raise SystemExit(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}")
     try:
-        read_register(Path(args.out))                  # a damaged register stops us before, not after, measuring
+        read_register(Path(args.out))  # a damaged register stops us before, not after, measuring
     except ValueError as exc:
         ap.error(str(exc))
     new: list[dict[str, Any]] = []
     for name in args.names or list(BENCHMARKS):
         print(f"[bench] {name} ...", flush=True)
-        run = (lambda: bench_repro_pascal1k(in_place=True)) if name == "repro_pascal1k" and args.in_place else known[name]
+        run = (
+            (lambda: bench_repro_pascal1k(in_place=True)) if name == "repro_pascal1k" and args.in_place else known[name]
+        )
         for e in run():
-            print(f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else ""))
+            print(
+                f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else "")
+            )
             new.append(e)
     try:
         merge(new, Path(args.out), args.overwrite)
-    except (OSError, ValueError) as exc:           # the new entries are kept in a pending file
+    except (OSError, ValueError) as exc:  # the new entries are kept in a pending file
         raise SystemExit(f"fraglib.bench: {exc}") from None
     print(f"wrote {args.out}")

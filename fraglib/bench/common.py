@@ -1,16 +1,16 @@
 """What every benchmark shares: the entry schema, the results file, fresh processes, the matmul
 reference rate, and random inputs of Pascal1K's size for the systems."""
+
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
-
-import platform
 
 from fraglib.outputs import write_text
 from fraglib.results import read_register
@@ -32,14 +32,24 @@ def machine() -> str:
     # the instruction set torch's CPU kernels use: two CPUs of one name can differ in it, and with it in the
     # last bits of their floats (README "Reproducibility"); an AVX-512 'AMD EPYC; 2 cores' ran `make` in 11.8 min,
     # its AVX2 namesake in 24-28
-    return f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} " \
-           f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
+    return (
+        f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
+    )
 
 
-def entry(name: str, value: float, unit: str, reference: float | None = None, ratio: float | None = None,
-          **extra: Any) -> dict[str, Any]:
-    return {"name": name, "value": value, "unit": unit, "reference": reference, "ratio": ratio,
-            "machine": machine(), **extra}
+def entry(
+    name: str, value: float, unit: str, reference: float | None = None, ratio: float | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "reference": reference,
+        "ratio": ratio,
+        "machine": machine(),
+        **extra,
+    }
 
 
 def matmul_gflops(m: int, k: int, n: int, repeats: int = 5, device=None) -> float:
@@ -105,9 +115,16 @@ def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list
 
     if torch.cuda.is_available():
         return []
-    return [entry(name, None, "s", note="not measured: no CUDA device visible to this process (torch "
-                  f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib.bench "
-                  f"{command}` on a GPU machine")]
+    return [
+        entry(
+            name,
+            None,
+            "s",
+            note="not measured: no CUDA device visible to this process (torch "
+            f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib.bench "
+            f"{command}` on a GPU machine",
+        )
+    ]
 
 
 def host(m: str) -> str:
@@ -139,9 +156,11 @@ def merge(new: list[dict[str, Any]], path: Path = RESULTS, overwrite: bool = Fal
         mine = {e["name"]: host(e.get("machine", "")) for e in new}
         foreign = [e["name"] for e in old if e["name"] in mine and host(e.get("machine", "")) != mine[e["name"]]]
         if foreign and not overwrite:
-            raise FileExistsError(f"{path}: {len(foreign)} entries to replace were measured on another machine "
-                                  f"({', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}). Pass --overwrite to "
-                                  "replace them, or --out elsewhere.")
+            raise FileExistsError(
+                f"{path}: {len(foreign)} entries to replace were measured on another machine "
+                f"({', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}). Pass --overwrite to "
+                "replace them, or --out elsewhere."
+            )
         merged = sorted([e for e in old if e["name"] not in mine] + new, key=lambda e: e["name"])
         write_text(path, json.dumps(merged, indent=1) + "\n")
         return merged
@@ -149,11 +168,18 @@ def merge(new: list[dict[str, Any]], path: Path = RESULTS, overwrite: bool = Fal
         raise type(exc)(f"{exc} This run's entries are kept in {keep_pending(new, path)}.") from None
 
 
-REGIONS = {"rcnn": 20, "top36": 37, "grid": 37, "groundtruth": 4, "fullframe": 1, "none": 1}   # rows per image
+REGIONS = {"rcnn": 20, "top36": 37, "grid": 37, "groundtruth": 4, "fullframe": 1, "none": 1}  # rows per image
 
 
-def random_split(n_images: int = 800, per_image: int = 5, img_dim: int = 1280, seed: int = 0, regions: int = 1,
-                 n_rel: int = 40, device: Any = "cpu"):
+def random_split(
+    n_images: int = 800,
+    per_image: int = 5,
+    img_dim: int = 1280,
+    seed: int = 0,
+    regions: int = 1,
+    n_rel: int = 40,
+    device: Any = "cpu",
+):
     """A training split of Pascal1K's size with random trees (≈ 10 nodes, as spaCy's Pascal1K trees)
     and ``regions`` random descriptors per image: the cost of the systems does not depend on the values.
     Every sentence view reads it: ``rel`` < ``n_rel`` is a relation type, or a token id of the tokens view
@@ -165,28 +191,42 @@ def random_split(n_images: int = 800, per_image: int = 5, img_dim: int = 1280, s
     from fraglib.text.trees import binarize_head_outward, slots, subtree_sizes
 
     rng = np.random.default_rng(seed)
-    cols: dict[str, list] = {k: [] for k in ("w1", "w2", "rel", "parent", "side", "rank", "ell", "bin_left", "bin_right")}
+    cols: dict[str, list] = {
+        k: [] for k in ("w1", "w2", "rel", "parent", "side", "rank", "ell", "bin_left", "bin_right")
+    }
     counts = []
     for _ in range(n_images * per_image):
         m = int(np.clip(rng.poisson(9.8), 2, 35))
         parent = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, m)])
-        order = rng.permutation(m)                            # relabel so the root is anywhere
+        order = rng.permutation(m)  # relabel so the root is anywhere
         inv = np.argsort(order)
         parent = np.array([inv[parent[order[i]]] if parent[order[i]] >= 0 else -1 for i in range(m)])
         side, rank = slots(parent)
         left, right = binarize_head_outward(parent)
         w = rng.integers(0, 3000, m)
-        for k, v in (("w1", w), ("w2", w), ("rel", rng.integers(0, n_rel, m)), ("parent", parent), ("side", side),
-                     ("rank", np.minimum(rank, 5)), ("ell", subtree_sizes(parent)),
-                     ("bin_left", np.append(left, -1)), ("bin_right", np.append(right, -1))):
+        for k, v in (
+            ("w1", w),
+            ("w2", w),
+            ("rel", rng.integers(0, n_rel, m)),
+            ("parent", parent),
+            ("side", side),
+            ("rank", np.minimum(rank, 5)),
+            ("ell", subtree_sizes(parent)),
+            ("bin_left", np.append(left, -1)),
+            ("bin_right", np.append(right, -1)),
+        ):
             cols[k].append(np.asarray(v, np.int64))
         counts.append(m)
     t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
     sent = Ragged({k: t(np.concatenate(v)) for k, v in cols.items()}, np.concatenate([[0], np.cumsum(counts)]))
-    imgs = Ragged({"x": t(rng.standard_normal((n_images * regions, img_dim)).astype(np.float32))},
-                  np.arange(0, n_images * regions + 1, regions))
+    imgs = Ragged(
+        {"x": t(rng.standard_normal((n_images * regions, img_dim)).astype(np.float32))},
+        np.arange(0, n_images * regions + 1, regions),
+    )
     words = t(rng.standard_normal((3000, 50)).astype(np.float32))
-    split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image), words)
+    split = Split(
+        "train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image), words
+    )
     return split, {"n_words": 3000, "word_dim": 50, "img_dim": img_dim, "n_relations": n_rel, "max_rank": 6}
 
 
@@ -202,10 +242,17 @@ def token_split(n_images: int = 800, per_image: int = 5, n_vocab: int = 1000, im
     lengths = rng.integers(5, 18, n_images * per_image)
     rel = torch.from_numpy(rng.integers(0, n_vocab, lengths.sum()))
     sent = Ragged({"rel": rel, "w1": torch.zeros_like(rel)}, np.concatenate([[0], np.cumsum(lengths)]))
-    imgs = Ragged({"x": torch.from_numpy(rng.standard_normal((n_images, img_dim)).astype(np.float32))},
-                  np.arange(n_images + 1))
-    split = Split("train", imgs, sent, np.repeat(np.arange(n_images), per_image), np.arange(n_images * per_image),
-                  torch.zeros(1, 50))
+    imgs = Ragged(
+        {"x": torch.from_numpy(rng.standard_normal((n_images, img_dim)).astype(np.float32))}, np.arange(n_images + 1)
+    )
+    split = Split(
+        "train",
+        imgs,
+        sent,
+        np.repeat(np.arange(n_images), per_image),
+        np.arange(n_images * per_image),
+        torch.zeros(1, 50),
+    )
     return split, {"n_relations": n_vocab, "n_words": 1, "word_dim": 50, "img_dim": img_dim}
 
 
@@ -213,4 +260,4 @@ def sentence_rows(split: Any, a: int, b: int) -> Any:
     from fraglib.inputs import Ragged
 
     off = split.sentences.off
-    return Ragged({k: v[off[a]:off[b]] for k, v in split.sentences.data.items()}, off[a:b + 1] - off[a])
+    return Ragged({k: v[off[a] : off[b]] for k, v in split.sentences.data.items()}, off[a : b + 1] - off[a])

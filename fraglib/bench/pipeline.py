@@ -1,6 +1,7 @@
 """Benchmarks of the pipeline: the synthetic generator, what each pipeline process pays at start-up,
 `dvc repro` from a fresh clone (default and Pascal1K studies), and which settings change the bits of the
 float work."""
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,17 @@ def bench_synthetic(repeats: int = 3, n_images: int = 60) -> list[dict[str, Any]
             t0 = time.perf_counter()
             write_benchmark(cfg, tmp, progress=False)
             rates.append(n_images / (time.perf_counter() - t0))
-    return [entry("synthetic_images_per_s", round(statistics.median(rates), 2), "images/s",
-                  repeats=repeats, images_per_repeat=n_images, image_size=cfg.image_size,
-                  all_runs=[round(r, 2) for r in rates])]
+    return [
+        entry(
+            "synthetic_images_per_s",
+            round(statistics.median(rates), 2),
+            "images/s",
+            repeats=repeats,
+            images_per_repeat=n_images,
+            image_size=cfg.image_size,
+            all_runs=[round(r, 2) for r in rates],
+        )
+    ]
 
 
 def _timed_repro(workdir: Path, target: list[str], env: dict[str, str]) -> tuple[float, dict[str, float]]:
@@ -40,8 +49,9 @@ def _timed_repro(workdir: Path, target: list[str], env: dict[str, str]) -> tuple
 
     t0 = time.perf_counter()
     starts: list[tuple[str, float]] = []
-    proc = subprocess.Popen(["dvc", "repro", *target], cwd=workdir, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["dvc", "repro", *target], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         m = re.match(r"Running stage '(?:[^:']*:)?([^'@]+)(?:@[^']*)?'", line)
@@ -80,12 +90,26 @@ def bench_repro() -> list[dict[str, Any]]:
     env_min = (time.perf_counter() - t0) / 60
     total, per = _timed_repro(clone, [], _venv_env(clone / ".venv" / "bin"))
     make = env_min + total
-    return [entry("repro_default_minutes", round(total, 1), "min", stages_minutes=per,
-                  note="fresh clone of HEAD, empty DVC cache, `dvc repro` (environment not included)"),
-            entry("make_default_minutes", round(make, 1), "min", reference=25.0, ratio=round(make / 25.0, 2),
-                  reference_is="the aim: `make` within 25 minutes of a fresh clone, environment included",
-                  environment_minutes=round(env_min, 1), repro_minutes=round(total, 1),
-                  note="fresh clone of HEAD: `make env` (new venv, uv from the registries) + `dvc repro`")]
+    return [
+        entry(
+            "repro_default_minutes",
+            round(total, 1),
+            "min",
+            stages_minutes=per,
+            note="fresh clone of HEAD, empty DVC cache, `dvc repro` (environment not included)",
+        ),
+        entry(
+            "make_default_minutes",
+            round(make, 1),
+            "min",
+            reference=25.0,
+            ratio=round(make / 25.0, 2),
+            reference_is="the aim: `make` within 25 minutes of a fresh clone, environment included",
+            environment_minutes=round(env_min, 1),
+            repro_minutes=round(total, 1),
+            note="fresh clone of HEAD: `make env` (new venv, uv from the registries) + `dvc repro`",
+        ),
+    ]
 
 
 def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:
@@ -96,15 +120,29 @@ def bench_repro_pascal1k(in_place: bool = False) -> list[dict[str, Any]]:
 
     if in_place:
         total, per = _timed_repro(Path.cwd(), ["studies/pascal1k/dvc.yaml"], _venv_env())
-        return [entry("repro_pascal1k_minutes_in_place", round(total, 1), "min", stages_minutes=per,
-                      note="this checkout: only the stages listed in stages_minutes were out of date and re-ran")]
+        return [
+            entry(
+                "repro_pascal1k_minutes_in_place",
+                round(total, 1),
+                "min",
+                stages_minutes=per,
+                note="this checkout: only the stages listed in stages_minutes were out of date and re-ran",
+            )
+        ]
     clone = _fresh_clone()
     params = yaml.safe_load((clone / "params.yaml").read_text())
     params["pascal1k"]["root"] = str(Path(params["pascal1k"]["root"]).resolve())
     write_text(clone / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     total, per = _timed_repro(clone, ["studies/pascal1k/dvc.yaml"], _venv_env())
-    return [entry("repro_pascal1k_minutes", round(total, 1), "min", stages_minutes=per,
-                  note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`")]
+    return [
+        entry(
+            "repro_pascal1k_minutes",
+            round(total, 1),
+            "min",
+            stages_minutes=per,
+            note="fresh clone of HEAD, empty DVC cache, `dvc repro studies/pascal1k/dvc.yaml`",
+        )
+    ]
 
 
 def _wall(cmd: list[str], env: dict[str, str] | None = None, repeats: int = 3) -> float:
@@ -127,31 +165,56 @@ def bench_startup(repeats: int = 3) -> list[dict[str, Any]]:
     py = sys.executable
     torch_cmd = [py, "-c", "import torch, torch._dynamo"]
     with tempfile.TemporaryDirectory() as empty:
-        cold = _wall([py, "-X", f"pycache_prefix={empty}", *torch_cmd[1:]],
-                     {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, repeats)
+        cold = _wall(
+            [py, "-X", f"pycache_prefix={empty}", *torch_cmd[1:]],
+            {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            repeats,
+        )
     warm = _wall(torch_cmd, None, repeats)
-    skip = _wall([py, "-c", "from fraglib.notebook import skip_iri_grammars; skip_iri_grammars(); import papermill"],
-                 None, repeats)
+    skip = _wall(
+        [py, "-c", "from fraglib.notebook import skip_iri_grammars; skip_iri_grammars(); import papermill"],
+        None,
+        repeats,
+    )
     plain = _wall([py, "-c", "import papermill"], None, repeats)
     dvc = _wall([str(Path(py).parent / "dvc"), "status", "train_synthetic@fullframe"], None, repeats)
-    return [entry("startup_import_torch_s", round(warm, 2), "s", reference=round(cold, 2), ratio=round(warm / cold, 3),
-                  reference_is="the same import with no bytecode (`make env` compiles it: uv --compile-bytecode)",
-                  repeats=repeats),
-            entry("startup_import_papermill_s", round(skip, 2), "s", reference=round(plain, 2), ratio=round(skip / plain, 3),
-                  reference_is="the same import building rfc3987_syntax's grammars (fraglib.notebook.skip_iri_grammars)",
-                  repeats=repeats),
-            entry("startup_dvc_status_stage_s", round(dvc, 2), "s", repeats=repeats,
-                  note="`dvc status train_synthetic@fullframe`: DVC reads every dvc.yaml and dvc.lock of the project "
-                       "(ruamel.yaml.clib parses them in C)")]
+    return [
+        entry(
+            "startup_import_torch_s",
+            round(warm, 2),
+            "s",
+            reference=round(cold, 2),
+            ratio=round(warm / cold, 3),
+            reference_is="the same import with no bytecode (`make env` compiles it: uv --compile-bytecode)",
+            repeats=repeats,
+        ),
+        entry(
+            "startup_import_papermill_s",
+            round(skip, 2),
+            "s",
+            reference=round(plain, 2),
+            ratio=round(skip / plain, 3),
+            reference_is="the same import building rfc3987_syntax's grammars (fraglib.notebook.skip_iri_grammars)",
+            repeats=repeats,
+        ),
+        entry(
+            "startup_dvc_status_stage_s",
+            round(dvc, 2),
+            "s",
+            repeats=repeats,
+            note="`dvc status train_synthetic@fullframe`: DVC reads every dvc.yaml and dvc.lock of the project "
+            "(ruamel.yaml.clib parses them in C)",
+        ),
+    ]
 
 
 KERNEL_ENVS = {  # how another CPU can pick other float kernels for the same code
     "default": {},
     "2_threads": {"OMP_NUM_THREADS": "2"},
     "1_thread": {"OMP_NUM_THREADS": "1"},
-    "aten_no_simd": {"ATEN_CPU_CAPABILITY": "default"},     # ATen's element-wise / reduction kernels
-    "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},        # convolutions (the CNN)
-    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},           # matrix products (the embeddings)
+    "aten_no_simd": {"ATEN_CPU_CAPABILITY": "default"},  # ATen's element-wise / reduction kernels
+    "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},  # convolutions (the CNN)
+    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},  # matrix products (the embeddings)
 }
 
 
@@ -170,11 +233,18 @@ def _kernel_child() -> None:  # python -c entry: hashes of the three kinds of fl
     img = (torch.rand(256, 256, 3, generator=g) * 255).to(torch.uint8).numpy()
     net = Backbone(0)
     t0 = time.perf_counter()
-    work = {"gemm": a @ b, "softmax_sum": torch.softmax(x, 1).sum(0),
-            "cnn": net.feature_map(Backbone.to_input(img, torch.device("cpu")))}
+    work = {
+        "gemm": a @ b,
+        "softmax_sum": torch.softmax(x, 1).sum(0),
+        "cnn": net.feature_map(Backbone.to_input(img, torch.device("cpu"))),
+    }
     out["seconds"] = time.perf_counter() - t0
-    out.update({k: hashlib.sha256(np.ascontiguousarray(v.detach().numpy()).tobytes()).hexdigest()[:16]
-                for k, v in work.items()})
+    out.update(
+        {
+            k: hashlib.sha256(np.ascontiguousarray(v.detach().numpy()).tobytes()).hexdigest()[:16]
+            for k, v in work.items()
+        }
+    )
     print(json.dumps(out))
 
 
@@ -188,8 +258,13 @@ def bench_kernel_bits() -> list[dict[str, Any]]:
     results = {}
     for name, extra in KERNEL_ENVS.items():
         env = {**os.environ, **extra}
-        res = subprocess.run([sys.executable, "-c", "from fraglib.bench.pipeline import _kernel_child; _kernel_child()"],
-                             env=env, capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", "from fraglib.bench.pipeline import _kernel_child; _kernel_child()"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         results[name] = json.loads(res.stdout.strip().splitlines()[-1])
     base = results["default"]
     entries = []
@@ -197,7 +272,13 @@ def bench_kernel_bits() -> list[dict[str, Any]]:
         if name == "default":
             continue
         changed = [k for k in ("gemm", "softmax_sum", "cnn") if r[k] != base[k]]
-        entries.append(entry(f"kernel_bits_{name}", len(changed), "outputs changed of 3",
-                             note=f"changed: {', '.join(changed) or 'none'}; capability {r['capability']}, "
-                                  f"{r['threads']} threads (default: {base['capability']}, {base['threads']} threads)"))
+        entries.append(
+            entry(
+                f"kernel_bits_{name}",
+                len(changed),
+                "outputs changed of 3",
+                note=f"changed: {', '.join(changed) or 'none'}; capability {r['capability']}, "
+                f"{r['threads']} threads (default: {base['capability']}, {base['threads']} threads)",
+            )
+        )
     return entries

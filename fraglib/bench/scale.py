@@ -1,4 +1,5 @@
 """Benchmarks of scale: COCO-size scoring, and growth curves (cost against data size)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fraglib.bench.common import entry, fresh, gpu_absent, REGIONS, random_split, sentence_rows
+from fraglib.bench.common import REGIONS, entry, fresh, gpu_absent, random_split, sentence_rows
 
 
 def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None:
@@ -38,9 +39,12 @@ def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tile, tiles, t0 = 4096, 0, time.perf_counter()
     n_tiles = -(-split.n_sentences // tile)
-    for a in range(0, split.n_sentences, tile):       # the evaluator's loop, one sentence tile per call
-        sub = dataclasses.replace(split, sentences=sentence_rows(split, a, min(a + tile, split.n_sentences)),
-                                  sentence_image=split.sentence_image[a:a + tile])
+    for a in range(0, split.n_sentences, tile):  # the evaluator's loop, one sentence tile per call
+        sub = dataclasses.replace(
+            split,
+            sentences=sentence_rows(split, a, min(a + tile, split.n_sentences)),
+            sentence_image=split.sentence_image[a : a + tile],
+        )
         score_matrix(system, sub, 64, tile)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -49,7 +53,11 @@ def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None
             break
     t = (time.perf_counter() - t0) * n_tiles / tiles
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    gpu = {"device": dev_name, "peak_gpu_mb": round(torch.cuda.max_memory_allocated(dev) / 2 ** 20)} if dev.type == "cuda" else {}
+    gpu = (
+        {"device": dev_name, "peak_gpu_mb": round(torch.cuda.max_memory_allocated(dev) / 2**20)}
+        if dev.type == "cuda"
+        else {}
+    )
     q.put((t, tiles, n_tiles, peak / 1024, (peak - base) / 1024, regions, dev.type, gpu))
 
 
@@ -87,7 +95,9 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
     cases.append(("vse", {**(params["systems"].get("vse") or {}), "similarity": "attention", "images": "top36"}))
     ctx, out = mp.get_context("spawn"), []
     for name, settings in cases:
-        settings = {k: v for k, v in settings.items() if k in {f.name for f in dataclasses.fields(SYSTEMS[name].Config)}}
+        settings = {
+            k: v for k, v in settings.items() if k in {f.name for f in dataclasses.fields(SYSTEMS[name].Config)}
+        }
         q = ctx.Queue()
         p = ctx.Process(target=_coco_child, args=(q, name, settings, budget_s))
         p.start()
@@ -95,18 +105,37 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
         p.join()
         label = name + ("_attention" if settings.get("similarity") == "attention" else "")
         suffix = "" if dev_type == "cpu" else f"_{dev_type}"
-        out.append(entry(f"coco5k_scores_{label}_s{suffix}", round(t, 1), "s", measured_tiles=f"{tiles}/{n_tiles}",
-                         peak_rss_mb=round(peak), growth_during_scoring_mb=round(growth), regions_per_image=regions,
-                         memory_aim_mb=8192, note="5,000 images x 25,000 sentences, random inputs and weights; "
-                         "seconds scaled from the sentence tiles measured", **gpu))
+        out.append(
+            entry(
+                f"coco5k_scores_{label}_s{suffix}",
+                round(t, 1),
+                "s",
+                measured_tiles=f"{tiles}/{n_tiles}",
+                peak_rss_mb=round(peak),
+                growth_during_scoring_mb=round(growth),
+                regions_per_image=regions,
+                memory_aim_mb=8192,
+                note="5,000 images x 25,000 sentences, random inputs and weights; "
+                "seconds scaled from the sentence tiles measured",
+                **gpu,
+            )
+        )
         print(f"[bench]   {out[-1]['name']}: {t:.1f} s ({tiles}/{n_tiles} tiles)", flush=True)
     q = ctx.Queue()
     p = ctx.Process(target=_ranks_child, args=(q,))
     p.start()
     t, peak, growth = q.get()
     p.join()
-    out.append(entry("coco5k_ranks_s", round(t, 1), "s", peak_rss_mb=round(peak), growth_mb=round(growth),
-                     note="annotation + search ranks, 1,000 bootstrap CIs each, and the 5-fold 1K protocol"))
+    out.append(
+        entry(
+            "coco5k_ranks_s",
+            round(t, 1),
+            "s",
+            peak_rss_mb=round(peak),
+            growth_mb=round(growth),
+            note="annotation + search ranks, 1,000 bootstrap CIs each, and the 5-fold 1K protocol",
+        )
+    )
     return out + gpu_absent("coco5k_gpu", "coco_eval")
 
 
@@ -128,8 +157,14 @@ def _growth_features(params: dict[str, Any], out: str) -> None:
     from fraglib.vision.features import extract
     from fraglib.vision.rcnn import VisionConfig
 
-    extract(read_karpathy_json(Path(out) / "dataset.json"), VisionConfig(**params["vision"]), Path(out) / "features",
-            synthetic_truth(Path(out) / "ground_truth.json"), progress=False, region_views=True)
+    extract(
+        read_karpathy_json(Path(out) / "dataset.json"),
+        VisionConfig(**params["vision"]),
+        Path(out) / "features",
+        synthetic_truth(Path(out) / "ground_truth.json"),
+        progress=False,
+        region_views=True,
+    )
 
 
 def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> float:
@@ -145,7 +180,7 @@ def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> floa
 def _growth_eval(out: str) -> None:
     from fraglib.evaluate import evaluate_run
 
-    evaluate_run(Path(out))                 # the default EvalConfig: 1,000 resamples, hubness
+    evaluate_run(Path(out))  # the default EvalConfig: 1,000 resamples, hubness
 
 
 def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
@@ -164,16 +199,29 @@ def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
         n = scale * sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
         with tempfile.TemporaryDirectory() as tmp:
             data = str(Path(tmp) / "synth")
-            rows = [("data", fresh(_growth_data, params, scale, data)),
-                    ("features", fresh(_growth_features, params, data))]
+            rows = [
+                ("data", fresh(_growth_data, params, scale, data)),
+                ("features", fresh(_growth_features, params, data)),
+            ]
             for run in (params.get("bench") or {}).get("growth_runs") or []:
                 rd = str(Path(tmp) / "runs" / run)
                 t, peak, epoch = fresh(_growth_epoch, params, run, data, rd)
-                rows.append((f"epoch_{run}" if epoch else f"fit_{run}", (epoch or t, peak, None)))  # fit: the whole call
+                rows.append(
+                    (f"epoch_{run}" if epoch else f"fit_{run}", (epoch or t, peak, None))
+                )  # fit: the whole call
                 rows.append((f"eval_{run}", fresh(_growth_eval, rd)))
             for what, (t, peak, _) in rows:
-                out.append(entry(f"growth_{what}_x{scale}_s", round(t, 2), "s", scale=scale, images=n,
-                                 peak_rss_mb=round(peak), threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all")))
+                out.append(
+                    entry(
+                        f"growth_{what}_x{scale}_s",
+                        round(t, 2),
+                        "s",
+                        scale=scale,
+                        images=n,
+                        peak_rss_mb=round(peak),
+                        threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all"),
+                    )
+                )
                 print(f"[growth] x{scale} {what}: {t:.1f} s, peak {peak:.0f} MB", flush=True)
     return out
 
@@ -195,15 +243,16 @@ def _socher_epoch(params: dict[str, Any], run: str, scale: int, negatives: int) 
     torch.manual_seed(tc.seed)
     system = get_system(spec.system)(spec.system_config, dims, tc.seed)
     system.prepare(split)
-    system.use_training_split(split)                        # before the trainer's clock, as in fraglib.train
+    system.use_training_split(split)  # before the trainer's clock, as in fraglib.train
     opt = make_optimizer(tc, system.lr_groups())
     t0 = time.perf_counter()
     _, steps, _ = train_epoch(Step(system, distributed.Context()), system, opt, split, tc, 0, torch.device("cpu"))
     return time.perf_counter() - t0, steps, split.n_sentences
 
 
-def bench_socher_growth(scales: tuple[int, ...] = (1, 4, 16), negatives: int = 256, run: str = "dtrnn",
-                        exact_max_scale: int = 4) -> list[dict[str, Any]]:
+def bench_socher_growth(
+    scales: tuple[int, ...] = (1, 4, 16), negatives: int = 256, run: str = "dtrnn", exact_max_scale: int = 4
+) -> list[dict[str, Any]]:
     """Eq. 5's epoch cost against data size, exact (``negatives: 0``, every training tree composed every step:
     O(data²) per epoch) and sampled (``negatives`` = 256: linear), for the DT-RNN run: one epoch of the trainer's
     loop per point, each in a fresh process (seconds, peak RSS), on random inputs of the synthetic benchmark's
@@ -212,8 +261,8 @@ def bench_socher_growth(scales: tuple[int, ...] = (1, 4, 16), negatives: int = 2
     data, exact Eq. 5: ``growth_epoch_<run>_x<scale>_s``). The exact form is timed up to ``exact_max_scale``
     only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
     and ``FRAGLIB_SOCHER_GROWTH_NEGATIVES`` choose the scales and n."""
-    from fraglib.params import read_params
     from fraglib.index import growth_slope
+    from fraglib.params import read_params
 
     scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
     negatives = int(os.environ.get("FRAGLIB_SOCHER_GROWTH_NEGATIVES", negatives))
@@ -228,13 +277,33 @@ def bench_socher_growth(scales: tuple[int, ...] = (1, 4, 16), negatives: int = 2
                 continue
             t, peak, (epoch, steps, trees) = fresh(_socher_epoch, params, run, scale, n)
             points.append((scale, epoch))
-            out.append(entry(f"growth_epoch_{run}_neg{n}_x{scale}_s", round(epoch, 2), "s", scale=scale,
-                             images=n_total * scale, peak_rss_mb=round(peak),
-                             threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all"), negatives=n, steps=steps,
-                             train_sentences=trees, inputs="random trees and descriptors (bench.common.random_split) of "
-                             "the synthetic benchmark's training size x scale; fraglib.train.train_epoch's seconds"))
-            print(f"[socher_growth] x{scale} negatives={n}: {epoch:.1f} s ({steps} steps), peak {peak:.0f} MB", flush=True)
+            out.append(
+                entry(
+                    f"growth_epoch_{run}_neg{n}_x{scale}_s",
+                    round(epoch, 2),
+                    "s",
+                    scale=scale,
+                    images=n_total * scale,
+                    peak_rss_mb=round(peak),
+                    threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all"),
+                    negatives=n,
+                    steps=steps,
+                    train_sentences=trees,
+                    inputs="random trees and descriptors (bench.common.random_split) of "
+                    "the synthetic benchmark's training size x scale; fraglib.train.train_epoch's seconds",
+                )
+            )
+            print(
+                f"[socher_growth] x{scale} negatives={n}: {epoch:.1f} s ({steps} steps), peak {peak:.0f} MB", flush=True
+            )
         slope = growth_slope(points)
-        out.append(entry(f"socher_growth_slope_{run}_neg{n}", None if slope is None else round(slope, 2), "exponent",
-                         scales=[s for s, _ in points], note="least-squares b of epoch seconds ∝ size^b"))
+        out.append(
+            entry(
+                f"socher_growth_slope_{run}_neg{n}",
+                None if slope is None else round(slope, 2),
+                "exponent",
+                scales=[s for s, _ in points],
+                note="least-squares b of epoch seconds ∝ size^b",
+            )
+        )
     return out

@@ -1,5 +1,6 @@
 """Benchmarks of the systems: training steps and epochs, evaluation, Socher's and Peri's systems, and
 every system on the selected device."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,25 +11,34 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fraglib.bench.common import REGIONS, entry, gpu_absent, in_fresh_processes, matmul_gflops, random_split, token_split
+from fraglib.bench.common import (
+    REGIONS,
+    entry,
+    gpu_absent,
+    in_fresh_processes,
+    matmul_gflops,
+    random_split,
+    token_split,
+)
 
 
 def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     """One SGD step (forward, backward, update) at the paper's sizes: 100 pairs, 20 image fragments
     of 4096-d, 10 sentence fragments of 2 x 200-d words, embedding 1000, 16 relation types."""
+    import numpy as np
     import torch
 
-    import numpy as np
-
-    from fraglib.device import select_device
     from fraglib.batches import Rows
+    from fraglib.device import select_device
     from fraglib.systems.fragment import Config, FragmentSystem
 
     dev, dev_name = select_device()
     g = torch.Generator().manual_seed(0)
     B, Fi, Fs, D, wd, h, R = 100, 20, 10, 4096, 200, 1000, 16
-    model = FragmentSystem(Config(embed_dim=h, dense_epochs=1, beta=1.0, alpha=1e-5),
-                           {"n_words": 5000, "word_dim": wd, "n_relations": R, "img_dim": D})
+    model = FragmentSystem(
+        Config(embed_dim=h, dense_epochs=1, beta=1.0, alpha=1e-5),
+        {"n_words": 5000, "word_dim": wd, "n_relations": R, "img_dim": D},
+    )
     model.words.copy_(torch.randn(5000, wd, generator=g))
     model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
@@ -36,10 +46,10 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
     rel = torch.randint(0, R, (B * Fs,), generator=g).to(dev)
     w1, w2 = torch.randint(0, 5000, (2, B * Fs), generator=g).to(dev)
     vo, so = torch.arange(B).repeat_interleave(Fi), torch.arange(B).repeat_interleave(Fs)
-    imgs = Rows({"x": x}, vo.to(dev), B, np.arange(B), host={"owner": vo})          # with the loader's CPU copies
+    imgs = Rows({"x": x}, vo.to(dev), B, np.arange(B), host={"owner": vo})  # with the loader's CPU copies
     sents = Rows({"rel": rel, "w1": w1, "w2": w2}, so.to(dev), B, np.arange(B), host={"owner": so, "rel": rel.cpu()})
 
-    def step(mil: bool):   # the trainer's step: the system's loss (C_0 or C_F, + C_G + α||θ||²), SGD
+    def step(mil: bool):  # the trainer's step: the system's loss (C_0 or C_F, + C_G + α||θ||²), SGD
         c, _ = model.loss(model.encode_images(imgs), model.encode_sentences(sents), epoch=1 if mil else 0)
         opt.zero_grad(set_to_none=True)
         c.backward()
@@ -60,11 +70,22 @@ def bench_train_step(repeats: int = 7) -> list[dict[str, Any]]:
         ms = statistics.median(ts) * 1000
         rate = flops / (ms / 1000) / 1e9
         suffix = ("_mil" if mil else "") + ("" if dev.type == "cpu" else f"_{dev.type}")
-        out.append(entry("train_step_ms" + suffix, round(ms, 2), "ms", device=dev_name, reference=round(ref, 1),
-                         ratio=round(rate / ref, 3), achieved_gflops=round(rate, 1), gflop_per_step=round(flops / 1e9, 1),
-                         reference_is="GFLOP/s of torch.matmul (2000x4096)@(4096x1000), same run",
-                         objective="C_0 + C_G" if not mil else "C_F (MIL) + C_G", repeats=repeats,
-                         paper_seconds_per_batch=1.0))
+        out.append(
+            entry(
+                "train_step_ms" + suffix,
+                round(ms, 2),
+                "ms",
+                device=dev_name,
+                reference=round(ref, 1),
+                ratio=round(rate / ref, 3),
+                achieved_gflops=round(rate, 1),
+                gflop_per_step=round(flops / 1e9, 1),
+                reference_is="GFLOP/s of torch.matmul (2000x4096)@(4096x1000), same run",
+                objective="C_0 + C_G" if not mil else "C_F (MIL) + C_G",
+                repeats=repeats,
+                paper_seconds_per_batch=1.0,
+            )
+        )
     return out
 
 
@@ -87,13 +108,13 @@ def _eval_child(q) -> None:  # runs in a fresh process so its peak memory is its
     # reference: the fragment-score matmul it contains, chunked the same way
     t0 = time.perf_counter()
     for a in range(0, n_img, chunk):
-        V[a * Fi:(a + chunk) * Fi] @ S.T
+        V[a * Fi : (a + chunk) * Fi] @ S.T
     t_mm = time.perf_counter() - t0
     t0 = time.perf_counter()
     blocks = []
     for a in range(0, n_img, chunk):
         b = min(a + chunk, n_img)
-        M = V[a * Fi:b * Fi] @ S.T
+        M = V[a * Fi : b * Fi] @ S.T
         vo = torch.arange(b - a).repeat_interleave(Fi)
         blocks.append(pair_scores(M, vo, so, b - a, n_sent, 5.0, "sum", inplace=True))
         del M
@@ -112,11 +133,24 @@ def bench_eval(repeats: int = 3) -> list[dict[str, Any]]:
     t_eval = statistics.median(r[0] for r in runs)
     t_mm = statistics.median(r[1] for r in runs)
     peak = max(r[2] for r in runs)
-    return [entry("eval_1000x5000_s", round(t_eval, 2), "s", reference=round(t_mm, 2), ratio=round(t_eval / t_mm, 3),
-                  reference_is="seconds of the chunked fragment-score matmul (20000x1000)@(1000x50000), same process",
-                  all_runs=[[round(x, 2) for x in r[:2]] for r in runs]),
-            entry("eval_peak_mem_mb", round(peak, 0), "MB", note="peak RSS of the evaluating process (inputs included)",
-                  growth_during_eval_mb=round(max(r[3] for r in runs), 0))]
+    return [
+        entry(
+            "eval_1000x5000_s",
+            round(t_eval, 2),
+            "s",
+            reference=round(t_mm, 2),
+            ratio=round(t_eval / t_mm, 3),
+            reference_is="seconds of the chunked fragment-score matmul (20000x1000)@(1000x50000), same process",
+            all_runs=[[round(x, 2) for x in r[:2]] for r in runs],
+        ),
+        entry(
+            "eval_peak_mem_mb",
+            round(peak, 0),
+            "MB",
+            note="peak RSS of the evaluating process (inputs included)",
+            growth_during_eval_mb=round(max(r[3] for r in runs), 0),
+        ),
+    ]
 
 
 def bench_systems_device() -> list[dict[str, Any]]:
@@ -151,8 +185,11 @@ def bench_systems_device() -> list[dict[str, Any]]:
             for _ in range(6):
                 _sync(dev)
                 t0 = time.perf_counter()
-                cost, _ = system.loss(system.encode_images(img.take(split.sentence_image[b * 5])),
-                                      system.encode_sentences(sent.take(b * 5)), epoch=0)
+                cost, _ = system.loss(
+                    system.encode_images(img.take(split.sentence_image[b * 5])),
+                    system.encode_sentences(sent.take(b * 5)),
+                    epoch=0,
+                )
                 opt.zero_grad(set_to_none=True)
                 cost.backward()
                 opt.step()
@@ -165,16 +202,31 @@ def bench_systems_device() -> list[dict[str, Any]]:
         _sync(dev)
         eval_s = time.perf_counter() - t0
         with tempfile.TemporaryDirectory() as tmp:
-            checkpoint.save(Path(tmp) / "best.pt", {"system": name, "system_config": dataclasses.asdict(cfg),
-                                                    "train_config": {"seed": 0}, "model_args": dims,
-                                                    "model": system.state_dict()})
+            checkpoint.save(
+                Path(tmp) / "best.pt",
+                {
+                    "system": name,
+                    "system_config": dataclasses.asdict(cfg),
+                    "train_config": {"seed": 0},
+                    "model_args": dims,
+                    "model": system.state_dict(),
+                },
+            )
             again, _ = checkpoint.load_system(Path(tmp) / "best.pt", dev)
         S2 = score_matrix(again, split, chunk=256)
         same, diff = bool(torch.equal(S, S2)), float((S - S2).abs().max())
-        out.append(entry(f"system_{name}_{dev.type}", step_ms if step_ms is not None else round(eval_s, 3),
-                         "ms per training step (100 pairs, h=1000)" if step_ms is not None else "s",
-                         device=dev_name, eval_seconds_1000x5000=round(eval_s, 3), finite=bool(torch.isfinite(S).all()),
-                         reload_reproduces_scores=same, reload_max_abs_diff=diff))
+        out.append(
+            entry(
+                f"system_{name}_{dev.type}",
+                step_ms if step_ms is not None else round(eval_s, 3),
+                "ms per training step (100 pairs, h=1000)" if step_ms is not None else "s",
+                device=dev_name,
+                eval_seconds_1000x5000=round(eval_s, 3),
+                finite=bool(torch.isfinite(S).all()),
+                reload_reproduces_scores=same,
+                reload_max_abs_diff=diff,
+            )
+        )
     return out
 
 
@@ -200,20 +252,33 @@ def bench_socher(epochs: int = 3, n_images: int = 800, trees: int = 200) -> list
         for epoch in range(epochs):
             t0 = time.perf_counter()
             for b in make_batches(split, 100, 0, epoch):
-                c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
-                                   system.encode_sentences(split.sentences.take(b)), epoch)
+                c, _ = system.loss(
+                    system.encode_images(split.images.take(split.sentence_image[b])),
+                    system.encode_sentences(split.sentences.take(b)),
+                    epoch,
+                )
                 opt.zero_grad(set_to_none=True)
                 c.backward()
                 opt.step()
             ts.append(time.perf_counter() - t0)
-        out.append(entry(f"socher_epoch_s_{enc}", round(statistics.median(ts), 2), "s", reference=3.0,
-                         ratio=round(statistics.median(ts) / 3.0, 2), reference_is="the issue's aim: <= 3 s per epoch",
-                         steps=len(make_batches(split, 100, 0, 0)), trees=split.n_sentences, repeats=epochs))
+        out.append(
+            entry(
+                f"socher_epoch_s_{enc}",
+                round(statistics.median(ts), 2),
+                "s",
+                reference=3.0,
+                ratio=round(statistics.median(ts) / 3.0, 2),
+                reference_is="the issue's aim: <= 3 s per epoch",
+                steps=len(make_batches(split, 100, 0, 0)),
+                trees=split.n_sentences,
+                repeats=epochs,
+            )
+        )
     system = SocherSystem(Config(encoder="dtrnn"), dims, 0)
     system.prepare(split)
     rows = split.sentences.take(np.arange(trees))
     st = system.structure(rows)
-    x = (system.words[rows.data["w1"]] / system.word_scale)                      # (nodes, 50) each node's word
+    x = system.words[rows.data["w1"]] / system.word_scale  # (nodes, 50) each node's word
 
     def run(fn, **kw):
         t0 = time.perf_counter()
@@ -223,10 +288,20 @@ def bench_socher(epochs: int = 3, n_images: int = 800, trees: int = 200) -> list
 
     batched = statistics.median(run(compose) for _ in range(5))
     plain = statistics.median(run(compose_reference) for _ in range(3))
-    out.append(entry("socher_tree_encoder_speedup", round(plain / batched, 1), "x", reference=20.0,
-                     ratio=round(plain / batched / 20.0, 2), reference_is="the issue's aim: >= 20x",
-                     batched_ms=round(batched * 1000, 1), recursive_ms=round(plain * 1000, 1), trees=trees,
-                     nodes=int(len(st.parent))))
+    out.append(
+        entry(
+            "socher_tree_encoder_speedup",
+            round(plain / batched, 1),
+            "x",
+            reference=20.0,
+            ratio=round(plain / batched / 20.0, 2),
+            reference_is="the issue's aim: >= 20x",
+            batched_ms=round(batched * 1000, 1),
+            recursive_ms=round(plain * 1000, 1),
+            trees=trees,
+            nodes=int(len(st.parent)),
+        )
+    )
     return out
 
 
@@ -238,7 +313,7 @@ def _attention_child(q) -> None:  # a fresh process, so that its peak memory is 
     from fraglib.systems.vse import attention_scores
 
     torch.manual_seed(0)
-    n_img, n_sent, R, L, D = 1000, 5000, 20, 13, 1024          # the synthetic test-set sizes of the issue
+    n_img, n_sent, R, L, D = 1000, 5000, 20, 13, 1024  # the synthetic test-set sizes of the issue
     V = torch.nn.functional.normalize(torch.randn(n_img, R, D), dim=2)
     E = torch.nn.functional.normalize(torch.randn(n_sent, L, D), dim=2)
     vm = torch.ones(n_img, R, dtype=torch.bool)
@@ -246,9 +321,9 @@ def _attention_child(q) -> None:  # a fresh process, so that its peak memory is 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     flat_v, flat_e = V.reshape(-1, D), E.reshape(-1, D)
     step = max(1, (1 << 24) // (n_img * R * L))
-    t0 = time.perf_counter()                                    # the matmul it contains, in the same tiles
+    t0 = time.perf_counter()  # the matmul it contains, in the same tiles
     for a in range(0, n_sent, step):
-        flat_v @ flat_e[a * L:(a + step) * L].T
+        flat_v @ flat_e[a * L : (a + step) * L].T
     t_mm = time.perf_counter() - t0
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -271,8 +346,11 @@ def _epoch_seconds(system: Any, split: Any, epochs: int, lr: float) -> list[floa
         system.train()
         t0 = time.perf_counter()
         for b in make_batches(split, 128, 0, epoch, distinct=False):
-            c, _ = system.loss(system.encode_images(split.images.take(split.sentence_image[b])),
-                               system.encode_sentences(split.sentences.take(b)), epoch)
+            c, _ = system.loss(
+                system.encode_images(split.images.take(split.sentence_image[b])),
+                system.encode_sentences(split.sentences.take(b)),
+                epoch,
+            )
             opt.zero_grad(set_to_none=True)
             c.backward()
             torch.nn.utils.clip_grad_norm_(system.parameters(), 2.0)
@@ -290,23 +368,51 @@ def bench_peri(epochs: int = 2, repeats: int = 2) -> list[dict[str, Any]]:
 
     split, dims = token_split()
     out = []
-    for label, sizes in (("peri", dict(word_dim=300, hidden=1024, embed_dim=1024)),
-                         ("small", dict(word_dim=100, hidden=256, embed_dim=256))):
+    for label, sizes in (
+        ("peri", dict(word_dim=300, hidden=1024, embed_dim=1024)),
+        ("small", dict(word_dim=100, hidden=256, embed_dim=256)),
+    ):
         system = VseSystem(Config(**sizes), dims, 0)
         system.prepare(split)
         ts = _epoch_seconds(system, split, epochs, lr=2e-4)
-        out.append(entry(f"vsepp_epoch_s_{label}", round(statistics.median(ts), 2), "s", captions=split.n_sentences,
-                         sizes=sizes, batch=128, repeats=epochs, all_runs=[round(t, 2) for t in ts]))
+        out.append(
+            entry(
+                f"vsepp_epoch_s_{label}",
+                round(statistics.median(ts), 2),
+                "s",
+                captions=split.n_sentences,
+                sizes=sizes,
+                batch=128,
+                repeats=epochs,
+                all_runs=[round(t, 2) for t in ts],
+            )
+        )
     runs = in_fresh_processes(_attention_child, repeats)
     t_att, t_mm = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
-    out.append(entry("attention_1000x5000_s", round(t_att, 2), "s", reference=round(t_mm, 2), ratio=round(t_att / t_mm, 2),
-                     reference_is="seconds of the (20000 x 1024) @ (1024 x 65000) region-word matmul it contains, "
-                                  "same tiles; the issue's aim: ratio <= 3",
-                     tflop=round(runs[0][4] / 1e12, 2), all_runs=[[round(x, 2) for x in r[:2]] for r in runs]))
-    out.append(entry("attention_peak_mem_mb", round(max(r[2] for r in runs), 0), "MB", reference=4096,
-                     ratio=round(max(r[2] for r in runs) / 4096, 2),
-                     reference_is="the issue's aim: <= 4 GB; peak RSS of the scoring process, inputs (350 MB) included",
-                     growth_during_scoring_mb=round(max(r[3] for r in runs), 0)))
+    out.append(
+        entry(
+            "attention_1000x5000_s",
+            round(t_att, 2),
+            "s",
+            reference=round(t_mm, 2),
+            ratio=round(t_att / t_mm, 2),
+            reference_is="seconds of the (20000 x 1024) @ (1024 x 65000) region-word matmul it contains, "
+            "same tiles; the issue's aim: ratio <= 3",
+            tflop=round(runs[0][4] / 1e12, 2),
+            all_runs=[[round(x, 2) for x in r[:2]] for r in runs],
+        )
+    )
+    out.append(
+        entry(
+            "attention_peak_mem_mb",
+            round(max(r[2] for r in runs), 0),
+            "MB",
+            reference=4096,
+            ratio=round(max(r[2] for r in runs) / 4096, 2),
+            reference_is="the issue's aim: <= 4 GB; peak RSS of the scoring process, inputs (350 MB) included",
+            growth_during_scoring_mb=round(max(r[3] for r in runs), 0),
+        )
+    )
     return out
 
 
@@ -326,9 +432,18 @@ def bench_stt(epochs: int = 2) -> list[dict[str, Any]]:
     system.prepare(split)
     system.use_training_split(split)
     ts = _epoch_seconds(system, split, epochs, lr=5e-4)
-    out = [entry("stt_epoch_s", round(statistics.median(ts), 2), "s", captions=split.n_sentences, batch=128,
-                 sizes="word 100, GRU 256, D 256, decoder 256, vocabulary 1,000", repeats=epochs,
-                 all_runs=[round(t, 2) for t in ts])]
+    out = [
+        entry(
+            "stt_epoch_s",
+            round(statistics.median(ts), 2),
+            "s",
+            captions=split.n_sentences,
+            batch=128,
+            sizes="word 100, GRU 256, D 256, decoder 256, vocabulary 1,000",
+            repeats=epochs,
+            all_runs=[round(t, 2) for t in ts],
+        )
+    ]
     u = torch.nn.functional.normalize(torch.randn(500, 256, generator=torch.Generator().manual_seed(0)), dim=1)
     for beam in (1, 3):
         rates = []
@@ -336,10 +451,18 @@ def bench_stt(epochs: int = 2) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             caps = system.decode(u, beam=beam, max_len=20)
             rates.append(len(caps) / (time.perf_counter() - t0))
-        out.append(entry(f"decode_beam{beam}_captions_per_s", round(statistics.median(rates), 1), "captions/s",
-                         batch=500, max_len=20, mean_words=round(float(np.mean([len(c) for c in caps])), 1),
-                         note="an untrained decoder: captions run to max_len, the slowest case",
-                         all_runs=[round(r, 1) for r in rates]))
+        out.append(
+            entry(
+                f"decode_beam{beam}_captions_per_s",
+                round(statistics.median(rates), 1),
+                "captions/s",
+                batch=500,
+                max_len=20,
+                mean_words=round(float(np.mean([len(c) for c in caps])), 1),
+                note="an untrained decoder: captions run to max_len, the slowest case",
+                all_runs=[round(r, 1) for r in rates],
+            )
+        )
     why = java_missing()
     if why:
         out.append(entry("caption_metrics_pascal1k_test_s", None, "s", skipped=why))
@@ -350,14 +473,20 @@ def bench_stt(epochs: int = 2) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     caption_scores({i: [sent() for _ in range(5)] for i in range(100)}, {i: sent() for i in range(100)})
     caption_scores({i: [sent() for _ in range(4)] for i in range(500)}, {i: sent() for i in range(500)})
-    out.append(entry("caption_metrics_pascal1k_test_s", round(time.perf_counter() - t0, 1), "s",
-                     items="100 images x 5 references + 500 captions x 4 references",
-                     note="one process: the JVMs of the tokenizer and METEOR included"))
+    out.append(
+        entry(
+            "caption_metrics_pascal1k_test_s",
+            round(time.perf_counter() - t0, 1),
+            "s",
+            items="100 images x 5 references + 500 captions x 4 references",
+            note="one process: the JVMs of the tokenizer and METEOR included",
+        )
+    )
     return out
 
 
 # ----------------------------------------------------------------------------- one training epoch per run
-REFERENCE_MATMUL = (2048, 1024, 2048)          # the rate every epoch's ratio is taken against, same process
+REFERENCE_MATMUL = (2048, 1024, 2048)  # the rate every epoch's ratio is taken against, same process
 
 
 def _rows_per_image(views: Any) -> int:
@@ -391,7 +520,7 @@ def _gru_latency(gru: Any, batch: int, repeats: int = 20) -> float:
 
     dev, mode = next(gru.parameters()).device, gru.training
     x = torch.randn(batch, 1, gru.input_size, requires_grad=True, device=dev)
-    gru.train()                                         # cuDNN's backward runs in training mode only
+    gru.train()  # cuDNN's backward runs in training mode only
     ts = []
     for _ in range(repeats + 3):
         _sync(dev)
@@ -436,19 +565,22 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     batches = make_batches(train, tc.batch_size, tc.seed, epoch, tc.distinct_images)
     counts = train.sentences.counts()
     text = getattr(system, "text", None)
-    if text is not None:                                                   # TokenGRU (VSE, attention, STT)
+    if text is not None:  # TokenGRU (VSE, attention, STT)
         lat = _gru_latency(text.gru, tc.batch_size)
         steps = sum(int(counts[b].max()) for b in batches)
         parts = {"encoder_gru_steps": steps, "encoder_step_ms": round(lat * 1000, 3)}
         total = steps * lat
         dec = getattr(system, "dec", None)
         if dec is not None:
-            lat_d = _gru_latency(dec, 2 * tc.batch_size)                   # both heads decode in one batch
+            lat_d = _gru_latency(dec, 2 * tc.batch_size)  # both heads decode in one batch
             steps_d = sum(int(counts[b].max()) + 1 for b in batches)
             parts.update(decoder_gru_steps=steps_d, decoder_step_ms=round(lat_d * 1000, 3))
             total += steps_d * lat_d
-        return {"critical_path_s": round(total, 3), "sequential": parts,
-                "critical_path_is": "GRU time steps (longest caption per batch) x one step's latency at the batch size, fwd+bwd"}
+        return {
+            "critical_path_s": round(total, 3),
+            "sequential": parts,
+            "critical_path_is": "GRU time steps (longest caption per batch) x one step's latency at the batch size, fwd+bwd",
+        }
     structure = getattr(system, "structure", None)
     if structure is None or system.cfg.encoder == "bow":
         return None
@@ -457,7 +589,7 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     n_lv_all = len(levels(st_all.parent)) if st_all is not None else 0
     n_nodes = len(st_all.parent) if st_all is not None else 0
     per_step, nodes_b = [], 0
-    if st_all is None:                     # the squared loss encodes the batch; Eq. 5 reads it by position only
+    if st_all is None:  # the squared loss encodes the batch; Eq. 5 reads it by position only
         for b in batches:
             st = structure(train.sentences.take(b))
             per_step.append(len(levels(st.parent)))
@@ -466,11 +598,17 @@ def _critical_path(system: Any, train: Any, tc: Any, epoch: int) -> dict[str, An
     lat_all = _level_latency(max(n_nodes // max(n_lv_all, 1), 1), system.words.shape[1], dev) if n_lv_all else 0.0
     lat_b = _level_latency(max(nodes_b // max(sum(per_step), 1), 1), system.words.shape[1], dev) if nodes_b else 0.0
     total = len(batches) * n_lv_all * lat_all + sum(per_step) * lat_b
-    return {"critical_path_s": round(total, 3),
-            "sequential": {"levels_all_negatives": n_lv_all, "level_all_ms": round(lat_all * 1000, 3),
-                           "levels_batch_mean": round(float(np.mean(per_step)), 1) if per_step else 0.0, "level_batch_ms": round(lat_b * 1000, 3)},
-            "critical_path_is": "tree levels per step (Eq. 5: the whole training split's forest; the squared loss: the "
-                                "batch's) x one level's least cost (one matmul, tanh, scatter; fwd+bwd) at its mean size"}
+    return {
+        "critical_path_s": round(total, 3),
+        "sequential": {
+            "levels_all_negatives": n_lv_all,
+            "level_all_ms": round(lat_all * 1000, 3),
+            "levels_batch_mean": round(float(np.mean(per_step)), 1) if per_step else 0.0,
+            "level_batch_ms": round(lat_b * 1000, 3),
+        },
+        "critical_path_is": "tree levels per step (Eq. 5: the whole training split's forest; the squared loss: the "
+        "batch's) x one level's least cost (one matmul, tanh, scatter; fwd+bwd) at its mean size",
+    }
 
 
 SOLVER_OPS = ("eigh", "cholesky", "solve_triangular", "aten::mm", "aten::addmm", "aten::bmm")
@@ -492,9 +630,12 @@ def _solver_bound(fit: Any) -> dict[str, Any]:
             name = hit.removeprefix("aten::")
             parts[name] = parts.get(name, 0.0) + e.self_cpu_time_total / 1e6
     total = sum(parts.values())
-    return {"critical_path_s": round(total, 3), "sequential": {f"{k}_s": round(v, 3) for k, v in sorted(parts.items())},
-            "critical_path_is": "the closed form's decompositions (eigh, Cholesky, triangular solves) and matrix "
-                                "products, their self time in one profiled fit"}
+    return {
+        "critical_path_s": round(total, 3),
+        "sequential": {f"{k}_s": round(v, 3) for k, v in sorted(parts.items())},
+        "critical_path_is": "the closed form's decompositions (eigh, Cholesky, triangular solves) and matrix "
+        "products, their self time in one profiled fit",
+    }
 
 
 def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -502,9 +643,9 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
     validation (100 / 500) splits of Pascal1K's size in its views: (class, system, train config, train, val)."""
     import torch
 
-    from fraglib.params import read_params
     from fraglib.device import make_deterministic
     from fraglib.inputs import pool_images
+    from fraglib.params import read_params
     from fraglib.systems import get_system
     from fraglib.train import resolve_run
 
@@ -516,7 +657,7 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
     rows, n_rel = _rows_per_image(views), 1000 if views.sentences == "tokens" else 40
     train, dims = random_split(800, 5, regions=rows, n_rel=n_rel, seed=0, device=dev)
     val, _ = random_split(100, 5, regions=rows, n_rel=n_rel, seed=1, device=dev)
-    if views.pooled:                                              # as the loader gives them
+    if views.pooled:  # as the loader gives them
         train, val = pool_images(train), pool_images(val)
     system = cls(cfg, dims, tc.seed).to(dev)
     system.prepare(train)
@@ -541,10 +682,14 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
     dev, dev_name = select_device()
     cls, system, tc, train, val = _pascal1k_sized(run, dev)
     views = cls.views(system.cfg)
-    out: dict[str, Any] = {"rows_per_image": _rows_per_image(views), "views": f"{views.images}/{views.sentences}",
-                           "device": dev_name, "device_type": dev.type}
+    out: dict[str, Any] = {
+        "rows_per_image": _rows_per_image(views),
+        "views": f"{views.images}/{views.sentences}",
+        "device": dev_name,
+        "device_type": dev.type,
+    }
 
-    if not cls.TRAINABLE:                                                    # closed form: the fit is the epoch
+    if not cls.TRAINABLE:  # closed form: the fit is the epoch
         with FlopCounterMode(display=False) as fc:
             system.fit(train)
         flops = fc.get_total_flops()
@@ -569,16 +714,22 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
         with FlopCounterMode(display=False) as fc:
             epoch(0)
         flops_total = fc.get_total_flops()
-        with FlopCounterMode(display=False) as fv:                          # validation alone
+        with FlopCounterMode(display=False) as fv:  # validation alone
             validate()
         times = [epoch(e) for e in range(1, repeats + 1)]
-        out.update(train_s=[t[0] for t in times], val_s=[t[1] for t in times], flops_train=flops_total - fv.get_total_flops(),
-                   flops_val=fv.get_total_flops(), steps=steps[0], fit=False)
+        out.update(
+            train_s=[t[0] for t in times],
+            val_s=[t[1] for t in times],
+            flops_train=flops_total - fv.get_total_flops(),
+            flops_val=fv.get_total_flops(),
+            steps=steps[0],
+            fit=False,
+        )
         out["critical"] = _critical_path(system, train, tc, 1)
     out["matmul_gflops"] = matmul_gflops(*REFERENCE_MATMUL, device=dev)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if dev.type == "cuda":
-        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated(dev) / 2 ** 20
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated(dev) / 2**20
     q.put(out)
 
 
@@ -594,8 +745,10 @@ def _result_of(p: Any, q: Any, what: str) -> Any:
             return r
         except queue.Empty:
             if not p.is_alive():
-                raise RuntimeError(f"{what}: the benchmark process exited with code {p.exitcode} before reporting "
-                                   "(its error is printed above)") from None
+                raise RuntimeError(
+                    f"{what}: the benchmark process exited with code {p.exitcode} before reporting "
+                    "(its error is printed above)"
+                ) from None
 
 
 def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[str, Any]]:
@@ -628,19 +781,39 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
             cp = r["critical"]["critical_path_s"]
             extra = {**r["critical"], "seconds_over_critical_path": round(sec / cp, 2) if cp else None}
         suffix = "" if r["device_type"] == "cpu" else f"_{r['device_type']}"
-        out.append(entry(f"epoch_{run}{suffix}", round(sec, 2), "s", reference=round(r["matmul_gflops"], 1), device=r["device"],
-                         ratio=float(f"{ratio:.3g}") if ratio is not None else None,   # 3 significant figures
-                         reference_is=f"GFLOP/s of torch.matmul {REFERENCE_MATMUL[0]}x{REFERENCE_MATMUL[1]} @ "
-                                      f"{REFERENCE_MATMUL[1]}x{REFERENCE_MATMUL[2]}, same process",
-                         train_s=round(statistics.median(r["train_s"]), 2), val_s=round(statistics.median(r["val_s"]), 2),
-                         gflop=round(flops / 1e9, 1), gflop_train=round(r["flops_train"] / 1e9, 1),
-                         gflop_val=round(r["flops_val"] / 1e9, 2), achieved_gflops=round(flops / sec / 1e9, 1) if sec else None,
-                         steps=r["steps"], closed_form_fit=r["fit"], views=r["views"], rows_per_image=r["rows_per_image"],
-                         threads=threads, repeats=repeats, all_runs=[round(x, 2) for x in seconds],
-                         peak_rss_mb=round(r["peak_rss_mb"]),
-                         peak_gpu_mb=round(r["peak_gpu_mb"]) if "peak_gpu_mb" in r else None, **extra))
-        print(f"[bench]   epoch_{run}{suffix}: {sec:.2f} s, {flops / 1e9:.1f} GFLOP, ratio {out[-1]['ratio']}"
-              + (f", critical path {extra['critical_path_s']} s" if extra else ""), flush=True)
+        out.append(
+            entry(
+                f"epoch_{run}{suffix}",
+                round(sec, 2),
+                "s",
+                reference=round(r["matmul_gflops"], 1),
+                device=r["device"],
+                ratio=float(f"{ratio:.3g}") if ratio is not None else None,  # 3 significant figures
+                reference_is=f"GFLOP/s of torch.matmul {REFERENCE_MATMUL[0]}x{REFERENCE_MATMUL[1]} @ "
+                f"{REFERENCE_MATMUL[1]}x{REFERENCE_MATMUL[2]}, same process",
+                train_s=round(statistics.median(r["train_s"]), 2),
+                val_s=round(statistics.median(r["val_s"]), 2),
+                gflop=round(flops / 1e9, 1),
+                gflop_train=round(r["flops_train"] / 1e9, 1),
+                gflop_val=round(r["flops_val"] / 1e9, 2),
+                achieved_gflops=round(flops / sec / 1e9, 1) if sec else None,
+                steps=r["steps"],
+                closed_form_fit=r["fit"],
+                views=r["views"],
+                rows_per_image=r["rows_per_image"],
+                threads=threads,
+                repeats=repeats,
+                all_runs=[round(x, 2) for x in seconds],
+                peak_rss_mb=round(r["peak_rss_mb"]),
+                peak_gpu_mb=round(r["peak_gpu_mb"]) if "peak_gpu_mb" in r else None,
+                **extra,
+            )
+        )
+        print(
+            f"[bench]   epoch_{run}{suffix}: {sec:.2f} s, {flops / 1e9:.1f} GFLOP, ratio {out[-1]['ratio']}"
+            + (f", critical path {extra['critical_path_s']} s" if extra else ""),
+            flush=True,
+        )
     return out + gpu_absent("epoch_gpu")
 
 
@@ -650,12 +823,11 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
     with the most self time (host, and device on a GPU), the device's busy share of the epoch, and per step
     the kernel launches and the host–device synchronisations (each one stalls the host until the device
     has drained its queue: on a GPU the usual reason a small model runs far under the matmul rate)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from fraglib.params import read_params
     from fraglib.device import select_device
     from fraglib.distributed import Context
+    from fraglib.params import read_params
     from fraglib.train import Step, make_optimizer, train_epoch
 
     runs = runs or (read_params("params.yaml").get("bench") or {}).get("profile_runs") or []
@@ -678,44 +850,88 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
             epoch(4)
         ev = prof.key_averages()
         steps = n_steps[-1]
-        count = {k: sum(e.count for e in ev if e.key == k) for k in
-                 ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaLaunchKernel",
-                  "cudaLaunchKernelExC", "aten::_local_scalar_dense")}
+        count = {
+            k: sum(e.count for e in ev if e.key == k)
+            for k in (
+                "cudaStreamSynchronize",
+                "cudaDeviceSynchronize",
+                "cudaMemcpyAsync",
+                "cudaLaunchKernel",
+                "cudaLaunchKernelExC",
+                "aten::_local_scalar_dense",
+            )
+        }
         top_cpu = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
         extra: dict[str, Any] = {
-            "steps": steps, "top_self_cpu_ms_per_step": [[e.key, round(e.self_cpu_time_total / 1e3 / steps, 3), e.count]
-                                                         for e in top_cpu],
-            "scalar_reads_per_step": round(count["aten::_local_scalar_dense"] / steps, 1)}
+            "steps": steps,
+            "top_self_cpu_ms_per_step": [
+                [e.key, round(e.self_cpu_time_total / 1e3 / steps, 3), e.count] for e in top_cpu
+            ],
+            "scalar_reads_per_step": round(count["aten::_local_scalar_dense"] / steps, 1),
+        }
         if dev.type == "cuda":
             kern = [e for e in ev if e.self_device_time_total > 0 and not e.key.startswith("aten::")]
             busy = sum(e.self_device_time_total for e in kern) / 1e6
             top_dev = sorted(kern, key=lambda e: e.self_device_time_total, reverse=True)[:10]
-            extra.update(device_busy_s_per_step=round(busy / steps, 5), device_busy_share=round(busy / sec, 3),
-                         launches_per_step=round((count["cudaLaunchKernel"] + count["cudaLaunchKernelExC"]) / steps, 1),
-                         syncs_per_step=round((count["cudaStreamSynchronize"] + count["cudaDeviceSynchronize"]) / steps, 1),
-                         memcpy_per_step=round(count["cudaMemcpyAsync"] / steps, 1),
-                         top_device_ms_per_step=[[e.key[:80], round(e.self_device_time_total / 1e3 / steps, 3), e.count]
-                                                 for e in top_dev])
+            extra.update(
+                device_busy_s_per_step=round(busy / steps, 5),
+                device_busy_share=round(busy / sec, 3),
+                launches_per_step=round((count["cudaLaunchKernel"] + count["cudaLaunchKernelExC"]) / steps, 1),
+                syncs_per_step=round((count["cudaStreamSynchronize"] + count["cudaDeviceSynchronize"]) / steps, 1),
+                memcpy_per_step=round(count["cudaMemcpyAsync"] / steps, 1),
+                top_device_ms_per_step=[
+                    [e.key[:80], round(e.self_device_time_total / 1e3 / steps, 3), e.count] for e in top_dev
+                ],
+            )
         suffix = "" if dev.type == "cpu" else f"_{dev.type}"
-        out.append(entry(f"profile_{run}{suffix}", round(sec, 3), "s per epoch (unprofiled)", device=dev_name,
-                         ms_per_step=round(sec / steps * 1000, 2), **extra))
-        print(prof.key_averages().table(sort_by="self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total",
-                                        row_limit=15, max_name_column_width=60), flush=True)
+        out.append(
+            entry(
+                f"profile_{run}{suffix}",
+                round(sec, 3),
+                "s per epoch (unprofiled)",
+                device=dev_name,
+                ms_per_step=round(sec / steps * 1000, 2),
+                **extra,
+            )
+        )
+        print(
+            prof.key_averages().table(
+                sort_by="self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total",
+                row_limit=15,
+                max_name_column_width=60,
+            ),
+            flush=True,
+        )
     return out
 
 
 def amp_entry(run: str, dev_type: str, fp32: dict[str, Any], bf16: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The ``amp_<run>_<device>`` entry from two study summaries (``metrics.json`` + ``seconds``): value =
     bf16 − fp32 annotation R@1 (points), with both runs' R@1 means and seed SDs and their training seconds."""
+
     def part(m: dict[str, Any]) -> dict[str, Any]:
-        return {"annotation_r1": round(m["annotation"]["r1"], 2), "search_r1": round(m["search"]["r1"], 2),
-                "annotation_r1_sd": round(m["annotation_sd"]["r1"], 2), "search_r1_sd": round(m["search_sd"]["r1"], 2),
-                "seconds": round(m["seconds"], 1)}
+        return {
+            "annotation_r1": round(m["annotation"]["r1"], 2),
+            "search_r1": round(m["search"]["r1"], 2),
+            "annotation_r1_sd": round(m["annotation_sd"]["r1"], 2),
+            "search_r1_sd": round(m["search_sd"]["r1"], 2),
+            "seconds": round(m["seconds"], 1),
+        }
+
     a, b = part(fp32), part(bf16)
-    return entry(f"amp_{run}_{dev_type}", round(b["annotation_r1"] - a["annotation_r1"], 2), "R@1 points (bf16 - fp32)",
-                 reference=a["seconds"], ratio=round(b["seconds"] / a["seconds"], 3), fp32=a, bf16=b,
-                 search_r1_change=round(b["search_r1"] - a["search_r1"], 2), seeds=fp32.get("seeds"),
-                 reference_is="seconds of the fp32 study (ratio: bf16 seconds / fp32 seconds)", **extra)
+    return entry(
+        f"amp_{run}_{dev_type}",
+        round(b["annotation_r1"] - a["annotation_r1"], 2),
+        "R@1 points (bf16 - fp32)",
+        reference=a["seconds"],
+        ratio=round(b["seconds"] / a["seconds"], 3),
+        fp32=a,
+        bf16=b,
+        search_r1_change=round(b["search_r1"] - a["search_r1"], 2),
+        seeds=fp32.get("seeds"),
+        reference_is="seconds of the fp32 study (ratio: bf16 seconds / fp32 seconds)",
+        **extra,
+    )
 
 
 def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2)) -> list[dict[str, Any]]:
@@ -725,8 +941,8 @@ def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2))
     test are fp32 in both). Meant for a GPU; on a CPU autocast runs too, slowly."""
     import copy
 
-    from fraglib.params import read_params
     from fraglib.device import select_device
+    from fraglib.params import read_params
     from fraglib.study import run_study
 
     params = read_params("params.yaml")

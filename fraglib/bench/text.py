@@ -1,4 +1,5 @@
 """Benchmarks of the text side: parsing and triplet extraction."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,16 @@ def bench_parse(repeats: int = 3) -> list[dict[str, Any]]:
             for p in parsed:
                 triplets(p.tokens, parser.scheme)
             rates.append(len(texts) / (time.perf_counter() - t0))
-        out.append(entry(name, round(statistics.median(rates), 1), "sentences/s", corpus=corpus,
-                         sentences=len(texts), parser=parser.name, includes="parse + triplet extraction",
-                         all_runs=[round(r, 1) for r in rates]))
+        out.append(
+            entry(
+                name,
+                round(statistics.median(rates), 1),
+                "sentences/s",
+                corpus=corpus,
+                sentences=len(texts),
+                parser=parser.name,
+                includes="parse + triplet extraction",
+                all_runs=[round(r, 1) for r in rates],
+            )
+        )
     return out

@@ -1,4 +1,5 @@
 """``python -m fraglib.data``: convert a dataset to the internal (Karpathy) format."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,13 @@ from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 def main(argv: list[str] | None = None) -> None:
     """Convert a dataset to the internal (Karpathy) format::
 
-        python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
-        python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
-        python -m fraglib.data flickr8k  --root TEXT_DIR --text-only --out data/flickr8k   # captions only
-        python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
-        python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
-        python -m fraglib.data karpathy  --json dataset_coco.json --images COCO_ROOT --out data/coco   # train2014/, val2014/
-        python -m fraglib.data precomp   --root data/coco_precomp --splits train,dev,testall --out data/coco_precomp
+    python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
+    python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
+    python -m fraglib.data flickr8k  --root TEXT_DIR --text-only --out data/flickr8k   # captions only
+    python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
+    python -m fraglib.data karpathy  --json dataset_flickr30k.json --images DIR --out data/flickr30k
+    python -m fraglib.data karpathy  --json dataset_coco.json --images COCO_ROOT --out data/coco   # train2014/, val2014/
+    python -m fraglib.data precomp   --root data/coco_precomp --splits train,dev,testall --out data/coco_precomp
     """
     import argparse
 
@@ -29,15 +30,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--token", help="flickr30k: the results token file")
     ap.add_argument("--json", help="karpathy: a dataset_*.json file")
     ap.add_argument("--splits", default="train,dev,test", help="precomp: which {split}_ims.npy / {split}_caps.txt")
-    ap.add_argument("--text-only", action="store_true", help="flickr8k: captions only, no image folder (image view 'none')")
+    ap.add_argument(
+        "--text-only", action="store_true", help="flickr8k: captions only, no image folder (image view 'none')"
+    )
     ap.add_argument("--out", required=True)
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--n-val", type=int, default=1000, help="flickr30k from the token file: val images")
     ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP + " (precomp: its feature caches too)")
     args = ap.parse_args(argv)
-    need = {"pascal1k": ["root"], "flickr8k": ["root"] + ([] if args.text_only else ["images"]), "flickr30k": ["token", "images"],
-            "karpathy": ["json", "images"], "precomp": ["root"]}[args.dataset]
+    need = {
+        "pascal1k": ["root"],
+        "flickr8k": ["root"] + ([] if args.text_only else ["images"]),
+        "flickr30k": ["token", "images"],
+        "karpathy": ["json", "images"],
+        "precomp": ["root"],
+    }[args.dataset]
     for n in need:
         if not getattr(args, n):
             ap.error(f"{args.dataset} needs --{n}")
@@ -47,15 +55,20 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     family = [out / "dataset.json", out / "conversion.json"]
     if args.dataset == "precomp":
-        from fraglib.data.precomp import cache_paths, read_precomp, write_cache
         from fraglib.data.cache import cache_family
+        from fraglib.data.precomp import cache_paths, read_precomp, write_cache
 
         try:
             ds, feats, counts = read_precomp(args.root, args.splits.split(","))
         except (ValueError, FileNotFoundError) as exc:
             ap.error(str(exc))
-        claim_cli(ap, family + cache_family(out / "features"), family[:1] + cache_paths(counts, out), args.overwrite,
-              f"python -m fraglib.data precomp --out {out}")
+        claim_cli(
+            ap,
+            family + cache_family(out / "features"),
+            family[:1] + cache_paths(counts, out),
+            args.overwrite,
+            f"python -m fraglib.data precomp --out {out}",
+        )
         write_karpathy_json(ds, Path(args.out) / "dataset.json")
         paths = write_cache(ds, feats, counts, args.out)
         print(f"wrote {ds} to {args.out}/dataset.json and {', '.join(map(str, paths))}")
@@ -69,10 +82,19 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from fraglib.data.flickr import read_flickr8k, read_flickr30k
 
-        ds, report = (read_flickr8k(args.root, args.images) if args.dataset == "flickr8k"
-                      else read_flickr30k(args.token, args.images, args.split_seed, args.n_val, args.n_test))
+        ds, report = (
+            read_flickr8k(args.root, args.images)
+            if args.dataset == "flickr8k"
+            else read_flickr30k(args.token, args.images, args.split_seed, args.n_val, args.n_test)
+        )
         image_root = Path(args.images).resolve() if args.images else None
-    claim_cli(ap, family, family if report else family[:1], args.overwrite, f"python -m fraglib.data {args.dataset} --out {out}")
+    claim_cli(
+        ap,
+        family,
+        family if report else family[:1],
+        args.overwrite,
+        f"python -m fraglib.data {args.dataset} --out {out}",
+    )
     write_karpathy_json(ds, Path(args.out) / "dataset.json", image_root=image_root)
     if report:
         write_text(Path(args.out) / "conversion.json", json.dumps(report, indent=1) + "\n")

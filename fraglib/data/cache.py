@@ -22,6 +22,7 @@ meta           str ()             JSON: detector, CNN, settings, timings
 A skipped image keeps its place with zero rows, so rows never shift; it ranks last in evaluation.
 :meth:`FeatureCache.load` refuses a cache whose ``imgids``/``filenames`` differ from the dataset's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,16 +51,34 @@ class FeatureCache:
 
     def save(self, path: str | Path) -> None:
         """Write the ``.npz`` file ``path`` atomically."""
-        save_npz(path, features=self.features, boxes=self.boxes, scores=self.scores, is_full=self.is_full,
-                 offsets=self.offsets, imgids=self.imgids, filenames=self.filenames, status=self.status,
-                 meta=np.array(json.dumps(self.meta, sort_keys=True)))
+        save_npz(
+            path,
+            features=self.features,
+            boxes=self.boxes,
+            scores=self.scores,
+            is_full=self.is_full,
+            offsets=self.offsets,
+            imgids=self.imgids,
+            filenames=self.filenames,
+            status=self.status,
+            meta=np.array(json.dumps(self.meta, sort_keys=True)),
+        )
 
     @classmethod
     def load(cls, path: str | Path, dataset: Dataset | None = None) -> "FeatureCache":
         """Load; with ``dataset``, check that the cache's image order is the dataset's."""
         z, meta = open_npz(path, "feature cache not found (run the features stage)")
-        c = cls(z["features"], z["boxes"], z["scores"], z["is_full"], z["offsets"], z["imgids"],
-                z["filenames"], z["status"], meta)
+        c = cls(
+            z["features"],
+            z["boxes"],
+            z["scores"],
+            z["is_full"],
+            z["offsets"],
+            z["imgids"],
+            z["filenames"],
+            z["status"],
+            meta,
+        )
         if dataset is not None:
             c.check(dataset, path)
         return c
@@ -71,13 +90,17 @@ class FeatureCache:
             raise ValueError(f"{name}: {len(self.imgids)} images, dataset {dataset.name} has {len(want_ids)}")
         for n, (a, b, fa, fb) in enumerate(zip(self.imgids, want_ids, self.filenames, want_files)):
             if int(a) != int(b) or str(fa) != str(fb):
-                raise ValueError(f"{name}: row order differs from dataset {dataset.name} at image {n}: "
-                                 f"cache has {fa} (imgid {a}), dataset has {fb} (imgid {b})")
+                raise ValueError(
+                    f"{name}: row order differs from dataset {dataset.name} at image {n}: "
+                    f"cache has {fa} (imgid {a}), dataset has {fb} (imgid {b})"
+                )
         bad = ~np.isfinite(self.features).all(axis=1)
         if bad.any():
             img = int(np.searchsorted(self.offsets, np.flatnonzero(bad)[0], side="right") - 1)
-            raise ValueError(f"{name}: {int(bad.sum())} feature row(s) hold NaN or Inf (first in image "
-                             f"{self.filenames[img]}); re-run the features stage")
+            raise ValueError(
+                f"{name}: {int(bad.sum())} feature row(s) hold NaN or Inf (first in image "
+                f"{self.filenames[img]}); re-run the features stage"
+            )
 
     def rows(self, n: int) -> slice:
         return slice(int(self.offsets[n]), int(self.offsets[n + 1]))
@@ -95,22 +118,39 @@ class FeatureCache:
             r = np.arange(self.offsets[n], self.offsets[n + 1])
             keep[r[~self.is_full[r]][:k]] = True
         counts = np.array([keep[self.rows(n)].sum() for n in range(len(self.imgids))])
-        return FeatureCache(self.features[keep], self.boxes[keep], self.scores[keep], self.is_full[keep],
-                            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.imgids, self.filenames,
-                            self.status, {**self.meta, "detector": detector or self.meta.get("detector"),
-                                          **({} if detector else {"detections": k})})
+        return FeatureCache(
+            self.features[keep],
+            self.boxes[keep],
+            self.scores[keep],
+            self.is_full[keep],
+            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            self.imgids,
+            self.filenames,
+            self.status,
+            {**self.meta, "detector": detector or self.meta.get("detector"), **({} if detector else {"detections": k})},
+        )
 
     def subset(self, rows: list[int]) -> "FeatureCache":
         """Images ``rows`` (positions in this cache), e.g. one split."""
         sl = [self.rows(n) for n in rows]
         idx = np.concatenate([np.arange(s.start, s.stop) for s in sl]) if sl else np.zeros(0, np.int64)
         counts = [s.stop - s.start for s in sl]
-        return FeatureCache(self.features[idx], self.boxes[idx], self.scores[idx], self.is_full[idx],
-                            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.imgids[rows],
-                            self.filenames[rows], self.status[rows], self.meta)
+        return FeatureCache(
+            self.features[idx],
+            self.boxes[idx],
+            self.scores[idx],
+            self.is_full[idx],
+            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            self.imgids[rows],
+            self.filenames[rows],
+            self.status[rows],
+            self.meta,
+        )
 
 
 def cache_family(out_dir: str | Path) -> list[Path]:
     """Every file a feature folder may hold (one cache per detector view, then the stats): the family that
     :func:`fraglib.outputs.claim` replaces as a whole."""
-    return [Path(out_dir) / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [Path(out_dir) / "features_stats.json"]
+    return [Path(out_dir) / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [
+        Path(out_dir) / "features_stats.json"
+    ]

@@ -3,6 +3,7 @@
 Like neuraltalk's data provider: one small object per dataset holding images, sentences and the
 explicit sentence -> image index that every evaluation uses (never a positional 5-per-image rule).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,9 @@ class Dataset:
         check_choice("split", split, SPLITS)
         images = [im for im in self.images if im["split"] == split or (split == "train" and im["split"] == "restval")]
         keep = {im["imgid"] for im in images}
-        return Dataset(f"{self.name}/{split}", self.image_dir, images,
-                       [s for s in self.sentences if s["imgid"] in keep])
+        return Dataset(
+            f"{self.name}/{split}", self.image_dir, images, [s for s in self.sentences if s["imgid"] in keep]
+        )
 
     def image_path(self, row: int) -> Path:
         """The file of image ``row`` in ``image_dir``. A name that leads outside that folder, by ``..``, an
@@ -57,9 +59,11 @@ class Dataset:
         im, folder = self.images[row], Path(self.image_dir)
         path = folder / im["filename"]
         if not path.resolve().is_relative_to(folder.resolve()):
-            raise ValueError(f"dataset {self.name}: image row {row} (imgid {im['imgid']}), file name "
-                             f"{im['filename']!r}: it is {path.resolve()}, outside the image folder {folder}; not "
-                             "read (put the image itself in the folder, or fix the file name)")
+            raise ValueError(
+                f"dataset {self.name}: image row {row} (imgid {im['imgid']}), file name "
+                f"{im['filename']!r}: it is {path.resolve()}, outside the image folder {folder}; not "
+                "read (put the image itself in the folder, or fix the file name)"
+            )
         return path
 
     def __repr__(self) -> str:
@@ -79,13 +83,17 @@ class NpzArrays:
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.files:
-            raise ValueError(f"{self.path}: no array {key!r} (has {', '.join(self.files)}); "
-                             f"not the file expected here ({self._missing})")
+            raise ValueError(
+                f"{self.path}: no array {key!r} (has {', '.join(self.files)}); "
+                f"not the file expected here ({self._missing})"
+            )
         try:
             return self._z[key]
         except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{self.path}: array {key!r} is damaged ({exc}); delete the file and re-run "
-                             f"what writes it ({self._missing})") from None
+            raise ValueError(
+                f"{self.path}: array {key!r} is damaged ({exc}); delete the file and re-run "
+                f"what writes it ({self._missing})"
+            ) from None
 
 
 def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]:
@@ -96,14 +104,17 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing}")
-    if path.is_file() and not zipfile.is_zipfile(path):   # np.load would advise loading it as a pickle
-        raise ValueError(f"{path}: not a readable .npz archive (not a complete zip file: cut short, or another "
-                         f"kind of file); delete it and re-run what writes it ({missing})")
+    if path.is_file() and not zipfile.is_zipfile(path):  # np.load would advise loading it as a pickle
+        raise ValueError(
+            f"{path}: not a readable .npz archive (not a complete zip file: cut short, or another "
+            f"kind of file); delete it and re-run what writes it ({missing})"
+        )
     try:
         z = NpzArrays(np.load(path, allow_pickle=False), path, missing)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable .npz archive ({exc}); delete it and re-run what writes it "
-                         f"({missing})") from None
+        raise ValueError(
+            f"{path}: not a readable .npz archive ({exc}); delete it and re-run what writes it ({missing})"
+        ) from None
     if "meta" not in z:
         return z, {}
     try:
@@ -150,12 +161,20 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
         split = im.get("split", "train")
         if split not in SPLITS + ("restval",):
             raise ValueError(f"{path}: image {im.get('filename')} has unknown split {split!r}")
-        name = f"{im['filepath']}/{im['filename']}" if im.get("filepath") else im["filename"]   # COCO: train2014/...
+        name = f"{im['filepath']}/{im['filename']}" if im.get("filepath") else im["filename"]  # COCO: train2014/...
         if isinstance(name, str) and not _inside(name):
-            raise ValueError(f"{path}: images[{n}] (imgid {im['imgid']}): file name {name!r} leads outside the "
-                             "image folder; expected a name relative to it (no '..', not absolute)")
-        images.append({"imgid": im["imgid"], "filename": name, "split": split,
-                       **({"category": im["category"]} if "category" in im else {})})
+            raise ValueError(
+                f"{path}: images[{n}] (imgid {im['imgid']}): file name {name!r} leads outside the "
+                "image folder; expected a name relative to it (no '..', not absolute)"
+            )
+        images.append(
+            {
+                "imgid": im["imgid"],
+                "filename": name,
+                "split": split,
+                **({"category": im["category"]} if "category" in im else {}),
+            }
+        )
         for k, s in enumerate(im["sentences"]):
             if not isinstance(s, dict) or "sentid" not in s or "raw" not in s or not isinstance(s["sentid"], int):
                 raise ValueError(f"{path}: images[{n}].sentences[{k}] needs an integer sentid and a raw caption")
@@ -163,14 +182,17 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
                 raise ValueError(f"{path}: images[{n}].sentences[{k}].raw={s['raw']!r}: expected the caption's text")
             if not isinstance(s.get("tokens", []), list) or not all(isinstance(t, str) for t in s.get("tokens", [])):
                 raise ValueError(f"{path}: images[{n}].sentences[{k}].tokens: expected a list of strings")
-            sentences.append({"sentid": s["sentid"], "imgid": im["imgid"], "raw": s["raw"],
-                              "tokens": list(s.get("tokens", []))})
+            sentences.append(
+                {"sentid": s["sentid"], "imgid": im["imgid"], "raw": s["raw"], "tokens": list(s.get("tokens", []))}
+            )
     for key, rows in (("imgid", images), ("sentid", sentences)):
         seen: set[int] = set()
         dup = sorted({r[key] for r in rows if r[key] in seen or seen.add(r[key])})
         if dup:
-            raise ValueError(f"{path}: duplicate {key} {', '.join(map(str, dup[:10]))}"
-                             + (f" (+{len(dup) - 10} more)" if len(dup) > 10 else ""))
+            raise ValueError(
+                f"{path}: duplicate {key} {', '.join(map(str, dup[:10]))}"
+                + (f" (+{len(dup) - 10} more)" if len(dup) > 10 else "")
+            )
     if image_dir is None:
         image_dir = data.get("image_root") or path.parent / "images"
     return Dataset(data.get("dataset", path.stem), Path(image_dir), images, sentences)
@@ -181,9 +203,14 @@ def write_karpathy_json(ds: Dataset, path: str | Path, image_root: str | Path | 
     by_img: dict[Any, list[dict[str, Any]]] = {}
     for s in ds.sentences:
         by_img.setdefault(s["imgid"], []).append(s)
-    images = [{**{k: v for k, v in im.items() if k not in ("sentids", "sentences")},
-               "sentids": [s["sentid"] for s in by_img.get(im["imgid"], [])],
-               "sentences": [dict(s) for s in by_img.get(im["imgid"], [])]} for im in ds.images]
+    images = [
+        {
+            **{k: v for k, v in im.items() if k not in ("sentids", "sentences")},
+            "sentids": [s["sentid"] for s in by_img.get(im["imgid"], [])],
+            "sentences": [dict(s) for s in by_img.get(im["imgid"], [])],
+        }
+        for im in ds.images
+    ]
     out = {"dataset": ds.name, "images": images}
     if image_root is not None:
         out["image_root"] = str(image_root)
@@ -202,7 +229,7 @@ def stratified_split(categories: list[str], seed: int, n_val: int = 5, n_test: i
         pick = rng.permutation(idx)
         for i in pick[:n_val]:
             split[i] = "val"
-        for i in pick[n_val:n_val + n_test]:
+        for i in pick[n_val : n_val + n_test]:
             split[i] = "test"
     return split
 
@@ -234,7 +261,6 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
         for text in raw[f]["sentences"]:
             sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": text, "tokens": tokenize(text)})
     return Dataset("pascal1k", root / "images", images, sentences)
-
 
 
 def tokenize(raw: str) -> list[str]:

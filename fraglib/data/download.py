@@ -8,6 +8,7 @@ The page (``http://vision.cs.uiuc.edu/pascal-sentences/``) lists every image
 every image against ``fraglib/reference/pascal1k_sha256.json`` (SHA-256 of the 1,000 official
 files); a mismatch stops with the names of the files. Nothing else in fraglib touches the network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,10 @@ def parse_page(page: str) -> dict[str, dict]:
     for src, sentences in p.items:
         parts = src.strip("/").split("/")
         if parts[-1] in out:
-            raise ValueError(f"the page lists the image {parts[-1]!r} twice ({out[parts[-1]]['src']} and {src}): "
-                             "its captions would be ambiguous")
+            raise ValueError(
+                f"the page lists the image {parts[-1]!r} twice ({out[parts[-1]]['src']} and {src}): "
+                "its captions would be ambiguous"
+            )
         out[parts[-1]] = {"category": parts[-2] if len(parts) > 1 else "", "sentences": sentences, "src": src}
     return out
 
@@ -73,8 +76,9 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = MANIFEST,
-                      allow_unverified: bool = False) -> dict[str, int]:
+def download_pascal1k(
+    out: str | Path, url: str = PASCAL_URL, manifest: Path = MANIFEST, allow_unverified: bool = False
+) -> dict[str, int]:
     """Fetch the page and its images into ``out``; every image must be in ``manifest`` with the
     right SHA-256 (``allow_unverified`` accepts, and counts, images the manifest does not know)."""
     out = Path(out)
@@ -87,8 +91,10 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
         raise RuntimeError(f"{url}: no images found on the page (has its layout changed?)")
     unlisted = sorted(k for k in items if k not in known)
     if unlisted and not allow_unverified:
-        raise RuntimeError(f"{len(unlisted)} image(s) on the page are not in the checksum manifest {manifest.name}, "
-                           f"e.g. {unlisted[:5]}: not the expected Pascal1K (pass --allow-unverified to take them anyway)")
+        raise RuntimeError(
+            f"{len(unlisted)} image(s) on the page are not in the checksum manifest {manifest.name}, "
+            f"e.g. {unlisted[:5]}: not the expected Pascal1K (pass --allow-unverified to take them anyway)"
+        )
     (out / "images").mkdir(parents=True, exist_ok=True)
     bad, fetched = [], 0
     for name, item in items.items():
@@ -101,10 +107,20 @@ def download_pascal1k(out: str | Path, url: str = PASCAL_URL, manifest: Path = M
             bad.append(name)
     if bad:
         raise RuntimeError(f"checksum mismatch for {len(bad)} images, e.g. {bad[:5]} (re-run, or check the source)")
-    write_text(out / "sentences.json", json.dumps(
-        {k: {"category": v["category"], "sentences": v["sentences"]} for k, v in sorted(items.items())}, indent=1) + "\n")
-    return {"images": len(items), "downloaded": fetched, "verified": len(items) - len(unlisted),
-            "not_in_manifest": len(unlisted), "manifest_not_on_page": len(set(known) - set(items))}
+    write_text(
+        out / "sentences.json",
+        json.dumps(
+            {k: {"category": v["category"], "sentences": v["sentences"]} for k, v in sorted(items.items())}, indent=1
+        )
+        + "\n",
+    )
+    return {
+        "images": len(items),
+        "downloaded": fetched,
+        "verified": len(items) - len(unlisted),
+        "not_in_manifest": len(unlisted),
+        "manifest_not_on_page": len(set(known) - set(items)),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

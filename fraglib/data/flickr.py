@@ -14,6 +14,7 @@ missing from ``image_dir`` are dropped and counted, and the counts come back in 
 ``image_dir=None`` the dataset is **text only** (every listed image kept, none read): the captions
 of the paraphrasing branch (systems read its images in the view ``none``, docs/formats.md).
 """
+
 from __future__ import annotations
 
 import re
@@ -50,12 +51,22 @@ def read_token_file(path: str | Path) -> tuple[dict[str, list[tuple[int, str]]],
         seen[key] = i
         undecodable += "\ufffd" in m["caption"]
         caps.setdefault(m["file"], []).append((int(m["n"]), m["caption"].strip()))
-    return caps, {"lines_skipped": len(bad), "first_skipped_lines": bad[:10],
-                  "captions_with_undecodable_bytes": undecodable}
+    return caps, {
+        "lines_skipped": len(bad),
+        "first_skipped_lines": bad[:10],
+        "captions_with_undecodable_bytes": undecodable,
+    }
 
 
-def read_flickr(name: str, token_file: str | Path, image_dir: str | Path | None, split_files: dict[str, str | Path] | None = None,
-                split_seed: int = 0, n_val: int = 1000, n_test: int = 1000) -> tuple[Dataset, dict[str, Any]]:
+def read_flickr(
+    name: str,
+    token_file: str | Path,
+    image_dir: str | Path | None,
+    split_files: dict[str, str | Path] | None = None,
+    split_seed: int = 0,
+    n_val: int = 1000,
+    n_test: int = 1000,
+) -> tuple[Dataset, dict[str, Any]]:
     """A Flickr dataset in the internal form, and the report of what was skipped."""
     from fraglib.data.synthetic import tokenize
 
@@ -73,13 +84,15 @@ def read_flickr(name: str, token_file: str | Path, image_dir: str | Path | None,
         report["listed_without_captions"] = len(listed_missing)
     else:
         if len(files) <= n_val + n_test:
-            raise ValueError(f"{token_file}: {len(files)} images, too few for {n_val} val + {n_test} test images "
-                             "and a train split; pass smaller n_val / n_test")
+            raise ValueError(
+                f"{token_file}: {len(files)} images, too few for {n_val} val + {n_test} test images "
+                "and a train split; pass smaller n_val / n_test"
+            )
         rng = np.random.default_rng(split_seed)
         order = rng.permutation(len(files))
         split_of = {files[i]: "val" for i in order[:n_val]}
-        split_of.update({files[i]: "test" for i in order[n_val:n_val + n_test]})
-        split_of.update({files[i]: "train" for i in order[n_val + n_test:]})
+        split_of.update({files[i]: "test" for i in order[n_val : n_val + n_test]})
+        split_of.update({files[i]: "train" for i in order[n_val + n_test :]})
     if image_dir is None:
         report["images_on_disk"] = "not read (text only)"
     else:
@@ -113,7 +126,8 @@ def read_flickr8k(root: str | Path, image_dir: str | Path | None) -> tuple[Datas
     return read_flickr("flickr8k", root / "Flickr8k.token.txt", image_dir, lists)
 
 
-def read_flickr30k(token_file: str | Path, image_dir: str | Path, split_seed: int = 0, n_val: int = 1000,
-                   n_test: int = 1000) -> tuple[Dataset, dict[str, Any]]:
+def read_flickr30k(
+    token_file: str | Path, image_dir: str | Path, split_seed: int = 0, n_val: int = 1000, n_test: int = 1000
+) -> tuple[Dataset, dict[str, Any]]:
     """Flickr30K from its results token file; a seeded ``n_val``/``n_test`` split (see module doc)."""
     return read_flickr("flickr30k", token_file, image_dir, None, split_seed, n_val, n_test)

@@ -13,6 +13,7 @@ whole-image row per image (views ``fullframe`` and ``rcnn``); regions as ``featu
 no whole-image descriptor; views ``top36``, ``rcnn``, ``fullframe``). The cache is held in memory:
 SCAN's COCO regions (≈ 33 GB as float32) need a machine with that much; global descriptors do not.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -63,19 +64,25 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
                 raise FileNotFoundError(f"{f}: not found (the precomp layout has {s}_ims.npy and {s}_caps.txt)")
         ims = load_features(ims_file)
         if not isinstance(ims, np.ndarray) or ims.ndim not in (2, 3) or ims.shape[0] == 0:
-            raise ValueError(f"{ims_file}: shape {getattr(ims, 'shape', None)}; expected (N, D) or (N, R, D) with N > 0")
+            raise ValueError(
+                f"{ims_file}: shape {getattr(ims, 'shape', None)}; expected (N, D) or (N, R, D) with N > 0"
+            )
         if ndims and ims.ndim not in ndims:
-            raise ValueError(f"{ims_file}: shape {ims.shape} ({'regions' if ims.ndim == 3 else 'one descriptor'} per "
-                             f"image) but {first}: {'regions' if 3 in ndims else 'one descriptor'} per image; "
-                             "every split must have the same layout")
+            raise ValueError(
+                f"{ims_file}: shape {ims.shape} ({'regions' if ims.ndim == 3 else 'one descriptor'} per "
+                f"image) but {first}: {'regions' if 3 in ndims else 'one descriptor'} per image; "
+                "every split must have the same layout"
+            )
         ndims.add(ims.ndim)
         first = first or ims_file.name
         caps = caps_file.read_text(encoding="utf-8").splitlines()
         while caps and not caps[-1].strip():
             caps.pop()
         if len(caps) % ims.shape[0]:
-            raise ValueError(f"{caps_file}: {len(caps)} captions for {ims.shape[0]} images in {ims_file.name} "
-                             "(expected a whole number per image)")
+            raise ValueError(
+                f"{caps_file}: {len(caps)} captions for {ims.shape[0]} images in {ims_file.name} "
+                "(expected a whole number per image)"
+            )
         per = len(caps) // ims.shape[0]
         empty = [n + 1 for n, c in enumerate(caps) if not c.strip()]
         if empty:
@@ -84,21 +91,24 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
         for k in range(ims.shape[0]):
             imgid = len(images)
             images.append({"imgid": imgid, "filename": f"{s}/{k}", "split": SPLIT_OF[s]})
-            for c in caps[k * per:(k + 1) * per]:
+            for c in caps[k * per : (k + 1) * per]:
                 sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": c.strip(), "tokens": tokenize(c)})
         x = np.asarray(ims, dtype=np.float32)
         bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
         if bad.any():
             rows = np.flatnonzero(bad)
-            raise ValueError(f"{ims_file}: {len(rows)} image row(s) hold NaN or Inf (first: row "
-                             f"{', '.join(map(str, rows[:5]))}); the features are unusable")
-        if x.ndim == 3:                                  # regions + their mean as the whole-image row
+            raise ValueError(
+                f"{ims_file}: {len(rows)} image row(s) hold NaN or Inf (first: row "
+                f"{', '.join(map(str, rows[:5]))}); the features are unusable"
+            )
+        if x.ndim == 3:  # regions + their mean as the whole-image row
             x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
         counts.append(np.full(x.shape[0], x.shape[1] if x.ndim == 3 else 1, np.int64))
         feats.append(x.reshape(-1, x.shape[-1]))
     if len(dims) > 1:
-        raise ValueError(f"{root}: the splits' descriptors differ in size: "
-                         + ", ".join(f"{f} has {d}" for d, f in dims.items()))
+        raise ValueError(
+            f"{root}: the splits' descriptors differ in size: " + ", ".join(f"{f} has {d}" for d, f in dims.items())
+        )
     return Dataset(f"precomp:{root.name}", root, images, sentences), np.concatenate(feats), np.concatenate(counts)
 
 
@@ -114,13 +124,23 @@ def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str 
 
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     is_full = np.zeros(len(features), bool)
-    is_full[offsets[1:] - 1] = True                      # the last row of each image: global, or the regions' mean
+    is_full[offsets[1:] - 1] = True  # the last row of each image: global, or the regions' mean
     regions = bool((counts > 1).any())
-    cache = FeatureCache(features, np.zeros((len(features), 4), np.float32), np.ones(len(features), np.float32),
-                         is_full, offsets, np.array([im["imgid"] for im in ds.images]),
-                         np.array([im["filename"] for im in ds.images]), np.array([""] * len(ds.images)),
-                         {"detector": "precomp", "cnn": f"precomp ({'regions' if regions else 'global'}, "
-                                                         f"{features.shape[1]}-d)", "source": str(ds.image_dir)})
+    cache = FeatureCache(
+        features,
+        np.zeros((len(features), 4), np.float32),
+        np.ones(len(features), np.float32),
+        is_full,
+        offsets,
+        np.array([im["imgid"] for im in ds.images]),
+        np.array([im["filename"] for im in ds.images]),
+        np.array([""] * len(ds.images)),
+        {
+            "detector": "precomp",
+            "cnn": f"precomp ({'regions' if regions else 'global'}, {features.shape[1]}-d)",
+            "source": str(ds.image_dir),
+        },
+    )
     paths = cache_paths(counts, out)
     for p in paths:
         cache.save(p)

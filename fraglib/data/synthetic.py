@@ -34,6 +34,7 @@ Outputs (``write_benchmark``), all byte-identical for the same seed and configur
 * ``stats.json``                 summary statistics (a DVC metric)
 * ``caption_lengths.csv``        histogram of tokens per caption (a DVC plot)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,16 +98,16 @@ class SynthConfig:
     n_train: int = 800
     n_val: int = 100
     n_test: int = 100
-    image_size: int = 256          # px, square
+    image_size: int = 256  # px, square
     min_objects: int = 2
     max_objects: int = 4
     captions_per_image: int = 5
-    max_mentions: int = 3          # objects a caption mentions at most
-    twin_fraction: float = 0.2     # target share of colour-permuted twins (fewer where colours cannot be permuted)
-    small_fraction: float = 0.35   # share of objects in the "small" size class
-    ungrounded_prob: float = 0.3   # chance a caption carries a phrase with no visual grounding
-    scene_prob: float = 0.5        # chance a caption names the scene
-    pixel_noise: float = 6.0       # std of additive Gaussian pixel noise, in 0..255 units
+    max_mentions: int = 3  # objects a caption mentions at most
+    twin_fraction: float = 0.2  # target share of colour-permuted twins (fewer where colours cannot be permuted)
+    small_fraction: float = 0.35  # share of objects in the "small" size class
+    ungrounded_prob: float = 0.3  # chance a caption carries a phrase with no visual grounding
+    scene_prob: float = 0.5  # chance a caption names the scene
+    pixel_noise: float = 6.0  # std of additive Gaussian pixel noise, in 0..255 units
 
     def validate(self) -> "SynthConfig":
         p = "synthetic"
@@ -164,23 +165,31 @@ def _sample_layout(rng: np.random.Generator, cfg: SynthConfig) -> list[dict[str,
                 y0 = int(rng.integers(2, S - side - 2))
                 box = [x0, y0, x0 + side, y0 + side]
                 gap = 4
-                if all(box[0] >= o["box"][2] + gap or box[2] + gap <= o["box"][0]
-                       or box[1] >= o["box"][3] + gap or box[3] + gap <= o["box"][1] for o in objects):
+                if all(
+                    box[0] >= o["box"][2] + gap
+                    or box[2] + gap <= o["box"][0]
+                    or box[1] >= o["box"][3] + gap
+                    or box[3] + gap <= o["box"][1]
+                    for o in objects
+                ):
                     break
             else:
                 break  # restart the whole image
-            objects.append({
-                "box": box,
-                "shape": str(rng.choice(SHAPES)),
-                "colour": str(rng.choice(list(COLOURS))),
-                "pattern": str(rng.choice(PATTERNS)),
-                "size": size,
-            })
+            objects.append(
+                {
+                    "box": box,
+                    "shape": str(rng.choice(SHAPES)),
+                    "colour": str(rng.choice(list(COLOURS))),
+                    "pattern": str(rng.choice(PATTERNS)),
+                    "size": size,
+                }
+            )
         if len(objects) == n:
             return objects
     raise ConfigError(
         f"synthetic: could not place {n} non-overlapping objects in a {S}px image after 50 attempts; "
-        f"lower synthetic.max_objects (now {cfg.max_objects}) or synthetic.small_fraction")
+        f"lower synthetic.max_objects (now {cfg.max_objects}) or synthetic.small_fraction"
+    )
 
 
 def _twin_of(rng: np.random.Generator, objects: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -205,8 +214,9 @@ def _background(rng: np.random.Generator, scene: str, S: int) -> np.ndarray:
     """Procedural texture for a scene, float32 (S, S, 3) in 0..255."""
     yy, xx = np.mgrid[0:S, 0:S].astype(np.float32) / S
     noise = rng.normal(0, 1, (S, S)).astype(np.float32)
-    coarse = np.asarray(Image.fromarray(rng.normal(0, 1, (S // 16, S // 16)).astype(np.float32))
-                        .resize((S, S), Image.BILINEAR))
+    coarse = np.asarray(
+        Image.fromarray(rng.normal(0, 1, (S // 16, S // 16)).astype(np.float32)).resize((S, S), Image.BILINEAR)
+    )
 
     def tint(base, var):
         base = np.array(_jitter(rng, base, 18), np.float32)
@@ -244,8 +254,10 @@ def _shape_polygon(shape: str, s: float) -> list[tuple[float, float]] | None:
     r = s / 2 * 0.96
 
     def regular(k, r0, phase):
-        return [(c + r0 * math.cos(phase + 2 * math.pi * i / k), c + r0 * math.sin(phase + 2 * math.pi * i / k))
-                for i in range(k)]
+        return [
+            (c + r0 * math.cos(phase + 2 * math.pi * i / k), c + r0 * math.sin(phase + 2 * math.pi * i / k))
+            for i in range(k)
+        ]
 
     if shape == "square":
         m = s * 0.1
@@ -357,14 +369,18 @@ class _Caption:
         if piece:
             self.text = f"{self.text} {piece}" if self.text and not piece.startswith(",") else self.text + piece
 
-    def add_np(self, np_text: str, head_offset: int, head: str, obj_index: int, attrs: list[str],
-               frame: str) -> None:
+    def add_np(self, np_text: str, head_offset: int, head: str, obj_index: int, attrs: list[str], frame: str) -> None:
         self.constructions.add(frame)
         start = len(self.text) + (1 if self.text else 0)
         self.add(np_text)
-        self.mentions.append({"object": obj_index, "span": [start, start + len(np_text)],
-                              "head": [start + head_offset, start + head_offset + len(head)],
-                              "attributes": attrs})
+        self.mentions.append(
+            {
+                "object": obj_index,
+                "span": [start, start + len(np_text)],
+                "head": [start + head_offset, start + head_offset + len(head)],
+                "attributes": attrs,
+            }
+        )
 
     def add_scene(self, phrase: str) -> None:
         start = len(self.text) + (1 if self.text else 0)
@@ -380,16 +396,23 @@ class _Caption:
 
     def finish(self) -> dict[str, Any]:
         text = self.text[0].upper() + self.text[1:] + "."
-        return {"raw": text, "mentions": self.mentions, "scene_span": self.scene_span,
-                "ungrounded_span": self.ungrounded_span, "constructions": sorted(self.constructions | ({"spatial_relation"} if self.relations else set())),
-                "relations": self.relations}
+        return {
+            "raw": text,
+            "mentions": self.mentions,
+            "scene_span": self.scene_span,
+            "ungrounded_span": self.ungrounded_span,
+            "constructions": sorted(self.constructions | ({"spatial_relation"} if self.relations else set())),
+            "relations": self.relations,
+        }
 
 
 def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-def noun_phrase(rng: np.random.Generator, obj: dict[str, Any], definite: bool = False) -> tuple[str, int, list[str], str]:
+def noun_phrase(
+    rng: np.random.Generator, obj: dict[str, Any], definite: bool = False
+) -> tuple[str, int, list[str], str]:
     """A noun phrase for ``obj``: (text, head noun's character offset, attributes named, frame).
 
     ``frame`` is ``adjective_stack`` (also for a bare noun), ``relative_clause`` or ``with_phrase``.
@@ -397,7 +420,9 @@ def noun_phrase(rng: np.random.Generator, obj: dict[str, Any], definite: bool = 
     Frames: prenominal adjective stack, relative clause ("that is red and dotted"), or a
     with-phrase ("with stripes"). Any subset of colour / size / pattern may be named.
     """
-    attrs = [a for a in ("colour", "size", "pattern") if rng.random() < {"colour": 0.8, "size": 0.45, "pattern": 0.45}[a]]
+    attrs = [
+        a for a in ("colour", "size", "pattern") if rng.random() < {"colour": 0.8, "size": 0.45, "pattern": 0.45}[a]
+    ]
     if obj["size"] == "medium" and "size" in attrs:
         attrs.remove("size")
     if obj["pattern"] == "plain" and "pattern" in attrs:
@@ -433,7 +458,9 @@ def noun_phrase(rng: np.random.Generator, obj: dict[str, Any], definite: bool = 
     return f"{prefix}{noun}", len(prefix), attrs, "adjective_stack"
 
 
-def make_caption(rng: np.random.Generator, scene: str, objects: list[dict[str, Any]], cfg: SynthConfig) -> dict[str, Any]:
+def make_caption(
+    rng: np.random.Generator, scene: str, objects: list[dict[str, Any]], cfg: SynthConfig
+) -> dict[str, Any]:
     """One caption mentioning 1..max_mentions objects of the image, true of its geometry."""
     k_max = min(cfg.max_mentions, len(objects))
     k = int(rng.integers(1, k_max + 1))
@@ -486,7 +513,9 @@ def make_caption(rng: np.random.Generator, scene: str, objects: list[dict[str, A
             if frame == "there":
                 cap.add("there is")
             np_of(a, definite=(frame in ("copula", "verb") and rng.random() < 0.3))
-            cap.add({"bare": "", "there": "", "copula": "is", "verb": str(rng.choice(["sits", "floats", "stands"]))}[frame])
+            cap.add(
+                {"bare": "", "there": "", "copula": "is", "verb": str(rng.choice(["sits", "floats", "stands"]))}[frame]
+            )
             cap.add(relp)
             np_of(b)
     else:
@@ -518,12 +547,18 @@ def make_caption(rng: np.random.Generator, scene: str, objects: list[dict[str, A
 
 
 # ----------------------------------------------------------------------------- whole benchmark
-def generate_image_record(cfg: SynthConfig, index: int, previous: dict[str, Any] | None) -> tuple[Image.Image, dict[str, Any]]:
+def generate_image_record(
+    cfg: SynthConfig, index: int, previous: dict[str, Any] | None
+) -> tuple[Image.Image, dict[str, Any]]:
     """Image ``index`` and its ground truth. ``previous`` is the record of image ``index - 1``."""
     rng = np.random.default_rng([cfg.seed, index])
     twin_of = None
     objects = None
-    if previous is not None and previous["twin_of"] is None and rng.random() < cfg.twin_fraction / max(1e-9, 1 - cfg.twin_fraction):
+    if (
+        previous is not None
+        and previous["twin_of"] is None
+        and rng.random() < cfg.twin_fraction / max(1e-9, 1 - cfg.twin_fraction)
+    ):
         objects = _twin_of(rng, previous["objects"])
         if objects is not None:
             twin_of = previous["imgid"]
@@ -569,13 +604,18 @@ def summarize(records: list[dict[str, Any]], dataset: dict[str, Any]) -> dict[st
     """Statistics of the benchmark (all plain numbers, for ``stats.json`` and the report)."""
     n_obj = [len(r["objects"]) for r in records]
     mentions = [len(c["mentions"]) for r in records for c in r["captions"]]
-    mentioned_frac = [len({m["object"] for c in r["captions"] for m in c["mentions"]}) / len(r["objects"])
-                      for r in records]
+    mentioned_frac = [
+        len({m["object"] for c in r["captions"] for m in c["mentions"]}) / len(r["objects"]) for r in records
+    ]
     lengths = [len(s["tokens"]) for im in dataset["images"] for s in im["sentences"]]
     vocab = {t for im in dataset["images"] for s in im["sentences"] for t in s["tokens"]}
     small = [o["size"] == "small" for r in records for o in r["objects"]]
-    small_mentioned = [any(m["object"] == i for c in r["captions"] for m in c["mentions"])
-                       for r in records for i, o in enumerate(r["objects"]) if o["size"] == "small"]
+    small_mentioned = [
+        any(m["object"] == i for c in r["captions"] for m in c["mentions"])
+        for r in records
+        for i, o in enumerate(r["objects"])
+        if o["size"] == "small"
+    ]
     return {
         "images": len(records),
         "captions": len(mentions),
@@ -589,15 +629,21 @@ def summarize(records: list[dict[str, Any]], dataset: dict[str, Any]) -> dict[st
         "small_object_share": float(np.mean(small)),
         "small_objects_mentioned_by_some_caption": float(np.mean(small_mentioned)) if small_mentioned else 0.0,
         "twin_images": sum(r["twin_of"] is not None for r in records),
-        "captions_with_ungrounded_phrase": float(np.mean([c["ungrounded_span"] is not None for r in records for c in r["captions"]])),
-        "captions_with_scene_phrase": float(np.mean([c["scene_span"] is not None for r in records for c in r["captions"]])),
+        "captions_with_ungrounded_phrase": float(
+            np.mean([c["ungrounded_span"] is not None for r in records for c in r["captions"]])
+        ),
+        "captions_with_scene_phrase": float(
+            np.mean([c["scene_span"] is not None for r in records for c in r["captions"]])
+        ),
     }
 
 
 OUTPUT_FILES = ("dataset.json", "ground_truth.json", "stats.json", "caption_lengths.csv")
 
 
-def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+def write_benchmark(
+    cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overwrite: bool = False
+) -> dict[str, Any]:
     """Generate the benchmark into ``out_dir``; returns the statistics.
 
     An earlier benchmark there (``images/*.png``, :data:`OUTPUT_FILES`) is an error unless
@@ -618,22 +664,41 @@ def write_benchmark(cfg: SynthConfig, out_dir: str | Path, progress: bool = True
         sents = []
         for cap in record["captions"]:
             cap["sentid"] = sentid
-            sents.append({"raw": cap["raw"], "tokens": tokenize(cap["raw"]), "imgid": record["imgid"], "sentid": sentid})
+            sents.append(
+                {"raw": cap["raw"], "tokens": tokenize(cap["raw"]), "imgid": record["imgid"], "sentid": sentid}
+            )
             sentid += 1
-        images.append({"imgid": record["imgid"], "filename": filename, "split": record["split"],
-                       "sentids": [s["sentid"] for s in sents], "sentences": sents})
+        images.append(
+            {
+                "imgid": record["imgid"],
+                "filename": filename,
+                "split": record["split"],
+                "sentids": [s["sentid"] for s in sents],
+                "sentences": sents,
+            }
+        )
         records.append(record)
     seconds = time.perf_counter() - t0
     dataset = {"dataset": "synthetic", "images": images}
     _dump_json(dataset, out / "dataset.json")
-    _dump_json({"config": dataclasses.asdict(cfg), "config_digest": cfg.digest(),
-                "colours": list(COLOURS), "shapes": list(SHAPES), "patterns": list(PATTERNS),
-                "scenes": list(SCENES), "images": records}, out / "ground_truth.json")
+    _dump_json(
+        {
+            "config": dataclasses.asdict(cfg),
+            "config_digest": cfg.digest(),
+            "colours": list(COLOURS),
+            "shapes": list(SHAPES),
+            "patterns": list(PATTERNS),
+            "scenes": list(SCENES),
+            "images": records,
+        },
+        out / "ground_truth.json",
+    )
     stats = summarize(records, dataset)
     _dump_json(stats, out / "stats.json")
     lengths = np.bincount([len(s["tokens"]) for im in images for s in im["sentences"]])
-    write_text(out / "caption_lengths.csv",
-               "tokens,captions\n" + "".join(f"{n},{c}\n" for n, c in enumerate(lengths) if c))
+    write_text(
+        out / "caption_lengths.csv", "tokens,captions\n" + "".join(f"{n},{c}\n" for n, c in enumerate(lengths) if c)
+    )
     stats["_seconds"] = seconds
     return stats
 
@@ -651,10 +716,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_section(args.params, "synthetic", SynthConfig)
     try:
         stats = write_benchmark(cfg, args.out, overwrite=args.overwrite)
-    except FileExistsError as exc:                       # refused before any image is drawn
+    except FileExistsError as exc:  # refused before any image is drawn
         ap.error(str(exc))
-    print(f"wrote {stats['images']} images, {stats['captions']} captions to {args.out} "
-          f"in {stats['_seconds']:.1f} s")
+    print(f"wrote {stats['images']} images, {stats['captions']} captions to {args.out} in {stats['_seconds']:.1f} s")
 
 
 if __name__ == "__main__":
@@ -664,4 +728,6 @@ if __name__ == "__main__":
 def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
     """imgid -> true boxes (float32 (M, 4)) from a synthetic ``ground_truth.json``."""
     gt = json.loads(Path(path).read_text())
-    return {int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]}
+    return {
+        int(r["imgid"]): np.array([o["box"] for o in r["objects"]], np.float32).reshape(-1, 4) for r in gt["images"]
+    }

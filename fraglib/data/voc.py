@@ -4,6 +4,7 @@ Only top-level ``<object>`` elements are read (a person's ``<part>`` boxes are n
 VOC boxes are 1-based and inclusive; fraglib boxes are ``[x0, y0, x1, y1)`` in 0-based pixels, so
 ``x0 = xmin - 1, y0 = ymin - 1, x1 = xmax, y1 = ymax``.
 """
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -26,14 +27,20 @@ def read_voc(path: str | Path) -> list[dict[str, Any]]:
         if bb is None:
             raise ValueError(f"{path}: object without <bndbox>")
         xmin, ymin, xmax, ymax = (float(bb.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax"))
-        out.append({"name": obj.findtext("name", "").strip(), "box": [xmin - 1, ymin - 1, xmax, ymax],
-                    "difficult": obj.findtext("difficult", "0").strip() == "1",
-                    "truncated": obj.findtext("truncated", "0").strip() == "1"})
+        out.append(
+            {
+                "name": obj.findtext("name", "").strip(),
+                "box": [xmin - 1, ymin - 1, xmax, ymax],
+                "difficult": obj.findtext("difficult", "0").strip() == "1",
+                "truncated": obj.findtext("truncated", "0").strip() == "1",
+            }
+        )
     return out
 
 
-def voc_truth(annotations_dir: str | Path, images: list[dict[str, Any]], include_difficult: bool = False
-              ) -> dict[int, np.ndarray]:
+def voc_truth(
+    annotations_dir: str | Path, images: list[dict[str, Any]], include_difficult: bool = False
+) -> dict[int, np.ndarray]:
     """imgid -> float32 (M, 4) boxes of the non-difficult objects of each image (missing files raise)."""
     d = Path(annotations_dir)
     out = {}

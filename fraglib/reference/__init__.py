@@ -1,4 +1,5 @@
 """Published numbers of the three papers (facts quoted with their sources, to print beside ours)."""
+
 from __future__ import annotations
 
 import functools

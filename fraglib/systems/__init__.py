@@ -4,6 +4,7 @@
 every system, so a DVC stage depends on the whole folder (tests/test_dvc_deps.py). Adding a system:
 docs/adding_a_system.md.
 """
+
 from __future__ import annotations
 
 from fraglib.config import ConfigError

@@ -48,6 +48,7 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 
 This table is the protocol's one description (docs/systems.md and docs/adding_a_system.md point here).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,6 +60,7 @@ import torch
 from torch import nn
 
 from fraglib.batches import Rows, Views
+
 
 class System(nn.Module):
     """Base class of every system (see the module docstring for the protocol)."""
@@ -95,8 +97,10 @@ class System(nn.Module):
         if cnn is None:
             return [(1.0, list(self.parameters()))]
         ids = {id(p) for p in cnn.parameters()}
-        return [(1.0, [p for p in self.parameters() if id(p) not in ids]),
-                (self.cfg.finetune_lr_scale, [p for p in cnn.parameters() if p.requires_grad])]
+        return [
+            (1.0, [p for p in self.parameters() if id(p) not in ids]),
+            (self.cfg.finetune_lr_scale, [p for p in cnn.parameters() if p.requires_grad]),
+        ]
 
     def image_rows(self, rows: Rows) -> torch.Tensor:
         """(R, img_dim) descriptors of image rows: the cached ``x``, or the fine-tuned CNN's (``self.cnn``)."""
@@ -145,8 +149,9 @@ def join_parts(parts: list[Any]) -> Any:
     if isinstance(first, (tuple, list)):
         return type(first)(join_parts([p[i] for p in parts]) for i in range(len(first)))
     if dataclasses.is_dataclass(first):
-        return dataclasses.replace(first, **{f.name: join_parts([getattr(p, f.name) for p in parts])
-                                             for f in dataclasses.fields(first)})
+        return dataclasses.replace(
+            first, **{f.name: join_parts([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(first)}
+        )
     raise TypeError(f"join_parts: no item-wise join for {type(first).__name__}; the system must override join")
 
 

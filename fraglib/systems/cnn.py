@@ -5,8 +5,9 @@ features stage (:class:`fraglib.vision.rcnn.Backbone`, EfficientNet-Lite with it
 with its last ``blocks`` blocks and head trainable, the rest frozen. It computes the descriptors the
 features stage caches — the whole-image row as the mean of the feature map, a box row as its RoI
 descriptor (:func:`fraglib.vision.rcnn.roi_descriptors`) — so with untouched weights it reproduces
-the cache (tests/test_finetune.py). Batch-norm statistics stay ImageNet's (always in eval mode).
+the cache (tests/test_cnn.py). Batch-norm statistics stay ImageNet's (always in eval mode).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fraglib.config import check_range
 from fraglib.batches import Rows
+from fraglib.config import check_range
 
 
 class TunedCNN(nn.Module):
@@ -28,7 +29,7 @@ class TunedCNN(nn.Module):
         check_range("finetune (CNN blocks trained)", blocks, 1, n, int)
         self.first = n - blocks
         self.net.requires_grad_(False)
-        for m in [*self.net._blocks[self.first:], self.net._conv_head, self.net._bn1]:
+        for m in [*self.net._blocks[self.first :], self.net._conv_head, self.net._bn1]:
             m.requires_grad_(True)
         self.net.eval()
 
@@ -41,9 +42,9 @@ class TunedCNN(nn.Module):
         rate = net._global_params.drop_connect_rate or 0.0
         with torch.no_grad():
             x = net._swish(net._bn0(net._conv_stem(x)))
-            for i, block in enumerate(net._blocks[:self.first]):
+            for i, block in enumerate(net._blocks[: self.first]):
                 x = block(x, drop_connect_rate=rate * i / n)
-        for i, block in enumerate(net._blocks[self.first:], self.first):
+        for i, block in enumerate(net._blocks[self.first :], self.first):
             x = block(x, drop_connect_rate=rate * i / n)
         return net._swish(net._bn1(net._conv_head(x)))
 

@@ -10,6 +10,7 @@ products (``similarity: dot``) or cosines; the loss is the global ranking object
 
 (β only weighs the ranking term against the regulariser; with SGD it also scales the step.)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from fraglib.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers, image_map
-from fraglib.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
 from fraglib.systems.objectives import contrastive_hinge
 
 
@@ -29,12 +30,12 @@ from fraglib.systems.objectives import contrastive_hinge
 class Config:
     """``params.yaml: systems.devise``."""
 
-    images: str = "rcnn"          # rcnn: mean of the detections (paper) | fullframe | groundtruth
-    similarity: str = "dot"       # dot | cosine (on L2-normalised vectors)
+    images: str = "rcnn"  # rcnn: mean of the detections (paper) | fullframe | groundtruth
+    similarity: str = "dot"  # dot | cosine (on L2-normalised vectors)
     embed_dim: int = 1000
-    margin: float = 1.0           # Δ of C_G
-    beta: float = 1.0             # weight of C_G against the regulariser
-    alpha: float = 1e-5           # weight of ||θ||² (weight matrices)
+    margin: float = 1.0  # Δ of C_G
+    beta: float = 1.0  # weight of C_G against the regulariser
+    alpha: float = 1e-5  # weight of ||θ||² (weight matrices)
 
     def validate(self) -> "Config":
         p = "systems.devise"
@@ -89,7 +90,7 @@ class DeviseSystem(System):
         parts = {"C_G": float(cg.detach())}
         cost = self.cfg.beta * cg / images.shape[0]
         if self.cfg.alpha:
-            reg = (self.W_s ** 2).sum() + (self.img.weight ** 2).sum()
+            reg = (self.W_s**2).sum() + (self.img.weight**2).sum()
             parts["reg"] = float(reg.detach())
             cost = cost + self.cfg.alpha * reg
         return cost, parts

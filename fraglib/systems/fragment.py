@@ -7,22 +7,22 @@
 
 Every ablation of the paper's Table 2 is a setting of :class:`Config` (docs/systems.md lists them).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-
-import numpy as np
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map
 from fraglib.batches import FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, Views
-from fraglib.systems.cnn import tuned_cnn
+from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.device import to_device
+from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map
+from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import bag_entries, fragment_scores, pair_scores, total_cost
 
 
@@ -30,24 +30,24 @@ from fraglib.systems.objectives import bag_entries, fragment_scores, pair_scores
 class Config:
     """``params.yaml: systems.fragment``."""
 
-    images: str = "rcnn"                # rcnn | groundtruth | fullframe | top36 (the image view)
-    detections: int = 0                 # > 0: the view's first k detections per image (its ranking) + full frame
-    sentences: str = "dependency"       # dependency | bow | bigram (the sentence view)
-    embed_dim: int = 1000               # h: dimension of the joint space
-    dense_epochs: int = 10              # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
-    fragment_weight: float = 1.0        # weight of C_0 / C_F; 0: global objective only
-    beta: float = 1.0                   # weight of C_G; 0: fragment objective only
-    alpha: float = 1e-5                 # weight of ||θ||² (weight matrices, not biases)
-    margin: float = 1.0                 # Δ of C_G
-    smooth: float = 5.0                 # n of S_kl
-    accumulate: str = "sum"             # sum (paper) | max (released code)
-    normalize: bool = True              # per-sentence-fragment normalisation of C_0 / C_F
-    cosine_scale: float = 0.0           # 0: raw inner products (paper); > 0: unit-norm fragments, M = scale · cosine
-    hardest: bool = False               # C_G with the hardest negative per image / sentence only (VSE++)
-    hardest_after: int = 0              # with hardest: epochs of the summed C_G first (VSE++'s warm-up)
-    tune_words: bool = False            # word vectors train too (from GloVe; their offset counts in α ||θ||²)
-    finetune: int = 0                   # > 0: the CNN's last N blocks train with the system (pixels, no cache)
-    finetune_lr_scale: float = 0.1      # their learning rate, × train.lr
+    images: str = "rcnn"  # rcnn | groundtruth | fullframe | top36 (the image view)
+    detections: int = 0  # > 0: the view's first k detections per image (its ranking) + full frame
+    sentences: str = "dependency"  # dependency | bow | bigram (the sentence view)
+    embed_dim: int = 1000  # h: dimension of the joint space
+    dense_epochs: int = 10  # C_0 for these epochs, then C_F (MIL); >= epochs: never MIL
+    fragment_weight: float = 1.0  # weight of C_0 / C_F; 0: global objective only
+    beta: float = 1.0  # weight of C_G; 0: fragment objective only
+    alpha: float = 1e-5  # weight of ||θ||² (weight matrices, not biases)
+    margin: float = 1.0  # Δ of C_G
+    smooth: float = 5.0  # n of S_kl
+    accumulate: str = "sum"  # sum (paper) | max (released code)
+    normalize: bool = True  # per-sentence-fragment normalisation of C_0 / C_F
+    cosine_scale: float = 0.0  # 0: raw inner products (paper); > 0: unit-norm fragments, M = scale · cosine
+    hardest: bool = False  # C_G with the hardest negative per image / sentence only (VSE++)
+    hardest_after: int = 0  # with hardest: epochs of the summed C_G first (VSE++'s warm-up)
+    tune_words: bool = False  # word vectors train too (from GloVe; their offset counts in α ||θ||²)
+    finetune: int = 0  # > 0: the CNN's last N blocks train with the system (pixels, no cache)
+    finetune_lr_scale: float = 0.1  # their learning rate, × train.lr
 
     def validate(self) -> "Config":
         p = "systems.fragment"
@@ -120,8 +120,9 @@ class FragmentSystem(System):
         """(R, img_dim) CNN descriptors -> (R, h) image-fragment embeddings."""
         return self.unit(self.img((x - self.img_mean) / self.img_std))
 
-    def embed_sentences(self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
-                        rel_cpu: torch.Tensor | None = None) -> torch.Tensor:
+    def embed_sentences(
+        self, rel: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, rel_cpu: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(F,) relation ids and word-table rows -> (F, h) sentence-fragment embeddings, never a loop over
         fragments: on a CPU one exact-size product per relation type, on a GPU one batched product of the
         types padded to the most frequent (:func:`relation_maps`; ``rel_cpu``: the ids on the CPU)."""
@@ -136,26 +137,32 @@ class FragmentSystem(System):
 
     def encode_sentences(self, rows: Rows) -> Fragments:
         d = rows.data
-        return Fragments(self.embed_sentences(d["rel"], d["w1"], d["w2"], rows.cpu("rel")), rows.owner, rows.n,
-                         rows.cpu("owner"))
+        return Fragments(
+            self.embed_sentences(d["rel"], d["w1"], d["w2"], rows.cpu("rel")), rows.owner, rows.n, rows.cpu("owner")
+        )
 
     def join(self, encs: list[Fragments]) -> Fragments:
         """Fragments of consecutive item lists as one: owners shifted by the items before them."""
         start = np.cumsum([0] + [e.n for e in encs])
         shift = lambda key: torch.cat([getattr(e, key) + int(a) for e, a in zip(encs, start)])  # noqa: E731
-        return Fragments(torch.cat([e.x for e in encs]), shift("owner"), int(start[-1]),
-                         shift("owner_cpu") if all(e.owner_cpu is not None for e in encs) else None)
+        return Fragments(
+            torch.cat([e.x for e in encs]),
+            shift("owner"),
+            int(start[-1]),
+            shift("owner_cpu") if all(e.owner_cpu is not None for e in encs) else None,
+        )
 
     # ----------------------------------------------------------------- scores and loss
     def scores(self, images: Fragments, sentences: Fragments) -> torch.Tensor:
         M = fragment_scores(images.x, sentences.x)
-        return pair_scores(M, images.owner, sentences.owner, images.n, sentences.n, self.cfg.smooth,
-                           self.cfg.accumulate)
+        return pair_scores(
+            M, images.owner, sentences.owner, images.n, sentences.n, self.cfg.smooth, self.cfg.accumulate
+        )
 
     def regularizer(self) -> torch.Tensor:
         """||θ||² over the weight matrices and the word vectors' offset from GloVe (biases are not regularised)."""
-        reg = (self.W_R ** 2).sum() + (self.img.weight ** 2).sum()
-        return reg if self.word_offset is None else reg + (self.word_offset ** 2).sum()
+        reg = (self.W_R**2).sum() + (self.img.weight**2).sum()
+        return reg if self.word_offset is None else reg + (self.word_offset**2).sum()
 
     def loss(self, images: Fragments, sentences: Fragments, epoch: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(w_F C_{0|F} + β C_G) / B + α ||θ||²`` for B pairs: per pair, so the learning rate does not
@@ -165,10 +172,22 @@ class FragmentSystem(System):
         if images.owner_cpu is not None and sentences.owner_cpu is not None and c.fragment_weight:
             sizes = tuple(torch.bincount(f.owner_cpu, minlength=images.n) for f in (images, sentences))
             bags = bag_entries(images.owner, sentences.owner, images.n, sizes)
-        cost, parts = total_cost(images.x, sentences.x, images.owner, sentences.owner,
-                                 dense=self.phase(epoch) == "dense", fragment_weight=c.fragment_weight, beta=c.beta,
-                                 margin=c.margin, smooth=c.smooth, accumulate=c.accumulate, normalize=c.normalize,
-                                 hardest=c.hardest and epoch >= c.hardest_after, n=images.n, bags=bags)
+        cost, parts = total_cost(
+            images.x,
+            sentences.x,
+            images.owner,
+            sentences.owner,
+            dense=self.phase(epoch) == "dense",
+            fragment_weight=c.fragment_weight,
+            beta=c.beta,
+            margin=c.margin,
+            smooth=c.smooth,
+            accumulate=c.accumulate,
+            normalize=c.normalize,
+            hardest=c.hardest and epoch >= c.hardest_after,
+            n=images.n,
+            bags=bags,
+        )
         cost = cost / images.n
         if c.alpha:
             reg = self.regularizer()
@@ -177,8 +196,14 @@ class FragmentSystem(System):
         return cost, parts
 
 
-def relation_maps(x: torch.Tensor, rel: torch.Tensor, W: torch.Tensor, b: torch.Tensor, grouped: bool,
-                  rel_cpu: torch.Tensor | None = None) -> torch.Tensor:
+def relation_maps(
+    x: torch.Tensor,
+    rel: torch.Tensor,
+    W: torch.Tensor,
+    b: torch.Tensor,
+    grouped: bool,
+    rel_cpu: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``ReLU(W[rel_i] x_i + b[rel_i])`` for every row: ``x`` (F, d), ``rel`` (F,) in [0, T), ``W`` (T, h, d),
     ``b`` (T, h) -> (F, h). Two exact forms of the same sums (equal to float rounding; tests/test_systems.py):
 

@@ -15,6 +15,7 @@ same operand layouts, so outputs and gradients are **bit-identical** to ``nn.GRU
 On other devices (cuDNN's fused kernels), under autocast, without gradients, or for other GRU
 shapes it calls the module itself.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,16 +27,23 @@ def packed_gru(gru: nn.GRU, x: PackedSequence, h0: torch.Tensor | None = None) -
     """``gru(x, h0)`` for a one-layer, one-direction ``gru`` with biases: (outputs as a PackedSequence
     (Σ steps, H), final states (1, B, H) in the caller's order); ``h0`` (1, B, H) or None (zeros)."""
     d = x.data
-    if (d.device.type != "cpu" or d.dtype != torch.float32 or not torch.is_grad_enabled()
-            or torch.is_autocast_enabled("cpu") or gru.num_layers != 1 or gru.bidirectional or not gru.bias
-            or getattr(gru, "proj_size", 0)):
+    if (
+        d.device.type != "cpu"
+        or d.dtype != torch.float32
+        or not torch.is_grad_enabled()
+        or torch.is_autocast_enabled("cpu")
+        or gru.num_layers != 1
+        or gru.bidirectional
+        or not gru.bias
+        or getattr(gru, "proj_size", 0)
+    ):
         return gru(x, h0)
     sizes = [int(s) for s in x.batch_sizes]
     if h0 is None:
         h = d.new_zeros(sizes[0], gru.hidden_size)
     else:
-        h = (h0 if x.sorted_indices is None else h0.index_select(1, x.sorted_indices))[0]   # as nn.GRU permutes
-    gi = nn.functional.linear(d, gru.weight_ih_l0, gru.bias_ih_l0)          # every token's input gates at once
+        h = (h0 if x.sorted_indices is None else h0.index_select(1, x.sorted_indices))[0]  # as nn.GRU permutes
+    gi = nn.functional.linear(d, gru.weight_ih_l0, gru.bias_ih_l0)  # every token's input gates at once
     y, hn = _Recurrence.apply(gi, h, gru.weight_hh_l0, gru.bias_hh_l0, sizes)
     hn = hn[None]
     if x.unsorted_indices is not None:
@@ -50,13 +58,13 @@ class _Recurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gi, h, w, b, sizes):  # type: ignore[override]
-        ctx.save_for_backward(w, h)                         # their version counters guard against in-place edits
-        ctx.set_materialize_grads(False)                    # an unused output's gradient is None, not zeros
+        ctx.save_for_backward(w, h)  # their version counters guard against in-place edits
+        ctx.set_materialize_grads(False)  # an unused output's gradient is None, not zeros
         wt = w.t()
         outs, finals, steps = [], [], []
         off, last = 0, sizes[0]
         for bs in sizes:
-            if bs < last:                                   # sequences that ended: their final states
+            if bs < last:  # sequences that ended: their final states
                 finals.append(h.narrow(0, bs, last - bs))
                 h = h.narrow(0, 0, bs)
             hg = torch.addmm(b, h, wt)
@@ -64,7 +72,7 @@ class _Recurrence(torch.autograd.Function):
             ir, iz, i_n = gi.narrow(0, off, bs).unsafe_chunk(3, 1)
             r = hr.add_(ir).sigmoid_()
             z = hz.add_(iz).sigmoid_()
-            hn0 = hn.clone()                                # autograd's copy of mul_'s input
+            hn0 = hn.clone()  # autograd's copy of mul_'s input
             n = i_n.add(hn.mul_(r)).tanh_()
             diff = h - n
             steps.append((h, r, z, n, hn0, diff))
@@ -84,16 +92,16 @@ class _Recurrence(torch.autograd.Function):
             starts.append(starts[-1] + bs)
         dgi = w.new_empty(starts[-1] + sizes[-1], w.shape[0])
         gw = gb = dh = None
-        sub = mm = None                                     # step t+1's two gradients for its input state
+        sub = mm = None  # step t+1's two gradients for its input state
         for t in reversed(range(len(sizes))):
             bs, nxt = sizes[t], (sizes[t + 1] if t + 1 < len(sizes) else 0)
             a = None if dy is None else dy.narrow(0, starts[t], bs)
             fin = None if dhn is None or nxt == bs else dhn.narrow(0, nxt, bs - nxt)  # rows that end here
-            if sub is None:                                 # the last step: its output and the final state
+            if sub is None:  # the last step: its output and the final state
                 g = _add(a, fin)
-            elif nxt == bs:                                 # state read whole by step t+1: three terms in turn
+            elif nxt == bs:  # state read whole by step t+1: three terms in turn
                 g = sub + mm if a is None else (a + sub) + mm
-            else:                                           # read through two slices (narrow): summed apart
+            else:  # read through two slices (narrow): summed apart
                 top, bottom = sub + mm, fin
                 if a is not None:
                     top, bottom = a.narrow(0, 0, nxt) + top, _add(a.narrow(0, nxt, bs - nxt), bottom)

@@ -16,6 +16,7 @@ products of the projections ``(Φx A) diag(ρ)^w`` and ``Φy B`` (``weight_by_rh
 or ``−‖·‖`` of their difference (``distance: euclidean``, the kCCA row of Socher's Table 2; with w = 1
 the image projection is the least-squares prediction of the sentence's canonical variates).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,23 +26,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from fraglib.batches import Rows, Views, mean_rows
 from fraglib.config import check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
-from fraglib.batches import Rows, Views, mean_rows
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """``params.yaml: systems.kcca``."""
 
-    kernel: str = "rbf"           # linear | rbf (random Fourier features, both sides)
-    components: int = 50          # p, canonical directions kept
-    reg: float = 0.1              # κ, relative to the mean feature variance
-    rff_dim: int = 2000           # random features per side (rbf)
-    rbf_scale: float = 1.0        # Gaussian width = rbf_scale x median pairwise distance (train)
-    weight_by_rho: bool = True    # weigh the image projection by the canonical correlations
-    images: str = "fullframe"     # fullframe | rcnn (mean of detections)
-    distance: str = "inner"       # inner (Table 1) | euclidean (Table 2: −‖a − b‖)
+    kernel: str = "rbf"  # linear | rbf (random Fourier features, both sides)
+    components: int = 50  # p, canonical directions kept
+    reg: float = 0.1  # κ, relative to the mean feature variance
+    rff_dim: int = 2000  # random features per side (rbf)
+    rbf_scale: float = 1.0  # Gaussian width = rbf_scale x median pairwise distance (train)
+    weight_by_rho: bool = True  # weigh the image projection by the canonical correlations
+    images: str = "fullframe"  # fullframe | rcnn (mean of detections)
+    distance: str = "inner"  # inner (Table 1) | euclidean (Table 2: −‖a − b‖)
 
     def validate(self) -> "Config":
         p = "systems.kcca"
@@ -67,8 +68,9 @@ def cca(X: np.ndarray, Y: np.ndarray, reg: float, p: int) -> tuple[np.ndarray, n
     Xt, Yt = torch.from_numpy(X - X.mean(0)), torch.from_numpy(Y - Y.mean(0))
     n = len(Xt)
     Cxx, Cyy, Cxy = Xt.T @ Xt / n, Yt.T @ Yt / n, Xt.T @ Yt / n
-    Lx, Ly = (torch.linalg.cholesky(C + reg * torch.trace(C) / len(C) * torch.eye(len(C), dtype=C.dtype))
-              for C in (Cxx, Cyy))
+    Lx, Ly = (
+        torch.linalg.cholesky(C + reg * torch.trace(C) / len(C) * torch.eye(len(C), dtype=C.dtype)) for C in (Cxx, Cyy)
+    )
     M = torch.linalg.solve_triangular(Ly, torch.linalg.solve_triangular(Lx, Cxy, upper=False).T, upper=False).T
     tall = M.shape[0] > M.shape[1]
     w, E = torch.linalg.eigh(M.T @ M if tall else M @ M.T)
@@ -103,9 +105,13 @@ class KccaSystem(System):
         g = torch.Generator().manual_seed(seed)
         # random Fourier features (rbf): unit-width draws, divided by the fitted widths
         self.register_buffer("omega_x", torch.randn(dx, fx, generator=g) if cfg.kernel == "rbf" else torch.zeros(0))
-        self.register_buffer("phase_x", torch.rand(fx, generator=g) * 2 * math.pi if cfg.kernel == "rbf" else torch.zeros(0))
+        self.register_buffer(
+            "phase_x", torch.rand(fx, generator=g) * 2 * math.pi if cfg.kernel == "rbf" else torch.zeros(0)
+        )
         self.register_buffer("omega_y", torch.randn(dy, fy, generator=g) if cfg.kernel == "rbf" else torch.zeros(0))
-        self.register_buffer("phase_y", torch.rand(fy, generator=g) * 2 * math.pi if cfg.kernel == "rbf" else torch.zeros(0))
+        self.register_buffer(
+            "phase_y", torch.rand(fy, generator=g) * 2 * math.pi if cfg.kernel == "rbf" else torch.zeros(0)
+        )
         self.register_buffer("width", torch.ones(2))
         p = min(cfg.components, fx, fy)
         self.register_buffer("mean_x", torch.zeros(fx))

@@ -35,6 +35,7 @@ With raw inner products the same hinges are met by growing the norms, which α |
 **Total.** ``C = w_F C_F + β C_G + α ||θ||²`` with ``C_0`` in place of ``C_F`` while ``dense``; any
 term switches off with a zero weight (``fragment_weight``, ``beta``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -49,8 +50,12 @@ def fragment_scores(V: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     return V @ S.T
 
 
-def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor, n: int | None = None,
-                sizes: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def bag_entries(
+    v_owner: torch.Tensor,
+    s_owner: torch.Tensor,
+    n: int | None = None,
+    sizes: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(E,) row and column indices of the entries of M whose two fragments share a pair (the
     positive bags), grouped by pair; every other entry of M is a negative of both objectives. ``n``: the
     number of pairs (default: read off the owners); ``sizes``: each pair's (image, sentence) fragment
@@ -66,7 +71,7 @@ def bag_entries(v_owner: torch.Tensor, s_owner: torch.Tensor, n: int | None = No
     else:
         total = int((sizes[0] * sizes[1]).sum())
         cv, cs = (to_device(c, dev) for c in sizes)
-    per = cv * cs                                            # entries of each pair's block
+    per = cv * cs  # entries of each pair's block
     pair = torch.repeat_interleave(torch.arange(n, device=dev), per, output_size=total)
     t = torch.arange(len(pair), device=dev) - (torch.cumsum(per, 0) - per)[pair]
     start_v, start_s = torch.cumsum(cv, 0) - cv, torch.cumsum(cs, 0) - cs
@@ -77,11 +82,13 @@ def counts(index: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     """(n,) how often each value of ``index`` (R,) in [0, n) occurs, as ``dtype``: ``bincount`` without its
     read of the largest value (on a GPU, a wait for the device); exact for counts below 2^24 in float32."""
     return torch.zeros(n, dtype=dtype, device=index.device).index_add_(
-        0, index, torch.ones(len(index), dtype=dtype, device=index.device))
+        0, index, torch.ones(len(index), dtype=dtype, device=index.device)
+    )
 
 
-def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive: torch.Tensor | None,
-               normalize: bool) -> torch.Tensor:
+def _alignment(
+    M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive: torch.Tensor | None, normalize: bool
+) -> torch.Tensor:
     """sum_ij w_ij max(0, 1 - y_ij M_ij) with y = +1 exactly at the bag entries (rows, cols) where
     ``positive`` (None: at all of them), -1 elsewhere; w = 1/#pos or 1/#neg of column j (``normalize``), else 1.
 
@@ -100,8 +107,13 @@ def _alignment(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, positive
     return neg - (torch.relu(Mp + 1.0) * w_neg[c]).sum() + (torch.relu(1.0 - Mp) * w_pos[c]).sum()
 
 
-def dense_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True,
-                    bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def dense_alignment(
+    M: torch.Tensor,
+    v_owner: torch.Tensor,
+    s_owner: torch.Tensor,
+    normalize: bool = True,
+    bags: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """C_0: every fragment pair of a corresponding image–sentence pair is a positive. ``bags``: the
     owners' :func:`bag_entries` when already at hand."""
     rows, cols = bags if bags is not None else bag_entries(v_owner, s_owner)
@@ -115,14 +127,15 @@ def mil_bag_labels(M: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
     Mb = M[rows, cols]
     pos = Mb > 0
     n_pos = torch.zeros(M.shape[1], dtype=torch.long, device=M.device).index_add_(0, cols, pos.long())
-    empty = n_pos[cols] == 0                 # no test of empty.any(): on a GPU it would wait for the device
-    with warnings.catch_warnings():          # index_reduce is marked beta; its amax / amin are tested
+    empty = n_pos[cols] == 0  # no test of empty.any(): on a GPU it would wait for the device
+    with warnings.catch_warnings():  # index_reduce is marked beta; its amax / amin are tested
         warnings.simplefilter("ignore", UserWarning)
         best = M.new_full((M.shape[1],), float("-inf")).index_reduce_(0, cols, Mb, "amax")
         cand = empty & (Mb == best[cols])
-        big = torch.iinfo(torch.long).max    # neutral for amin: the rows of non-candidates never win
+        big = torch.iinfo(torch.long).max  # neutral for amin: the rows of non-candidates never win
         first = torch.full((M.shape[1],), big, dtype=torch.long, device=M.device).index_reduce_(
-            0, cols, torch.where(cand, rows, big), "amin")
+            0, cols, torch.where(cand, rows, big), "amin"
+        )
     return pos | (cand & (rows == first[cols]))
 
 
@@ -135,16 +148,29 @@ def mil_labels(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor) ->
     return y
 
 
-def mil_alignment(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, normalize: bool = True,
-                  bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def mil_alignment(
+    M: torch.Tensor,
+    v_owner: torch.Tensor,
+    s_owner: torch.Tensor,
+    normalize: bool = True,
+    bags: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """C_F: the MIL fragment objective (labels from :func:`mil_bag_labels`, held fixed); ``bags`` as in
     :func:`dense_alignment`."""
     rows, cols = bags if bags is not None else bag_entries(v_owner, s_owner)
     return _alignment(M, rows, cols, mil_bag_labels(M, rows, cols), normalize)
 
 
-def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n_images: int, n_sentences: int,
-                smooth: float = 5.0, accumulate: str = "sum", inplace: bool = False) -> torch.Tensor:
+def pair_scores(
+    M: torch.Tensor,
+    v_owner: torch.Tensor,
+    s_owner: torch.Tensor,
+    n_images: int,
+    n_sentences: int,
+    smooth: float = 5.0,
+    accumulate: str = "sum",
+    inplace: bool = False,
+) -> torch.Tensor:
     """(n_images, n_sentences) image–sentence scores ``S_kl`` from fragment scores ``M``.
 
     ``v_owner`` maps fragment rows to images, ``s_owner`` columns to sentences. An image or a
@@ -154,31 +180,49 @@ def pair_scores(M: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, n
     R = torch.clamp(M, min=0.0)
     n_s = counts(s_owner, n_sentences, M.dtype)
     if accumulate == "sum":
-        per_img = M.new_zeros((n_images, M.shape[1])).index_add_(0, v_owner, R)        # (K, Ns)
+        per_img = M.new_zeros((n_images, M.shape[1])).index_add_(0, v_owner, R)  # (K, Ns)
         n_v = counts(v_owner, n_images, M.dtype).clamp_min(1)
         per_img = per_img / n_v[:, None]
     elif accumulate == "max":
         with warnings.catch_warnings():  # index_reduce is marked beta; its amax and gradient are tested
             warnings.simplefilter("ignore", UserWarning)
             per_img = M.new_zeros((n_images, M.shape[1])).index_reduce_(
-                0, v_owner, R, "amax", include_self=True)                               # R >= 0: 0 is neutral
+                0, v_owner, R, "amax", include_self=True
+            )  # R >= 0: 0 is neutral
     else:
         raise ValueError(f"accumulate={accumulate!r}: allowed sum, max")
     S = M.new_zeros((n_images, n_sentences)).index_add_(1, s_owner, per_img)
     return S / (n_s + smooth)[None, :]
 
 
-def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner: torch.Tensor, *, dense: bool,
-               fragment_weight: float = 1.0, beta: float = 1.0, margin: float = 1.0, smooth: float = 5.0,
-               accumulate: str = "sum", normalize: bool = True, hardest: bool = False,
-               reg: torch.Tensor | None = None, alpha: float = 0.0, n: int | None = None,
-               bags: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def total_cost(
+    V: torch.Tensor,
+    S: torch.Tensor,
+    v_owner: torch.Tensor,
+    s_owner: torch.Tensor,
+    *,
+    dense: bool,
+    fragment_weight: float = 1.0,
+    beta: float = 1.0,
+    margin: float = 1.0,
+    smooth: float = 5.0,
+    accumulate: str = "sum",
+    normalize: bool = True,
+    hardest: bool = False,
+    reg: torch.Tensor | None = None,
+    alpha: float = 0.0,
+    n: int | None = None,
+    bags: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``fragment_weight * (C_0 if dense else C_F) + beta * C_G + alpha * reg``; returns (cost, parts), the
     parts as detached 0-d tensors (read when logged: on a GPU a read waits for the device). ``n``: the
     number of pairs (default: read off the owners); ``bags``: their :func:`bag_entries`, when at hand."""
     M = fragment_scores(V, S)
-    B = n if n is not None else (int(max(v_owner.max().item(), s_owner.max().item())) + 1
-                                 if len(v_owner) and len(s_owner) else 0)
+    B = (
+        n
+        if n is not None
+        else (int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0)
+    )
     if B == 0 or not len(v_owner) or not len(s_owner):
         raise ValueError("total_cost: a batch needs image and sentence fragments")
     cost = M.new_zeros(())
@@ -198,7 +242,9 @@ def total_cost(V: torch.Tensor, S: torch.Tensor, v_owner: torch.Tensor, s_owner:
 
 
 # ----------------------------------------------------------------------------- Peri 2018 / VSE++ (docs/systems.md)
-def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool = False, same: torch.Tensor | None = None) -> torch.Tensor:
+def contrastive_hinge(
+    S: torch.Tensor, margin: float, hardest: bool = False, same: torch.Tensor | None = None
+) -> torch.Tensor:
     """Eq. 7 of Peri (2018), VSE++'s loss, summed over the batch. ``S`` (B, B): image b (row) against
     sentence b' (column), pairs on the diagonal. Caption retrieval hinges ``[α − S_bb + S_bb']_+`` (row
     b) and image retrieval hinges ``[α − S_bb + S_b'b]_+`` (column b) over the negatives b' ≠ b, summed
@@ -208,16 +254,17 @@ def contrastive_hinge(S: torch.Tensor, margin: float, hardest: bool = False, sam
     off = torch.eye(S.shape[0], dtype=torch.bool, device=S.device)
     if same is not None:
         off = off | same
-    cap = (margin - d[:, None] + S).clamp(min=0).masked_fill(off, 0.0)     # row b: captions b' for image b
-    img = (margin - d[None, :] + S).clamp(min=0).masked_fill(off, 0.0)     # column b: images b' for caption b
+    cap = (margin - d[:, None] + S).clamp(min=0).masked_fill(off, 0.0)  # row b: captions b' for image b
+    img = (margin - d[None, :] + S).clamp(min=0).masked_fill(off, 0.0)  # column b: images b' for caption b
     if hardest:
         return cap.amax(dim=1).sum() + img.amax(dim=0).sum()
     return cap.sum() + img.sum()
 
 
 @torch.no_grad()
-def hinge_diagnostics(S: torch.Tensor, margin: float, same: torch.Tensor | None = None,
-                      group: torch.Tensor | None = None) -> dict[str, float]:
+def hinge_diagnostics(
+    S: torch.Tensor, margin: float, same: torch.Tensor | None = None, group: torch.Tensor | None = None
+) -> dict[str, float]:
     """Why a hardest-negative loss collapses, measured on one batch of Eq. 7 (``S``, ``margin``, ``same``
     as in :func:`contrastive_hinge`): ``violating`` the share of negative terms (both directions) within
     the margin of their positive, in [0, 1] (near 1 at the collapse: every score alike); with ``group``
@@ -238,10 +285,11 @@ def hinge_diagnostics(S: torch.Tensor, margin: float, same: torch.Tensor | None 
         sg = group[:, None] == group[None, :]
         masked = S.masked_fill(off, float("-inf"))
         has = neg.any(1)
-        hc = masked.argmax(1)                        # row b: its hardest caption (of image hc)
-        hi = masked.argmax(0)                        # column b: its hardest image
-        hits = (sg[torch.arange(B, device=S.device), hc] & has).sum() + (sg[hi, torch.arange(B, device=S.device)]
-                                                                          & neg.any(0)).sum()
+        hc = masked.argmax(1)  # row b: its hardest caption (of image hc)
+        hi = masked.argmax(0)  # column b: its hardest image
+        hits = (sg[torch.arange(B, device=S.device), hc] & has).sum() + (
+            sg[hi, torch.arange(B, device=S.device)] & neg.any(0)
+        ).sum()
         out["hardest_same_group"] = float(hits) / max(int(has.sum() + neg.any(0).sum()), 1)
         out["same_group_negatives"] = float((sg & neg).sum()) / n_neg
     return out
@@ -254,5 +302,14 @@ def order_scores(images: torch.Tensor, sentences: torch.Tensor, max_elems: int =
     ``max_elems`` (n × tile × D) elements."""
     n, dim = images.shape
     step = max(1, max_elems // max(1, n * dim))
-    return torch.cat([-(sentences[None, a:a + step] - images[:, None]).clamp(min=0).pow(2).sum(-1)
-                      for a in range(0, sentences.shape[0], step)], dim=1) if len(sentences) else images.new_zeros((n, 0))
+    return (
+        torch.cat(
+            [
+                -(sentences[None, a : a + step] - images[:, None]).clamp(min=0).pow(2).sum(-1)
+                for a in range(0, sentences.shape[0], step)
+            ],
+            dim=1,
+        )
+        if len(sentences)
+        else images.new_zeros((n, 0))
+    )

@@ -6,6 +6,7 @@ Images or sentences without rows in the chosen views still rank last, as for eve
 Sentences ranked against sentences (Socher et al.'s sentence similarity) get their own stream,
 ``(seed + 2**32, j, l)``, so adding that task left the image–sentence draws unchanged.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,9 +14,9 @@ import dataclasses
 import numpy as np
 import torch
 
+from fraglib.batches import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, Views
 from fraglib.config import check_choice
 from fraglib.systems.base import System
-from fraglib.batches import IMAGE_VIEWS, Rows, SENTENCE_VIEWS, Views
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -36,9 +37,11 @@ class Config:
 def uniform_hash(seed: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """(len(rows), len(cols)) floats in [0, 1): splitmix64 of (seed, row, col)."""
     with np.errstate(over="ignore"):
-        z = (np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-             + rows.astype(np.uint64)[:, None] * np.uint64(0xD1B54A32D192ED03)
-             + cols.astype(np.uint64)[None, :] * np.uint64(0x8CB92BA72F3D8DD7))
+        z = (
+            np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+            + rows.astype(np.uint64)[:, None] * np.uint64(0xD1B54A32D192ED03)
+            + cols.astype(np.uint64)[None, :] * np.uint64(0x8CB92BA72F3D8DD7)
+        )
         z = (z ^ (z >> np.uint64(30))) * _M1
         z = (z ^ (z >> np.uint64(27))) * _M2
         z = z ^ (z >> np.uint64(31))
@@ -69,7 +72,7 @@ class RandomSystem(System):
         return torch.from_numpy(uniform_hash(self.seed, images, sentences))
 
     def sentence_scores(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(uniform_hash(self.seed + 2 ** 32, a, b))
+        return torch.from_numpy(uniform_hash(self.seed + 2**32, a, b))
 
     def loss(self, images, sentences, epoch):
         raise RuntimeError("the random system has nothing to train")

@@ -35,9 +35,11 @@ regulariser λ(‖θ‖² + ‖W_I‖²) is added by the system. With sampled ne
 
 **Squared loss (Table 2):** ``(1/b) Σ_p ‖v_{k_p} − y_{j_p}‖²``, scored by ``−‖v − y‖``.
 """
+
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import torch
 
@@ -45,7 +47,7 @@ import torch
 def levels(parent: np.ndarray) -> list[np.ndarray]:
     """Node indices grouped by height (leaves first) over a forest given by ``parent``."""
     n = len(parent)
-    pending = np.bincount(parent[parent >= 0], minlength=n)       # children not yet placed
+    pending = np.bincount(parent[parent >= 0], minlength=n)  # children not yet placed
     frontier = np.nonzero(pending == 0)[0]
     out, done = [], 0
     while len(frontier):
@@ -93,15 +95,18 @@ class Plan:
     raw0: torch.Tensor | None = None
 
 
-def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu", raw: np.ndarray | None = None) -> Plan:
+def plan(
+    parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu", raw: np.ndarray | None = None
+) -> Plan:
     """The :class:`Plan` of a forest (``slot`` ignored at roots; ``raw`` (N,) bool or None: leaves that
     :func:`compose` takes as their input, unchanged)."""
     if raw is not None and np.asarray(raw, bool)[parent[parent >= 0]].any():
-        raise ValueError("plan: raw nodes must be leaves (a raw node takes its input unchanged, so it would "
-                         "ignore its children)")
+        raise ValueError(
+            "plan: raw nodes must be leaves (a raw node takes its input unchanged, so it would ignore its children)"
+        )
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
     lv = []
-    for idx in levels(parent):                      # level order: children by matrix, then the roots
+    for idx in levels(parent):  # level order: children by matrix, then the roots
         has = parent[idx] >= 0
         kids = idx[has][np.argsort(slot[idx[has]], kind="stable")]
         lv.append(np.concatenate([kids, idx[~has]]))
@@ -115,11 +120,21 @@ def plan(parent: np.ndarray, slot: np.ndarray, device: torch.device | str = "cpu
     for idx in lv:
         kids = idx[parent[idx] >= 0]
         ks, counts = np.unique(slot[kids], return_counts=True)
-        out.append(Level(start, len(idx), len(kids), [(int(k), int(c)) for k, c in zip(ks, counts)],
-                         t(inverse[parent[kids]] - off), t(out_of_root[idx[len(kids):]])))
+        out.append(
+            Level(
+                start,
+                len(idx),
+                len(kids),
+                [(int(k), int(c)) for k, c in zip(ks, counts)],
+                t(inverse[parent[kids]] - off),
+                t(out_of_root[idx[len(kids) :]]),
+            )
+        )
         start += len(idx)
     raw0 = np.asarray(raw, bool)[lv[0]] if raw is not None and lv and np.any(raw) else None
-    return Plan(out, t(order), t(inverse), t(inverse[roots]), None if raw0 is None else torch.from_numpy(raw0).to(device))
+    return Plan(
+        out, t(order), t(inverse), t(inverse[roots]), None if raw0 is None else torch.from_numpy(raw0).to(device)
+    )
 
 
 def _factors(v: torch.Tensor | None, order: torch.Tensor, sizes: list[int]) -> list:
@@ -159,12 +174,12 @@ class _Compose(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, W, sch, rows, weights, scales, raw0, roots_only):
         N, n, off = len(sch.order), x.shape[1], sch.levels[0].size
-        idx = sch.order if rows is None else rows.index_select(0, sch.order)      # the row of x each node reads
-        table = rows is not None and scales[0] is None                            # the leaves: tanh of the table
+        idx = sch.order if rows is None else rows.index_select(0, sch.order)  # the row of x each node reads
+        table = rows is not None and scales[0] is None  # the leaves: tanh of the table
         T = torch.tanh(x) if table else None
-        H = x.new_empty((N, n))                                                   # node vectors, level order
-        A = x.index_select(0, idx[off:])                   # the non-leaf bases, then + the messages, then scaled
-        us = []                                            # each level's children's vectors times their weight
+        H = x.new_empty((N, n))  # node vectors, level order
+        A = x.index_select(0, idx[off:])  # the non-leaf bases, then + the messages, then scaled
+        us = []  # each level's children's vectors times their weight
         Wt = [w.t() for w in W.unbind(0)]
         for L, lv in enumerate(sch.levels):
             s, e, c = lv.start, lv.start + lv.size, lv.n_child
@@ -177,14 +192,23 @@ class _Compose(torch.autograd.Function):
                 if raw0 is not None:
                     H[:off] = torch.where(raw0[:, None], base, H[:off])
             else:
-                a = A[s - off:e - off]
+                a = A[s - off : e - off]
                 torch.tanh(a.mul_(scales[L][:, None]) if scales[L] is not None else a, out=H[s:e])
-            u = H[s:s + c] * weights[L][:c, None] if weights[L] is not None else H[s:s + c]
+            u = H[s : s + c] * weights[L][:c, None] if weights[L] is not None else H[s : s + c]
             us.append(u)
             if c:
                 A.index_add_(0, lv.parents, _products(u, Wt, lv, x.new_empty((c, n))))
         ctx.save_for_backward(W)
-        ctx.sch, ctx.idx, ctx.T, ctx.H, ctx.us, ctx.weights, ctx.scales, ctx.raw0 = sch, idx, T, H, us, weights, scales, raw0
+        ctx.sch, ctx.idx, ctx.T, ctx.H, ctx.us, ctx.weights, ctx.scales, ctx.raw0 = (
+            sch,
+            idx,
+            T,
+            H,
+            us,
+            weights,
+            scales,
+            raw0,
+        )
         ctx.roots_only, ctx.n_x, ctx.by_row = roots_only, x.shape[0], rows is not None
         return H.index_select(0, sch.roots if roots_only else sch.inverse)
 
@@ -193,8 +217,8 @@ class _Compose(torch.autograd.Function):
         (W,) = ctx.saved_tensors
         sch, idx, T, H, raw0 = ctx.sch, ctx.idx, ctx.T, ctx.H, ctx.raw0
         N, n, off = H.shape[0], H.shape[1], sch.levels[0].size
-        G = None if ctx.roots_only else gout.index_select(0, sch.order)          # output gradient, level order
-        gB = H.new_empty((N, n))           # the inputs' gradient; rows ≥ off: also what the messages receive
+        G = None if ctx.roots_only else gout.index_select(0, sch.order)  # output gradient, level order
+        gB = H.new_empty((N, n))  # the inputs' gradient; rows ≥ off: also what the messages receive
         gP = gB[off:]
         g_W = torch.zeros_like(W) if ctx.needs_input_grad[1] else None
         Ws, gWs = W.unbind(0), (g_W.unbind(0) if g_W is not None else None)
@@ -206,12 +230,12 @@ class _Compose(torch.autograd.Function):
                 if g_W is not None and c:
                     _add_products_t(gWs, gP.index_select(0, lv.parents), ctx.us[0], lv)
                 break
-            gh = gB[s:e]                                # built in place: d out/d h, then d out/d pre
+            gh = gB[s:e]  # built in place: d out/d h, then d out/d pre
             if G is not None:
                 gh.copy_(G[s:e])
             else:
                 torch.index_select(gout, 0, lv.root_out, out=gh[c:])
-            if c:                                       # from the parents (higher levels, already done)
+            if c:  # from the parents (higher levels, already done)
                 gm = gP.index_select(0, lv.parents)
                 gu = _products(gm, Ws, lv, H.new_empty((c, n)) if G is not None else gh[:c])
                 w = ctx.weights[L]
@@ -221,7 +245,7 @@ class _Compose(torch.autograd.Function):
                     gh[:c].mul_(w[:c, None])
                 if g_W is not None:
                     _add_products_t(gWs, gm, ctx.us[L], lv)
-            if T is not None and L == 0:                # d tanh summed per word first
+            if T is not None and L == 0:  # d tanh summed per word first
                 g_leaf = gh if raw0 is None else gh.masked_fill(raw0[:, None], 0.0)
                 g_table = torch.ops.aten.tanh_backward(H.new_zeros(T.shape).index_add_(0, idx[:off], g_leaf), T)
                 if raw0 is not None:
@@ -239,16 +263,24 @@ class _Compose(torch.autograd.Function):
                 g_x = gB.index_select(0, sch.inverse)
             elif g_table is None:
                 g_x = H.new_zeros((ctx.n_x, n)).index_add_(0, idx, gB)
-            else:                                       # the leaves' rows of gB: raw leaves only
+            else:  # the leaves' rows of gB: raw leaves only
                 lo = 0 if raw0 is not None else off
                 g_x = g_table.index_add_(0, idx[lo:], gB[lo:])
         return g_x, g_W, None, None, None, None, None, None
 
 
-def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
-            weight: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-            raw: np.ndarray | None = None, schedule: Plan | None = None, roots_only: bool = False,
-            rows: torch.Tensor | None = None) -> torch.Tensor:
+def compose(
+    x: torch.Tensor,
+    parent: np.ndarray,
+    slot: np.ndarray,
+    W: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    raw: np.ndarray | None = None,
+    schedule: Plan | None = None,
+    roots_only: bool = False,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Node vectors of a forest (module docstring), level by level: (N, n), or with ``roots_only`` the
     (R, n) vectors of the roots (``parent == -1``) in node-id order.
 
@@ -265,15 +297,24 @@ def compose(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tens
             raise ValueError(f"compose: {name} is a constant here (no gradient flows to it); pass {name}.detach()")
     schedule = plan(parent, slot, x.device, raw) if schedule is None else schedule
     if raw is not None and np.any(raw) and schedule.raw0 is None:
-        raise ValueError("compose: raw nodes given with a schedule planned without them: plan(parent, slot, device, raw)")
+        raise ValueError(
+            "compose: raw nodes given with a schedule planned without them: plan(parent, slot, device, raw)"
+        )
     order, sizes = schedule.order, [lv.size for lv in schedule.levels]
-    return _Compose.apply(x, W, schedule, rows, _factors(weight, order, sizes), _factors(scale, order, sizes),
-                          schedule.raw0, roots_only)
+    return _Compose.apply(
+        x, W, schedule, rows, _factors(weight, order, sizes), _factors(scale, order, sizes), schedule.raw0, roots_only
+    )
 
 
-def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: torch.Tensor,
-                      weight: torch.Tensor | None = None,
-                      scale: torch.Tensor | None = None, raw: np.ndarray | None = None) -> torch.Tensor:
+def compose_reference(
+    x: torch.Tensor,
+    parent: np.ndarray,
+    slot: np.ndarray,
+    W: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    raw: np.ndarray | None = None,
+) -> torch.Tensor:
     """The same as :func:`compose` by plain recursion, one node at a time (tests and benchmark)."""
     base = x
     children: dict[int, list[int]] = {}
@@ -297,10 +338,18 @@ def compose_reference(x: torch.Tensor, parent: np.ndarray, slot: np.ndarray, W: 
     return torch.stack([node(i) for i in range(len(parent))]) if len(parent) else base
 
 
-def hinge_all_negatives(v_batch: torch.Tensor, y_batch: torch.Tensor, v_all: torch.Tensor, y_all: torch.Tensor,
-                        image_batch: torch.Tensor, image_of_sentence: torch.Tensor, margin: float,
-                        image_ids: torch.Tensor | None = None, sentence_weight: float = 1.0,
-                        image_weight: float = 1.0) -> torch.Tensor:
+def hinge_all_negatives(
+    v_batch: torch.Tensor,
+    y_batch: torch.Tensor,
+    v_all: torch.Tensor,
+    y_all: torch.Tensor,
+    image_batch: torch.Tensor,
+    image_of_sentence: torch.Tensor,
+    margin: float,
+    image_ids: torch.Tensor | None = None,
+    sentence_weight: float = 1.0,
+    image_weight: float = 1.0,
+) -> torch.Tensor:
     """Eq. 5 over all negatives, mean over the b pairs (module docstring).
 
     ``v_batch`` (b, h) images of the pairs, ``y_batch`` (b, h) their sentences; ``v_all`` (N, h)
@@ -312,10 +361,10 @@ def hinge_all_negatives(v_batch: torch.Tensor, y_batch: torch.Tensor, v_all: tor
     positions of the drawn images (default: ``v_all`` is every image, in order), and the sum over sentences
     is multiplied by ``sentence_weight`` (M / n), the sum over images by ``image_weight`` (N / n): the same
     exclusions (a sentence of the pair's image, the pair's image), an unbiased estimate of the full sums."""
-    pos = (v_batch * y_batch).sum(1, keepdim=True)                     # (b, 1)
-    to_sent = torch.relu(margin - pos + v_batch @ y_all.T)              # (b, M): sentences as negatives
+    pos = (v_batch * y_batch).sum(1, keepdim=True)  # (b, 1)
+    to_sent = torch.relu(margin - pos + v_batch @ y_all.T)  # (b, M): sentences as negatives
     to_sent = to_sent.masked_fill(image_of_sentence[None, :] == image_batch[:, None], 0.0)
-    to_img = torch.relu(margin - pos + y_batch @ v_all.T)               # (b, N): images as negatives
+    to_img = torch.relu(margin - pos + y_batch @ v_all.T)  # (b, N): images as negatives
     ids = torch.arange(v_all.shape[0], device=v_all.device) if image_ids is None else image_ids
     to_img = to_img.masked_fill(ids[None, :] == image_batch[:, None], 0.0)
     s, i = to_sent.sum(), to_img.sum()

@@ -40,6 +40,7 @@ paper's trained baselines (BoW, chain RNN, CT-RNN) as settings of one system (do
   ``w_step: ridge`` solves the ``W_I`` step in closed form instead (:func:`ridge_map`: the same objective
   over all training pairs, y fixed) at the start of every round of ``alternate_epochs`` θ epochs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,33 +50,38 @@ import numpy as np
 import torch
 from torch import nn
 
+from fraglib.batches import Rows, Views, mean_rows
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
-from fraglib.batches import Rows, Views, mean_rows
 from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, neg_euclidean, plan, squared_loss
 
 ENCODERS = ("bow", "chain", "ctrnn", "dtrnn", "sdtrnn")
 LOSSES = ("margin", "squared")
-SENTENCE_VIEW = {"bow": "bow", "chain": "tree_basic", "ctrnn": "tree_basic", "dtrnn": "tree_basic",
-                 "sdtrnn": "tree_collapsed"}
+SENTENCE_VIEW = {
+    "bow": "bow",
+    "chain": "tree_basic",
+    "ctrnn": "tree_basic",
+    "dtrnn": "tree_basic",
+    "sdtrnn": "tree_collapsed",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """``params.yaml: systems.socher``."""
 
-    encoder: str = "dtrnn"        # bow | chain | ctrnn | dtrnn | sdtrnn
-    images: str = "fullframe"     # fullframe (paper: one global descriptor) | rcnn (mean of detections)
-    margin: float = 3.0           # Δ of Eq. 5
-    lam: float = 0.08             # λ on ‖θ‖² + ‖W_I‖²
+    encoder: str = "dtrnn"  # bow | chain | ctrnn | dtrnn | sdtrnn
+    images: str = "fullframe"  # fullframe (paper: one global descriptor) | rcnn (mean of detections)
+    margin: float = 3.0  # Δ of Eq. 5
+    lam: float = 0.08  # λ on ‖θ‖² + ‖W_I‖²
     length_weighting: bool = True  # Eq. 4's ℓ (dtrnn, sdtrnn)
-    init_noise: float = 0.01      # σ of the noise on the identity initialisation
-    loss: str = "margin"          # margin (Eq. 5, inner products) | squared (Table 2: ‖v − y‖², −Euclidean)
-    alternate_epochs: int = 1     # squared: epochs per phase of the W_I / θ alternation
-    w_step: str = "adagrad"       # squared: W_I phase by AdaGrad epochs | ridge (closed form, then θ epochs)
+    init_noise: float = 0.01  # σ of the noise on the identity initialisation
+    loss: str = "margin"  # margin (Eq. 5, inner products) | squared (Table 2: ‖v − y‖², −Euclidean)
+    alternate_epochs: int = 1  # squared: epochs per phase of the W_I / θ alternation
+    w_step: str = "adagrad"  # squared: W_I phase by AdaGrad epochs | ridge (closed form, then θ epochs)
     sentence_cosine: bool = False  # sentence similarity on unit vectors (cosine) instead of the raw measure
-    negatives: int = 0            # margin: Eq. 5's negatives per step: 0 = every training sentence and image (the
-                                  # paper); n = n sentences and n images drawn per step (without replacement), sums x M/n, N/n
+    negatives: int = 0  # margin: Eq. 5's negatives per step: 0 = every training sentence and image (the
+    # paper); n = n sentences and n images drawn per step (without replacement), sums x M/n, N/n
 
     def validate(self) -> "Config":
         p = "systems.socher"
@@ -91,8 +97,10 @@ class Config:
         check_choice(f"{p}.sentence_cosine", self.sentence_cosine, (True, False))
         check_range(f"{p}.negatives", self.negatives, 0, 1_000_000_000, int)
         if self.negatives and self.loss != "margin":
-            raise ConfigError(f"{p}.negatives={self.negatives}: sampled negatives belong to Eq. 5 (loss: margin); "
-                              f"loss: {self.loss} has no negatives, so set negatives: 0 with it")
+            raise ConfigError(
+                f"{p}.negatives={self.negatives}: sampled negatives belong to Eq. 5 (loss: margin); "
+                f"loss: {self.loss} has no negatives, so set negatives: 0 with it"
+            )
         return self
 
 
@@ -177,9 +185,14 @@ class SocherSystem(System):
         g = torch.Generator().manual_seed(seed)
         add_input_buffers(self, dims)
         self.register_buffer("word_scale", torch.ones(()))
-        self.W_I = nn.Parameter(torch.randn(n, img_dim, generator=g) / img_dim ** 0.5)
-        n_mats = {"bow": 0, "chain": 1, "ctrnn": 2, "dtrnn": 2 * dims.get("max_rank", 1),
-                  "sdtrnn": dims["n_relations"]}[cfg.encoder]
+        self.W_I = nn.Parameter(torch.randn(n, img_dim, generator=g) / img_dim**0.5)
+        n_mats = {
+            "bow": 0,
+            "chain": 1,
+            "ctrnn": 2,
+            "dtrnn": 2 * dims.get("max_rank", 1),
+            "sdtrnn": dims["n_relations"],
+        }[cfg.encoder]
         if cfg.encoder in ("chain", "dtrnn", "sdtrnn"):
             self.W_v = nn.Parameter(_identity_plus_noise(1, n, cfg.init_noise, g)[0])
         if n_mats:
@@ -187,7 +200,7 @@ class SocherSystem(System):
         self.max_rank = dims.get("max_rank", 1)
         self._negatives: Negatives | None = None
         self._seed = int(seed)
-        self._draws = (-1, 0)               # (epoch, steps drawn in it): sampled negatives (negatives > 0)
+        self._draws = (-1, 0)  # (epoch, steps drawn in it): sampled negatives (negatives > 0)
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, train: Any) -> None:
@@ -203,12 +216,19 @@ class SocherSystem(System):
         imgs = np.unique(train.sentence_image[ok])
         sents, img_rows = train.sentences.take(ok), train.images.take(imgs)
         bow = self.cfg.encoder == "bow"
-        whole = not bow and not self.cfg.negatives               # sampled negatives: structures per step
+        whole = not bow and not self.cfg.negatives  # sampled negatives: structures per step
         with torch.no_grad():
-            self._negatives = Negatives(imgs, ok, img_rows, sents, self.structure(sents) if whole else None,
-                                        torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])).to(self.words.device),
-                                        self._standardised(img_rows), self._sentence_vectors(sents, None) if bow else None,
-                                        train.sentences)
+            self._negatives = Negatives(
+                imgs,
+                ok,
+                img_rows,
+                sents,
+                self.structure(sents) if whole else None,
+                torch.from_numpy(np.searchsorted(imgs, train.sentence_image[ok])).to(self.words.device),
+                self._standardised(img_rows),
+                self._sentence_vectors(sents, None) if bow else None,
+                train.sentences,
+            )
 
     # ------------------------------------------------------------------ encoders
     def encode_images(self, rows: Rows) -> Encoded:
@@ -235,14 +255,24 @@ class SocherSystem(System):
         if self.cfg.encoder == "bow":
             return mean_rows(self.words[rows.data["w1"]] / self.word_scale, rows.owner, rows.n)
         st = st or self.structure(rows)
-        x = self.words[st.vocab] / self.word_scale                            # (V, 50)
-        if self.cfg.encoder == "ctrnn":                       # raw word leaves, zero input at binary nodes
+        x = self.words[st.vocab] / self.word_scale  # (V, 50)
+        if self.cfg.encoder == "ctrnn":  # raw word leaves, zero input at binary nodes
             x = torch.cat([x, x.new_zeros((1, x.shape[1]))])
         else:
             x = x @ self.W_v.T
         weight = st.ell.to(x) if st.ell is not None else None
-        h = compose(x, st.parent, st.slot, self.W, weight, None if weight is None else 1.0 / weight, st.raw,
-                    schedule=st.plan, roots_only=True, rows=st.word_of_node)
+        h = compose(
+            x,
+            st.parent,
+            st.slot,
+            self.W,
+            weight,
+            None if weight is None else 1.0 / weight,
+            st.raw,
+            schedule=st.plan,
+            roots_only=True,
+            rows=st.word_of_node,
+        )
         return x.new_zeros((rows.n, x.shape[1])).index_copy(0, st.root_items, h)
 
     def structure(self, rows: Rows) -> Structure:
@@ -254,11 +284,11 @@ class SocherSystem(System):
         start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         col = {k: v.cpu().numpy() for k, v in rows.data.items() if k not in ("w1", "w2")}
         ell, raw, n_extra, node_owner = None, None, 0, owner
-        if self.cfg.encoder == "chain":                       # each word's parent is the next word
+        if self.cfg.encoder == "chain":  # each word's parent is the next word
             parent = np.append(np.where(owner[1:] == owner[:-1], np.arange(1, R), -1), -1)[:R]
             slot = np.zeros(R, np.int64)
-        elif self.cfg.encoder == "ctrnn":                     # words (raw leaves), then the binary nodes
-            inner = col["bin_left"] >= 0                      # row k < m - 1 of an item holds internal node k
+        elif self.cfg.encoder == "ctrnn":  # words (raw leaves), then the binary nodes
+            inner = col["bin_left"] >= 0  # row k < m - 1 of an item holds internal node k
             n_inner = np.maximum(counts - 1, 0)
             istart = R + np.concatenate([[0], np.cumsum(n_inner)[:-1]]).astype(np.int64)
             node = istart[owner] + (np.arange(R) - start[owner])
@@ -272,15 +302,27 @@ class SocherSystem(System):
             node_owner = np.concatenate([owner, np.repeat(np.arange(rows.n), n_inner)])
         else:
             parent = np.where(col["parent"] >= 0, col["parent"] + start[owner], -1)
-            slot = np.maximum(col["side"] * self.max_rank + col["rank"] if self.cfg.encoder == "dtrnn" else col["rel"], 0)
+            slot = np.maximum(
+                col["side"] * self.max_rank + col["rank"] if self.cfg.encoder == "dtrnn" else col["rel"], 0
+            )
             if self.cfg.length_weighting:
                 ell = torch.from_numpy(col["ell"]).to(dev)
         roots = np.nonzero(parent < 0)[0]
         vocab, word_of_node = np.unique(rows.data["w1"].cpu().numpy(), return_inverse=True)
         word_of_node = np.concatenate([word_of_node.ravel(), np.full(n_extra, len(vocab))])
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
-        return Structure(parent, slot, plan(parent, slot, dev, raw), ell, raw, n_extra, roots, t(node_owner[roots]),
-                         t(vocab), t(word_of_node))
+        return Structure(
+            parent,
+            slot,
+            plan(parent, slot, dev, raw),
+            ell,
+            raw,
+            n_extra,
+            roots,
+            t(node_owner[roots]),
+            t(vocab),
+            t(word_of_node),
+        )
 
     # ------------------------------------------------------------------ scores and loss
     def _similarity(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -321,7 +363,7 @@ class SocherSystem(System):
         self.W_I.copy_(ridge_map(neg.z, counts, Ysum, self.cfg.lam))
 
     def regulariser(self, params=None) -> torch.Tensor:
-        return sum((p ** 2).sum() for p in (self.parameters() if params is None else params))
+        return sum((p**2).sum() for p in (self.parameters() if params is None else params))
 
     def draw_negatives(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """The next step's sampled negatives (``negatives`` = n > 0): positions in the usable training split
@@ -333,7 +375,7 @@ class SocherSystem(System):
         e, step = self._draws
         step = step if e == epoch else 0
         self._draws = (epoch, step + 1)
-        rng = np.random.default_rng([self._seed, int(epoch), step, 5])        # 5: Eq. 5's stream
+        rng = np.random.default_rng([self._seed, int(epoch), step, 5])  # 5: Eq. 5's stream
         M, N, n = len(neg.sentences), len(neg.images), self.cfg.negatives
         return np.sort(rng.choice(M, min(n, M), replace=False)), np.sort(rng.choice(N, min(n, N), replace=False))
 
@@ -346,7 +388,7 @@ class SocherSystem(System):
         dev = neg.z.device
         k = np.searchsorted(neg.images, images.index)
         j = np.searchsorted(neg.sentences, sentences.index)
-        if neg.y_fixed is not None:                                             # bow: no parameters
+        if neg.y_fixed is not None:  # bow: no parameters
             y = neg.y_fixed.index_select(0, torch.from_numpy(np.concatenate([j, cs])).to(dev))
         else:
             need, inv = np.unique(np.concatenate([j, cs]), return_inverse=True)
@@ -355,10 +397,18 @@ class SocherSystem(System):
         v = neg.z.index_select(0, torch.from_numpy(np.concatenate([k, ci])).to(dev)) @ self.W_I.T
         b = len(j)
         ci_t = torch.from_numpy(ci).to(dev)
-        return hinge_all_negatives(v[:b], y[:b], v[b:], y[b:], torch.from_numpy(k).to(dev),
-                                   neg.image_of.index_select(0, torch.from_numpy(cs).to(dev)), self.cfg.margin,
-                                   image_ids=ci_t, sentence_weight=len(neg.sentences) / len(cs),
-                                   image_weight=len(neg.images) / len(ci))
+        return hinge_all_negatives(
+            v[:b],
+            y[:b],
+            v[b:],
+            y[b:],
+            torch.from_numpy(k).to(dev),
+            neg.image_of.index_select(0, torch.from_numpy(cs).to(dev)),
+            self.cfg.margin,
+            image_ids=ci_t,
+            sentence_weight=len(neg.sentences) / len(cs),
+            image_weight=len(neg.images) / len(ci),
+        )
 
     def loss(self, images: Encoded, sentences: Encoded, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 5 for the batch's pairs against every training image and sentence (``negatives: 0``) or an
@@ -371,9 +421,12 @@ class SocherSystem(System):
             else:
                 v, params = v.detach(), [p for name, p in self.named_parameters() if name != "W_I"]
             sq, reg = squared_loss(v, y), self.regulariser(params)
-            return sq + self.cfg.lam * reg, {"squared": float(sq.detach()), "reg": float(reg.detach()),
-                                             "norm_v": float(v.detach().norm(dim=1).mean()),
-                                             "norm_y": float(y.detach().norm(dim=1).mean())}
+            return sq + self.cfg.lam * reg, {
+                "squared": float(sq.detach()),
+                "reg": float(reg.detach()),
+                "norm_v": float(v.detach().norm(dim=1).mean()),
+                "norm_y": float(y.detach().norm(dim=1).mean()),
+            }
         if self._negatives is None:
             raise RuntimeError("socher: use_training_split(train) must be called before training (Eq. 5's negatives)")
         neg = self._negatives
@@ -386,7 +439,8 @@ class SocherSystem(System):
         dev = v_all.device
         k = torch.from_numpy(np.searchsorted(neg.images, images.index)).to(dev)
         j = torch.from_numpy(np.searchsorted(neg.sentences, sentences.index)).to(dev)
-        hinge = hinge_all_negatives(v_all.index_select(0, k), y_all.index_select(0, j), v_all, y_all, k,
-                                    neg.image_of, self.cfg.margin)
+        hinge = hinge_all_negatives(
+            v_all.index_select(0, k), y_all.index_select(0, j), v_all, y_all, k, neg.image_of, self.cfg.margin
+        )
         reg = self.regulariser()
         return hinge + self.cfg.lam * reg, {"hinge": float(hinge.detach()), "reg": float(reg.detach())}

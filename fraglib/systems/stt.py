@@ -18,6 +18,7 @@ and ``</s>`` (Eqs. 10–11), averaged over the batch; ``L_sim`` the baseline's h
 **Decoding**: :func:`greedy` and :func:`beam_search` (batched over items, deterministic; beam width 1
 is greedy), at most ``max_len`` words.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,9 +29,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from fraglib.batches import Rows
 from fraglib.config import ConfigError, check_range
 from fraglib.systems import vse
-from fraglib.batches import Rows
 from fraglib.systems.gru import packed_gru
 
 Step = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -41,15 +42,15 @@ Embed = Callable[[torch.Tensor], torch.Tensor]
 class Config(vse.Config):
     """``params.yaml: systems.stt``: the baseline's keys (:class:`fraglib.systems.vse.Config`) and the decoder's."""
 
-    dec_hidden: int = 1024         # decoder GRU state (Peri: 1024, not stated for the decoder)
-    lambda_ic: float = 1.0         # λ1: image captioning
-    lambda_para: float = 1.0       # λ2: paraphrasing
-    lambda_sim: float = 1.0        # λ3: retrieval hinge
-    dec_lr_scale: float = 1.0      # the decoder's learning rate = train.lr x this (the encoders': train.lr)
-    max_len: int = 20              # decoding: at most this many words
-    beam: int = 1                  # decoding: 1 = greedy
+    dec_hidden: int = 1024  # decoder GRU state (Peri: 1024, not stated for the decoder)
+    lambda_ic: float = 1.0  # λ1: image captioning
+    lambda_para: float = 1.0  # λ2: paraphrasing
+    lambda_sim: float = 1.0  # λ3: retrieval hinge
+    dec_lr_scale: float = 1.0  # the decoder's learning rate = train.lr x this (the encoders': train.lr)
+    max_len: int = 20  # decoding: at most this many words
+    beam: int = 1  # decoding: 1 = greedy
     SECTION: ClassVar[str] = "systems.stt"
-    TEXT_ONLY: ClassVar[bool] = True                  # the paraphrasing branch alone (checked below)
+    TEXT_ONLY: ClassVar[bool] = True  # the paraphrasing branch alone (checked below)
 
     def validate(self) -> "Config":
         super().validate()
@@ -63,8 +64,10 @@ class Config(vse.Config):
         if self.lambda_ic == 0 and self.lambda_para == 0:
             raise ConfigError(f"{p}: lambda_ic and lambda_para are both 0 — nothing trains the decoder")
         if self.images == "none" and (self.lambda_ic or self.lambda_sim):
-            raise ConfigError(f"{p}: images 'none' (text only) has no image to caption or retrieve: "
-                             f"set lambda_ic and lambda_sim to 0 (now {self.lambda_ic}, {self.lambda_sim})")
+            raise ConfigError(
+                f"{p}: images 'none' (text only) has no image to caption or retrieve: "
+                f"set lambda_ic and lambda_sim to 0 (now {self.lambda_ic}, {self.lambda_sim})"
+            )
         return self
 
 
@@ -112,14 +115,15 @@ def greedy(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eos: in
 
 
 @torch.no_grad()
-def beam_search(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eos: int, max_len: int,
-                beam: int) -> list[list[int]]:
+def beam_search(
+    step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eos: int, max_len: int, beam: int
+) -> list[list[int]]:
     """Beam search over n items at once (n·beam states per step; arguments as :func:`greedy`): the
     caption with the highest sum of log-probabilities (``</s>`` included) among the beams, no length
     normalisation; a finished beam keeps its score. Ties go to the lower (beam, word) index, so
     ``beam = 1`` is greedy decoding."""
     n, k = h.shape[0], beam
-    hs = h.repeat_interleave(k, 0)                                             # (n k, H)
+    hs = h.repeat_interleave(k, 0)  # (n k, H)
     x = bos.expand(n * k, -1)
     score = torch.full((n, k), float("-inf"), device=h.device, dtype=torch.promote_types(h.dtype, torch.float32))
     score[:, 0] = 0.0
@@ -131,18 +135,18 @@ def beam_search(step: Step, embed: Embed, h: torch.Tensor, bos: torch.Tensor, eo
         V = logp.shape[-1]
         stay = torch.full_like(logp, float("-inf"))
         stay[..., eos] = 0.0
-        logp = torch.where(done[..., None], stay, logp)                       # finished: only </s>, free
-        score, flat = torch.topk((score[..., None] + logp).reshape(n, k * V), k, dim=1)   # sorted
+        logp = torch.where(done[..., None], stay, logp)  # finished: only </s>, free
+        score, flat = torch.topk((score[..., None] + logp).reshape(n, k * V), k, dim=1)  # sorted
         src, w = flat // V, flat % V
         words = torch.cat([words.gather(1, src[..., None].expand(-1, -1, words.shape[2])), w[..., None]], 2)
         done = done.gather(1, src) | (w == eos)
         hs = hs.reshape(n, k, -1).gather(1, src[..., None].expand(-1, -1, hs.shape[-1])).reshape(n * k, -1)
         if bool(done.all()):
             break
-        x = embed(torch.where(w == eos, 0, w).reshape(-1))                  # finished beams' input is never read
+        x = embed(torch.where(w == eos, 0, w).reshape(-1))  # finished beams' input is never read
     out = []
-    for seq in words[:, 0].tolist():                                           # beam 0: the best
-        out.append((seq[:seq.index(eos)] if eos in seq else seq)[:max_len])
+    for seq in words[:, 0].tolist():  # beam 0: the best
+        out.append((seq[: seq.index(eos)] if eos in seq else seq)[:max_len])
     return out
 
 
@@ -158,9 +162,9 @@ class SttSystem(vse.VseSystem):
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__(cfg, dims, seed)
         self.seed = seed
-        self.eos = dims["n_relations"]                                         # output id of </s>
+        self.eos = dims["n_relations"]  # output id of </s>
         self.init = nn.Linear(cfg.embed_dim, cfg.dec_hidden)
-        nn.init.normal_(self.init.weight, 0.0, 1.0)        # u is a unit vector: W u ~ N(0, 1), h_0 = O(1)
+        nn.init.normal_(self.init.weight, 0.0, 1.0)  # u is a unit vector: W u ~ N(0, 1), h_0 = O(1)
         nn.init.zeros_(self.init.bias)
         self.dec = nn.GRU(cfg.word_dim, cfg.dec_hidden, batch_first=True)
         self.out = nn.Linear(cfg.dec_hidden, dims["n_relations"] + 1)
@@ -176,7 +180,9 @@ class SttSystem(vse.VseSystem):
         """The decoder's own parameters (not the shared word embedding) at ``dec_lr_scale``, the rest as the base's."""
         dec = [self.bos, *self.init.parameters(), *self.dec.parameters(), *self.out.parameters()]
         ids = {id(p) for p in dec}
-        return [(k, [p for p in ps if id(p) not in ids]) for k, ps in super().lr_groups()] + [(self.cfg.dec_lr_scale, dec)]
+        return [(k, [p for p in ps if id(p) not in ids]) for k, ps in super().lr_groups()] + [
+            (self.cfg.dec_lr_scale, dec)
+        ]
 
     # -------------------------------------------------------------- encoders
     def encode_sentences(self, rows: Rows) -> Sentences:
@@ -228,8 +234,15 @@ class SttSystem(vse.VseSystem):
         """Word ids of one caption per row of ``u`` (n, D): greedy (``beam`` 1) or beam search."""
         self.eval()
         h = torch.tanh(self.init(u))
-        return beam_search(self.decoder_step, self.text.embed, h, self.bos, self.eos, max_len or self.cfg.max_len,
-                           beam or self.cfg.beam)
+        return beam_search(
+            self.decoder_step,
+            self.text.embed,
+            h,
+            self.bos,
+            self.eos,
+            max_len or self.cfg.max_len,
+            beam or self.cfg.beam,
+        )
 
     # -------------------------------------------------------------- training
     def targets(self, index: np.ndarray, epoch: int) -> Rows:
@@ -251,7 +264,7 @@ class SttSystem(vse.VseSystem):
         x = torch.cat([self.bos.expand(len(tok), 1, -1), self.text.embed(tok)], 1)
         packed = pack_padded_sequence(self.text.drop(x), steps, batch_first=True, enforce_sorted=False)
         y, _ = packed_gru(self.dec, packed, torch.tanh(self.init(u))[None].contiguous())
-        logits = self.out(self.text.drop(y.data))                                       # (Σ steps, V+1)
+        logits = self.out(self.text.drop(y.data))  # (Σ steps, V+1)
         pick = lambda t: pack_padded_sequence(t, steps, batch_first=True, enforce_sorted=False).data  # noqa: E731
         logp = torch.log_softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32))
         logp = logp.gather(1, pick(targets)[:, None])[:, 0]
@@ -277,10 +290,16 @@ class SttSystem(vse.VseSystem):
         """Eq. 12; a term weighted 0 is not computed (text-only runs: ``lambda_ic = lambda_sim = 0``)."""
         c = self.cfg
         sim, parts = super().loss(images, sentences, epoch) if c.lambda_sim > 0 else (None, {})
-        heads = [(k, lam, u) for k, lam, u in (("L_IC", c.lambda_ic, lambda: self.image_vectors(images)),
-                                                ("L_para", c.lambda_para, lambda: sentences.c)) if lam > 0]
+        heads = [
+            (k, lam, u)
+            for k, lam, u in (
+                ("L_IC", c.lambda_ic, lambda: self.image_vectors(images)),
+                ("L_para", c.lambda_para, lambda: sentences.c),
+            )
+            if lam > 0
+        ]
         nll = self.caption_nll(torch.cat([u() for _, _, u in heads]), self.targets(sentences.index, epoch))
-        nll = nll.view(len(heads), -1)                                   # one decoder, one row per input kind
+        nll = nll.view(len(heads), -1)  # one decoder, one row per input kind
         cost = c.lambda_sim * sim if sim is not None else 0.0
         for h, (k, lam, _) in enumerate(heads):
             term = nll[h].mean()

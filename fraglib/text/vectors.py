@@ -3,6 +3,7 @@
 The table is memory-mapped (``np.load(..., mmap_mode="r")``): opening it reads nothing, and the
 model copies it once, into its own fixed tensor. Rows are aligned with the parquet index column.
 """
+
 from __future__ import annotations
 
 import functools

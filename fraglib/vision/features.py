@@ -14,6 +14,7 @@ analogue of "Faster R-CNN proposals by objectness") and ``grid.npz`` (the cells 
 
 The file format is :mod:`fraglib.data.cache` (:class:`~fraglib.data.cache.FeatureCache`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,22 @@ from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
 from fraglib.data.cache import FeatureCache, cache_family
 from fraglib.outputs import OVERWRITE_HELP, claim, write_text
+from fraglib.vision.rcnn import (
+    Backbone,
+    BadImage,
+    VisionConfig,
+    crop_descriptors,
+    degrade_boxes,
+    describe_detector,
+    nms_top_k,
+    proposal_scores,
+    recall_at_iou,
+    roi_descriptors,
+)
 from fraglib.vision.regions import check_images_usable, region_items
-from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, crop_descriptors, degrade_boxes, describe_detector,
-                            nms_top_k, proposal_scores, recall_at_iou, roi_descriptors)
 
-
-N_REGIONS = 36      # Peri's M: proposals per image for region-word attention
-GRID = 6            # the grid alternative: GRID x GRID = 36 cells
+N_REGIONS = 36  # Peri's M: proposals per image for region-word attention
+GRID = 6  # the grid alternative: GRID x GRID = 36 cells
 
 
 def grid_boxes(w: int, h: int, g: int = GRID) -> np.ndarray:
@@ -52,9 +62,17 @@ def _to_np(t: torch.Tensor) -> np.ndarray:
     return t.float().cpu().numpy().astype(np.float32)
 
 
-def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dict[int, np.ndarray] | None = None,
-            device: torch.device | None = None, progress: bool = True, regions: Any = None,
-            overwrite: bool = False, region_views: bool = False) -> dict[str, Any]:
+def extract(
+    dataset: Dataset,
+    cfg: VisionConfig,
+    out_dir: str | Path,
+    truth: dict[int, np.ndarray] | None = None,
+    device: torch.device | None = None,
+    progress: bool = True,
+    regions: Any = None,
+    overwrite: bool = False,
+    region_views: bool = False,
+) -> dict[str, Any]:
     """Compute the caches for ``dataset`` (rcnn, groundtruth when ``truth`` maps imgid -> true boxes,
     top36 and grid when ``region_views``) and write them with ``features_stats.json`` into
     ``out_dir``. Returns the stats.
@@ -80,17 +98,25 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     family = cache_family(out_dir)
     claim(family, [out_dir / f"{d}.npz" for d in detectors] + [family[-1]], overwrite, f"feature caches in {out_dir}")
     if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"{out_dir}: not a folder (a file, or a link to a missing folder); "
-                                 "checked before the work so that no result is lost")
-    acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")}
-                                       for d in detectors}
+        raise NotADirectoryError(
+            f"{out_dir}: not a folder (a file, or a link to a missing folder); "
+            "checked before the work so that no result is lost"
+        )
+    acc: dict[str, dict[str, list]] = {
+        d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")} for d in detectors
+    }
     status = [""] * len(dataset.images)
     notes: Counter = Counter()
     times: dict[str, list[float]] = {k: [] for k in ("load", "proposals", "backbone", "scoring", "features", "total")}
     n_props = []
     t_start = time.perf_counter()
-    for item in tqdm(region_items(dataset, cfg, backbone, device, regions), total=len(dataset.images),
-                     desc=f"features ({backbone.name}, {device})", disable=not progress, mininterval=5):
+    for item in tqdm(
+        region_items(dataset, cfg, backbone, device, regions),
+        total=len(dataset.images),
+        desc=f"features ({backbone.name}, {device})",
+        disable=not progress,
+        mininterval=5,
+    ):
         n = item["n"]
         if "error" in item:
             if cfg.on_bad_image == "error":
@@ -123,8 +149,10 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
             rng = np.random.default_rng([cfg.gt_seed, int(dataset.images[n]["imgid"])])
             gt = degrade_boxes(rng, truth[int(dataset.images[n]["imgid"])], w, h, cfg)[: cfg.k]
             pad = props[keep][: max(0, cfg.k - len(gt))]
-            chosen["groundtruth"] = (np.concatenate([gt, pad]).astype(np.float32),
-                                     np.concatenate([np.ones(len(gt)), scores[keep][: len(pad)]]))
+            chosen["groundtruth"] = (
+                np.concatenate([gt, pad]).astype(np.float32),
+                np.concatenate([np.ones(len(gt)), scores[keep][: len(pad)]]),
+            )
         for d, (boxes, sc) in chosen.items():
             if cfg.region_features == "roi":
                 desc = roi_descriptors(fmap, boxes, scale)
@@ -138,8 +166,9 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
         t3 = time.perf_counter()
         n_props.append(len(props))
         pre = [item.get("t_load", 0.0), item.get("t_proposals", 0.0), item.get("t_backbone", 0.0)]
-        for key, t in zip(("load", "proposals", "backbone", "scoring", "features"),
-                          pre + [t2 - t1, (t3 - t2) / len(chosen)]):  # features: per detector
+        for key, t in zip(
+            ("load", "proposals", "backbone", "scoring", "features"), pre + [t2 - t1, (t3 - t2) / len(chosen)]
+        ):  # features: per detector
             times[key].append(t)
         times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
@@ -152,12 +181,22 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     caches = {}
     for d in detectors:
         a = acc[d]
-        cat = lambda key, shape, dt: np.concatenate([x for x in a[key] if x is not None]).astype(dt) \
-            if any(x is not None for x in a[key]) else np.zeros(shape, dt)
-        cache = FeatureCache(cat("features", (0, dim), np.float32), cat("boxes", (0, 4), np.float32),
-                             cat("scores", (0,), np.float32), cat("is_full", (0,), bool),
-                             np.concatenate([[0], np.cumsum(a["counts"])]).astype(np.int64), imgids, files,
-                             np.array(status, dtype=str), {**meta_base, "detector": d})
+        cat = lambda key, shape, dt: (
+            np.concatenate([x for x in a[key] if x is not None]).astype(dt)
+            if any(x is not None for x in a[key])
+            else np.zeros(shape, dt)
+        )
+        cache = FeatureCache(
+            cat("features", (0, dim), np.float32),
+            cat("boxes", (0, 4), np.float32),
+            cat("scores", (0,), np.float32),
+            cat("is_full", (0,), bool),
+            np.concatenate([[0], np.cumsum(a["counts"])]).astype(np.int64),
+            imgids,
+            files,
+            np.array(status, dtype=str),
+            {**meta_base, "detector": d},
+        )
         cache.save(out_dir / f"{d}.npz")
         caches[d] = cache
     med = {k: float(np.median(v)) if v else 0.0 for k, v in times.items()}
@@ -177,7 +216,7 @@ def extract(dataset: Dataset, cfg: VisionConfig, out_dir: str | Path, truth: dic
     }
     if truth is not None:
         stats.update(_recall(caches, truth))
-    if regions is None:                                  # what a shard merge checks: these very pictures
+    if regions is None:  # what a shard merge checks: these very pictures
         stats["pictures_sha256"] = pictures_digest(dataset)
     write_text(out_dir / "features_stats.json", json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return stats
@@ -194,6 +233,7 @@ def pictures_digest(dataset: Dataset) -> str:
         p = dataset.image_path(row)
         h.update(f"{dataset.images[row]['filename']}\0{file_sha256(p) if p.is_file() else 'missing'}\n".encode())
     return h.hexdigest()
+
 
 def shard_rows(n_images: int, shard: int, n_shards: int) -> np.ndarray:
     """The dataset rows of shard ``shard`` of ``n_shards``: contiguous, sizes differing by at most one."""
@@ -213,25 +253,38 @@ def shard_dir(out_dir: str | Path, shard: int, n_shards: int) -> Path:
     return Path(out_dir) / "shards" / f"{shard}of{n_shards}"
 
 
-def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: dict[int, np.ndarray] | None = None,
-                 overwrite: bool = False) -> dict[str, Any]:
+def merge_shards(
+    dataset: Dataset,
+    out_dir: str | Path,
+    n_shards: int,
+    truth: dict[int, np.ndarray] | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Join the caches that ``--shard i/N`` wrote under ``out_dir/shards/iofN`` into the caches one process
     writes (the same arrays: every image's arithmetic is its own), and ``features_stats.json``. Refuses a
     missing shard, a shard of other images, and shards made with other settings, naming them."""
     dirs = [shard_dir(out_dir, i, n_shards) for i in range(n_shards)]
     missing = [str(d) for d in dirs if not (d / "features_stats.json").exists()]
     if missing:
-        raise FileNotFoundError(f"missing shard(s) {', '.join(missing)}: run --shard i/{n_shards} for each (they "
-                                "write features_stats.json last)")
-    for i, d in enumerate(dirs):                         # a hash of the pictures, not only their names
+        raise FileNotFoundError(
+            f"missing shard(s) {', '.join(missing)}: run --shard i/{n_shards} for each (they "
+            "write features_stats.json last)"
+        )
+    for i, d in enumerate(dirs):  # a hash of the pictures, not only their names
         recorded = json.loads((d / "features_stats.json").read_text()).get("pictures_sha256")
         if recorded is not None and recorded != pictures_digest(shard_dataset(dataset, i, n_shards)):
-            raise ValueError(f"{d}: computed from other pictures than {dataset.image_dir} holds now under the same "
-                             f"file names (their SHA-256 differs); re-run shard {i}/{n_shards}")
+            raise ValueError(
+                f"{d}: computed from other pictures than {dataset.image_dir} holds now under the same "
+                f"file names (their SHA-256 differs); re-run shard {i}/{n_shards}"
+            )
     detectors = sorted(p.stem for p in dirs[0].glob("*.npz"))
     out_dir = Path(out_dir)
-    claim(cache_family(out_dir), [out_dir / f"{d}.npz" for d in detectors] + [out_dir / "features_stats.json"], overwrite,
-          f"feature caches in {out_dir}")
+    claim(
+        cache_family(out_dir),
+        [out_dir / f"{d}.npz" for d in detectors] + [out_dir / "features_stats.json"],
+        overwrite,
+        f"feature caches in {out_dir}",
+    )
     caches = {}
     for det in detectors:
         parts = []
@@ -240,14 +293,17 @@ def merge_shards(dataset: Dataset, out_dir: str | Path, n_shards: int, truth: di
                 raise FileNotFoundError(f"{d / f'{det}.npz'}: shard {i} lacks the {det} cache that shard 0 has")
             parts.append(FeatureCache.load(d / f"{det}.npz", shard_dataset(dataset, i, n_shards)))
             if parts[-1].meta != parts[0].meta:
-                raise ValueError(f"{d / f'{det}.npz'}: made with other settings than shard 0 "
-                                 f"({parts[-1].meta} vs {parts[0].meta}); re-run that shard")
+                raise ValueError(
+                    f"{d / f'{det}.npz'}: made with other settings than shard 0 "
+                    f"({parts[-1].meta} vs {parts[0].meta}); re-run that shard"
+                )
         counts = np.concatenate([np.diff(c.offsets) for c in parts])
-        cache = FeatureCache(*(np.concatenate([getattr(c, k) for c in parts])
-                               for k in ("features", "boxes", "scores", "is_full")),
-                             np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                             *(np.concatenate([getattr(c, k) for c in parts]) for k in ("imgids", "filenames", "status")),
-                             parts[0].meta)
+        cache = FeatureCache(
+            *(np.concatenate([getattr(c, k) for c in parts]) for k in ("features", "boxes", "scores", "is_full")),
+            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            *(np.concatenate([getattr(c, k) for c in parts]) for k in ("imgids", "filenames", "status")),
+            parts[0].meta,
+        )
         cache.check(dataset, out_dir / f"{det}.npz")
         cache.save(out_dir / f"{det}.npz")
         caches[det] = cache
@@ -273,17 +329,25 @@ def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache],
     the median of the shards' medians, ``wall_seconds`` the slowest shard's (they run side by side)."""
     add = lambda key: dict(sum((Counter(s[key]) for s in shards), Counter()))  # noqa: E731
     n = sum(s["images"] for s in shards)
-    return {"images": n, "skipped": add("skipped"), "converted": add("converted"), "cnn": shards[0]["cnn"],
-            "device": f"{shards[0]['device']} ({len(shards)} shards)",
-            "proposals_per_image_median": float(np.median([s["proposals_per_image_median"] for s in shards])),
-            "fragments_per_image_mean": {d: float(np.mean(np.diff(c.offsets))) for d, c in caches.items()},
-            "seconds_per_image_median": {k: float(np.median([s["seconds_per_image_median"][k] for s in shards]))
-                                         for k in shards[0]["seconds_per_image_median"]},
-            "wall_seconds": max(s["wall_seconds"] for s in shards),
-            "wall_seconds_per_image": sum(s["wall_seconds"] for s in shards) / max(n, 1),
-            "peak_rss_mb": max(s["peak_rss_mb"] for s in shards),
-            "peak_rss_workers_mb": max(s["peak_rss_workers_mb"] for s in shards), "shards": len(shards),
-            **({"pictures_sha256": pictures_digest(dataset)} if all("pictures_sha256" in s for s in shards) else {})}
+    return {
+        "images": n,
+        "skipped": add("skipped"),
+        "converted": add("converted"),
+        "cnn": shards[0]["cnn"],
+        "device": f"{shards[0]['device']} ({len(shards)} shards)",
+        "proposals_per_image_median": float(np.median([s["proposals_per_image_median"] for s in shards])),
+        "fragments_per_image_mean": {d: float(np.mean(np.diff(c.offsets))) for d, c in caches.items()},
+        "seconds_per_image_median": {
+            k: float(np.median([s["seconds_per_image_median"][k] for s in shards]))
+            for k in shards[0]["seconds_per_image_median"]
+        },
+        "wall_seconds": max(s["wall_seconds"] for s in shards),
+        "wall_seconds_per_image": sum(s["wall_seconds"] for s in shards) / max(n, 1),
+        "peak_rss_mb": max(s["peak_rss_mb"] for s in shards),
+        "peak_rss_workers_mb": max(s["peak_rss_workers_mb"] for s in shards),
+        "shards": len(shards),
+        **({"pictures_sha256": pictures_digest(dataset)} if all("pictures_sha256" in s for s in shards) else {}),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -298,8 +362,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a vision parameter")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     ap.add_argument("--region-views", action="store_true", help="also top36.npz and grid.npz (Peri's attention model)")
-    ap.add_argument("--shard", metavar="i/N", help="only shard i of N (into <out-dir>/shards/iofN); under torchrun: "
-                                                  "RANK/WORLD_SIZE, then rank 0 merges")
+    ap.add_argument(
+        "--shard",
+        metavar="i/N",
+        help="only shard i of N (into <out-dir>/shards/iofN); under torchrun: RANK/WORLD_SIZE, then rank 0 merges",
+    )
     ap.add_argument("--merge", type=int, metavar="N", help="join the N shards' caches into <out-dir>")
     args = ap.parse_args(argv)
     from fraglib.data.synthetic import synthetic_truth
@@ -310,8 +377,12 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, ValueError) as exc:
         ap.error(str(exc))
     if args.limit:
-        ds = Dataset(ds.name, ds.image_dir, ds.images[: args.limit],
-                     [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}])
+        ds = Dataset(
+            ds.name,
+            ds.image_dir,
+            ds.images[: args.limit],
+            [s for s in ds.sentences if s["imgid"] in {im["imgid"] for im in ds.images[: args.limit]}],
+        )
     truth = synthetic_truth(args.truth) if args.truth else None
     if args.voc:
         from fraglib.data.voc import voc_truth
@@ -323,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
 
         regions = Regions.load(args.regions)
     out = Path(args.out_dir or Path(args.dataset_dir) / "features")
-    try:                                                 # a refusal (fraglib.outputs) comes before any work
+    try:  # a refusal (fraglib.outputs) comes before any work
         if args.merge:
             s = merge_shards(ds, out, args.merge, truth, args.overwrite)
         elif args.shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -331,8 +402,15 @@ def main(argv: list[str] | None = None) -> None:
 
             ctx = distributed.setup(torch.device("cpu")) if not args.shard else None
             i, n = (ctx.rank, ctx.world) if ctx else _parse_shard(args.shard)
-            s = extract(shard_dataset(ds, i, n), cfg, shard_dir(out, i, n), truth, regions=regions,
-                        overwrite=args.overwrite, region_views=args.region_views)
+            s = extract(
+                shard_dataset(ds, i, n),
+                cfg,
+                shard_dir(out, i, n),
+                truth,
+                regions=regions,
+                overwrite=args.overwrite,
+                region_views=args.region_views,
+            )
             if ctx is not None:
                 ctx.barrier()
                 if ctx.main:
@@ -342,8 +420,16 @@ def main(argv: list[str] | None = None) -> None:
             s = extract(ds, cfg, out, truth, regions=regions, overwrite=args.overwrite, region_views=args.region_views)
     except FileExistsError as exc:
         ap.error(str(exc))
-    print(json.dumps({k: v for k, v in s.items() if k in ("images", "skipped", "wall_seconds_per_image",
-                                                         "seconds_per_image_median") or k.startswith("recall")}))
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in s.items()
+                if k in ("images", "skipped", "wall_seconds_per_image", "seconds_per_image_median")
+                or k.startswith("recall")
+            }
+        )
+    )
 
 
 def _parse_shard(text: str) -> tuple[int, int]:

@@ -17,6 +17,7 @@ benchmark, its train split with the true boxes), so no test image of any study c
 ``--cv-out`` also writes a 2-fold cross-validation over those training images only: recall of
 the top ``k`` boxes at IoU ≥ 0.5 for each NMS threshold — how ``nms_iou`` is chosen.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
-POS, NEG = 0.5, 0.3   # IoU thresholds of the labels
+POS, NEG = 0.5, 0.3  # IoU thresholds of the labels
 
 
 def geometry(boxes: np.ndarray, w: int, h: int) -> np.ndarray:
@@ -40,8 +41,9 @@ def geometry(boxes: np.ndarray, w: int, h: int) -> np.ndarray:
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     bw, bh = np.maximum(b[:, 2] - b[:, 0], 1), np.maximum(b[:, 3] - b[:, 1], 1)
     border = ((b[:, 0] <= 2) | (b[:, 1] <= 2) | (b[:, 2] >= w - 2) | (b[:, 3] >= h - 2)).astype(np.float64)
-    return np.stack([np.log(bw * bh / (w * h)), np.log(bw / bh), (b[:, 0] + bw / 2) / w, (b[:, 1] + bh / 2) / h,
-                     border], 1).astype(np.float32)
+    return np.stack(
+        [np.log(bw * bh / (w * h)), np.log(bw / bh), (b[:, 0] + bw / 2) / w, (b[:, 1] + bh / 2) / h, border], 1
+    ).astype(np.float32)
 
 
 def enlarge(boxes: np.ndarray, factor: float, w: int, h: int) -> np.ndarray:
@@ -62,8 +64,9 @@ def region_inputs(fmap: torch.Tensor, boxes: np.ndarray, scale: float, w: int, h
 class Objectness:
     """Standardised inputs -> layers (ReLU between) -> one logit per proposal."""
 
-    def __init__(self, mean: np.ndarray, std: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]],
-                 meta: dict[str, Any]) -> None:
+    def __init__(
+        self, mean: np.ndarray, std: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], meta: dict[str, Any]
+    ) -> None:
         self.mean, self.std, self.layers, self.meta = mean, std, layers, meta
 
     @property
@@ -74,7 +77,7 @@ class Objectness:
         """(N,) logits of inputs ``x`` (N, D), in chunks of rows (x may be float16)."""
         out = []
         for a in range(0, len(x), chunk):
-            z = (np.asarray(x[a:a + chunk], np.float32) - self.mean) / self.std
+            z = (np.asarray(x[a : a + chunk], np.float32) - self.mean) / self.std
             for i, (W, b) in enumerate(self.layers):
                 z = z @ W + b
                 if i < len(self.layers) - 1:
@@ -97,8 +100,9 @@ class Objectness:
         ValueError when the file exists but is no readable model (damaged, another file, an older format)."""
         how = "python -m fraglib.vision.objectness"
         if not Path(path).exists():
-            raise FileNotFoundError(f"{path}: objectness model not found (vision.objectness_file); "
-                                    f"train one with {how}")
+            raise FileNotFoundError(
+                f"{path}: objectness model not found (vision.objectness_file); train one with {how}"
+            )
         try:
             z, meta = open_npz(path, how)
             n = sum(1 for k in z.files if k.startswith("W"))
@@ -106,12 +110,19 @@ class Objectness:
                 raise ValueError(f"{path}: no layers W0, W1 ... (an older format, or another file); re-run {how}")
             return cls(z["mean"], z["std"], [(z[f"W{i}"], z[f"b{i}"]) for i in range(n)], meta)
         except ValueError as exc:
-            raise ValueError(f"{path}: exists but cannot be read as an objectness model "
-                             f"({str(exc).removeprefix(f'{path}: ')})") from None
+            raise ValueError(
+                f"{path}: exists but cannot be read as an objectness model ({str(exc).removeprefix(f'{path}: ')})"
+            ) from None
 
 
-def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, progress: bool = True,
-            regions: Any = None, context: bool = True) -> dict[str, Any]:
+def collect(
+    dataset: Dataset,
+    truth: dict[int, np.ndarray],
+    cfg: VisionConfig,
+    progress: bool = True,
+    regions: Any = None,
+    context: bool = True,
+) -> dict[str, Any]:
     """Every proposal of every image of ``dataset``, plus its annotated boxes (the positives R-CNN
     adds), as arrays: ``X`` (N, D) float16 inputs, ``iou`` (N,) best IoU with an annotated box,
     ``image`` (N,) position in ``dataset``, ``boxes`` (N, 4), ``annotated`` (N,) bool.
@@ -123,8 +134,13 @@ def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, p
     device = torch.device("cpu")
     backbone = Backbone(cfg.cnn_variant) if regions is None else None
     out: dict[str, list] = {k: [] for k in ("X", "iou", "image", "boxes", "annotated")}
-    for item in tqdm(region_items(dataset, cfg, backbone, device, regions), total=len(dataset.images),
-                     desc="objectness data", disable=not progress, mininterval=5):
+    for item in tqdm(
+        region_items(dataset, cfg, backbone, device, regions),
+        total=len(dataset.images),
+        desc="objectness data",
+        disable=not progress,
+        mininterval=5,
+    ):
         if "error" in item:  # a bad image is skipped here exactly as in features
             print(f"skipped {dataset.image_path(item['n'])}: {item['error']}")
             continue
@@ -138,8 +154,17 @@ def collect(dataset: Dataset, truth: dict[int, np.ndarray], cfg: VisionConfig, p
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def fit(X: np.ndarray, iou: np.ndarray, model: str = "mlp", hidden: int = 256, epochs: int = 4, l2: float = 1e-3,
-        neg_share: float = 0.3, seed: int = 0, context: bool = True) -> Objectness:
+def fit(
+    X: np.ndarray,
+    iou: np.ndarray,
+    model: str = "mlp",
+    hidden: int = 256,
+    epochs: int = 4,
+    l2: float = 1e-3,
+    neg_share: float = 0.3,
+    seed: int = 0,
+    context: bool = True,
+) -> Objectness:
     """Class-balanced objectness on inputs ``X`` labelled by ``iou`` (≥ 0.5 positive, < 0.3
     negative). ``linear``: L2-regularised logistic regression (L-BFGS, ``l2``); ``mlp``: one ReLU
     layer of ``hidden`` units with dropout 0.3, AdamW (lr 1e-3, weight decay 1e-4), ``epochs``
@@ -167,8 +192,9 @@ def fit(X: np.ndarray, iou: np.ndarray, model: str = "mlp", hidden: int = 256, e
 
         def closure():
             opt.zero_grad()
-            loss = (wd * torch.nn.functional.binary_cross_entropy_with_logits(Xd @ w + b, yd, reduction="none")).mean() \
-                + l2 * (w ** 2).sum()
+            loss = (
+                wd * torch.nn.functional.binary_cross_entropy_with_logits(Xd @ w + b, yd, reduction="none")
+            ).mean() + l2 * (w**2).sum()
             loss.backward()
             return loss
 
@@ -179,15 +205,18 @@ def fit(X: np.ndarray, iou: np.ndarray, model: str = "mlp", hidden: int = 256, e
         raise ValueError(f"objectness model={model!r}: allowed linear, mlp")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], hidden), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-                              torch.nn.Linear(hidden, 1))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(X.shape[1], hidden), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(hidden, 1)
+    )
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-4)
     for _ in range(epochs):
         perm = torch.randperm(len(yt), generator=gen)
         for a in range(0, len(perm), 512):
-            i = perm[a:a + 512]
-            loss = (wts[i] * torch.nn.functional.binary_cross_entropy_with_logits(
-                net(Xt[i]).squeeze(1), yt[i], reduction="none")).mean()
+            i = perm[a : a + 512]
+            loss = (
+                wts[i]
+                * torch.nn.functional.binary_cross_entropy_with_logits(net(Xt[i]).squeeze(1), yt[i], reduction="none")
+            ).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -195,8 +224,9 @@ def fit(X: np.ndarray, iou: np.ndarray, model: str = "mlp", hidden: int = 256, e
     return Objectness(mean, std, layers, {**meta, "hidden": hidden, "epochs": epochs, "neg_share": neg_share})
 
 
-def top_k_recall(data: dict[str, Any], scores: np.ndarray, truth: list[np.ndarray], images: np.ndarray,
-                 nms_iou: float, k: int) -> float:
+def top_k_recall(
+    data: dict[str, Any], scores: np.ndarray, truth: list[np.ndarray], images: np.ndarray, nms_iou: float, k: int
+) -> float:
     """Recall at IoU ≥ 0.5 of each image's top ``k`` proposals after NMS (annotated boxes excluded)."""
     dets, tbs = [], []
     for n in images:
@@ -207,8 +237,9 @@ def top_k_recall(data: dict[str, Any], scores: np.ndarray, truth: list[np.ndarra
     return recall_at_iou(dets, tbs, 0.5)
 
 
-def cross_validate(data: dict[str, Any], truth: list[np.ndarray], nms: list[float], k: int, folds: int = 2,
-                   **fit_args: Any) -> dict[str, Any]:
+def cross_validate(
+    data: dict[str, Any], truth: list[np.ndarray], nms: list[float], k: int, folds: int = 2, **fit_args: Any
+) -> dict[str, Any]:
     """Recall of the top ``k`` per NMS threshold, mean over ``folds`` folds of the images in
     ``data`` (each fold scored by a model fitted on the others)."""
     images = np.unique(data["image"])
@@ -220,8 +251,13 @@ def cross_validate(data: dict[str, Any], truth: list[np.ndarray], nms: list[floa
         scores = model.logits(data["X"])
         for t in nms:
             rec[t].append(top_k_recall(data, scores, truth, held, t, k))
-    return {"folds": folds, "images": int(len(images)), "k": k, "fit": fit_args,
-            "recall_by_nms_iou": {str(t): float(np.mean(v)) for t, v in rec.items()}}
+    return {
+        "folds": folds,
+        "images": int(len(images)),
+        "k": k,
+        "fit": fit_args,
+        "recall_by_nms_iou": {str(t): float(np.mean(v)) for t, v in rec.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -249,7 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     ds = read_karpathy_json(Path(args.dataset_dir) / "dataset.json")
     excluded = set()
     for d in args.exclude_test_of:
-        excluded |= {im["filename"] for im in read_karpathy_json(Path(d) / "dataset.json").images if im["split"] == "test"}
+        excluded |= {
+            im["filename"] for im in read_karpathy_json(Path(d) / "dataset.json").images if im["split"] == "test"
+        }
     if args.truth:
         from fraglib.data.synthetic import synthetic_truth
 
@@ -267,8 +305,13 @@ def main(argv: list[str] | None = None) -> None:
 
         regions = Regions.load(args.regions)
     data = collect(sub, truth, cfg, regions=regions, context=not args.no_context)
-    fit_args = {"model": args.model, "hidden": args.hidden, "epochs": args.epochs, "l2": args.l2,
-                "context": not args.no_context}
+    fit_args = {
+        "model": args.model,
+        "hidden": args.hidden,
+        "epochs": args.epochs,
+        "l2": args.l2,
+        "context": not args.no_context,
+    }
     model = fit(data["X"], data["iou"], **fit_args)
     model.meta.update({"images": len(images), "excluded_test_images": len(excluded), "dataset": ds.name})
     model.save(args.out)

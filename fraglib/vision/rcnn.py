@@ -24,6 +24,7 @@ Differences from the paper's detector: no detector training (R-CNN fine-tuned on
 detection and trained per-class SVMs); EfficientNet-Lite instead of the 2012 "AlexNet"-style CNN;
 1280-d instead of 4096-d fc7; RoI-pooled instead of per-crop descriptors by default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,24 +48,24 @@ MIN_SIDE, MAX_SIDE = 32, 4000
 class VisionConfig:
     """``params.yaml`` section ``vision`` (and the groundtruth detector's degradation)."""
 
-    cnn_variant: int = 0             # EfficientNet-Lite 0 | 1 | 2
-    image_size: int = 512            # px, longer side of the backbone input
-    proposal_size: int = 300         # px, longer side for selective search
-    max_proposals: int = 600         # first proposals (selective-search order) that are scored
-    min_box: int = 12                # px at full scale; smaller proposals are dropped
-    score: str = "max_prob"          # proposal score, see module docstring
-    objectness_file: str = ""        # score=learned: the model written by fraglib.vision.objectness
+    cnn_variant: int = 0  # EfficientNet-Lite 0 | 1 | 2
+    image_size: int = 512  # px, longer side of the backbone input
+    proposal_size: int = 300  # px, longer side for selective search
+    max_proposals: int = 600  # first proposals (selective-search order) that are scored
+    min_box: int = 12  # px at full scale; smaller proposals are dropped
+    score: str = "max_prob"  # proposal score, see module docstring
+    objectness_file: str = ""  # score=learned: the model written by fraglib.vision.objectness
     nms_iou: float = 0.3
-    k: int = 19                      # detections per image (plus the full image)
-    region_features: str = "roi"     # roi | crop
-    crop_size: int = 224             # px, crop side in region_features=crop
-    num_workers: int = 1             # processes decoding images and computing proposals
-    on_bad_image: str = "skip"       # skip (counted, 0 fragments) | error
+    k: int = 19  # detections per image (plus the full image)
+    region_features: str = "roi"  # roi | crop
+    crop_size: int = 224  # px, crop side in region_features=crop
+    num_workers: int = 1  # processes decoding images and computing proposals
+    on_bad_image: str = "skip"  # skip (counted, 0 fragments) | error
     # groundtruth detector (synthetic benchmark): true boxes degraded like a real detector's
-    gt_miss_prob: float = 0.1        # each true box is missed with this probability
-    gt_jitter: float = 0.1           # std of box-edge noise, as a fraction of box width/height
+    gt_miss_prob: float = 0.1  # each true box is missed with this probability
+    gt_jitter: float = 0.1  # std of box-edge noise, as a fraction of box width/height
     gt_false_positives: float = 1.0  # mean number of random false-positive boxes (Poisson)
-    gt_duplicate_prob: float = 0.1   # each kept box gets a jittered duplicate with this probability
+    gt_duplicate_prob: float = 0.1  # each kept box gets a jittered duplicate with this probability
     gt_seed: int = 0
 
     def validate(self) -> "VisionConfig":
@@ -76,7 +77,9 @@ class VisionConfig:
         check_range(f"{p}.min_box", self.min_box, 1, 1000, int)
         check_choice(f"{p}.score", self.score, SCORES)
         if self.score == "learned" and not self.objectness_file:
-            raise ConfigError(f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.vision.objectness)")
+            raise ConfigError(
+                f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.vision.objectness)"
+            )
         check_range(f"{p}.nms_iou", self.nms_iou, 0.0, 1.0, float)
         check_range(f"{p}.k", self.k, 0, 1000, int)
         check_choice(f"{p}.region_features", self.region_features, ("roi", "crop"))
@@ -158,8 +161,9 @@ def resize_longer(arr: np.ndarray, side: int, min_short: int = MIN_SIDE) -> tupl
 
     h, w = arr.shape[:2]
     s = max(side / max(h, w), min(1.0, min_short / min(h, w)))
-    out = cv2.resize(arr, (max(1, round(w * s)), max(1, round(h * s))),
-                     interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
+    out = cv2.resize(
+        arr, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR
+    )
     return out, s
 
 
@@ -290,10 +294,10 @@ def roi_descriptors(fmap: torch.Tensor, boxes: np.ndarray, scale: float, out: in
         return fmap.new_zeros((0, fmap.shape[1]))
     _, C, H, W = fmap.shape
     b = torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4), device=fmap.device) * (scale / 32.0) - 0.5
-    frac = (torch.arange(2 * out, device=fmap.device, dtype=b.dtype) + 0.5) / 2   # sample k at (k + 0.5) / 2 bins
+    frac = (torch.arange(2 * out, device=fmap.device, dtype=b.dtype) + 0.5) / 2  # sample k at (k + 0.5) / 2 bins
     xs = b[:, 0:1] + frac * ((b[:, 2:3] - b[:, 0:1]) / out)
     ys = b[:, 1:2] + frac * ((b[:, 3:4] - b[:, 1:2]) / out)
-    wmap = _axis_weights(ys, H)[:, :, None] * _axis_weights(xs, W)[:, None, :]          # (R, H, W)
+    wmap = _axis_weights(ys, H)[:, :, None] * _axis_weights(xs, W)[:, None, :]  # (R, H, W)
     return (wmap.reshape(len(b), H * W) @ fmap[0].float().reshape(C, H * W).T) / (2 * out) ** 2
 
 
@@ -308,7 +312,9 @@ def proposal_scores(backbone: Backbone, desc: torch.Tensor, kind: str) -> np.nda
     return s.double().cpu().numpy()
 
 
-def crop_descriptors(backbone: Backbone, arr: np.ndarray, boxes: np.ndarray, size: int, device: torch.device) -> torch.Tensor:
+def crop_descriptors(
+    backbone: Backbone, arr: np.ndarray, boxes: np.ndarray, size: int, device: torch.device
+) -> torch.Tensor:
     """R-CNN descriptors: each box cropped from ``arr``, warped to ``size`` px, CNN, pooled. -> (R, C)."""
     import cv2
 
@@ -316,14 +322,16 @@ def crop_descriptors(backbone: Backbone, arr: np.ndarray, boxes: np.ndarray, siz
         return torch.zeros((0, backbone.dim))
     crops = []
     for x0, y0, x1, y1 in np.round(boxes).astype(int):
-        c = arr[max(0, y0):max(y0 + 1, y1), max(0, x0):max(x0 + 1, x1)]
+        c = arr[max(0, y0) : max(y0 + 1, y1), max(0, x0) : max(x0 + 1, x1)]
         crops.append(cv2.resize(c, (size, size), interpolation=cv2.INTER_LINEAR))
     x = torch.from_numpy(np.stack(crops)).to(device).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
     f = backbone.feature_map(x.contiguous(memory_format=torch.channels_last))
     return f.mean(dim=(2, 3))
 
 
-def degrade_boxes(rng: np.random.Generator, true_boxes: np.ndarray, width: int, height: int, cfg: VisionConfig) -> np.ndarray:
+def degrade_boxes(
+    rng: np.random.Generator, true_boxes: np.ndarray, width: int, height: int, cfg: VisionConfig
+) -> np.ndarray:
     """True boxes as a detector would report them: some missed, edges jittered, a few
     jittered duplicates, and random false positives. float32 ``[x0, y0, x1, y1]``."""
     out = []

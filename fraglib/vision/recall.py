@@ -4,6 +4,7 @@ Recall = share of true objects covered by at least one kept detection at IoU ≥
 (:func:`fraglib.vision.rcnn.recall_at_iou`); detections are a cache's rows that are not the
 full frame, in score order.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ def detections(cache, n: int) -> np.ndarray:
     return cache.boxes[r][~cache.is_full[r]]
 
 
-def recall_curve(caches: dict[str, Any], images: list[dict[str, Any]], truth: dict[int, np.ndarray],
-                 ks: range = range(1, 20)) -> pd.DataFrame:
+def recall_curve(
+    caches: dict[str, Any], images: list[dict[str, Any]], truth: dict[int, np.ndarray], ks: range = range(1, 20)
+) -> pd.DataFrame:
     """Recall of the top-k detections for every k and detector: columns detector, k, recall."""
     tb = [truth[int(im["imgid"])] for im in images]
     rows = []
@@ -42,9 +44,16 @@ def voc_per_class(cache, images: list[dict[str, Any]], voc_dir: str | Path) -> p
         det = detections(cache, n)
         for o in read_voc(Path(voc_dir) / (Path(im["filename"]).stem + ".xml")):
             if not o["difficult"]:
-                rows.append({"class": o["name"], "hit": bool(len(det)) and box_iou(np.array([o["box"]]), det).max() >= 0.5})
-    return (pd.DataFrame(rows).groupby("class")["hit"].agg(["mean", "size"])
-            .rename(columns={"mean": "recall@19", "size": "objects"}).sort_values("recall@19"))
+                rows.append(
+                    {"class": o["name"], "hit": bool(len(det)) and box_iou(np.array([o["box"]]), det).max() >= 0.5}
+                )
+    return (
+        pd.DataFrame(rows)
+        .groupby("class")["hit"]
+        .agg(["mean", "size"])
+        .rename(columns={"mean": "recall@19", "size": "objects"})
+        .sort_values("recall@19")
+    )
 
 
 def heldout_rows(images: list[dict[str, Any]], heldout_dirs: str) -> tuple[list[int], list[int]]:
@@ -55,12 +64,21 @@ def heldout_rows(images: list[dict[str, Any]], heldout_dirs: str) -> tuple[list[
     held = set()
     for d in [x for x in heldout_dirs.split(",") if x]:
         held |= {im["filename"] for im in read_karpathy_json(Path(d) / "dataset.json").images if im["split"] == "test"}
-    return ([n for n, im in enumerate(images) if im["filename"] in held],
-            [n for n, im in enumerate(images) if im["filename"] not in held])
+    return (
+        [n for n, im in enumerate(images) if im["filename"] in held],
+        [n for n, im in enumerate(images) if im["filename"] not in held],
+    )
 
 
-def floor_and_ceiling(dataset, cache, truth: dict[int, np.ndarray], settings: dict[str, Any], regions_file: str = "",
-                      n_sample: int = 150, heldout_dirs: str = "") -> tuple[pd.Series, np.ndarray]:
+def floor_and_ceiling(
+    dataset,
+    cache,
+    truth: dict[int, np.ndarray],
+    settings: dict[str, Any],
+    regions_file: str = "",
+    n_sample: int = 150,
+    heldout_dirs: str = "",
+) -> tuple[pd.Series, np.ndarray]:
     """Recall of our top 19 (all images; held-out and objectness-training images apart when
     ``heldout_dirs``), against the floor (first 19 proposals in selective-search order) and the
     ceiling (all proposals), on every image with a regions cache or on a seeded sample without
@@ -77,8 +95,15 @@ def floor_and_ceiling(dataset, cache, truth: dict[int, np.ndarray], settings: di
         props = [reg.item(where[n]).get("proposals", np.zeros((0, 4), np.float32)) for n in sample]
     else:
         sample = np.random.default_rng(0).choice(len(images), size=min(n_sample, len(images)), replace=False)
-        props = [selective_search(load_image(dataset.image_path(n))[0], settings["proposal_size"], settings["min_box"],
-                                  settings["max_proposals"]) for n in sample]
+        props = [
+            selective_search(
+                load_image(dataset.image_path(n))[0],
+                settings["proposal_size"],
+                settings["min_box"],
+                settings["max_proposals"],
+            )
+            for n in sample
+        ]
     top = lambda ns: recall_at_iou([detections(cache, n) for n in ns], tb_of(ns))  # noqa: E731
     out = {}
     held, seen = heldout_rows(images, heldout_dirs)
@@ -88,8 +113,11 @@ def floor_and_ceiling(dataset, cache, truth: dict[int, np.ndarray], settings: di
     out["rcnn top-19 (all images)"] = top(range(len(images)))
     out[f"rcnn top-19 ({len(sample)}-image sample)"] = top(sample)
     out[f"floor: first 19 proposals, selective-search order ({len(sample)} images)"] = recall_at_iou(
-        [p[:19] for p in props], tb_of(sample))
-    out[f"ceiling: all {settings['max_proposals']} proposals ({len(sample)} images)"] = recall_at_iou(props, tb_of(sample))
+        [p[:19] for p in props], tb_of(sample)
+    )
+    out[f"ceiling: all {settings['max_proposals']} proposals ({len(sample)} images)"] = recall_at_iou(
+        props, tb_of(sample)
+    )
     return pd.Series(out, name="recall at IoU ≥ 0.5 (non-difficult VOC objects)"), sample
 
 
@@ -100,6 +128,11 @@ def recall_by_size(caches: dict[str, Any], truth_file: str | Path) -> pd.DataFra
         for n, rec in enumerate(json.loads(Path(truth_file).read_text())["images"]):
             det = detections(c, n)
             for o in rec["objects"]:
-                rows.append({"detector": d, "size": o["size"],
-                             "hit": bool(len(det)) and bool(box_iou(np.array([o["box"]]), det).max() >= 0.5)})
+                rows.append(
+                    {
+                        "detector": d,
+                        "size": o["size"],
+                        "hit": bool(len(det)) and bool(box_iou(np.array([o["box"]]), det).max() >= 0.5),
+                    }
+                )
     return pd.DataFrame(rows).pivot_table(index="size", columns="detector", values="hit")

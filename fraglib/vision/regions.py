@@ -28,6 +28,7 @@ meta            str ()               JSON: CNN, settings, timings
 float16 halves the file (~0.5 GB for Pascal1K at 512 px); RoI descriptors from it differ from
 float32 ones by < 0.1% (relative), far below the effect of any setting.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,28 @@ import torch
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
 from fraglib.outputs import OVERWRITE_HELP, claim_cli
-from fraglib.vision.rcnn import (BadImage, Backbone, VisionConfig, describe_detector, load_image, resize_longer,
-                            selective_search)
+from fraglib.vision.rcnn import (
+    Backbone,
+    BadImage,
+    VisionConfig,
+    describe_detector,
+    load_image,
+    resize_longer,
+    selective_search,
+)
 
-KEYS = ("fmaps", "fmap_shapes", "fmap_offsets", "proposals", "prop_offsets", "sizes", "scales", "imgids",
-        "filenames", "status")
+KEYS = (
+    "fmaps",
+    "fmap_shapes",
+    "fmap_offsets",
+    "proposals",
+    "prop_offsets",
+    "sizes",
+    "scales",
+    "imgids",
+    "filenames",
+    "status",
+)
 
 
 class _Images(torch.utils.data.Dataset):
@@ -68,8 +86,14 @@ class _Images(torch.utils.data.Dataset):
             return {"n": n, "error": exc.reason, "detail": str(exc)}
         t1 = time.perf_counter()
         props = selective_search(arr, self.cfg.proposal_size, self.cfg.min_box, self.cfg.max_proposals)
-        return {"n": n, "arr": arr, "note": note, "proposals": props,
-                "t_load": t1 - t0, "t_proposals": time.perf_counter() - t1}
+        return {
+            "n": n,
+            "arr": arr,
+            "note": note,
+            "proposals": props,
+            "t_load": t1 - t0,
+            "t_proposals": time.perf_counter() - t1,
+        }
 
 
 def check_images_usable(status: list[str], dataset: Dataset, min_share: float = 0.5) -> None:
@@ -78,8 +102,10 @@ def check_images_usable(status: list[str], dataset: Dataset, min_share: float = 
     usable = sum(not s for s in status)
     if status and usable < min_share * len(status):
         reasons = ", ".join(f"{k} {v}" for k, v in Counter(s for s in status if s).most_common())
-        raise ValueError(f"{dataset.image_dir}: only {usable} of {len(status)} images of dataset {dataset.name} "
-                         f"are usable ({reasons}); check the image folder — nothing was written")
+        raise ValueError(
+            f"{dataset.image_dir}: only {usable} of {len(status)} images of dataset {dataset.name} "
+            f"are usable ({reasons}); check the image folder — nothing was written"
+        )
 
 
 def _identity(x):
@@ -95,23 +121,29 @@ def image_loader(dataset: Dataset, cfg: VisionConfig) -> Iterator[torch.utils.da
     import os
 
     if dataset.images and not Path(dataset.image_dir).is_dir():
-        raise FileNotFoundError(f"{dataset.image_dir}: image folder of dataset {dataset.name} not found "
-                                "(dataset.json's images are looked up there)")
+        raise FileNotFoundError(
+            f"{dataset.image_dir}: image folder of dataset {dataset.name} not found "
+            "(dataset.json's images are looked up there)"
+        )
     threads = torch.get_num_threads()
     if cfg.num_workers:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - cfg.num_workers))
     try:
         yield torch.utils.data.DataLoader(
-            _Images([dataset.image_path(n) for n in range(len(dataset.images))], cfg), batch_size=None,
-            num_workers=cfg.num_workers, collate_fn=_identity,
+            _Images([dataset.image_path(n) for n in range(len(dataset.images))], cfg),
+            batch_size=None,
+            num_workers=cfg.num_workers,
+            collate_fn=_identity,
             # spawn, not fork: a forked worker can inherit a held OpenMP/OpenCV lock and hang
-            multiprocessing_context="spawn" if cfg.num_workers else None)
+            multiprocessing_context="spawn" if cfg.num_workers else None,
+        )
     finally:
         torch.set_num_threads(threads)
 
 
-def region_items(dataset: Dataset, cfg: VisionConfig, backbone: Backbone, device: torch.device,
-                 regions: Any = None) -> Iterator[dict[str, Any]]:
+def region_items(
+    dataset: Dataset, cfg: VisionConfig, backbone: Backbone, device: torch.device, regions: Any = None
+) -> Iterator[dict[str, Any]]:
     """Per image of ``dataset``, in order: ``n``, ``fmap`` (1, C, h, w) on ``device``,
     ``proposals`` (P, 4), ``size`` (w, h), ``scale``, ``arr`` (the image; not from a cache), or
     ``error``/``detail`` for an unreadable image. From a :class:`Regions` cache
@@ -130,8 +162,9 @@ def region_items(dataset: Dataset, cfg: VisionConfig, backbone: Backbone, device
                 t0 = time.perf_counter()
                 small, scale = resize_longer(item["arr"], cfg.image_size)
                 item["fmap"] = backbone.feature_map(Backbone.to_input(small, device))
-                item.update(scale=scale, size=(item["arr"].shape[1], item["arr"].shape[0]),
-                            t_backbone=time.perf_counter() - t0)
+                item.update(
+                    scale=scale, size=(item["arr"].shape[1], item["arr"].shape[0]), t_backbone=time.perf_counter() - t0
+                )
             yield item
 
 
@@ -152,8 +185,10 @@ class Regions:
         where = {(int(i), str(f)): p for p, (i, f) in enumerate(zip(self.a["imgids"], self.a["filenames"]))}
         missing = [im["filename"] for im in dataset.images if (int(im["imgid"]), im["filename"]) not in where]
         if missing:
-            raise ValueError(f"regions cache lacks {len(missing)} image(s) of dataset {dataset.name}, "
-                             f"e.g. {missing[:3]} (rebuild it with python -m fraglib.vision.regions)")
+            raise ValueError(
+                f"regions cache lacks {len(missing)} image(s) of dataset {dataset.name}, "
+                f"e.g. {missing[:3]} (rebuild it with python -m fraglib.vision.regions)"
+            )
         return [where[(int(im["imgid"]), im["filename"])] for im in dataset.images]
 
     def check(self, cfg: VisionConfig) -> None:
@@ -161,21 +196,29 @@ class Regions:
         built = self.meta["settings"]
         for key in ("cnn_variant", "image_size", "proposal_size", "max_proposals", "min_box"):
             if built[key] != getattr(cfg, key):
-                raise ValueError(f"vision.{key}={getattr(cfg, key)} but the regions cache was built with "
-                                 f"{built[key]}: rebuild it (python -m fraglib.vision.regions) or use its value")
+                raise ValueError(
+                    f"vision.{key}={getattr(cfg, key)} but the regions cache was built with "
+                    f"{built[key]}: rebuild it (python -m fraglib.vision.regions) or use its value"
+                )
 
     def item(self, p: int) -> dict[str, Any]:
         a = self.a
         if a["status"][p]:
             return {"error": str(a["status"][p]), "detail": "skipped when the regions cache was built"}
         c, h, w = (int(v) for v in a["fmap_shapes"][p])
-        fmap = torch.from_numpy(a["fmaps"][a["fmap_offsets"][p]:a["fmap_offsets"][p + 1]].astype(np.float32))
-        return {"fmap": fmap.view(1, c, h, w), "proposals": a["proposals"][a["prop_offsets"][p]:a["prop_offsets"][p + 1]],
-                "size": (int(a["sizes"][p, 0]), int(a["sizes"][p, 1])), "scale": float(a["scales"][p]), "note": ""}
+        fmap = torch.from_numpy(a["fmaps"][a["fmap_offsets"][p] : a["fmap_offsets"][p + 1]].astype(np.float32))
+        return {
+            "fmap": fmap.view(1, c, h, w),
+            "proposals": a["proposals"][a["prop_offsets"][p] : a["prop_offsets"][p + 1]],
+            "size": (int(a["sizes"][p, 0]), int(a["sizes"][p, 1])),
+            "scale": float(a["scales"][p]),
+            "note": "",
+        }
 
 
-def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.device | None = None,
-          progress: bool = True) -> dict[str, Any]:
+def build(
+    dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.device | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Compute and write the cache of ``dataset`` (see the module docstring). Returns its meta."""
     from tqdm.auto import tqdm
 
@@ -189,8 +232,13 @@ def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.de
     shapes, sizes, scales = np.zeros((n_img, 3), np.int64), np.zeros((n_img, 2), np.int64), np.zeros(n_img, np.float32)
     status, notes, t_backbone = [""] * n_img, Counter(), []
     t0 = time.perf_counter()
-    for item in tqdm(region_items(dataset, cfg, backbone, device), total=n_img, desc=f"regions ({backbone.name}, {device})",
-                     disable=not progress, mininterval=5):
+    for item in tqdm(
+        region_items(dataset, cfg, backbone, device),
+        total=n_img,
+        desc=f"regions ({backbone.name}, {device})",
+        disable=not progress,
+        mininterval=5,
+    ):
         n = item["n"]
         if "error" in item:
             if cfg.on_bad_image == "error":
@@ -206,16 +254,32 @@ def build(dataset: Dataset, cfg: VisionConfig, out: str | Path, device: torch.de
     wall = time.perf_counter() - t0
     check_images_usable(status, dataset)
     offsets = lambda parts: np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-    meta = {"cnn": backbone.name, "weights": backbone.weights, "settings": describe_detector(cfg),
-            "device": str(device), "wall_seconds": wall, "wall_seconds_per_image": wall / max(n_img, 1),
-            "backbone_seconds_median": float(np.median(t_backbone)) if t_backbone else 0.0,
-            "proposals_per_image_median": float(np.median([len(p) for p in props])) if n_img else 0.0,
-            "skipped": dict(Counter(s for s in status if s)), "converted": dict(notes)}
-    save_npz(out, fmaps=np.concatenate(fmaps), fmap_shapes=shapes, fmap_offsets=offsets(fmaps),
-             proposals=np.concatenate(props).astype(np.float32), prop_offsets=offsets(props), sizes=sizes,
-             scales=scales, imgids=np.array([im["imgid"] for im in dataset.images], np.int64),
-             filenames=np.array([im["filename"] for im in dataset.images], dtype=str),
-             status=np.array(status, dtype=str), meta=np.array(json.dumps(meta, sort_keys=True)))
+    meta = {
+        "cnn": backbone.name,
+        "weights": backbone.weights,
+        "settings": describe_detector(cfg),
+        "device": str(device),
+        "wall_seconds": wall,
+        "wall_seconds_per_image": wall / max(n_img, 1),
+        "backbone_seconds_median": float(np.median(t_backbone)) if t_backbone else 0.0,
+        "proposals_per_image_median": float(np.median([len(p) for p in props])) if n_img else 0.0,
+        "skipped": dict(Counter(s for s in status if s)),
+        "converted": dict(notes),
+    }
+    save_npz(
+        out,
+        fmaps=np.concatenate(fmaps),
+        fmap_shapes=shapes,
+        fmap_offsets=offsets(fmaps),
+        proposals=np.concatenate(props).astype(np.float32),
+        prop_offsets=offsets(props),
+        sizes=sizes,
+        scales=scales,
+        imgids=np.array([im["imgid"] for im in dataset.images], np.int64),
+        filenames=np.array([im["filename"] for im in dataset.images], dtype=str),
+        status=np.array(status, dtype=str),
+        meta=np.array(json.dumps(meta, sort_keys=True)),
+    )
     return meta
 
 

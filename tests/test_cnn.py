@@ -1,13 +1,15 @@
 """CNN fine-tuning (systems' ``finetune``): the CNN trained with the system reads pixels and, with its
 weights untouched, reproduces the cached descriptors; training moves only its last blocks."""
+
 import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_eval, tiny_params
 from fraglib.inputs import load_splits
 from fraglib.systems import get_system
 from fraglib.train import resolve_run, train
+
+from conftest import tiny_eval, tiny_params
 
 CPU = torch.device("cpu")
 
@@ -31,8 +33,9 @@ def test_untouched_cnn_reproduces_the_feature_cache(tiny_full, images):
 def test_finetuning_trains_only_the_last_blocks_and_reloads(tiny_full, tmp_path):
     from fraglib.checkpoint import load_system
 
-    spec = resolve_run(tiny_params(r={"system": "vse", "finetune": 1, "finetune_lr_scale": 1.0}), "r",
-                       extra={"epochs": 1, "lr": 0.01})
+    spec = resolve_run(
+        tiny_params(r={"system": "vse", "finetune": 1, "finetune_lr_scale": 1.0}), "r", extra={"epochs": 1, "lr": 0.01}
+    )
     cls = get_system("vse")
     splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), CPU)
     before = cls(spec.system_config, dims, 0).state_dict()
@@ -44,7 +47,10 @@ def test_finetuning_trains_only_the_last_blocks_and_reloads(tiny_full, tmp_path)
     n = len([k for k in before if k.startswith("cnn.net._blocks.") and k.endswith(".weight")])
     last = max(int(k.split(".")[3]) for k in before if k.startswith("cnn.net._blocks."))
     moved = {k for k in before if k.startswith("cnn.") and not torch.equal(before[k], after[k])}
-    assert n and moved and all(k.startswith((f"cnn.net._blocks.{last}.", "cnn.net._conv_head", "cnn.net._bn1"))
-                               for k in moved), sorted(moved)[:5]
-    assert not any(k.endswith(("running_mean", "running_var")) for k in moved)   # batch-norm statistics stay
+    assert (
+        n
+        and moved
+        and all(k.startswith((f"cnn.net._blocks.{last}.", "cnn.net._conv_head", "cnn.net._bn1")) for k in moved)
+    ), sorted(moved)[:5]
+    assert not any(k.endswith(("running_mean", "running_var")) for k in moved)  # batch-norm statistics stay
     assert torch.equal(before["cnn.net._conv_stem.weight"], after["cnn.net._conv_stem.weight"])

@@ -1,18 +1,27 @@
 """Objectives against slow loop references written straight from the equations; gradients
 checked in double precision."""
+
 import itertools
 
 import pytest
 import torch
 
-from fraglib.systems.objectives import (bag_entries, counts, dense_alignment, contrastive_hinge, mil_alignment,
-                                        mil_labels, pair_scores, total_cost)
+from fraglib.systems.objectives import (
+    bag_entries,
+    contrastive_hinge,
+    counts,
+    dense_alignment,
+    mil_alignment,
+    mil_labels,
+    pair_scores,
+    total_cost,
+)
 
 
 def random_batch(seed=0, B=4, h=6, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    nv = torch.randint(1, 4, (B,), generator=g)       # 1..3 image fragments per pair
-    ns = torch.randint(1, 5, (B,), generator=g)       # 1..4 sentence fragments per pair
+    nv = torch.randint(1, 4, (B,), generator=g)  # 1..3 image fragments per pair
+    ns = torch.randint(1, 5, (B,), generator=g)  # 1..4 sentence fragments per pair
     v_owner = torch.repeat_interleave(torch.arange(B), nv)
     s_owner = torch.repeat_interleave(torch.arange(B), ns)
     V = torch.randn(len(v_owner), h, generator=g, dtype=dtype)
@@ -72,8 +81,8 @@ def ref_global(Skl, margin, hardest=False):
     B = len(Skl)
     c = 0.0
     for k in range(B):
-        sent = [max(0.0, Skl[k][l] - Skl[k][k] + margin) for l in range(B) if l != k]   # image k, sentences l
-        img = [max(0.0, Skl[l][k] - Skl[k][k] + margin) for l in range(B) if l != k]    # sentence k, images l
+        sent = [max(0.0, Skl[k][l] - Skl[k][k] + margin) for l in range(B) if l != k]  # image k, sentences l
+        img = [max(0.0, Skl[l][k] - Skl[k][k] + margin) for l in range(B) if l != k]  # sentence k, images l
         c += (max(sent) + max(img)) if hardest else (sum(sent) + sum(img))
     return c
 
@@ -106,10 +115,12 @@ def test_fragment_objectives_with_shuffled_fragments(seed):
 def test_fragment_objectives_when_a_pair_has_no_image_fragment():
     V, S, _, _ = random_batch(3)
     V, S = V[:2], S[:3]
-    vo, so = torch.tensor([0, 0]), torch.tensor([0, 1, 1])   # pair 1: sentence fragments only
+    vo, so = torch.tensor([0, 0]), torch.tensor([0, 1, 1])  # pair 1: sentence fragments only
     for normalize in (True, False):
         M = V @ S.T
-        assert dense_alignment(M, vo, so, normalize).item() == pytest.approx(ref_dense(V, S, vo, so, normalize), rel=1e-10)
+        assert dense_alignment(M, vo, so, normalize).item() == pytest.approx(
+            ref_dense(V, S, vo, so, normalize), rel=1e-10
+        )
         assert mil_alignment(M, vo, so, normalize).item() == pytest.approx(ref_mil(V, S, vo, so, normalize), rel=1e-10)
 
 
@@ -153,7 +164,9 @@ def test_switching_terms_off():
     assert set(parts) == {"C_G"}
     both, parts = total_cost(V, S, vo, so, dense=True, beta=1.0)
     B = int(vo.max()) + 1
-    assert both.item() == pytest.approx(frag_only.item() + contrastive_hinge(pair_scores(V @ S.T, vo, so, B, B), 1.0, False).item())
+    assert both.item() == pytest.approx(
+        frag_only.item() + contrastive_hinge(pair_scores(V @ S.T, vo, so, B, B), 1.0, False).item()
+    )
 
 
 @pytest.mark.parametrize("dense", [True, False])
@@ -162,7 +175,7 @@ def test_given_bags_and_pair_count_change_no_bit(dense):
     the loader, one of them without sentence fragments) gives the cost and gradients bit for bit; ``counts``
     is ``bincount``; the parts are detached 0-d tensors."""
     V, S, vo, so = random_batch(11, B=5, dtype=torch.float32)
-    keep = so != 4                                                  # pair 4: no sentence fragment
+    keep = so != 4  # pair 4: no sentence fragment
     S, so = S[keep], so[keep]
     out = {}
     for given in (False, True):

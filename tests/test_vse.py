@@ -1,16 +1,16 @@
 """Peri's (2018) systems against slow references written from the equations (docs/systems.md):
 Eq. 7 (sum and hardest negative, same-image masking), the order-violation similarity, the attention
 of Eqs. 13–17, GRU padding, VSE++'s median rank and the batches with images drawn twice."""
+
 import numpy as np
 import pytest
 import torch
 
-from fraglib.metrics import median_rank_vsepp
 from fraglib.batches import Rows
-from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
+from fraglib.metrics import median_rank_vsepp
 from fraglib.systems import vse
+from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 from fraglib.systems.vse import VseSystem, attention_scores, attention_scores_reference
-
 
 
 @pytest.fixture
@@ -39,12 +39,12 @@ def hinge_loop(S, margin, hardest, same):
 def test_contrastive_hinge_matches_the_equation(hardest, masked, f64):
     g = torch.Generator().manual_seed(0)
     S = torch.randn(6, 6, generator=g) * 0.3
-    image = torch.tensor([0, 1, 0, 2, 3, 1])                 # pairs 0 & 2 and 1 & 5 share an image
+    image = torch.tensor([0, 1, 0, 2, 3, 1])  # pairs 0 & 2 and 1 & 5 share an image
     same = (image[:, None] == image[None, :]) & ~torch.eye(6, dtype=torch.bool)
     got = contrastive_hinge(S, 0.2, hardest, same if masked else None)
     want = hinge_loop(S.tolist(), 0.2, hardest, same.tolist() if masked else None)
     assert float(got) == pytest.approx(want, rel=1e-12)
-    if masked:   # a same-image caption scoring above the true one is no violation when masked
+    if masked:  # a same-image caption scoring above the true one is no violation when masked
         S2 = S.clone()
         S2[0, 2] = 10.0
         assert float(contrastive_hinge(S2, 0.2, hardest, same)) == pytest.approx(want, rel=1e-12)
@@ -67,8 +67,8 @@ def test_collapse_diagnostics_match_a_loop(masked, f64):
             n_neg += 1
             viol += int(0.2 - S[b, b] + S[b, c] > 0) + int(0.2 - S[b, b] + S[c, b] > 0)
             same_group += int(group[c] == group[b])
-        hc = max(neg, key=lambda c: S[b, c])              # image b's hardest caption (caption of pair hc)
-        hi = max(neg, key=lambda c: S[c, b])              # caption b's hardest image
+        hc = max(neg, key=lambda c: S[b, c])  # image b's hardest caption (caption of pair hc)
+        hi = max(neg, key=lambda c: S[c, b])  # caption b's hardest image
         hits += int(group[hc] == group[b]) + int(group[hi] == group[b])
         n_hard += 2
     assert got["violating"] == pytest.approx(float(viol) / (2 * n_neg))
@@ -82,7 +82,7 @@ def test_order_similarity_by_hand_and_tiled(f64):
     img = torch.tensor([[0.5, 0.5, 0.0], [0.1, 0.9, 0.3]])
     cap = torch.tensor([[0.2, 0.4, 0.0], [0.6, 0.1, 0.3]])
     # S(i, c) = -|| max(0, c - i) ||^2
-    want = torch.tensor([[0.0, -(0.1 ** 2 + 0.3 ** 2)], [-(0.1 ** 2), -(0.5 ** 2)]])
+    want = torch.tensor([[0.0, -(0.1**2 + 0.3**2)], [-(0.1**2), -(0.5**2)]])
     torch.testing.assert_close(order_scores(img, cap), want)
     g = torch.Generator().manual_seed(1)
     a, b = torch.rand(7, 5, generator=g), torch.rand(11, 5, generator=g)
@@ -96,18 +96,18 @@ def attention_loop(V, nv, E, ne, lam, clipped):
     S, alphas = torch.zeros(n, m), {}
     for k in range(n):
         for t in range(m):
-            v, e = V[k, :nv[k]], E[t, :ne[t]]
+            v, e = V[k, : nv[k]], E[t, : ne[t]]
             s = torch.stack([torch.stack([vi @ ej / (vi.norm() * ej.norm()) for ej in e]) for vi in v])  # (13)
             z = s
-            if clipped:                                       # SCAN: LeakyReLU, L2 over regions per word
+            if clipped:  # SCAN: LeakyReLU, L2 over regions per word
                 z = torch.where(s > 0, s, 0.1 * s)
                 z = z / z.norm(dim=0, keepdim=True)
             alpha = torch.stack([torch.exp(lam * z[i]) / torch.exp(lam * z[i]).sum() for i in range(len(v))])  # (15)
             rel = []
             for i, vi in enumerate(v):
-                a = sum(alpha[i, j] * e[j] for j in range(len(e)))                                       # (14)
-                rel.append(vi @ a / (vi.norm() * a.norm()))                                             # (17)
-            S[k, t] = torch.stack(rel).mean()                                                           # (16)
+                a = sum(alpha[i, j] * e[j] for j in range(len(e)))  # (14)
+                rel.append(vi @ a / (vi.norm() * a.norm()))  # (17)
+            S[k, t] = torch.stack(rel).mean()  # (16)
             alphas[k, t] = alpha
     return S, alphas
 
@@ -120,11 +120,11 @@ def test_attention_matches_the_equations_and_tiles(clipped, f64):
     E = torch.nn.functional.normalize(torch.randn(4, 5, 6, generator=g), dim=2)
     vm = torch.arange(4)[None] < torch.tensor(nv)[:, None]
     em = torch.arange(5)[None] < torch.tensor(ne)[:, None]
-    V, E = V * vm[..., None], E * em[..., None]              # padding rows are zero, as the encoders give
+    V, E = V * vm[..., None], E * em[..., None]  # padding rows are zero, as the encoders give
     want, alphas = attention_loop(V, nv, E, ne, 4.0, clipped)
     torch.testing.assert_close(attention_scores(V, vm, E, em, 4.0, clipped), want)
-    torch.testing.assert_close(attention_scores(V, vm, E, em, 4.0, clipped, max_elems=1), want)   # one caption per tile
-    for a in alphas.values():                                # softmax over the words, per region
+    torch.testing.assert_close(attention_scores(V, vm, E, em, 4.0, clipped, max_elems=1), want)  # one caption per tile
+    for a in alphas.values():  # softmax over the words, per region
         torch.testing.assert_close(a.sum(1), torch.ones(len(a)))
 
 
@@ -150,9 +150,9 @@ def ragged_attention_inputs(n, m, R, L, D, seed, dtype=torch.float64):
     return (V * vm[..., None]).requires_grad_(), vm, (E * em[..., None]).requires_grad_(), em
 
 
-@pytest.mark.parametrize("lam", [4.0, 60.0])                    # shift by λ | by the largest real word
-@pytest.mark.parametrize("keep", [True, False])                 # backward from kept tiles | recomputed
-@pytest.mark.parametrize("device", ["cpu", "cuda"])              # the tile shape chosen for that device, run here
+@pytest.mark.parametrize("lam", [4.0, 60.0])  # shift by λ | by the largest real word
+@pytest.mark.parametrize("keep", [True, False])  # backward from kept tiles | recomputed
+@pytest.mark.parametrize("device", ["cpu", "cuda"])  # the tile shape chosen for that device, run here
 def test_fused_attention_equals_the_reference(lam, keep, device, monkeypatch):
     """The fused scorer (length-sorted caption tiles, closed-form backward) gives the autograd
     reference's scores and gradients: float64 to 1e-12, float32 to 1e-5 × λ/4 (the gradient carries λ s);
@@ -183,7 +183,11 @@ def test_standardized_linear_equals_standardise_then_map():
     g = torch.Generator().manual_seed(7)
     lin = image_map(30, 8)
     torch.nn.init.normal_(lin.bias, generator=g)
-    x, mu, sd = torch.randn(50, 30, generator=g) * 3 + 1, torch.randn(30, generator=g), torch.rand(30, generator=g) + 0.1
+    x, mu, sd = (
+        torch.randn(50, 30, generator=g) * 3 + 1,
+        torch.randn(30, generator=g),
+        torch.rand(30, generator=g) + 0.1,
+    )
     want = lin((x - mu) / sd)
     got = standardized_linear(lin, x, mu, sd)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -196,7 +200,9 @@ def token_rows(captions, index=None):
     """Rows of the tokens view holding ``captions`` (lists of vocabulary ids)."""
     rel = torch.tensor([t for c in captions for t in c], dtype=torch.long)
     owner = torch.tensor([n for n, c in enumerate(captions) for _ in c], dtype=torch.long)
-    return Rows({"rel": rel, "w1": rel.clone()}, owner, len(captions), np.arange(len(captions)) if index is None else index)
+    return Rows(
+        {"rel": rel, "w1": rel.clone()}, owner, len(captions), np.arange(len(captions)) if index is None else index
+    )
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "attention"])
@@ -211,19 +217,19 @@ def test_padding_never_changes_a_caption(similarity, f64):
         if similarity == "cosine":
             torch.testing.assert_close(batch[n], alone[0])
         else:
-            torch.testing.assert_close(batch[0][n, :len(c)], alone[0][0])
-            assert batch[1][n].sum() == len(c) and not batch[0][n, len(c):].any()
+            torch.testing.assert_close(batch[0][n, : len(c)], alone[0][0])
+            assert batch[1][n].sum() == len(c) and not batch[0][n, len(c) :].any()
 
 
 def test_vsepp_median_rank_on_an_even_number_of_queries():
-    ranks = np.array([1, 2, 3, 4])                          # median of 1-based ranks 2.5; VSE++: floor(1.5) + 1 = 2
+    ranks = np.array([1, 2, 3, 4])  # median of 1-based ranks 2.5; VSE++: floor(1.5) + 1 = 2
     assert median_rank_vsepp(ranks) == 2.0 and np.median(ranks) == 2.5
-    assert median_rank_vsepp(np.array([0, 1, 1, 5, 9])) == 3.0   # rank 0 (no query) ignored: floor(2) + 1
+    assert median_rank_vsepp(np.array([0, 1, 1, 5, 9])) == 3.0  # rank 0 (no query) ignored: floor(2) + 1
 
 
 def test_batches_with_repeated_images_and_the_mask(tiny_full):
-    from fraglib.inputs import load_splits, make_batches
     from fraglib.batches import Views
+    from fraglib.inputs import load_splits, make_batches
 
     tr = load_splits(tiny_full, Views("fullframe", "tokens"), torch.device("cpu"))[0]["train"]
     plain = make_batches(tr, 8, seed=0, epoch=0, distinct=False)
@@ -235,11 +241,18 @@ def test_batches_with_repeated_images_and_the_mask(tiny_full):
     for b in make_batches(tr, 8, seed=0, epoch=0):
         assert len(set(tr.sentence_image[b])) == len(b)
     torch.manual_seed(0)
-    system = VseSystem(VseSystem.Config(embed_dim=8, word_dim=6, hidden=7),
-                       {"n_relations": int(tr.sentences.data["rel"].max()) + 1, "n_words": 1, "word_dim": 50,
-                        "img_dim": tr.images.data["x"].shape[1]})
+    system = VseSystem(
+        VseSystem.Config(embed_dim=8, word_dim=6, hidden=7),
+        {
+            "n_relations": int(tr.sentences.data["rel"].max()) + 1,
+            "n_words": 1,
+            "word_dim": 50,
+            "img_dim": tr.images.data["x"].shape[1],
+        },
+    )
     b = max(plain, key=lambda b: len(b) - len(set(tr.sentence_image[b])))
-    _, parts = system.loss(system.encode_images(tr.images.take(tr.sentence_image[b])),
-                           system.encode_sentences(tr.sentences.take(b)), 0)
+    _, parts = system.loss(
+        system.encode_images(tr.images.take(tr.sentence_image[b])), system.encode_sentences(tr.sentences.take(b)), 0
+    )
     k = tr.sentence_image[b]
     assert parts["same_image_pairs"] == ((k[:, None] == k[None, :]).sum() - len(k)) / 2

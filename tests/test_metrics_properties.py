@@ -1,7 +1,8 @@
-"""Property-based tests (Hypothesis) of the one ranking path (fraglib/evaluate.py) and the hubness
+"""Property-based tests (Hypothesis) of the one ranking path (fraglib/metrics.py) and the hubness
 corrections (fraglib/hubness.py) against loops written straight from their definitions, over score
 matrices with many ties, -inf ("no score"), NaN and +inf, and degenerate shapes (one image, one sentence,
 images without sentences). The examples are derandomised: CI sees the same cases on every run."""
+
 import math
 
 import numpy as np
@@ -93,8 +94,13 @@ def test_a_diverged_model_never_scores_as_perfect():
 
 
 @SETTINGS
-@given(st.integers(1, 7).flatmap(lambda n: st.tuples(
-    st.lists(VALUES, min_size=n * n, max_size=n * n), st.lists(st.integers(0, 2), min_size=n, max_size=n))))
+@given(
+    st.integers(1, 7).flatmap(
+        lambda n: st.tuples(
+            st.lists(VALUES, min_size=n * n, max_size=n * n), st.lists(st.integers(0, 2), min_size=n, max_size=n)
+        )
+    )
+)
 def test_similarity_ranks_equal_the_loop(case):
     values, si = case
     n = len(si)
@@ -158,12 +164,14 @@ def test_csls_equals_the_loop(case, k):
 def test_k_occurrence_equals_the_loop_or_refuses_a_k_past_the_gallery(case, k):
     Q, _ = case
     n_c = Q.shape[1]
-    if k >= n_c:    # every candidate in every top k: N_k constant, "no hubness" whatever the scores
+    if k >= n_c:  # every candidate in every top k: N_k constant, "no hubness" whatever the scores
         with pytest.raises(ValueError, match=rf"hubness k = {k}: needs 1 <= k < {n_c}"):
             hubness.k_occurrence(Q, k)
         return
-    want = [sum(1 + sum(float(Q[q, o]) >= float(Q[q, c]) for o in range(n_c) if o != c) <= k
-                for q in range(Q.shape[0])) for c in range(n_c)]
+    want = [
+        sum(1 + sum(float(Q[q, o]) >= float(Q[q, c]) for o in range(n_c) if o != c) <= k for q in range(Q.shape[0]))
+        for c in range(n_c)
+    ]
     assert hubness.k_occurrence(Q, k, chunk=2).tolist() == want
 
 
@@ -177,7 +185,7 @@ def test_inverted_softmax_refuses_a_temperature_that_is_not_positive_and_finite(
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (checked on a lent GPU machine)")
 def test_ranks_and_the_nan_refusal_on_cuda_equal_the_cpu():
     rng = np.random.default_rng(0)
-    S = rng.integers(0, 4, (300, 700)).astype(np.float32)       # ties; more rows than one chunk
+    S = rng.integers(0, 4, (300, 700)).astype(np.float32)  # ties; more rows than one chunk
     si = rng.integers(0, 300, 700)
     St = torch.from_numpy(S).cuda()
     assert np.array_equal(annotation_ranks(St, si), annotation_ranks(S, si))

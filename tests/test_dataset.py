@@ -20,12 +20,23 @@ def test_reads_synthetic_with_explicit_sentence_index(tiny_synth):
 
 
 def test_uneven_sentences_per_image(tmp_path):
-    data = {"dataset": "toy", "images": [
-        {"imgid": 7, "filename": "a.jpg", "split": "test", "sentences": [
-            {"raw": f"s{k}", "tokens": [f"s{k}"], "imgid": 7, "sentid": k} for k in range(6)]},
-        {"imgid": 9, "filename": "b.jpg", "split": "restval", "sentences": [
-            {"raw": "t", "tokens": ["t"], "imgid": 9, "sentid": 6}]},
-    ]}
+    data = {
+        "dataset": "toy",
+        "images": [
+            {
+                "imgid": 7,
+                "filename": "a.jpg",
+                "split": "test",
+                "sentences": [{"raw": f"s{k}", "tokens": [f"s{k}"], "imgid": 7, "sentid": k} for k in range(6)],
+            },
+            {
+                "imgid": 9,
+                "filename": "b.jpg",
+                "split": "restval",
+                "sentences": [{"raw": "t", "tokens": ["t"], "imgid": 9, "sentid": 6}],
+            },
+        ],
+    }
     (tmp_path / "dataset.json").write_text(json.dumps(data))
     ds = read_karpathy_json(tmp_path / "dataset.json")
     np.testing.assert_array_equal(ds.sentence_image, [0] * 6 + [1])
@@ -35,29 +46,54 @@ def test_uneven_sentences_per_image(tmp_path):
 def test_missing_file_and_bad_split(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         read_karpathy_json(tmp_path / "nope.json")
-    (tmp_path / "d.json").write_text(json.dumps({"images": [
-        {"imgid": 0, "filename": "x.jpg", "split": "holdout", "sentences": []}]}))
+    (tmp_path / "d.json").write_text(
+        json.dumps({"images": [{"imgid": 0, "filename": "x.jpg", "split": "holdout", "sentences": []}]})
+    )
     with pytest.raises(ValueError, match="unknown split 'holdout'"):
         read_karpathy_json(tmp_path / "d.json")
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["images"][1].update(imgid=d["images"][0]["imgid"]), "duplicate imgid"),
-    (lambda d: d["images"][1]["sentences"][0].update(sentid=d["images"][0]["sentences"][0]["sentid"]), "duplicate sentid"),
-    (lambda d: d["images"][0].update(imgid="7"), r"images\[0\]\.imgid='7': expected an integer"),
-    (lambda d: d["images"][0].pop("filename"), r"images\[0\] has no filename"),
-    (lambda d: d["images"][0]["sentences"][0].update(raw=None), r"images\[0\]\.sentences\[0\]\.raw=None: expected the caption's text"),
-    (lambda d: d["images"][1]["sentences"][0].update(raw=12345), r"images\[1\]\.sentences\[0\]\.raw=12345"),
-    (lambda d: d["images"][0]["sentences"][0].update(tokens="a dog"), r"sentences\[0\]\.tokens: expected a list of strings"),
-    (lambda d: d["images"][0].update(sentences="a dog"), r"images\[0\]: expected an object with a 'sentences' list"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["images"][1].update(imgid=d["images"][0]["imgid"]), "duplicate imgid"),
+        (
+            lambda d: d["images"][1]["sentences"][0].update(sentid=d["images"][0]["sentences"][0]["sentid"]),
+            "duplicate sentid",
+        ),
+        (lambda d: d["images"][0].update(imgid="7"), r"images\[0\]\.imgid='7': expected an integer"),
+        (lambda d: d["images"][0].pop("filename"), r"images\[0\] has no filename"),
+        (
+            lambda d: d["images"][0]["sentences"][0].update(raw=None),
+            r"images\[0\]\.sentences\[0\]\.raw=None: expected the caption's text",
+        ),
+        (lambda d: d["images"][1]["sentences"][0].update(raw=12345), r"images\[1\]\.sentences\[0\]\.raw=12345"),
+        (
+            lambda d: d["images"][0]["sentences"][0].update(tokens="a dog"),
+            r"sentences\[0\]\.tokens: expected a list of strings",
+        ),
+        (
+            lambda d: d["images"][0].update(sentences="a dog"),
+            r"images\[0\]: expected an object with a 'sentences' list",
+        ),
+    ],
+)
 def test_malformed_dataset_json_names_the_field(tmp_path, mutate, message):
     import json
 
     from fraglib.data import read_karpathy_json
 
-    d = {"images": [{"imgid": i, "filename": f"{i}.png", "split": "train",
-                     "sentences": [{"sentid": 2 * i, "raw": "a dog", "tokens": ["a", "dog"]}]} for i in range(2)]}
+    d = {
+        "images": [
+            {
+                "imgid": i,
+                "filename": f"{i}.png",
+                "split": "train",
+                "sentences": [{"sentid": 2 * i, "raw": "a dog", "tokens": ["a", "dog"]}],
+            }
+            for i in range(2)
+        ]
+    }
     mutate(d)
     p = tmp_path / "dataset.json"
     p.write_text(json.dumps(d))
@@ -80,7 +116,7 @@ def test_damaged_npz_is_named(tmp_path, damage):
         with pytest.raises(ValueError, match=r"rcnn.npz: not a readable .npz archive.*run the features stage"):
             open_npz(path, "run the features stage")
     elif damage == "flip":
-        data[len(data) // 3] ^= 0x10                     # inside the features array
+        data[len(data) // 3] ^= 0x10  # inside the features array
         path.write_bytes(bytes(data))
         z, _ = open_npz(path, "run the features stage")
         with pytest.raises(ValueError, match=r"rcnn.npz: array 'features' is damaged.*run the features stage"):
@@ -93,20 +129,34 @@ def test_damaged_npz_is_named(tmp_path, damage):
 
 
 def _two_images(tmp_path, name, **extra):
-    d = {"images": [{"imgid": i, "filename": f, "split": "train", **(extra if i == 1 else {}),
-                     "sentences": [{"sentid": 10 + i, "raw": "a dog", "tokens": ["a", "dog"]}]}
-                    for i, f in enumerate(["0.png", name])]}
+    d = {
+        "images": [
+            {
+                "imgid": i,
+                "filename": f,
+                "split": "train",
+                **(extra if i == 1 else {}),
+                "sentences": [{"sentid": 10 + i, "raw": "a dog", "tokens": ["a", "dog"]}],
+            }
+            for i, f in enumerate(["0.png", name])
+        ]
+    }
     (tmp_path / "dataset.json").write_text(json.dumps(d))
     return tmp_path / "dataset.json"
 
 
-@pytest.mark.parametrize("name, extra", [("../../../etc/passwd", {}), ("/etc/passwd", {}), ("a/../../x.png", {}),
-                                         ("x.png", {"filepath": "../other"})])
+@pytest.mark.parametrize(
+    "name, extra",
+    [("../../../etc/passwd", {}), ("/etc/passwd", {}), ("a/../../x.png", {}), ("x.png", {"filepath": "../other"})],
+)
 def test_image_names_leading_outside_the_image_folder_are_refused(tmp_path, name, extra):
     """dataset.json's file names were joined to the image folder as given: ../../../etc/passwd was opened."""
     shown = f"{extra['filepath']}/{name}" if extra else name
-    with pytest.raises(ValueError, match=rf"dataset.json: images\[1\] \(imgid 1\): file name '{re.escape(shown)}' "
-                                         r"leads outside the image folder"):
+    with pytest.raises(
+        ValueError,
+        match=rf"dataset.json: images\[1\] \(imgid 1\): file name '{re.escape(shown)}' "
+        r"leads outside the image folder",
+    ):
         read_karpathy_json(_two_images(tmp_path, name, **extra))
 
 
@@ -115,14 +165,17 @@ def test_an_image_link_out_of_the_image_folder_is_never_read(tmp_path):
     (tmp_path / "images" / "0.png").write_bytes(b"inside")
     (tmp_path / "secret.png").write_bytes(b"outside")
     (tmp_path / "images" / "sub" / "evil.png").symlink_to(tmp_path / "secret.png")
-    (tmp_path / "images" / "alias.png").symlink_to(tmp_path / "images" / "0.png")     # a link within: fine
+    (tmp_path / "images" / "alias.png").symlink_to(tmp_path / "images" / "0.png")  # a link within: fine
     ds = read_karpathy_json(_two_images(tmp_path, "sub/evil.png"))
     assert ds.image_path(0).read_bytes() == b"inside"
-    with pytest.raises(ValueError, match=r"image row 1 \(imgid 1\), file name 'sub/evil.png': it is .*secret.png, "
-                                         r"outside the image folder .*images; not read"):
+    with pytest.raises(
+        ValueError,
+        match=r"image row 1 \(imgid 1\), file name 'sub/evil.png': it is .*secret.png, "
+        r"outside the image folder .*images; not read",
+    ):
         ds.image_path(1)
     assert read_karpathy_json(_two_images(tmp_path, "alias.png")).image_path(1).read_bytes() == b"inside"
-    (tmp_path / "linked").symlink_to(tmp_path / "images", target_is_directory=True)   # the folder itself a link
+    (tmp_path / "linked").symlink_to(tmp_path / "images", target_is_directory=True)  # the folder itself a link
     assert read_karpathy_json(tmp_path / "dataset.json", tmp_path / "linked").image_path(0).read_bytes() == b"inside"
 
 
@@ -133,7 +186,7 @@ def test_save_npz_is_atomic_keeps_the_name_and_the_bytes(tmp_path, monkeypatch):
     np.savez(tmp_path / "ref.npz", **arrays)
     save_npz(tmp_path / "new.npz", **arrays)
     assert (tmp_path / "new.npz").read_bytes() == (tmp_path / "ref.npz").read_bytes()
-    save_npz(tmp_path / "model", **arrays)                       # no .npz added to a name without it
+    save_npz(tmp_path / "model", **arrays)  # no .npz added to a name without it
     assert (tmp_path / "model").read_bytes() == (tmp_path / "ref.npz").read_bytes()
 
     def cut(file, **kw):
