@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.inputs import compact_words, image_cache, input_files
+from fraglib.inputs import DataPaths, compact_words, image_cache
 
 
 def glove_words() -> list[str]:
@@ -37,12 +37,12 @@ class FragmentView:
     """The test split of a fragment run as files: ``images`` (dataset rows), ``cache`` (their
     features and boxes), ``dataset``, ``frags`` (all captions' fragments) and the compact word ids."""
 
-    def __init__(self, system, dataset_dir: str | Path, features_dir: str | Path | None = None) -> None:
+    def __init__(self, system, paths: DataPaths) -> None:
         from fraglib.data import read_karpathy_json
         from fraglib.text.fragments import Fragments
 
         views = system.views(system.cfg)
-        files = input_files(dataset_dir, views, features_dir)
+        files = paths.files(views)
         self.system = system
         self.dataset = read_karpathy_json(files["dataset"])
         self.frags = Fragments.load(files["sentences"])
@@ -131,11 +131,12 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
     from fraglib.evaluate import load_trained
     from fraglib.vision.rcnn import box_iou
 
-    system, _, _ = load_trained(seed_dir, dataset_dir)
+    paths = DataPaths(dataset_dir)
+    system, _, _ = load_trained(seed_dir, paths)
     nan = {"accuracy": float("nan"), "chance": float("nan"), "fragments": 0}
     if system.cfg.images == "fullframe":
         return nan
-    view = FragmentView(system, dataset_dir)
+    view = FragmentView(system, paths)
     truth = {r["imgid"]: r for r in json.loads(Path(truth_file).read_text())["images"]}
     vocab = glove_words()
     hits, chance, n = 0, 0.0, 0
@@ -173,8 +174,9 @@ def triplet_crops(
     from fraglib.evaluate import load_trained
     from fraglib.vision.rcnn import load_image
 
-    system, _, _ = load_trained(seed_dir, dataset_dir, features_dir)
-    view = FragmentView(system, dataset_dir, features_dir)
+    paths = DataPaths(dataset_dir, features_dir)
+    system, _, _ = load_trained(seed_dir, paths)
+    view = FragmentView(system, paths)
     index = {w: i for i, w in enumerate(glove_words())}
     out = []
     for q in [t.split() for t in queries.split(";") if t.strip()]:

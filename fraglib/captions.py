@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fraglib.inputs import DataPaths
 from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
@@ -316,21 +317,20 @@ def seed_captions(
     seed_dir: str | Path,
     split_name: str = "test",
     beam: int | None = None,
-    dataset_dir: str | Path | None = None,
-    features_dir: str | Path | None = None,
+    paths: DataPaths | None = None,
     sentences_file: str | Path | None = None,
     images: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Generate and score one trained seed: (scores with their per-item parts, for :func:`bootstrap`;
-    the record of every generated sentence beside its references and the scores). ``sentences_file``
+    the record of every generated sentence beside its references and the scores). ``paths``, ``sentences_file``
     and ``images`` as in :func:`fraglib.evaluate.load_trained`; image view ``none``: paraphrasing only."""
     from fraglib.evaluate import load_trained
 
-    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir, split_name, sentences_file, images)
+    system, ck, split = load_trained(seed_dir, paths, split_name, sentences_file, images)
     captioning = (images or system.cfg.images) != "none"
     if not system.GENERATES:
         raise ValueError(f"{seed_dir}: system {ck['system']!r} does not generate sentences")
-    ddir = Path(dataset_dir or ck["info"]["dataset_dir"])
+    ddir = Path(paths.dataset if paths else ck["info"]["dataset_dir"])
     per_image, text, imgids = references(ddir, split)
     gen = generate(system, split, ck["info"]["relations"], beam, captioning=captioning)
     has_image = split.images.counts() > 0
@@ -444,14 +444,13 @@ def run_captions(
     split: str = "test",
     beam: int | None = None,
     n_boot: int = 200,
-    dataset_dir: str | None = None,
-    features_dir: str | None = None,
+    paths: DataPaths | None = None,
     parse_file: str | None = None,
     images: str | None = None,
     name: str = "captions",
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``dataset_dir`` and
+    """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``paths`` and
     ``parse_file``): writes ``<run_dir>/<name>/seed<N>.json`` (the sentences) and returns the run's
     summary, also written to ``<run_dir>/<name>.json`` (beside, never inside, the training stage's
     outputs). ``parse_file``: the data's captions re-encoded in each model's vocabulary (module docstring).
@@ -471,9 +470,8 @@ def run_captions(
         f"fraglib.captions --run-dir {run_dir} --name {name}",
     )
     (run_dir / name).mkdir(exist_ok=True)
-    fmt = lambda x, s: x.format(seed=s) if x else None  # noqa: E731
-    if parse_file and not dataset_dir:
-        raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its dataset_dir")
+    if parse_file and paths is None:
+        raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its paths")
     per_seed, unk = [], []
     for s in seeds:
         seed_dir = run_dir / "seeds" / f"seed{s}"
@@ -482,8 +480,8 @@ def run_captions(
             if parse_file:
                 tokens = Path(tmp) / "tokens.npz"
                 vocab = load(best_of(seed_dir), torch.device("cpu"))["info"]["relations"]
-                reencoded = run_tokens(fmt(dataset_dir, s), vocab, tokens, fmt(parse_file, s))
-            scores, record = seed_captions(seed_dir, split, beam, fmt(dataset_dir, s), features_dir, tokens, images)
+                reencoded = run_tokens(paths.for_seed(s).dataset, vocab, tokens, str(parse_file).format(seed=s))
+            scores, record = seed_captions(seed_dir, split, beam, paths.for_seed(s) if paths else None, tokens, images)
         record["reencoded"] = reencoded  # counts over all the data's captions
         unk.append(record["unk_share"])
         write_text(run_dir / name / f"seed{s}.json", json.dumps(record, separators=(",", ":")) + "\n")
@@ -494,7 +492,7 @@ def run_captions(
         "split": split,
         "beam": beam,
         "n_boot": n_boot,
-        "dataset_dir": dataset_dir,
+        "dataset_dir": str(paths.dataset) if paths else None,
         "images": images,
         "unk_share": float(np.mean(unk)) if None not in unk else None,
     }  # of the split's tokens
@@ -555,8 +553,7 @@ def main(argv: list[str] | None = None) -> None:
         args.split,
         args.beam,
         args.n_boot,
-        args.dataset_dir,
-        args.features_dir,
+        DataPaths(args.dataset_dir, args.features_dir) if args.dataset_dir else None,
         args.parse_file,
         args.images,
         args.name,

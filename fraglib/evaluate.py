@@ -23,7 +23,7 @@ import torch
 from fraglib import hubness
 from fraglib.checkpoint import best_of, fingerprint, load_system
 from fraglib.config import check_choice, check_range, from_dict
-from fraglib.inputs import input_files, load_splits
+from fraglib.inputs import DataPaths, load_splits
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_ci, evaluate_scores, fold_metrics, recall_table, similarity_ranks
 
 
@@ -261,32 +261,28 @@ def check_inputs(ck: dict[str, Any], files: dict[str, Path], where: Any) -> None
 
 def load_trained(
     seed_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    features_dir: str | Path | None = None,
+    paths: DataPaths | None = None,
     split: str | None = "test",
     sentences_file: str | Path | None = None,
     images: str | None = None,
 ):
     """(system, checkpoint, split) of a trained seed: the system rebuilt from ``best.pt`` alone, the
-    split (None: a dict of all three) read in the system's own views (default: the data it was trained on); ``sentences_file``
+    split (None: a dict of all three) read in the system's own views from ``paths`` (default: the data it was
+    trained on, checked against the checkpoint's fingerprint: :func:`check_inputs`); ``sentences_file``
     replaces the sentence view's file, ``images`` the image view (``none``: text only). The split's
     word / relation ids must be the checkpoint's (other data: re-encode them, ``fraglib.text.build.run_tokens``)."""
     system, ck = load_system(best_of(seed_dir))
     info = ck["info"]
     views = system.views(system.cfg)
-    if dataset_dir is None and features_dir is None and sentences_file is None and not images:
-        check_inputs(ck, input_files(info["dataset_dir"], views, info.get("features_dir")), seed_dir)
+    if paths is None:
+        paths = DataPaths(info["dataset_dir"], info.get("features_dir"))
+        if sentences_file is None and not images:
+            check_inputs(ck, paths.files(views), seed_dir)
     views = dataclasses.replace(views, images=images) if images else views
-    splits, _, got = load_splits(
-        dataset_dir or info["dataset_dir"],
-        views,
-        torch.device("cpu"),
-        features_dir or info.get("features_dir"),
-        sentences_file,
-    )
+    splits, _, got = load_splits(paths, views, torch.device("cpu"), sentences_file)
     if got["relations"] != info["relations"]:
         raise ValueError(
-            f"{seed_dir}: the sentences of {dataset_dir or info['dataset_dir']} are encoded with another "
+            f"{seed_dir}: the sentences of {paths.dataset} are encoded with another "
             f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
             "them in the model's: `python -m fraglib.captions … --parse-file <their parse>`"
         )
@@ -294,12 +290,12 @@ def load_trained(
 
 
 def evaluate_run(
-    seed_dir, ec: EvalConfig | None = None, split: str = "test", dataset_dir=None, features_dir=None
+    seed_dir, ec: EvalConfig | None = None, split: str = "test", paths: DataPaths | None = None
 ) -> dict[str, Any]:
     """Re-score a trained run from its ``best.pt`` alone (the data are read only to be scored) by
     :func:`evaluate_split`, the study's own evaluation: the same numbers as the run's ``metrics.json`` for the
-    same :class:`EvalConfig` (default: its defaults)."""
-    system, ck, splits = load_trained(seed_dir, dataset_dir, features_dir, None)
+    same :class:`EvalConfig` (default: its defaults); ``paths``: other data than it was trained on."""
+    system, ck, splits = load_trained(seed_dir, paths, None)
     ec = (ec or EvalConfig()).validate()
     if split == "test":
         check_evaluable(ec, splits["test"], str(seed_dir))
@@ -322,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("seed_dir", help="a folder holding best.pt (e.g. runs/synthetic/full/seeds/seed0)")
     ap.add_argument("--split", default="test", choices=("train", "val", "test"))
     ap.add_argument("--dataset-dir", help="default: the one the run was trained on")
-    ap.add_argument("--features-dir", help="default: the one the run was trained on")
+    ap.add_argument("--features-dir", help="with --dataset-dir (default <dataset-dir>/features)")
     ap.add_argument(
         "--params", default="params.yaml", help="its `evaluation` section applies (a missing file: defaults)"
     )
@@ -339,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.evaluate --out")
     ec = eval_config(read_yaml(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
-    m = evaluate_run(args.seed_dir, ec, args.split, args.dataset_dir, args.features_dir)
+    paths = DataPaths(args.dataset_dir, args.features_dir) if args.dataset_dir else None
+    m = evaluate_run(args.seed_dir, ec, args.split, paths)
     if args.out:
         write_text(args.out, json.dumps(m, indent=1, sort_keys=True))
     for label, res in ((f"{args.split}", m), (f"{args.split} {ec.test_folds}-fold mean", m.get("folds"))):

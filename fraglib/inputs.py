@@ -141,23 +141,37 @@ def compact_words(w1: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return used, m(w1), m(w2)
 
 
-def input_files(
-    dataset_dir: str | Path,
-    views: Views,
-    features_dir: str | Path | None = None,
-    sentences_file: str | Path | None = None,
-) -> dict[str, Path]:
-    """The files a run with ``views`` reads (the checkpoint fingerprints them); ``sentences_file``
-    replaces ``fragments/<view>.npz`` (e.g. captions re-encoded with another dataset's vocabulary)."""
-    d = Path(dataset_dir)
-    files = {
-        "dataset": d / "dataset.json",
-        "sentences": Path(sentences_file) if sentences_file else d / "fragments" / f"{views.sentences}.npz",
-    }
-    if views.images != "none":
-        det = "rcnn" if views.images == "fullframe" else views.images
-        files["images"] = Path(features_dir or d / "features") / f"{det}.npz"
-    return files
+@dataclasses.dataclass(frozen=True)
+class DataPaths:
+    """Where one dataset's files are, as one object: ``dataset`` holds ``dataset.json`` and ``fragments/``,
+    ``features`` the feature caches (None: ``<dataset>/features``). A study of several data splits names them
+    with ``{seed}`` (Pascal1K: ``data/pascal1k/split{seed}``); :meth:`for_seed` fills it, the one place that does."""
+
+    dataset: str | Path
+    features: str | Path | None = None
+
+    @property
+    def per_seed(self) -> bool:
+        """True when the paths name one data split per seed (``{seed}``)."""
+        return "{seed}" in str(self.dataset) or "{seed}" in str(self.features or "")
+
+    def for_seed(self, seed: int) -> "DataPaths":
+        """These paths with ``{seed}`` filled (unchanged without it)."""
+        fill = lambda p: str(p).format(seed=seed) if p is not None and "{seed}" in str(p) else p  # noqa: E731
+        return DataPaths(fill(self.dataset), fill(self.features))
+
+    def files(self, views: Views, sentences_file: str | Path | None = None) -> dict[str, Path]:
+        """The files a run with ``views`` reads (the checkpoint fingerprints them); ``sentences_file`` replaces
+        ``fragments/<view>.npz`` (e.g. captions re-encoded with another dataset's vocabulary)."""
+        d = Path(self.dataset)
+        files = {
+            "dataset": d / "dataset.json",
+            "sentences": Path(sentences_file) if sentences_file else d / "fragments" / f"{views.sentences}.npz",
+        }
+        if views.images != "none":
+            det = "rcnn" if views.images == "fullframe" else views.images
+            files["images"] = Path(self.features or d / "features") / f"{det}.npz"
+        return files
 
 
 def constant_images(ds: Any) -> Any:
@@ -179,7 +193,7 @@ def constant_images(ds: Any) -> Any:
 
 
 def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
-    """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :func:`input_files`)."""
+    """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :meth:`DataPaths.files`)."""
     from fraglib.data.cache import FeatureCache
 
     cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
@@ -189,22 +203,21 @@ def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
 
 
 def load_splits(
-    dataset_dir: str | Path,
+    paths: DataPaths,
     views: Views,
     device: torch.device,
-    features_dir: str | Path | None = None,
     sentences_file: str | Path | None = None,
     names: tuple[str, ...] = SPLITS,
 ) -> tuple[dict[str, Split], dict[str, int], dict[str, Any]]:
     """(splits ``names`` of train/val/test — ``restval`` images join train —, sizes for building a system
-    (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :func:`input_files`.
+    (n_words, word_dim, n_relations, img_dim), provenance info); ``sentences_file`` as in :meth:`DataPaths.files`.
     A split not in ``names`` is never built (a search reads no test split); the sizes are the same whichever
     are built (the word table covers the fragment file's words: GloVe vectors, no training signal)."""
     from fraglib.data import read_karpathy_json
     from fraglib.text.fragments import Fragments
     from fraglib.text.vectors import glove_table
 
-    files = input_files(dataset_dir, views, features_dir, sentences_file)
+    files = paths.files(views, sentences_file)
     ds = read_karpathy_json(files["dataset"])
     frags = Fragments.load(files["sentences"])
     if list(frags.sentid) != [s["sentid"] for s in ds.sentences]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fraglib.inputs import DataPaths
 from fraglib.metrics import KS
 from fraglib.study import unit_seed
 
@@ -525,7 +526,7 @@ def relation_norms(seed_dirs: list[str | Path], dataset_dirs: list[str | Path], 
 
     rows = []
     for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
-        system, ck, train = load_trained(seed_dir, dataset_dir, features_dir, "train")
+        system, ck, train = load_trained(seed_dir, DataPaths(dataset_dir, features_dir), "train")
         if getattr(system.cfg, "encoder", None) != "sdtrnn":
             raise ValueError(f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn")
         names = ck["info"]["relations"]
@@ -579,13 +580,13 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
     from fraglib.evaluate import load_trained, score_matrix
     from fraglib.vision.rcnn import load_image
 
-    system, ck, split = load_trained(seed_dir, dataset_dir, features_dir)
+    system, ck, split = load_trained(seed_dir, DataPaths(dataset_dir, features_dir))
     S = score_matrix(system, split).numpy()
     view = None
     if ck["system"] == "fragment" and system.cfg.images != "fullframe":
         from fraglib.alignment import FragmentView, fragment_boxes, glove_words
 
-        view, vocab = FragmentView(system, dataset_dir, features_dir), glove_words()
+        view, vocab = FragmentView(system, DataPaths(dataset_dir, features_dir)), glove_words()
     from fraglib.data import read_karpathy_json
 
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
@@ -686,7 +687,7 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
     from fraglib.captions import read_record
 
     rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
-    system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", dataset_dir, features_dir)
+    system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", DataPaths(dataset_dir, features_dir))
     S = score_matrix(system, split).numpy()
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]

@@ -43,6 +43,7 @@ import numpy as np
 
 from fraglib.config import parse_overrides
 from fraglib.distributed import worker_pool
+from fraglib.inputs import DataPaths
 from fraglib.outputs import appending, claim_cli, write_text
 from fraglib.params import read_params
 
@@ -69,7 +70,7 @@ def draw(trials: int, seed: int, space: dict[str, list[Any]] | None = None) -> l
     return out
 
 
-def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict[str, Any]:
+def _trial(args: tuple[DataPaths, list[int], Any, dict[str, Any]]) -> dict[str, Any]:
     import time
 
     import torch
@@ -77,19 +78,12 @@ def _trial(args: tuple[str, list[int], str | None, Any, dict[str, Any]]) -> dict
     from fraglib.train import train
 
     torch.set_num_threads(1)
-    dataset_dir, splits, features_dir, spec, over = args
+    paths, splits, spec, over = args
     vals, epochs, t0 = [], [], time.perf_counter()
     for split in splits:
-        s = spec.with_seed(split) if "{seed}" in dataset_dir else spec
+        s = spec.with_seed(split) if paths.per_seed else spec
         with tempfile.TemporaryDirectory() as tmp:
-            m = train(
-                dataset_dir.format(seed=split),
-                tmp,
-                s,
-                device=torch.device("cpu"),
-                progress=False,
-                features_dir=features_dir,
-            )
+            m = train(paths.for_seed(split), tmp, s, device=torch.device("cpu"), progress=False)
         vals.append(m["val_rsum_best"])
         epochs.append(m["best_epoch"])
     return {
@@ -114,9 +108,8 @@ def journal_head(
     dataset: str | None,
     fixed: dict[str, Any],
     epochs: int,
-    dataset_dir: str,
+    paths: DataPaths,
     splits: list[int],
-    features_dir: str | None,
     keys: list[str],
 ) -> dict[str, Any]:
     """What a journal's rows were trained with (its first line, as JSON): the run, its resolved settings
@@ -134,11 +127,11 @@ def journal_head(
         "epochs": epochs,
         "fixed": fixed,
         "settings": {k: v for k, v in settings.items() if k not in {*fixed, *keys, "epochs"}},
-        "dataset_dir": dataset_dir,
+        "dataset_dir": paths.dataset,
         "splits": splits,
-        "features_dir": features_dir,
+        "features_dir": paths.features,
         "keys": sorted(keys),
-        "data": fingerprint({f"split {s}": Path(dataset_dir.format(seed=s)) / "dataset.json" for s in splits}),
+        "data": fingerprint({f"split {s}": Path(paths.for_seed(s).dataset) / "dataset.json" for s in splits}),
     }
     return json.loads(json.dumps(head, default=str))
 
@@ -208,7 +201,7 @@ def read_journal(journal: Path, head: dict[str, Any]) -> list[dict[str, Any]] | 
 
 
 def search(
-    dataset_dir: str,
+    paths: DataPaths,
     params: dict[str, Any],
     run: str,
     trials: int,
@@ -216,7 +209,6 @@ def search(
     seed: int,
     jobs: int,
     splits: list[int] | None = None,
-    features_dir: str | None = None,
     space: dict[str, list[Any]] | None = None,
     dataset: str | None = None,
     fixed: dict[str, Any] | None = None,
@@ -236,16 +228,11 @@ def search(
         )
         for c in configs
     ]  # every trial checked first
-    splits = splits if "{seed}" in dataset_dir and splits else [0]
+    splits = splits if paths.per_seed and splits else [0]
     key = lambda c: json.dumps({k: c[k] for k in configs[0]}, sort_keys=True)  # noqa: E731
     done, head = {}, ""  # head: the journal's first line while still to write
     if journal is not None:
-        head = (
-            json.dumps(
-                journal_head(params, run, dataset, fixed, epochs, dataset_dir, splits, features_dir, list(configs[0]))
-            )
-            + "\n"
-        )
+        head = json.dumps(journal_head(params, run, dataset, fixed, epochs, paths, splits, list(configs[0]))) + "\n"
         rows = read_journal(journal, json.loads(head))
         if rows is not None:
             head = ""
@@ -253,7 +240,8 @@ def search(
             print(f"{journal}: {len(done)} of {len(configs)} trials already done")
     todo = [(s, c) for s, c in zip(specs, configs) if key(c) not in done]
     with worker_pool(jobs) as ex:
-        futures = [ex.submit(_trial, (dataset_dir, splits, c.get("features_dir", features_dir), s, c)) for s, c in todo]
+        trial_paths = lambda c: DataPaths(paths.dataset, c.get("features_dir", paths.features))  # noqa: E731
+        futures = [ex.submit(_trial, (trial_paths(c), splits, s, c)) for s, c in todo]
         for f in as_completed(futures):
             row = f.result()
             done[key(row)] = row
@@ -395,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
         fixed = parse_overrides(args.set)
     try:
         rows = search(
-            args.dataset_dir,
+            DataPaths(args.dataset_dir, args.features_dir),
             read_params(args.params),
             args.run,
             args.trials,
@@ -403,7 +391,6 @@ def main(argv: list[str] | None = None) -> None:
             args.seed,
             args.jobs,
             args.splits,
-            args.features_dir,
             space,
             args.dataset,
             fixed,

@@ -33,6 +33,7 @@ import torch
 from fraglib import hubness
 from fraglib.config import ConfigError
 from fraglib.evaluate import eval_config
+from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS
 from fraglib.outputs import write_text
 from fraglib.params import read_params
@@ -94,18 +95,17 @@ def unit_seed(unit: str) -> int:
     return int(str(unit).split("r")[0])
 
 
-def _run_seed(args: tuple[str, Any, Any, int, int, str, int, str | None, str | None]) -> dict[str, Any]:
-    dataset_dir, spec, ec, seed, replicate, out, threads, features_dir, models_dir = args
+def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None]) -> dict[str, Any]:
+    paths, spec, ec, seed, replicate, out, threads, models_dir = args
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
     m = train(
-        dataset_dir.format(seed=seed),
+        paths.for_seed(seed),
         Path(out) / "seeds" / f"seed{key}",
         spec.with_seed(seed + REPLICATE_STRIDE * replicate),
         ec,
         device=None,
         progress=False,
-        features_dir=features_dir,
         restart=True,
         checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None,
     )
@@ -148,16 +148,15 @@ def summarise(head: dict[str, Any], keys: list[str], groups: list[int], tests: l
 
 
 def run_study(
-    dataset_dir: str,
+    paths: DataPaths,
     run: str,
     params: dict[str, Any],
     out: str | Path,
     dataset: str | None = None,
-    features_dir: str | None = None,
     seeds: list[int] | None = None,
     models_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Train run ``run`` for every seed and summarise; ``dataset_dir`` may hold ``{seed}``; ``models_dir``:
+    """Train run ``run`` for every seed and summarise; ``paths`` may hold ``{seed}``; ``models_dir``:
     checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git)."""
     spec = resolve_run(params, run, dataset)  # fails before any work
     ec = eval_config(params)
@@ -173,7 +172,7 @@ def run_study(
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
     keys = [unit_key(s, r) for s, r in units]
     work = [
-        (dataset_dir, spec, ec, s, r, str(out), t, features_dir, models_dir)
+        (paths, spec, ec, s, r, str(out), t, models_dir)
         for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))
     ]
     if jobs > 1 and len(units) > 1:
@@ -186,7 +185,7 @@ def run_study(
     if "test" not in results[0]:  # not rank 0: rank 0 summarises
         return {}
     # units on one test set share queries: the splits when the data is split per seed, else all one group
-    groups = [s if "{seed}" in dataset_dir else 0 for s, _ in units]
+    groups = [s if paths.per_seed else 0 for s, _ in units]
     summary = summarise(
         {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides},
         keys,
@@ -235,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
-    s = run_study(args.dataset_dir, args.run, params, args.out, args.dataset, args.features_dir, seeds, args.models_dir)
+    paths = DataPaths(args.dataset_dir, args.features_dir)
+    s = run_study(paths, args.run, params, args.out, args.dataset, seeds, args.models_dir)
     print(
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
         f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"

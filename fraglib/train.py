@@ -32,7 +32,7 @@ import torch
 from fraglib import checkpoint, distributed
 from fraglib.config import ConfigError, check_choice, check_range, did_you_mean, from_dict, parse_overrides
 from fraglib.evaluate import EvalConfig, check_evaluable, evaluate_split, score_matrix
-from fraglib.inputs import input_files, load_splits, make_batches
+from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
 from fraglib.outputs import write_text
 from fraglib.systems import get_system
@@ -337,18 +337,17 @@ def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
 
 
 def train(
-    dataset_dir: str | Path,
+    paths: DataPaths,
     out_dir: str | Path,
     spec: RunSpec,
     evaluation: EvalConfig | None = None,
     device: torch.device | None = None,
     progress: bool = True,
     stop_after: int | None = None,
-    features_dir: str | Path | None = None,
     restart: bool = False,
     checkpoint_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Fit (or resume) ``spec`` (:func:`fit`), then, with ``evaluation``, score its ``best.pt`` on the test split
+    """Fit (or resume) ``spec`` on the data at ``paths`` (:func:`fit`), then, with ``evaluation``, score its ``best.pt`` on the test split
     by the one test evaluation (:func:`fraglib.evaluate.evaluate_split`) and write the run's results:
     ``metrics.json``, ``ranks.json``, ``history.csv`` (small, kept in git) in ``out_dir``; returns the metrics.
     Without ``evaluation`` (a search's trial) the test split is never built nor scored: returns the fit's
@@ -369,17 +368,21 @@ def train(
     with checkpoint.run_lock(out, ck_dir) if ctx.main else contextlib.nullcontext():  # rank 0 writes for all
         views = get_system(spec.system).views(spec.system_config)
         splits, dims, info = load_splits(
-            dataset_dir, views, device, features_dir, names=("train", "val", "test") if ec else ("train", "val")
+            paths, views, device, names=("train", "val", "test") if ec else ("train", "val")
         )
-        check_usable(splits, str(dataset_dir), views)
+        check_usable(splits, str(paths.dataset), views)
         if ec is not None:
-            check_evaluable(ec, splits["test"], str(dataset_dir))  # before any training, not after it
-        info = {**info, "dataset_dir": str(dataset_dir), "features_dir": str(features_dir) if features_dir else None}
+            check_evaluable(ec, splits["test"], str(paths.dataset))  # before any training, not after it
+        info = {
+            **info,
+            "dataset_dir": str(paths.dataset),
+            "features_dir": str(paths.features) if paths.features else None,
+        }
         fitted = fit(
             splits,
             dims,
             info,
-            input_files(dataset_dir, views, features_dir),
+            paths.files(views),
             ck_dir,
             spec,
             device,
@@ -610,11 +613,10 @@ def main(argv: list[str] | None = None) -> None:
         spec = spec.with_seed(args.seed)
     try:
         m = train(
-            args.dataset_dir,
+            DataPaths(args.dataset_dir, args.features_dir),
             args.out,
             spec,
             ec,
-            features_dir=args.features_dir,
             restart=args.restart,
             stop_after=args.stop_after,
             checkpoint_dir=args.checkpoint_dir,

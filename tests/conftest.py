@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fraglib.inputs import DataPaths
+
 if os.environ.get("PYTEST_XDIST_WORKER"):  # under pytest-xdist (make test): one thread per worker and per
     os.environ["OMP_NUM_THREADS"] = "1"  # process it starts; two workers of two threads on two cores made
     torch.set_num_threads(1)  # the suite slower than one worker (CNN tests 6-10x)
@@ -158,7 +160,7 @@ def tiny_study(tiny_full, tmp_path_factory):
         )
     )
     for r in params["runs"]:
-        run_study(str(tiny_full), r, params, runs / r)
+        run_study(DataPaths(tiny_full), r, params, runs / r)
     table = runs / "search.csv"
     table.write_text("lr,margin,val_rsum_best\n0.01,0.3,100.0\n")
     table.with_suffix(".json").write_text('{"trials": 1, "epochs": 1, "seed": 0, "space": {}}')

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from fraglib import distributed
-from fraglib.inputs import load_splits, make_batches
+from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.systems import get_system
 from fraglib.train import Step, TrainConfig
 
@@ -29,7 +29,7 @@ def one_step(dataset_dir: str, spec: dict, ctx: distributed.Context, out: str) -
     cls, tc = get_system(spec["system"]), TrainConfig(**spec["train_config"])
     cfg = cls.Config(**spec["system_config"])
     cpu = torch.device("cpu")
-    splits, dims, _ = load_splits(dataset_dir, cls.views(cfg), cpu)
+    splits, dims, _ = load_splits(DataPaths(dataset_dir), cls.views(cfg), cpu)
     tr = splits["train"]
     torch.manual_seed(tc.seed)
     system = cls(cfg, dims, tc.seed)

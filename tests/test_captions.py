@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("pycocoevalcap", reason="pycocoevalcap is not installed (environment.yml)")
 
 from fraglib.captions import METRICS, bleu_on, bootstrap, caption_scores, java_missing  # noqa: E402
+from fraglib.inputs import DataPaths
 
 
 def cooked(refs, hyps):
@@ -96,7 +97,7 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
 
     needs_java()
     params = tiny_params(stt={"system": "stt"})
-    run_study(str(tiny_full), "stt", params, tmp_path / "stt")
+    run_study(DataPaths(tiny_full), "stt", params, tmp_path / "stt")
     out = run_captions(tmp_path / "stt", n_boot=20)
     rec = json.loads((tmp_path / "stt" / "captions" / "seed0.json").read_text())
     assert len(rec["captioning"]) == 4 and all(isinstance(c["caption"], str) for c in rec["captioning"])
@@ -132,17 +133,17 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     from fraglib.batches import Views
     from fraglib.captions import run_captions
     from fraglib.evaluate import load_trained
-    from fraglib.inputs import input_files, load_splits
+    from fraglib.inputs import DataPaths, load_splits
     from fraglib.study import run_study
     from fraglib.text.fragments import Fragments
     from tests.conftest import tiny_params
 
     needs_java()
-    splits, dims, _ = load_splits(tiny_full, Views("none", "tokens"), torch.device("cpu"))
-    assert "images" not in input_files(tiny_full, Views("none", "tokens")) and dims["img_dim"] == 1
+    splits, dims, _ = load_splits(DataPaths(tiny_full), Views("none", "tokens"), torch.device("cpu"))
+    assert "images" not in DataPaths(tiny_full).files(Views("none", "tokens")) and dims["img_dim"] == 1
     assert all((sp.images.counts() == 1).all() and bool((sp.images.data["x"] == 1).all()) for sp in splits.values())
     params = tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0, "lambda_sim": 0.0})
-    run_study(str(tiny_full), "stt_text", params, tmp_path / "t")
+    run_study(DataPaths(tiny_full), "stt_text", params, tmp_path / "t")
     own = run_captions(tmp_path / "t", n_boot=10)
     assert "captioning" not in own and set(own["paraphrasing"]) == set(METRICS)
     assert set(own["input_dependence"]) == {"paraphrasing_own", "paraphrasing_other"}
@@ -151,7 +152,7 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     moved = run_captions(
         tmp_path / "t",
         n_boot=10,
-        dataset_dir=str(tiny_full),
+        paths=DataPaths(tiny_full),
         parse_file=str(tiny_full / "parse.conllu"),
         images="none",
         name="transfer_self",
@@ -180,7 +181,7 @@ def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_inpu
 
     torch.manual_seed(0)
     cfg = Config(embed_dim=6, word_dim=5, hidden=7, dec_hidden=8, dropout=0.0).validate()
-    splits, dims, _ = load_splits(tiny_full, SttSystem.views(cfg), torch.device("cpu"))
+    splits, dims, _ = load_splits(DataPaths(tiny_full), SttSystem.views(cfg), torch.device("cpu"))
     sp = splits["train"]
     s = SttSystem(cfg, dims, 0).double().eval()
     got = input_dependence(s, sp, chunk=3)

@@ -14,6 +14,7 @@ import torch
 from fraglib import checkpoint
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
+from fraglib.inputs import DataPaths
 from fraglib.train import check_usable, train
 
 from conftest import tiny_eval, tiny_spec
@@ -49,25 +50,25 @@ def test_changed_inputs_are_never_resumed(tiny_full, tmp_path):
     shutil.copytree(tiny_full, data)
     out = tmp_path / "run"
     spec = tiny_spec(epochs=2)
-    train(data, out, spec, tiny_eval(), device=CPU, progress=False, stop_after=1)
+    train(DataPaths(data), out, spec, tiny_eval(), device=CPU, progress=False, stop_after=1)
     # the features change (as after `vision.k` 19 -> 3): the old model must not be resumed
     z = dict(np.load(data / "features" / "rcnn.npz"))
     z["features"] = z["features"] * 1.5
     np.savez(data / "features" / "rcnn.npz", **z)
     with pytest.raises(CheckpointError, match="other fingerprint"):
-        train(data, out, spec, tiny_eval(), device=CPU, progress=False)
-    fresh = train(data, tmp_path / "fresh", spec, tiny_eval(), device=CPU, progress=False)
-    restarted = train(data, out, spec, tiny_eval(), device=CPU, progress=False, restart=True)
+        train(DataPaths(data), out, spec, tiny_eval(), device=CPU, progress=False)
+    fresh = train(DataPaths(data), tmp_path / "fresh", spec, tiny_eval(), device=CPU, progress=False)
+    restarted = train(DataPaths(data), out, spec, tiny_eval(), device=CPU, progress=False, restart=True)
     assert restarted["test"] == fresh["test"]
 
 
 def test_a_deleted_best_checkpoint_is_not_replaced_by_other_weights(tiny_full, tmp_path):
     spec = tiny_spec(epochs=2)
-    done = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
+    done = train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     (tmp_path / "best.pt").unlink()
     with pytest.raises(CheckpointError, match="best.pt: checkpoint not found"):
-        train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
-    again = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False, restart=True)
+        train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=CPU, progress=False)
+    again = train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=CPU, progress=False, restart=True)
     assert again["test"] == done["test"] and again["best_epoch"] == done["best_epoch"]
     assert json.loads((tmp_path / "metrics.json").read_text())["best_epoch"] is not None
 
@@ -116,7 +117,7 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
     from conftest import tiny_params
 
     params = tiny_params(r={"system": "devise", "replicates": 2, "epochs": 1})
-    s = run_study(str(tiny_full), "r", params, tmp_path)
+    s = run_study(DataPaths(tiny_full), "r", params, tmp_path)
     assert s["units"] == ["0", "0r1"] and s["groups"] == [0, 0] and s["replicates"] == 2
     ms = [json.loads((tmp_path / "seeds" / f"seed{u}" / "metrics.json").read_text()) for u in s["units"]]
     assert [m["train_config"]["seed"] for m in ms] == [0, 1000]
@@ -133,9 +134,9 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
 
 def test_unusable_data_stops_before_training(tiny_full):
     from fraglib.batches import Views
-    from fraglib.inputs import load_splits
+    from fraglib.inputs import DataPaths, load_splits
 
-    splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
+    splits, _, _ = load_splits(DataPaths(tiny_full), Views("rcnn", "dependency"), CPU)
     te = splits["test"]
     te.images.off = np.zeros_like(te.images.off)  # every test image without features
     with pytest.raises(ValueError, match=r"only 0 of \d+ test sentences are usable \(0 of \d+ images have features"):
@@ -147,7 +148,7 @@ def test_captions_without_a_known_word_stop_systems_that_read_word_vectors(tiny_
     from fraglib.inputs import load_splits
 
     for view in ("dependency", "tree_basic"):
-        splits, _, _ = load_splits(tiny_full, Views("fullframe", view), CPU)
+        splits, _, _ = load_splits(DataPaths(tiny_full), Views("fullframe", view), CPU)
         check_usable(splits, "somewhere", Views("fullframe", view))  # English captions: fine
         assert splits["train"].known_word_sentences().all()
         splits["train"].words.zero_()  # every word out of the dictionary
@@ -164,7 +165,7 @@ def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, t
         im["split"] = "train" if im["split"] == "val" else im["split"]
     (data / "dataset.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match="the val split has 0 images and 0 sentences"):
-        train(data, tmp_path / "run", tiny_spec(epochs=2), tiny_eval(), device=CPU, progress=False)
+        train(DataPaths(data), tmp_path / "run", tiny_spec(epochs=2), tiny_eval(), device=CPU, progress=False)
     assert not list((tmp_path / "run").rglob("*.pt"))  # stopped before any training
 
 
@@ -178,7 +179,7 @@ def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monke
     from conftest import tiny_params
 
     monkeypatch.chdir(tmp_path)  # the names are relative, as in the pipeline
-    run_study(str(tiny_full), "devise", tiny_params(), "runs/devise", models_dir="models/devise")
+    run_study(DataPaths(tiny_full), "devise", tiny_params(), "runs/devise", models_dir="models/devise")
     seed = tmp_path / "runs" / "devise" / "seeds" / "seed0"
     assert sorted(p.name for p in seed.iterdir()) == ["history.csv", "metrics.json", "ranks.json"]
     assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == [

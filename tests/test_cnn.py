@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.inputs import load_splits
+from fraglib.inputs import DataPaths, load_splits
 from fraglib.systems import get_system
 from fraglib.train import resolve_run, train
 
@@ -19,7 +19,7 @@ def test_untouched_cnn_reproduces_the_feature_cache(tiny_full, images):
     spec = resolve_run(tiny_params(r={"system": "fragment", "images": images, "finetune": 2}), "r")
     views = get_system("fragment").views(spec.system_config)
     assert views.pixels
-    splits, dims, _ = load_splits(tiny_full, views, CPU)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), views, CPU)
     system = get_system("fragment")(spec.system_config, dims, 0)
     te = splits["test"]
     rows = te.images.take(np.arange(te.n_images))
@@ -37,11 +37,11 @@ def test_finetuning_trains_only_the_last_blocks_and_reloads(tiny_full, tmp_path)
         tiny_params(r={"system": "vse", "finetune": 1, "finetune_lr_scale": 1.0}), "r", extra={"epochs": 1, "lr": 0.01}
     )
     cls = get_system("vse")
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), CPU)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), CPU)
     before = cls(spec.system_config, dims, 0).state_dict()
     groups = cls(spec.system_config, dims, 0).lr_groups()
     assert [k for k, _ in groups] == [1.0, 1.0] and all(p.requires_grad for p in groups[1][1])
-    train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
+    train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     after, ck = load_system(tmp_path / "best.pt")
     after = after.state_dict()
     n = len([k for k in before if k.startswith("cnn.net._blocks.") and k.endswith(".weight")])

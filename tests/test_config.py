@@ -2,6 +2,7 @@ import pytest
 
 from fraglib.config import ConfigError, load_section
 from fraglib.data.synthetic import SynthConfig
+from fraglib.inputs import DataPaths
 
 
 def test_project_params_load():
@@ -174,7 +175,7 @@ def test_study_jobs_must_be_a_positive_integer(jobs, tmp_path):
     assert study_jobs(params) == 1 and study_jobs({}) == 2
     params["study"]["jobs"] = jobs
     with pytest.raises(ConfigError, match=rf"^study\.jobs={jobs!r}: expected a positive integer"):
-        run_study(str(tmp_path / "nowhere"), "full", params, tmp_path / "out")
+        run_study(DataPaths(tmp_path / "nowhere"), "full", params, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fraglib import distributed
-from fraglib.inputs import load_splits, make_batches
+from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.systems import get_system
 from fraglib.systems.base import join_parts
 from fraglib.train import Step, train
@@ -35,7 +35,7 @@ def torchrun(args: list[str], n: int = 2, timeout: int = 600) -> subprocess.Comp
 def one_process_step(data: Path, spec, epoch: int):
     cls, tc = get_system(spec.system), spec.train_config
     cpu = torch.device("cpu")
-    splits, dims, _ = load_splits(data, cls.views(spec.system_config), cpu)
+    splits, dims, _ = load_splits(DataPaths(data), cls.views(spec.system_config), cpu)
     tr = splits["train"]
     torch.manual_seed(tc.seed)
     system = cls(spec.system_config, dims, tc.seed)
@@ -128,7 +128,9 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
     params.write_text(yaml.safe_dump(p))
     args = ["-m", "fraglib.train", "--run-name", "full", "--dataset-dir", str(tiny_full), "--params", str(params)]
     torchrun(args + ["--out", str(tmp_path / "two")])
-    one = train(tiny_full, tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
+    one = train(
+        DataPaths(tiny_full), tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False
+    )
     two = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
         "best.pt",
@@ -168,7 +170,7 @@ def test_mixed_precision_changes_the_step_little(tiny_full, system, override):
 
     spec = resolve_run(tiny_params(r={"system": system, **override}), "r")
     cls, cpu = get_system(spec.system), torch.device("cpu")
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), cpu)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), cpu)
     tr = splits["train"]
     b = make_batches(tr, 16, 0, 0)[0]
     out = []

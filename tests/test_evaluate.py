@@ -3,6 +3,8 @@ the same numbers, its settings never retrain, and a checkpoint is scored only on
 
 import pytest
 
+from fraglib.inputs import DataPaths
+
 
 @pytest.mark.parametrize("run", ["devise", "dtrnn"])
 def test_rescoring_a_checkpoint_gives_the_study_metrics_sentence_similarity_included(tiny_study, run):
@@ -34,10 +36,10 @@ def test_changing_the_evaluation_rescores_and_never_retrains(tiny_full, tmp_path
     from conftest import tiny_eval, tiny_spec
 
     cpu = torch.device("cpu")
-    a = train(tiny_full, tmp_path, tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
+    a = train(DataPaths(tiny_full), tmp_path, tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
     before = (tmp_path / "last.pt").read_bytes()
     b = train(
-        tiny_full,
+        DataPaths(tiny_full),
         tmp_path,
         tiny_spec("devise", epochs=2),
         tiny_eval(n_boot=20, hubness=False),
@@ -64,7 +66,12 @@ def test_a_checkpoint_is_not_scored_on_other_data_at_its_recorded_path(tiny_full
     data = tmp_path / "data"
     shutil.copytree(tiny_full, data)
     train(
-        data, tmp_path / "run", tiny_spec("devise", epochs=1), tiny_eval(), device=torch.device("cpu"), progress=False
+        DataPaths(data),
+        tmp_path / "run",
+        tiny_spec("devise", epochs=1),
+        tiny_eval(),
+        device=torch.device("cpu"),
+        progress=False,
     )
     assert evaluate_run(tmp_path / "run", tiny_eval())["annotation"]["r1"] >= 0
     (data / "dataset.json").write_text((data / "dataset.json").read_text() + " ")
@@ -77,10 +84,18 @@ def test_settings_the_test_split_cannot_take_are_refused_before_training(tiny_fu
     epoch, naming the setting (nothing is written)."""
     import torch
 
-    from conftest import tiny_eval, tiny_spec
     from fraglib.train import train
+
+    from conftest import tiny_eval, tiny_spec
 
     for ec, message in ((tiny_eval(hub_k=1000), r"evaluation\.hub_k=1000"), (tiny_eval(test_folds=3), r"test_folds=3")):
         with pytest.raises(ValueError, match=message):
-            train(tiny_full, tmp_path / "r", tiny_spec("devise"), ec, device=torch.device("cpu"), progress=False)
+            train(
+                DataPaths(tiny_full),
+                tmp_path / "r",
+                tiny_spec("devise"),
+                ec,
+                device=torch.device("cpu"),
+                progress=False,
+            )
         assert not (tmp_path / "r" / "last.pt").exists()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fraglib import hubness
+from fraglib.inputs import DataPaths
 from fraglib.metrics import annotation_ranks, search_ranks
 
 
@@ -161,9 +162,16 @@ def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_ful
     from conftest import tiny_eval, tiny_spec
 
     cpu = torch.device("cpu")
-    on = train(tiny_full, tmp_path / "on", tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False)
+    on = train(
+        DataPaths(tiny_full), tmp_path / "on", tiny_spec("devise", epochs=2), tiny_eval(), device=cpu, progress=False
+    )
     train(
-        tiny_full, tmp_path / "off", tiny_spec("devise", epochs=2), tiny_eval(hubness=False), device=cpu, progress=False
+        DataPaths(tiny_full),
+        tmp_path / "off",
+        tiny_spec("devise", epochs=2),
+        tiny_eval(hubness=False),
+        device=cpu,
+        progress=False,
     )
     r_on, r_off = (json.loads((tmp_path / x / "ranks.json").read_text()) for x in ("on", "off"))
     assert "hubness" not in r_off and set(r_on) == set(r_off) | {"hubness"}

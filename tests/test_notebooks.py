@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from fraglib.inputs import DataPaths
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 REMOTE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"']?(?:https?:)?//", re.I)
@@ -46,10 +48,10 @@ def text_only_runs(synth: Path, runs: Path) -> None:
     a = runs / "text_only" / "a"
     if (a / "transfer_other.json").exists():
         return
-    run_study(str(synth), "stt_text", tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0,
+    run_study(DataPaths(synth), "stt_text", tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0,
                                                             "lambda_sim": 0.0}), a)
     run_captions(a, n_boot=10)
-    run_captions(a, n_boot=10, dataset_dir=str(synth), parse_file=str(synth / "parse.conllu"), images="none",
+    run_captions(a, n_boot=10, paths=DataPaths(synth), parse_file=str(synth / "parse.conllu"), images="none",
                  name="transfer_other")
 
 

@@ -12,7 +12,7 @@ from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as convert
 from fraglib.data.cache import FeatureCache
 from fraglib.data.precomp import read_precomp
-from fraglib.inputs import load_splits
+from fraglib.inputs import DataPaths, load_splits
 
 
 def write_precomp(root, split, ims, captions):
@@ -93,7 +93,7 @@ def test_precomp_features_feed_the_systems(tiny_text, tmp_path):
     n = len(ds.images)
     write_cache(ds, np.random.default_rng(0).standard_normal((n * 3, 7)).astype(np.float32), np.full(n, 3), out)
     for view, rows in (("top36", 3), ("rcnn", 3), ("fullframe", 1)):
-        splits, dims, _ = load_splits(out, Views(view, "dependency"), torch.device("cpu"))
+        splits, dims, _ = load_splits(DataPaths(out), Views(view, "dependency"), torch.device("cpu"))
         assert dims["img_dim"] == 7 and set(splits["test"].images.counts().tolist()) == {rows}
 
 
@@ -152,7 +152,7 @@ def test_a_feature_cache_with_nan_is_refused_where_it_enters(tiny_text, tmp_path
         match=rf"rcnn.npz: 1 feature row\(s\) hold NaN or Inf \(first in image "
         rf"{ds.images[3]['filename']}\)",
     ):
-        load_splits(out, Views("fullframe", "dependency"), torch.device("cpu"))
+        load_splits(DataPaths(out), Views("fullframe", "dependency"), torch.device("cpu"))
 
 
 @pytest.mark.parametrize(

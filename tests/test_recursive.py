@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from fraglib.inputs import DataPaths
 from fraglib.systems.recursive import (
     compose,
     compose_reference,
@@ -355,7 +356,7 @@ def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": encoder, "init_noise": 0.3}), "r")
     cls = SYSTEMS["socher"]
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), torch.device("cpu"))
     system = cls(spec.system_config, dims, 0).double()
     tr = splits["train"]
     system.prepare(tr)
@@ -592,12 +593,12 @@ def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, t
 
     spec = resolve_run(tiny_params(r={"system": "socher", "negatives": 7}), "r")
     cpu = torch.device("cpu")
-    train(tiny_full, tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
-    train(tiny_full, tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
-    assert train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2) == {
+    train(DataPaths(tiny_full), tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
+    train(DataPaths(tiny_full), tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
+    assert train(DataPaths(tiny_full), tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2) == {
         "stopped_at_epoch": 2
     }
-    train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
+    train(DataPaths(tiny_full), tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
     for f in ("metrics.json", "history.csv"):
         assert (tmp_path / "b" / f).read_text() == (tmp_path / "a" / f).read_text()
         assert (tmp_path / "c" / f).read_text() == (tmp_path / "a" / f).read_text()
@@ -683,7 +684,7 @@ def squared_dtrnn(dataset_dir, **over):
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "dtrnn", "loss": "squared", **over}), "r")
     cls = SYSTEMS["socher"]
-    splits, dims, _ = load_splits(dataset_dir, cls.views(spec.system_config), torch.device("cpu"))
+    splits, dims, _ = load_splits(DataPaths(dataset_dir), cls.views(spec.system_config), torch.device("cpu"))
     system = cls(spec.system_config, dims, 0).double()
     tr = splits["train"]
     system.prepare(tr)

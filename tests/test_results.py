@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_eval
+from fraglib.inputs import DataPaths
 from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
 
 
@@ -246,7 +247,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
     from fraglib.train import resolve_run, train
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "sdtrnn"}), "r", extra={"epochs": 1})
-    train(tiny_full, tmp_path, spec, tiny_eval(), device=torch.device("cpu"), progress=False)
+    train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=torch.device("cpu"), progress=False)
     df = relation_norms([tmp_path], [tiny_full])
     system, ck = load_system(tmp_path / "best.pt")
     want = dict(zip(ck["info"]["relations"], system.W.detach().flatten(1).norm(dim=1).tolist()))

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from fraglib import search
+from fraglib.inputs import DataPaths
 
 from conftest import tiny_params
 
@@ -20,7 +21,7 @@ def trained(monkeypatch):
     done = []
 
     def trial(args):
-        _, _, _, spec, over = args
+        _, _, spec, over = args
         done.append(over)
         e = spec.train_config.epochs
         return {
@@ -47,7 +48,7 @@ def data(tmp_path):
 
 def run(data, journal, configs=CONFIGS, epochs=8, fixed=None, params=None):
     return search.search(
-        str(data),
+        DataPaths(data),
         params or tiny_params(),
         "devise",
         len(configs),
@@ -242,5 +243,5 @@ def test_a_search_trial_never_builds_nor_scores_the_test_split(tiny_full, monkey
 
     monkeypatch.setattr(fraglib.train, "load_splits", spy)
     monkeypatch.setattr(fraglib.train, "evaluate_split", never)
-    row = search._trial((str(tiny_full), [0], None, tiny_spec("devise", epochs=1), {"lr": 0.01}))
+    row = search._trial((DataPaths(tiny_full), [0], tiny_spec("devise", epochs=1), {"lr": 0.01}))
     assert asked == [["train", "val"]] and row["best_epoch"] == 1.0 and row["val_rsum_best"] > 0

@@ -13,7 +13,7 @@ import torch
 from fraglib.checkpoint import load_system
 from fraglib.config import ConfigError
 from fraglib.evaluate import score_matrix
-from fraglib.inputs import load_splits, make_batches
+from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.systems import SYSTEMS, get_system
 from fraglib.train import resolve_run, train
 
@@ -56,7 +56,7 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     spec = resolve_run(params, "r", extra={"epochs": 1})
     cls = SYSTEMS[name]
     assert cls.NAME == name and dataclasses.is_dataclass(cls.Config)
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), CPU)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), CPU)
     torch.manual_seed(0)
     system = cls(spec.system_config, dims, 0)
     system.prepare(splits["train"])
@@ -109,12 +109,12 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
         assert grads and any(g.abs().sum() > 0 for g in grads)
     else:
         assert not any(p.requires_grad for p in system.parameters())
-    m = train(tiny_full, tmp_path, spec, tiny_eval(), device=CPU, progress=False)
+    m = train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=CPU, progress=False)
     assert json.loads((tmp_path / "metrics.json").read_text())["system"] == name
     assert 0 <= m["test"]["annotation"]["r1"] <= 100
     reloaded, ck = load_system(tmp_path / "best.pt")
     assert ck["system"] == name and ck["model_args"] == dims
-    trained_splits, _, _ = load_splits(tiny_full, reloaded.views(reloaded.cfg), CPU)
+    trained_splits, _, _ = load_splits(DataPaths(tiny_full), reloaded.views(reloaded.cfg), CPU)
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     from fraglib.evaluate import evaluate_split
 
@@ -133,7 +133,7 @@ def test_fragment_modern_options(tiny_full):
         r={"system": "fragment", "cosine_scale": 4.0, "hardest": True, "tune_words": True, "alpha": 1e-3}
     )
     spec = resolve_run(params, "r")
-    splits, dims, _ = load_splits(tiny_full, SYSTEMS["fragment"].views(spec.system_config), CPU)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), SYSTEMS["fragment"].views(spec.system_config), CPU)
     torch.manual_seed(0)
     system = SYSTEMS["fragment"](spec.system_config, dims, 0)
     system.prepare(splits["train"])
@@ -269,7 +269,7 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
     from fraglib.systems.fragment import Config, FragmentSystem, relation_maps
 
     cfg = Config(dense_epochs=1, embed_dim=16)
-    splits, dims, _ = load_splits(tiny_full, FragmentSystem.views(cfg), torch.device("cpu"))
+    splits, dims, _ = load_splits(DataPaths(tiny_full), FragmentSystem.views(cfg), torch.device("cpu"))
     tr = splits["train"]
     b = make_batches(tr, 8, seed=0, epoch=0)[0]
     imgs, sents = tr.images.take(tr.sentence_image[b]), tr.sentences.take(b)
@@ -301,10 +301,10 @@ def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
     from fraglib.batches import Views
 
-    rcnn, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), CPU)
+    rcnn, _, _ = load_splits(DataPaths(tiny_full), Views("rcnn", "dependency"), CPU)
     k = int(np.diff(rcnn["test"].images.off).max()) - 1
-    cut, _, _ = load_splits(tiny_full, Views("top36", "dependency", detections=k), CPU)
-    top, _, _ = load_splits(tiny_full, Views("top36", "dependency"), CPU)
+    cut, _, _ = load_splits(DataPaths(tiny_full), Views("top36", "dependency", detections=k), CPU)
+    top, _, _ = load_splits(DataPaths(tiny_full), Views("top36", "dependency"), CPU)
     for s in ("train", "test"):
         assert np.diff(top[s].images.off).max() > k + 1  # the cut removes rows
         np.testing.assert_array_equal(cut[s].images.off, rcnn[s].images.off)
@@ -321,7 +321,9 @@ def test_killed_run_resumes_to_the_same_bytes(name, tiny_full, tmp_path):
     killed between one epoch's ``best.pt`` and ``last.pt`` writes, end with the uninterrupted run's
     metrics.json byte for byte; a finished run started again re-scores to the same bytes."""
     spec = resolve_run(tiny_params(r={"system": name, **RESUME[name]}), "r", extra={"epochs": 3, "select": "last"})
-    run = lambda out, **kw: train(tiny_full, tmp_path / out, spec, tiny_eval(), device=CPU, progress=False, **kw)  # noqa: E731
+    run = lambda out, **kw: train(
+        DataPaths(tiny_full), tmp_path / out, spec, tiny_eval(), device=CPU, progress=False, **kw
+    )  # noqa: E731
     run("whole")
     whole = (tmp_path / "whole" / "metrics.json").read_bytes()
     print(f"{name}: uninterrupted {len(whole)} bytes", end="")
@@ -368,7 +370,7 @@ def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full
     assert views.pooled
     got = {}
     for pooled in (False, True):
-        splits, dims, _ = load_splits(tiny_full, dataclasses.replace(views, pooled=pooled), CPU)
+        splits, dims, _ = load_splits(DataPaths(tiny_full), dataclasses.replace(views, pooled=pooled), CPU)
         tr, te = splits["train"], splits["test"]
         assert (tr.images.counts() == 1).all() if pooled else (tr.images.counts() > 1).any()
         torch.manual_seed(0)

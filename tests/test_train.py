@@ -10,7 +10,7 @@ from fraglib import checkpoint
 from fraglib.batches import Views
 from fraglib.checkpoint import CheckpointError
 from fraglib.config import ConfigError
-from fraglib.inputs import load_splits, make_batches
+from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.train import resolve_run, train
 
 from conftest import tiny_eval, tiny_params, tiny_spec
@@ -23,15 +23,15 @@ def _test_metrics(out):
 def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_path):
     spec = tiny_spec()
     cpu = torch.device("cpu")
-    a = train(tiny_full, tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
-    train(tiny_full, tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
+    a = train(DataPaths(tiny_full), tmp_path / "a", spec, tiny_eval(), device=cpu, progress=False)
+    train(DataPaths(tiny_full), tmp_path / "b", spec, tiny_eval(), device=cpu, progress=False)
     assert (tmp_path / "a" / "metrics.json").read_text() == (tmp_path / "b" / "metrics.json").read_text()
     assert (tmp_path / "a" / "ranks.json").read_text() == (tmp_path / "b" / "ranks.json").read_text()
     # killed after 2 epochs (the process ends), then started again: resumes from last.pt
-    r = train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2)
+    r = train(DataPaths(tiny_full), tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False, stop_after=2)
     assert r == {"stopped_at_epoch": 2}
     assert checkpoint.load(tmp_path / "c" / "last.pt")["epoch"] == 2
-    train(tiny_full, tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
+    train(DataPaths(tiny_full), tmp_path / "c", spec, tiny_eval(), device=cpu, progress=False)
     assert _test_metrics(tmp_path / "c") == _test_metrics(tmp_path / "a")
     assert (tmp_path / "c" / "history.csv").read_text() == (tmp_path / "a" / "history.csv").read_text()
     hist = (tmp_path / "a" / "history.csv").read_text().splitlines()
@@ -42,11 +42,11 @@ def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_p
 
 def test_resume_refuses_another_configuration(tiny_full, tmp_path):
     cpu = torch.device("cpu")
-    train(tiny_full, tmp_path, tiny_spec(), tiny_eval(), device=cpu, progress=False, stop_after=1)
+    train(DataPaths(tiny_full), tmp_path, tiny_spec(), tiny_eval(), device=cpu, progress=False, stop_after=1)
     with pytest.raises(CheckpointError, match="other train_config"):
-        train(tiny_full, tmp_path, tiny_spec(lr=0.5), tiny_eval(), device=cpu, progress=False)
+        train(DataPaths(tiny_full), tmp_path, tiny_spec(lr=0.5), tiny_eval(), device=cpu, progress=False)
     with pytest.raises(CheckpointError, match="other system_config"):
-        train(tiny_full, tmp_path, tiny_spec(margin=0.5), tiny_eval(), device=cpu, progress=False)
+        train(DataPaths(tiny_full), tmp_path, tiny_spec(margin=0.5), tiny_eval(), device=cpu, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_resume_refuses_another_configuration(tiny_full, tmp_path):
 )
 def test_runs_of_every_system(tiny_full, tmp_path, run, override):
     m = train(
-        tiny_full,
+        DataPaths(tiny_full),
         tmp_path,
         tiny_spec(run, epochs=2, **override),
         tiny_eval(),
@@ -75,7 +75,7 @@ def test_runs_of_every_system(tiny_full, tmp_path, run, override):
 
 
 def test_batches_never_repeat_an_image(tiny_full):
-    splits, _, _ = load_splits(tiny_full, Views("rcnn", "dependency"), torch.device("cpu"))
+    splits, _, _ = load_splits(DataPaths(tiny_full), Views("rcnn", "dependency"), torch.device("cpu"))
     tr = splits["train"]
     batches = make_batches(tr, 7, seed=0, epoch=3)
     for b in batches:
@@ -155,7 +155,9 @@ def test_search_resumes_from_its_journal(tiny_full, tmp_path):
     params.write_text(yaml.safe_dump(tiny_params()))
     out = tmp_path / "table.csv"
     journal = out.with_suffix(".partial.jsonl")
-    head = search.journal_head(tiny_params(), "devise", None, {}, 1, str(tmp_path / "split{seed}"), [0], None, ["lr"])
+    head = search.journal_head(
+        tiny_params(), "devise", None, {}, 1, DataPaths(str(tmp_path / "split{seed}")), [0], ["lr"]
+    )
     journal.write_text(
         json.dumps(head)
         + "\n"
@@ -202,7 +204,7 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
 
     params = tiny_params(k={"system": "kcca", "kernel": "linear"})
     m = train(
-        str(tiny_full),
+        DataPaths(tiny_full),
         tmp_path / "run",
         resolve_run(params, "k"),
         tiny_eval(),
@@ -210,7 +212,7 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
         progress=False,
     )
     system, _ = load_system(tmp_path / "run" / "best.pt", torch.device("cpu"))
-    val = load_splits(tiny_full, type(system).views(system.cfg), torch.device("cpu"))[0]["val"]
+    val = load_splits(DataPaths(tiny_full), type(system).views(system.cfg), torch.device("cpu"))[0]["val"]
     head, *rows = (tmp_path / "run" / "history.csv").read_text().splitlines()
     assert m["best_epoch"] == 0 and len(rows) == 1 and dict(zip(head.split(","), rows[0].split(",")))["epoch"] == "0"
     assert m["val_rsum_best"] == rsum(evaluate_scores(score_matrix(system, val, 64), val.sentence_image, 10, 0))
@@ -218,7 +220,7 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
     ck = checkpoint.load(tmp_path / "run" / "best.pt")  # as written before the row existed
     checkpoint.save(tmp_path / "run" / "best.pt", {**ck, "history": [], "best_epoch": None, "best_rsum": -1.0})
     train(
-        str(tiny_full),
+        DataPaths(tiny_full),
         tmp_path / "run",
         resolve_run(params, "k"),
         tiny_eval(),
@@ -466,19 +468,19 @@ def test_seed_threads_give_idle_cores_to_the_last_round():
 def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_defaults(tiny_full, tmp_path):
     cpu = torch.device("cpu")
     spec = tiny_spec(epochs=3, select="last")
-    m = train(tiny_full, tmp_path / "last", spec, tiny_eval(), device=cpu, progress=False)
+    m = train(DataPaths(tiny_full), tmp_path / "last", spec, tiny_eval(), device=cpu, progress=False)
     assert m["best_epoch"] == 3 and checkpoint.load(tmp_path / "last" / "best.pt")["epoch"] == 3
     # a checkpoint written before `select` existed (its stored settings lack the key) resumes at the default
     out = tmp_path / "old"
-    train(tiny_full, out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False, stop_after=1)
+    train(DataPaths(tiny_full), out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False, stop_after=1)
     for name in ("last.pt", "best.pt"):
         ck = checkpoint.load(out / name)
         del ck["train_config"]["select"]
         checkpoint.save(out / name, ck)
-    train(tiny_full, out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False)
+    train(DataPaths(tiny_full), out, tiny_spec(epochs=3), tiny_eval(), device=cpu, progress=False)
     assert checkpoint.load(out / "last.pt")["epoch"] == 3
     with pytest.raises(CheckpointError, match="other train_config"):  # but not at another value
-        train(tiny_full, out, tiny_spec(epochs=3, select="last"), tiny_eval(), device=cpu, progress=False)
+        train(DataPaths(tiny_full), out, tiny_spec(epochs=3, select="last"), tiny_eval(), device=cpu, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -542,7 +544,7 @@ def test_epoch_sums_are_the_python_sums_and_a_bad_cost_is_reported(tiny_full):
 
     spec = tiny_spec()
     tc, cls = spec.train_config, get_system(spec.system)
-    splits, dims, _ = load_splits(tiny_full, cls.views(spec.system_config), torch.device("cpu"))
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), torch.device("cpu"))
     tr = splits["train"]
     system = cls(spec.system_config, dims, 0)
     system.prepare(tr)
@@ -586,10 +588,10 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
             match=f"^{run}: another process is training this run folder "
             f"\\(it holds {run}/.lock\\); wait for it to finish or stop it",
         ):
-            train(nowhere, run, tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
+            train(DataPaths(nowhere), run, tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False)
         with pytest.raises(RunLocked, match=f"^{run}: another process"):
             train(
-                nowhere,
+                DataPaths(nowhere),
                 tmp_path / "other",
                 tiny_spec(),
                 tiny_eval(),

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fraglib.batches import Rows
+from fraglib.inputs import DataPaths
 from fraglib.metrics import median_rank_vsepp
 from fraglib.systems import vse
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
@@ -231,7 +232,7 @@ def test_batches_with_repeated_images_and_the_mask(tiny_full):
     from fraglib.batches import Views
     from fraglib.inputs import load_splits, make_batches
 
-    tr = load_splits(tiny_full, Views("fullframe", "tokens"), torch.device("cpu"))[0]["train"]
+    tr = load_splits(DataPaths(tiny_full), Views("fullframe", "tokens"), torch.device("cpu"))[0]["train"]
     plain = make_batches(tr, 8, seed=0, epoch=0, distinct=False)
     usable = np.nonzero(tr.usable_sentences())[0]
     assert sorted(np.concatenate(plain).tolist()) == sorted(usable.tolist())

@@ -171,9 +171,12 @@ def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> floa
     """One epoch of ``run`` (params.yaml settings); returns the training loop's seconds (no validation)."""
     import torch
 
+    from fraglib.inputs import DataPaths
     from fraglib.train import read_timing, resolve_run, train
 
-    train(data, out, resolve_run(params, run, extra={"epochs": 1}), device=torch.device("cpu"), progress=False)
+    train(
+        DataPaths(data), out, resolve_run(params, run, extra={"epochs": 1}), device=torch.device("cpu"), progress=False
+    )
     return float(read_timing(Path(out)).get("train_seconds", 0.0))
 
 

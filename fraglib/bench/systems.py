@@ -942,6 +942,7 @@ def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2))
     import copy
 
     from fraglib.device import select_device
+    from fraglib.inputs import DataPaths
     from fraglib.params import read_params
     from fraglib.study import run_study
 
@@ -956,7 +957,7 @@ def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2))
             p["train"]["amp"], p["study"]["jobs"] = amp, 1
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()
-                m = run_study("data/synthetic", run, p, tmp, seeds=list(seeds))
+                m = run_study(DataPaths("data/synthetic"), run, p, tmp, seeds=list(seeds))
                 got[amp] = {**m, "seconds": time.perf_counter() - t0}
         out.append(amp_entry(run, dev.type, got[False], got[True], device=dev_name))
     return out
