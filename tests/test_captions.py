@@ -169,7 +169,7 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
     f.relations = [w for w in f.relations if w != "red"] + ["zzz"]
     f.save(other / "fragments" / "tokens.npz")
     with pytest.raises(ValueError, match="another vocabulary.*--parse-file"):
-        load_trained(tmp_path / "t" / "seeds" / "seed0", other)
+        load_trained(tmp_path / "t" / "seeds" / "seed0", DataPaths(other))
 
 
 def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_input(tiny_full):
