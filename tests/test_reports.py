@@ -25,11 +25,13 @@ def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
 
 
 def test_study_command_names_the_pipeline_of_a_path():
-    from fraglib.notebook import study_command
+    from fraglib.studies import study_command
 
-    assert study_command("data/pascal1k/split{seed}") == "dvc repro studies/pascal1k/dvc.yaml"
-    assert study_command("runs/synthetic_extended") == "dvc repro studies/synthetic/dvc.yaml"
-    assert study_command("data/synthetic/features") == "dvc repro"
+    assert study_command("data/pascal1k/split{seed}", ROOT) == "dvc repro studies/pascal1k/dvc.yaml"
+    assert study_command("runs/synthetic_extended", ROOT) == "dvc repro studies/synthetic/dvc.yaml"
+    assert study_command(ROOT / "runs" / "flickr8k" / "stt_text", ROOT) == "dvc repro studies/flickr8k/dvc.yaml"
+    assert study_command("data/synthetic/features", ROOT) == "dvc repro"
+    assert study_command("/elsewhere/runs", ROOT) == "dvc repro"
 
 
 def _tracked_copy(dest: Path) -> Path:
@@ -97,7 +99,8 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     import pathlib
 
     import fraglib.notebook
-    from fraglib.reports import Page, render
+    from fraglib.reports import render
+    from fraglib.studies import Page
 
     def fake_run(notebook, html, parameters, executed):
         for p, text in ((html, "<html>new page</html>\n"), (executed, '{"cells": []}\n')):
