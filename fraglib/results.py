@@ -38,14 +38,13 @@ def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> lis
             or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())]
 
 
-def run_folders(params: dict[str, Any], runs_dirs: str | Path) -> dict[str, Path]:
-    """Run -> its folder, for the trained retrieval runs in ``runs_dirs`` (one folder, or several separated by
-    commas: the default synthetic study and the extended one), in ``params.yaml`` order; the first folder
-    holding a run wins."""
+def run_folders(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, Path]:
+    """Run -> its folder, for the trained retrieval runs in ``runs_dirs`` (study folders: the default synthetic
+    study and the extended one, say), in ``params.yaml`` order; the first folder holding a run wins."""
     out: dict[str, Path] = {}
-    for d in str(runs_dirs).split(","):
-        for r in run_names(params, d.strip()):
-            out.setdefault(r, Path(d.strip()) / r)
+    for d in runs_dirs:
+        for r in run_names(params, d):
+            out.setdefault(r, Path(d) / r)
     return {r: out[r] for r in run_names(params) if r in out}
 
 

@@ -26,7 +26,8 @@ LAYERS = (
     ("train", ("fraglib.train",)),
     ("experiment", ("fraglib.params", "fraglib.study", "fraglib.search", "fraglib.fusion", "fraglib.captions",
                     "fraglib.alignment", "fraglib.rerun")),
-    ("report", ("fraglib.results", "fraglib.summary", "fraglib.index", "fraglib.reports")),
+    ("report", ("fraglib.results", "fraglib.studies", "fraglib.tables", "fraglib.summary", "fraglib.index",
+                "fraglib.reports")),
     ("bench", ("fraglib.bench",)),
 )
 

@@ -20,16 +20,21 @@ def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
             "reports/synthetic_extended/results_report.html", "reports/flickr8k/text_only_report.html"} <= set(pages)
     fight = pages["reports/pascal1k/fight_report.html"]
     assert fight.stage == "studies/pascal1k/dvc.yaml:fight_report"
-    assert fight.parameters["ladder"].startswith("full,")                # ${results_report.fight.ladder}, resolved
+    assert fight.parameters == {"runs_dir": "runs/pascal1k", "dataset_dir": "data/pascal1k/split{seed}"}   # lists: params.yaml
     assert fight.executed == "reports/pascal1k/executed/fight_report.ipynb"
+    both = pages["reports/synthetic_extended/results_report.html"].parameters
+    assert both["runs_dir"] == ["runs/synthetic", "runs/synthetic_extended"]          # a YAML list on the command line
+    assert isinstance(pages["reports/results_report.html"].parameters["n_examples"], int)   # ${…}, resolved
 
 
 def test_study_command_names_the_pipeline_of_a_path():
-    from fraglib.notebook import study_command
+    from fraglib.studies import study_command
 
-    assert study_command("data/pascal1k/split{seed}") == "dvc repro studies/pascal1k/dvc.yaml"
-    assert study_command("runs/synthetic_extended") == "dvc repro studies/synthetic/dvc.yaml"
-    assert study_command("data/synthetic/features") == "dvc repro"
+    assert study_command("data/pascal1k/split{seed}", ROOT) == "dvc repro studies/pascal1k/dvc.yaml"
+    assert study_command("runs/synthetic_extended", ROOT) == "dvc repro studies/synthetic/dvc.yaml"
+    assert study_command(ROOT / "runs" / "flickr8k" / "stt_text", ROOT) == "dvc repro studies/flickr8k/dvc.yaml"
+    assert study_command("data/synthetic/features", ROOT) == "dvc repro"
+    assert study_command("/elsewhere/runs", ROOT) == "dvc repro"
 
 
 def _tracked_copy(dest: Path) -> Path:
@@ -63,7 +68,7 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     assert status["reports/training_report.html"] == "rendered"
     assert status["reports/flickr8k/text_only_report.html"] == "rendered"
     fight = yaml.safe_load((copy / "params.yaml").read_text())["results_report"]["fight"]
-    summary_only = [r for r in (fight["ladder"] + "," + fight["baselines"]).split(",")
+    summary_only = [r for r in fight["ladder"] + fight["baselines"]
                     if (copy / "runs/pascal1k" / r / "metrics.json").exists() and not (copy / "runs/pascal1k" / r / "seeds").is_dir()]
     if summary_only:          # the fight compares every run it names: never a page over a subset of them
         assert status["reports/pascal1k/fight_report.html"] == "kept"
@@ -97,7 +102,8 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     import pathlib
 
     import fraglib.notebook
-    from fraglib.reports import Page, render
+    from fraglib.reports import render
+    from fraglib.studies import Page
 
     def fake_run(notebook, html, parameters, executed):
         for p, text in ((html, "<html>new page</html>\n"), (executed, '{"cells": []}\n')):

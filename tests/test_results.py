@@ -6,9 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import tiny_eval
+from conftest import ROOT, tiny_eval
 from fraglib.inputs import DataPaths
 from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
+from fraglib.tables import markdown
+
+
+def _pipelines(dest: Path) -> Path:
+    """The committed dvc.yaml files (the studies, their pages) copied into the project root ``dest``."""
+    for f in [ROOT / "dvc.yaml", *ROOT.glob("studies/*/dvc.yaml")]:
+        (dest / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        (dest / f.relative_to(ROOT)).write_text(f.read_text())
+    return dest
 
 
 def test_paired_difference_by_hand():
@@ -88,9 +97,9 @@ def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     assert "train_seconds" not in json.dumps(summary)  # nothing timing-dependent in the DVC metric
     table = results_table({"full": full, "random": load_run(tiny_study / "random")}, n_boot=20)
     assert table.shape == (2, 8)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(_pipelines(tmp_path))
     page = build(tmp_path / "reports" / "index.html").read_text()
-    assert "git revision" in page and "not built" in page
+    assert "git revision" in page and "Pascal1K: the study <i>(page not built here)</i>" in page
 
 
 def test_breakdown_by_category_and_length_by_hand(tmp_path):
@@ -333,7 +342,6 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
     metrics at git HEAD"); a damaged ``metrics.json`` is named, not a traceback."""
     import shutil
 
-    from conftest import ROOT
     from fraglib.rerun import main, read_runs
 
     committed = read_runs(ROOT / "runs" / "synthetic", "HEAD")                        # absolute path
@@ -352,11 +360,9 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
 
 def test_results_page_is_generated_from_the_committed_summaries():
     """docs/results.md holds no hand-typed number: it equals what the committed summaries give, its rows
-    read their metrics.json, and the verdict carries the replication on unused splits."""
-    import re
-
-    from conftest import ROOT
+    read their metrics.json, and the verdict says that no confirmation on unseen partitions is part of the study."""
     from fraglib.summary import results_markdown
+    from fraglib.tables import UNCONFIRMED
 
     page = (ROOT / "docs" / "results.md").read_text()
     assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib.summary"
@@ -365,34 +371,29 @@ def test_results_page_is_generated_from_the_committed_summaries():
     row = next(line for line in pascal.splitlines() if line.startswith("| `fr_lr01`"))
     assert re.search(rf"\| {m['annotation']['r1']:.1f} ± {m['annotation_sd']['r1']:.1f} \|", row)
     assert f"{m['search']['mean_rank']:.1f} ± {m['search_sd']['mean_rank']:.1f} |" in row
-    assert "+1.2 [−7.0, +9.7]" in page and "did not replicate" in page
+    assert UNCONFIRMED in page and "[−" not in page                     # no quoted CI of a check not computed here
 
 
-def test_the_readme_verdict_matches_the_committed_runs_and_carries_the_replication():
-    """The README states the fight's annotation lead: its number is the committed runs' difference, and
-    wherever the verdict is stated the failed replication on unused splits is stated too."""
-    import re
-
-    from conftest import ROOT
+def test_the_readme_verdict_matches_the_committed_runs():
+    """The README states the fight's annotation lead: its number is the committed runs' difference; the index
+    and docs/results.md say that no confirmation on unseen partitions is part of the study yet."""
     import yaml
 
-    from fraglib.summary import verdict_pair
+    from fraglib.tables import UNCONFIRMED, verdict_pair
 
     pair = verdict_pair(yaml.safe_load((ROOT / "params.yaml").read_text()))
     best, base = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in pair)
     lead = best["annotation"]["r1"] - base["annotation"]["r1"]
-    readme = (ROOT / "README.md").read_text()
-    assert re.search(r"annotation\s+\(R@1 " + re.escape(f"{lead:+.1f}") + " points", readme)
-    fight = "".join("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / "fight_report.ipynb").read_text())["cells"])
-    for page in (readme, (ROOT / "docs" / "results.md").read_text(), fight):
-        assert "+1.2 [−7.0, +9.7]" in page and "not replicate" in page.replace("\n", " ")
+    assert re.search(r"annotation\s+\(R@1 " + re.escape(f"{lead:+.1f}") + " points", (ROOT / "README.md").read_text())
+    for page in ((ROOT / "docs" / "results.md").read_text(), (ROOT / "reports" / "index.html").read_text()):
+        assert UNCONFIRMED in page
 
 
 def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
     """Socher et al.'s Tables 1-3 in docs/results.md and on the index: our mean over the splits beside the
     printed number, one row per paper row whose run is here (hand-made summaries)."""
     from fraglib.reference import published
-    from fraglib.summary import socher_tables
+    from fraglib.tables import socher
 
     def summary(mr_search, mr_ann, r1=20.0):
         d = lambda mr: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": mr, "median_rank": 3.0}   # noqa: E731
@@ -402,7 +403,7 @@ def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
                                                    "squared": {"dt_rnn": "dtrnn_sq"}}}}
     runs = {"dtrnn": {**summary(8.24, 8.6), "similarity": {"mean_rank": 7.9}}, "sdtrnn": summary(8.2, 8.8),
             "dtrnn_sq": summary(45.7, 60.2)}                                   # kcca: not run here -> no row
-    lines = socher_tables(runs, params)
+    lines = markdown(socher(runs, params)).splitlines()
     paper = published()["socher2014_dtrnn"]
     t1 = next(x for x in lines if x.startswith("| dt_rnn | `dtrnn`"))
     assert t1 == f"| dt_rnn | `dtrnn` | 7.9 ({paper['pascal1k_mean_rank']['sentence_similarity']['dt_rnn']:g}) | 8.2 (13.6) | 8.6 (19.2) |"
@@ -411,42 +412,43 @@ def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
     assert not any("`kcca`" in x for x in lines)
     t3 = next(x for x in lines if x.startswith("| sdt_rnn |") and "/" in x)
     assert t3 == "| sdt_rnn | `sdtrnn` | 20.0 / 50.0 / 70.0 / 8.2 (16.4 / 46.6 / 65.6 / 12.5) | 20.0 / 50.0 / 70.0 / 8.8 (23 / 45 / 63 / 16.9) |"
-    assert socher_tables({}, params) == []
+    assert socher({}, params) == []
 
 
 def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     """Each report's one-line finding on the index comes from files in git: the fight's difference equals
-    the committed summaries' (and carries the replication), the best synthetic runs are the committed best."""
-    from conftest import ROOT
-    from fraglib.index import FINDINGS, REPORTS
+    the committed summaries', the best synthetic runs are the committed best."""
+    from fraglib.index import finding
+    from fraglib.params import read_params
+    from fraglib.studies import studies
+    from fraglib.tables import verdict_pair
 
     monkeypatch.chdir(ROOT)
-    assert set(FINDINGS) <= {rel for rel, _, _ in REPORTS}
+    params = read_params(ROOT / "params.yaml")
+    found = {s.name: s for s in studies(ROOT)}
     runs = {p.parent.name: json.loads(p.read_text()) for p in (ROOT / "runs" / "synthetic").glob("*/metrics.json")}
     best = max(runs, key=lambda r: (runs[r]["search"]["r1"], r))
-    assert f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})" in FINDINGS["results_report.html"]()
-    fight = FINDINGS["pascal1k/fight_report.html"]()
-    from fraglib.params import read_params
-    from fraglib.summary import verdict_pair
-
-    pair = verdict_pair(read_params(ROOT / "params.yaml"))
-    a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in pair)
-    assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight and "+1.2 [−7.0, +9.7]" in fight
+    synthetic = found["synthetic"]
+    assert (f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})"
+            in finding(synthetic, synthetic.page("results_report"), params))
+    fight = finding(found["pascal1k"], found["pascal1k"].page("fight_report"), params)
+    a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in verdict_pair(params))
+    assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight
 
 
 def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
     from fraglib.reference import published
-    from fraglib.summary import peri_table
+    from fraglib.tables import peri
 
     m = lambda r1: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": 9.0, "median_rank": 3.0}   # noqa: E731
     params = {"results_report": {"peri": {"thesis_rows": {"stt_att": "stt_att_1024", "stt": "stt_1024"}}}}
-    lines = peri_table({"stt_att": {"annotation": m(26.5), "search": m(2.7)}, "full": {"annotation": m(1), "search": m(1)}},
-                       params)
+    lines = markdown(peri({"stt_att": {"annotation": m(26.5), "search": m(2.7)},
+                           "full": {"annotation": m(1), "search": m(1)}}, params)).splitlines()
     ref = published()["peri2018_thesis"]["flickr30k_1k_test"]["stt_att_1024"]["t2i"]
     row = next(x for x in lines if x.startswith("| `stt_att`"))
     assert row == ("| `stt_att` | stt_att_1024 | 26.5 / 50.0 / 70.0 (59.2 / 83.5 / 91.0) | "
                    f"2.7 / 50.0 / 70.0 ({ref['r1']:.1f} / {ref['r5']:.1f} / {ref['r10']:.1f}) |")
-    assert not any("`full`" in x or "`stt`" in x for x in lines) and peri_table({}, params) == []
+    assert not any("`full`" in x or "`stt`" in x for x in lines) and peri({}, params) == []
 
 
 def _summary(**fields):
@@ -459,7 +461,7 @@ def _summary(**fields):
 
 def test_working_forms_table_by_hand(tmp_path):
     """Before -> after rows: a run is found in the first study folder that has it; CIDEr from captions.json."""
-    from fraglib.summary import working_forms
+    from fraglib.tables import working_forms
 
     def put(study, run, a, s, n, cider=None):
         d = tmp_path / "runs" / study / run
@@ -476,16 +478,17 @@ def test_working_forms_table_by_hand(tmp_path):
     put("ext", "stt_att_sum", 43.0, 28.2, 2, 0.351)
     params = {"results_report": {"peri": {"working_forms": {"vsepp": "vsepp_tuned", "stt_att": "stt_att_sum",
                                                              "att_top36": "att_tuned"}}}}
-    lines = working_forms(tmp_path, ("ext", "base"), params)
+    folders = [tmp_path / "runs" / "ext", tmp_path / "runs" / "base"]
+    lines = markdown(working_forms(folders, params)).splitlines()
     assert "| `vsepp` → `vsepp_tuned` | 5 → 10 | 21.4 → 37.4 | 3.0 → 26.1 | — → — |" in lines
     assert "| `stt_att` → `stt_att_sum` | 2 → 2 | 26.5 → 43.0 | 2.7 → 28.2 | 48.7 → 35.1 |" in lines
     assert not any("att_top36" in x for x in lines)                 # neither run exists
-    assert working_forms(tmp_path, ("ext", "base"), {}) == []
+    assert working_forms(folders, {}) == []
 
 
 def test_peri_caption_table_by_hand(tmp_path):
     """Our captions beside the thesis's Flickr30K row of the same decoder; text-only runs are left out."""
-    from fraglib.summary import peri_caption_table
+    from fraglib.tables import peri_captions
 
     def put(run, **tasks):
         d = tmp_path / "runs" / "p" / run
@@ -497,16 +500,16 @@ def test_peri_caption_table_by_hand(tmp_path):
     put("stt_text", paraphrasing={"bleu4": 0.5, "meteor": 0.5, "cider": 0.5})
     params = {"runs": {"stt": {"system": "stt"}, "stt_att": {"system": "stt", "similarity": "attention"},
                        "stt_text": {"system": "stt", "images": "none"}}}
-    lines = peri_caption_table(tmp_path, "p", params)
+    lines = markdown(peri_captions(tmp_path / "runs" / "p", params)).splitlines()
     # thesis, Flickr30K: STT captioning B-4 .129, METEOR .178, CIDEr .252; STT-ATT paraphrasing .252 / .221 / .573
     assert "| `stt` | captioning | stt_1024 | 13.6 (12.9) | 14.6 (17.8) | 42.1 (25.2) |" in lines
     assert "| `stt_att` | paraphrasing | stt_att_1024 | 12.9 (25.2) | 13.5 (22.1) | 36.4 (57.3) |" in lines
     assert not any("stt_text" in x for x in lines)
-    assert peri_caption_table(tmp_path, "none", params) == []
+    assert peri_captions(tmp_path / "runs" / "none", params) == []
 
 
 def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
-    from fraglib.summary import per_unit_coverage
+    from fraglib.tables import coverage
 
     for run, units, have in (("a", ["0", "0r1"], ["0", "0r1"]), ("b", ["0", "1"], ["0"])):
         d = tmp_path / "runs" / "s" / run
@@ -515,15 +518,15 @@ def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
         for u in have:
             (d / "seeds" / f"seed{u}").mkdir(parents=True)
             (d / "seeds" / f"seed{u}" / "ranks.json").write_text("{}")
-    assert per_unit_coverage(tmp_path, "s")[0] == ("Per-query results of every training run are here for 1 of 2 runs; "
-                                                   "summaries only: `b`.")
-    assert per_unit_coverage(tmp_path, "none") == []
+    assert coverage(tmp_path / "runs" / "s") == ["Per-query results of every training run are here for 1 of 2 runs; "
+                                                   "summaries only: `b`."]
+    assert coverage(tmp_path / "runs" / "none") == []
 
 
-def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
+def test_hubness_table_and_index_line_by_hand():
     """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
-    from fraglib.index import _hubness
-    from fraglib.summary import hubness_table
+    from fraglib.index import hubness_line
+    from fraglib.tables import hubness
 
     def run(skew_a, skew_s, r1, is_r1, csls_r1):
         corr = lambda v: {d: {"r1": v, "param": 1.0} for d in ("annotation", "search")}  # noqa: E731
@@ -533,25 +536,20 @@ def test_hubness_table_and_index_line_by_hand(tmp_path, monkeypatch):
                                  "inverted_softmax_inductive": corr(is_r1), "csls_inductive": corr(csls_r1)})
 
     runs = {"a": run(0.5, 0.4, 20.0, 25.0, 19.0), "b": run(3.0, 1.0, 10.0, 12.0, 12.0), "c": {"annotation": {}, "search": {}}}
-    lines = hubness_table(runs, {"a": "Run A"})
+    lines = markdown(hubness(runs, {"a": "Run A"})).splitlines()
     assert lines[0].startswith("Hubness of the test scores (k = 10;")
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == ["| `b` — b | 3.00 | 40 | 1.00 | 2 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
                     "| `a` — Run A | 0.50 | 40 | 0.40 | 2 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |"]
-    assert hubness_table({"c": runs["c"]}, {}) == []
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text("runs: {}\n")
-    for r in ("a", "b"):
-        (tmp_path / "runs" / "s" / r).mkdir(parents=True)
-        (tmp_path / "runs" / "s" / r / "metrics.json").write_text(json.dumps(runs[r]))
-    assert _hubness("s") == ("; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
-                             "CSLS raise R@1 in 4 / 2 of 4 run-directions")
+    assert hubness({"c": runs["c"]}, {}) == []
+    assert hubness_line(runs) == ("; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
+                                  "CSLS raise R@1 in 4 / 2 of 4 run-directions")
 
 
 def test_fight_baselines_table_by_hand():
     """docs/results.md's fight table: the ladder's last run minus each baseline present, in the baselines' order,
     plain and under the inductive inverted softmax (— where a run measured no hubness)."""
-    from fraglib.summary import fight_baselines
+    from fraglib.tables import fight_baselines
 
     def run(ann, srch, c_ann=None, c_srch=None):
         out = {"annotation": {"r1": ann}, "search": {"r1": srch}}
@@ -559,12 +557,42 @@ def test_fight_baselines_table_by_hand():
             out["hubness"] = {"inverted_softmax_inductive": {"annotation": {"r1": c_ann}, "search": {"r1": c_srch}}}
         return out
 
-    params = {"results_report": {"fight": {"ladder": "old,best", "baselines": "k,missing,d"}}}
+    params = {"results_report": {"fight": {"ladder": ["old", "best"], "baselines": ["k", "missing", "d"]}}}
     runs = {"best": run(40.0, 30.0, 45.0, 33.0), "k": run(15.0, 34.0, 47.5, 30.0), "d": run(36.0, 30.5)}
-    lines = fight_baselines(runs, params, {"k": "kCCA"})
+    lines = markdown(fight_baselines(runs, params, {"k": "kCCA"})).splitlines()
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == ["| `k` — kCCA | +25.0 | -4.0 | -2.5 | +3.0 |", "| `d` — d | +4.0 | -0.5 | — | — |"]
     assert fight_baselines({"k": runs["k"]}, params, {}) == [] and fight_baselines(runs, {}, {}) == []
+
+
+def test_markdown_and_html_render_one_table_with_the_same_cells():
+    """A table is built once (fraglib.tables.retrieval): docs/results.md's Markdown and the index's HTML are two
+    renderings of it, cell for cell; the committed pages carry the same retrieval table of each study."""
+    from fraglib.tables import html, retrieval
+
+    runs = {"a": _summary(system="fragment", annotation={"r1": 12.345, "r10": 50.0, "mean_rank": 7.25}, search={"r1": 3.0},
+                          units=["0", "0r1"], annotation_sd={"r1": 0.5, "r10": 1.0, "mean_rank": 0.25}),
+            "b": _summary(system="devise", annotation={"r1": 40.0}, search={"r1": 1.0})}
+    t = retrieval(runs, {"a": "Run <A>"})
+    assert t.rows[0][:3] == ("`b` — b", "devise", "1") and t.rows[1][3] == "12.3 ± 0.5"
+    md = [[c.strip() for c in line.strip("|").split("|")] for line in markdown([t]).splitlines()[2:]]
+    page = html([t])
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", page)[1:]]
+    assert md == [list(r) for r in t.rows]
+    assert cells == [[c.replace("<", "&lt;").replace(">", "&gt;").replace("`b`", "<code>b</code>")
+                      .replace("`a`", "<code>a</code>") for c in r] for r in t.rows]
+
+    def numbers(text: str) -> list[str]:
+        return re.findall(r"\d+\.\d", re.sub(r"<[^>]+>", " ", text))
+
+    results = (ROOT / "docs" / "results.md").read_text()
+    index = (ROOT / "reports" / "index.html").read_text()
+    for title in ("Synthetic benchmark", "Pascal1K, five stratified splits"):
+        section = results[results.index(f"## {title} ("):]
+        table = section[section.index("Retrieval ("):].split("\n\n")[1]
+        on_index = index[index.index(f"<h2>{title}</h2>"):]
+        on_index = on_index[on_index.index("<table>"):on_index.index("</table>")]
+        assert numbers(table) and numbers(table) == numbers(on_index), title
 
 
 def test_search_budget_by_hand(tmp_path):
@@ -642,10 +670,10 @@ def test_load_run_names_a_damaged_summary(tmp_path):
 
 
 def _results_root(tmp_path):
-    """A project root for fraglib.summary: the committed params.yaml and two runs of the synthetic study."""
-    from conftest import ROOT
-
+    """A project root for fraglib.summary: the committed params.yaml and dvc.yaml files, two runs of the synthetic
+    study."""
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    _pipelines(tmp_path)
     for i, r in enumerate(("full", "devise")):
         _fake_run(tmp_path / "runs" / "synthetic" / r, seed=i)
     return tmp_path

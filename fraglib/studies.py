@@ -1,0 +1,181 @@
+"""The one registry of studies, derived from the ``dvc.yaml`` files; only their human titles are typed (here).
+
+A study is a pipeline: the root ``dvc.yaml`` (the default synthetic study, built by ``dvc repro``) and each
+``studies/<folder>/dvc.yaml``. A pipeline without a ``python -m fraglib.study`` stage trains nothing and is no
+study. From the stages of its file come
+
+* its name and runs folder: that stage's ``--out runs/<name>/<run>``;
+* its dataset (that stage's ``--dataset``, else ``synthetic``) and unit: ``splits`` when its ``--dataset-dir``
+  holds ``{seed}`` (one split per seed), else ``seeds``;
+* its data folder: the ``--dataset-dir`` of its ``python -m fraglib.text fragments`` stage (None without one);
+* its pages: its ``python -m fraglib.notebook`` stages in file order, parameters as written (``${…}`` unresolved);
+* its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from fraglib.config import read_yaml
+from fraglib.notebook import executed_path, parameters, parser, project_root
+
+ROOT_PIPELINE = "dvc.yaml"
+TITLES = {      # study -> (title, its data in a few words); this order is the order of every page
+    "synthetic": ("Synthetic benchmark", "800 / 100 / 100 images"),
+    "synthetic_extended": ("Synthetic benchmark, extended study", ""),
+    "pascal1k": ("Pascal1K, five stratified splits", ""),
+    "flickr8k": ("Flickr8K, text only", ""),
+}
+PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named here shows its file name
+    "reports/data_report.html": ("Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
+    "reports/text_report.html": ("Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
+    "reports/vision_report.html": ("Synthetic benchmark: image fragments", "detections, recall, timing"),
+    "reports/training_report.html": ("Synthetic benchmark: training the full model", "curves, test metrics, search table"),
+    "reports/results_report.html": ("Synthetic benchmark: the ablation study", "Table 2 layout, paired differences, figures"),
+    "reports/synthetic_extended/results_report.html": ("Synthetic benchmark: default and extended studies together",
+                                                       "every run of params.yaml on the benchmark (make synthetic-all)"),
+    "reports/pascal1k/text_report.html": ("Pascal1K: sentence fragments", "relation inventory beside the paper's"),
+    "reports/pascal1k/vision_report.html": ("Pascal1K: image fragments", "detections on real photographs"),
+    "reports/pascal1k/results_report.html": ("Pascal1K: the study", "Table 1 layout"),
+    "reports/pascal1k/fight_report.html": ("Pascal1K: fragments against tuned global baselines",
+                                           "the recipe ladder, training noise, paired CIs"),
+    "reports/flickr8k/text_only_report.html": ("Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
+                                               "STT's paraphrasing branch without images"),
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    """One report stage: ``stage`` its DVC address, ``notebook`` / ``html`` / ``executed`` paths relative to the
+    project root, ``parameters`` the notebook's (as its command passes them)."""
+    stage: str
+    notebook: str
+    html: str
+    executed: str
+    parameters: dict
+
+    @property
+    def kind(self) -> str:
+        """The notebook's name: ``results_report``, ``fight_report``, …"""
+        return Path(self.notebook).stem
+
+    @property
+    def title(self) -> tuple[str, str]:
+        """(title, what it shows) of :data:`PAGE_TITLES`."""
+        return PAGE_TITLES.get(self.html, (Path(self.html).stem, ""))
+
+
+@dataclass(frozen=True)
+class Study:
+    """One pipeline that trains runs; paths relative to the project root."""
+    name: str               # runs/<name>/
+    pipeline: str           # its dvc.yaml
+    runs: str               # runs/<name>
+    dataset: str            # the --dataset of its runs: synthetic | pascal1k | flickr8k
+    unit: str               # seeds | splits: what one training run per row stands for
+    data: str | None        # the folder its sentence fragments are built in
+    pages: tuple[Page, ...]
+    repro: str              # the dvc command that builds it
+    make: str | None        # the Makefile target that runs ``repro``
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.name, (self.name, ""))[0]
+
+    @property
+    def heading(self) -> str:
+        """Title, its data and the command that builds it: "Pascal1K, five stratified splits (`make pascal1k`)"."""
+        detail = TITLES.get(self.name, (self.name, ""))[1]
+        return f"{self.title} ({detail + ', ' if detail else ''}`{self.make or self.repro}`)"
+
+    def page(self, kind: str) -> Page | None:
+        """Its first page of notebook ``kind``, or None."""
+        return next((p for p in self.pages if p.kind == kind), None)
+
+
+def stage_address(pipeline: str, stage: str) -> str:
+    """DVC's name of a stage: ``name`` in the root dvc.yaml, ``studies/x/dvc.yaml:name`` elsewhere."""
+    return stage if pipeline == ROOT_PIPELINE else f"{pipeline}:{stage}"
+
+
+def page_of(stage: str, cmd: str) -> Page | None:
+    """The page a stage command renders (``python -m fraglib.notebook NOTEBOOK HTML -p …``), else None."""
+    words = shlex.split(cmd)
+    if words[:3] != ["python", "-m", "fraglib.notebook"]:
+        return None
+    args = parser().parse_args(words[3:])
+    return Page(stage, args.notebook, args.html, str(executed_path(args.notebook, args.html, args.executed)),
+                parameters(args.parameter))
+
+
+def _commands(pipeline: Path) -> dict[str, str]:
+    """Stage name -> command of a dvc.yaml as written (a ``foreach`` stage: its ``do`` template)."""
+    stages = read_yaml(pipeline).get("stages") or {}
+    out = {}
+    for name, s in stages.items():
+        cmd = (s.get("do") or s).get("cmd", "")
+        out[name] = cmd if isinstance(cmd, str) else " && ".join(cmd)
+    return out
+
+
+def _options(cmd: str, *program: str) -> argparse.Namespace | None:
+    """``--out`` / ``--dataset`` / ``--dataset-dir`` of a ``python -m <program…>`` command, else None."""
+    words, head = shlex.split(cmd), ["python", "-m", *program]
+    if words[:len(head)] != head:
+        return None
+    ap = argparse.ArgumentParser(add_help=False)
+    for opt in ("--out", "--dataset", "--dataset-dir"):
+        ap.add_argument(opt)
+    return ap.parse_known_args(words[len(head):])[0]
+
+
+def make_target(makefile: Path, command: str) -> str | None:
+    """``make <target>`` for the Makefile target whose recipe is exactly ``command`` (``$(BIN)/`` aside)."""
+    if not makefile.is_file():
+        return None
+    target = None
+    for line in makefile.read_text(encoding="utf-8").splitlines():
+        if line and not line[0].isspace() and ":" in line and "=" not in line.split(":")[0]:
+            target = line.split(":")[0].strip()
+        elif line.startswith("\t") and line.strip().removeprefix("$(BIN)/") == command and target:
+            return f"make {target}"
+    return None
+
+
+def read_study(root: Path, pipeline: str) -> Study | None:
+    """The study of ``root / pipeline``, or None for a pipeline that trains no run."""
+    cmds = _commands(root / pipeline)
+    train = next((o for o in (_options(c, "fraglib.study") for c in cmds.values()) if o and o.out), None)
+    if train is None:
+        return None
+    data = next((o.dataset_dir for o in (_options(c, "fraglib.text", "fragments") for c in cmds.values()) if o), None)
+    pages = tuple(p for p in (page_of(stage_address(pipeline, n), c) for n, c in cmds.items()) if p)
+    repro = "dvc repro" if pipeline == ROOT_PIPELINE else f"dvc repro {pipeline}"
+    return Study(Path(train.out).parent.name, pipeline, Path(train.out).parent.as_posix(), train.dataset or "synthetic",
+                 "splits" if "{seed}" in (train.dataset_dir or "") else "seeds", data, pages, repro,
+                 None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro))
+
+
+def studies(root: str | Path = ".") -> list[Study]:
+    """Every study of the project at ``root``: the root pipeline's, then ``studies/*/dvc.yaml``'s, in the order of
+    :data:`TITLES` (studies it does not name last, by name)."""
+    root = Path(root)
+    files = [ROOT_PIPELINE] * (root / ROOT_PIPELINE).is_file()
+    files += sorted(p.relative_to(root).as_posix() for p in root.glob("studies/*/dvc.yaml"))
+    found = [s for s in (read_study(root, f) for f in files) if s]
+    order = list(TITLES)
+    return sorted(found, key=lambda s: (order.index(s.name) if s.name in order else len(order), s.name))
+
+
+def study_command(path: str | Path, root: str | Path | None = None) -> str:
+    """The command that builds what a path of a study holds (``data/pascal1k/split{seed}``,
+    ``runs/synthetic_extended``, …): its study's ``dvc repro``, the root pipeline's for a path of none."""
+    root = Path(root) if root else project_root()
+    path = Path(path)
+    parts = (path.relative_to(root.resolve()) if path.is_absolute() and path.is_relative_to(root.resolve()) else path).parts
+    for s in studies(root):
+        for folder in filter(None, (s.runs, s.data)):
+            if parts[:len(Path(folder).parts)] == Path(folder).parts:
+                return s.repro
+    return "dvc repro"

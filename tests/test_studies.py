@@ -1,0 +1,72 @@
+"""The one registry of studies (fraglib.studies): what the dvc.yaml files hold, nothing typed but titles."""
+import shutil
+from pathlib import Path
+
+from fraglib.studies import studies
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = "stages:\n  page:\n    cmd: python -m fraglib.notebook notebooks/x.ipynb reports/x.html\n"
+STUDY = """stages:
+  train:
+    foreach: ${runs}
+    do:
+      wdir: ../..
+      cmd: python -m fraglib.study --run ${key} --dataset coco --dataset-dir data/coco/split{seed} --out runs/coco/${key}
+  text:
+    wdir: ../..
+    cmd: python -m fraglib.text fragments --dataset-dir data/coco
+  page:
+    wdir: ../..
+    cmd: python -m fraglib.notebook notebooks/results_report.ipynb reports/coco/results.html -p runs_dir runs/coco
+"""
+
+
+def _project(dest: Path) -> Path:
+    """The committed dvc.yaml files and Makefile in ``dest``."""
+    for f in [ROOT / "dvc.yaml", ROOT / "Makefile", *ROOT.glob("studies/*/dvc.yaml")]:
+        (dest / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dest / f.relative_to(ROOT))
+    return dest
+
+
+def test_the_committed_studies_and_what_they_are_derived_from():
+    found = {s.name: s for s in studies(ROOT)}
+    assert list(found) == ["synthetic", "synthetic_extended", "pascal1k", "flickr8k"]
+    default, pascal = found["synthetic"], found["pascal1k"]
+    assert (default.pipeline, default.runs, default.data, default.unit, default.repro, default.make) == (
+        "dvc.yaml", "runs/synthetic", "data/synthetic", "seeds", "dvc repro", None)
+    assert (pascal.pipeline, pascal.runs, pascal.dataset, pascal.unit, pascal.repro, pascal.make) == (
+        "studies/pascal1k/dvc.yaml", "runs/pascal1k", "pascal1k", "splits", "dvc repro studies/pascal1k/dvc.yaml",
+        "make pascal1k")
+    assert pascal.heading == "Pascal1K, five stratified splits (`make pascal1k`)"
+    assert [p.kind for p in pascal.pages] == ["text_report", "vision_report", "results_report", "fight_report"]
+    assert found["synthetic_extended"].data is None and found["flickr8k"].dataset == "flickr8k"
+
+
+def test_the_registry_has_the_pages_dvc_runs():
+    """Its pages are the report stages DVC resolves (fraglib.reports), each in exactly one study."""
+    from fraglib.reports import report_pages
+
+    ours = [(p.stage, p.html, p.notebook) for s in studies(ROOT) for p in s.pages]
+    assert sorted(ours) == sorted((p.stage, p.html, p.notebook) for p in report_pages(ROOT))
+    assert len({html for _, html, _ in ours}) == len(ours)
+
+
+def test_the_registry_finds_exactly_the_studies_whose_dvc_yaml_exists(tmp_path):
+    root = _project(tmp_path)
+    (root / "studies" / "flickr8k" / "dvc.yaml").unlink()
+    (root / "studies" / "coco").mkdir()
+    (root / "studies" / "coco" / "dvc.yaml").write_text(STUDY)
+    (root / "studies" / "tools").mkdir()                     # a pipeline that trains no run is no study
+    (root / "studies" / "tools" / "dvc.yaml").write_text(TOOLS)
+    found = {s.name: s for s in studies(root)}
+    assert list(found) == ["synthetic", "synthetic_extended", "pascal1k", "coco"]     # a new one: after the titled
+    coco = found["coco"]
+    assert (coco.pipeline, coco.dataset, coco.unit, coco.data, coco.make) == (
+        "studies/coco/dvc.yaml", "coco", "splits", "data/coco", None)
+    assert coco.heading == "coco (`dvc repro studies/coco/dvc.yaml`)"
+    (page,) = coco.pages
+    assert (page.stage, page.html, page.parameters, page.title) == (
+        "studies/coco/dvc.yaml:page", "reports/coco/results.html", {"runs_dir": "runs/coco"}, ("results", ""))
+    (root / "dvc.yaml").unlink()
+    assert [s.name for s in studies(root)] == ["synthetic_extended", "pascal1k", "coco"]
