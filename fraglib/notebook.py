@@ -6,6 +6,7 @@
 The executed notebook is written beside the HTML (``reports/executed/<name>.ipynb``); both are
 terminal outputs: no stage may depend on them (papermill stamps timings into them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,8 @@ def check_kernel(name: str = KERNEL) -> str:
         raise RuntimeError(
             f"Jupyter kernel {name!r} is not registered (found: {', '.join(sorted(specs)) or 'none'}). "
             f"Run `make env` or `python -m ipykernel install --sys-prefix --name {name}`, "
-            f"or set FRAGLIB_KERNEL to one of the found kernels.")
+            f"or set FRAGLIB_KERNEL to one of the found kernels."
+        )
     return name
 
 
@@ -43,10 +45,10 @@ def skip_iri_grammars() -> None:
     import sys
 
     if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)       # None in sys.modules: ``import`` raises ImportError
+        sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: ``import`` raises ImportError
 
 
-PNG_KEEP = 30_000         # bytes (line art included: the results page must stay under 1 MB): a figure above this is re-encoded for the page (the executed notebook keeps it)
+PNG_KEEP = 30_000  # bytes (line art included: the results page must stay under 1 MB): a figure above this is re-encoded for the page (the executed notebook keeps it)
 
 
 def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1000, quality: int = 70) -> int:
@@ -87,7 +89,7 @@ def render_html(executed: str | Path, html: str | Path) -> Path:
 
     nb = nbformat.read(str(executed), as_version=4)
     shrink_images(nb)
-    for cell in nb.cells:         # papermill draws this cell's id at random: fixed, a re-run renders the same bytes
+    for cell in nb.cells:  # papermill draws this cell's id at random: fixed, a re-run renders the same bytes
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             cell["id"] = "injected-parameters"
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
@@ -96,8 +98,14 @@ def render_html(executed: str | Path, html: str | Path) -> Path:
     return Path(html)
 
 
-def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, Any] | None = None,
-                 executed: str | Path | None = None, kernel: str | None = None, progress: bool = False) -> Path:
+def run_notebook(
+    notebook: str | Path,
+    html: str | Path,
+    parameters: dict[str, Any] | None = None,
+    executed: str | Path | None = None,
+    kernel: str | None = None,
+    progress: bool = False,
+) -> Path:
     """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``.
 
     An earlier page at ``html`` is removed first; when a cell fails, the page written is the failed
@@ -115,16 +123,22 @@ def run_notebook(notebook: str | Path, html: str | Path, parameters: dict[str, A
     html.unlink(missing_ok=True)
     executed.unlink(missing_ok=True)
     failed = None
-    with tempfile.TemporaryDirectory() as scratch:      # papermill saves as it goes: the notebook appears once complete
+    with tempfile.TemporaryDirectory() as scratch:  # papermill saves as it goes: the notebook appears once complete
         written = Path(scratch) / executed.name
         try:
-            pm.execute_notebook(str(notebook), str(written), parameters=parameters or {},
-                                kernel_name=check_kernel(kernel or KERNEL), cwd=os.getcwd(), progress_bar=progress)
-        except pm.PapermillExecutionError as exc:       # the failed run is kept (and rendered), then raised
+            pm.execute_notebook(
+                str(notebook),
+                str(written),
+                parameters=parameters or {},
+                kernel_name=check_kernel(kernel or KERNEL),
+                cwd=os.getcwd(),
+                progress_bar=progress,
+            )
+        except pm.PapermillExecutionError as exc:  # the failed run is kept (and rendered), then raised
             failed = exc
         nb = nbformat.read(str(written), as_version=4)
-    nb.metadata.papermill["output_path"] = str(executed)   # where papermill would have written it
-    write_text(executed, nbformat.writes(nb))               # in papermill's own serialisation
+    nb.metadata.papermill["output_path"] = str(executed)  # where papermill would have written it
+    write_text(executed, nbformat.writes(nb))  # in papermill's own serialisation
     render_html(executed, html)
     if failed is not None:
         raise failed
@@ -136,8 +150,15 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m fraglib.notebook", description=__doc__.split("\n")[0])
     ap.add_argument("notebook")
     ap.add_argument("html")
-    ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                    help="a notebook parameter; VALUE is read as YAML (numbers, true/false, lists)")
+    ap.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="a notebook parameter; VALUE is read as YAML (numbers, true/false, lists)",
+    )
     ap.add_argument("--executed", help="where to write the executed notebook")
     ap.add_argument("-k", "--kernel", default=None, help=f"Jupyter kernel (default {KERNEL!r})")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
@@ -198,8 +219,11 @@ def section(ok: bool, what: str, command: str) -> bool:
     if not ok:
         from IPython.display import Markdown, display
 
-        display(Markdown(f"*This section needs {what}, which this copy of the project does not hold: "
-                         f"`{command}` builds them.*"))
+        display(
+            Markdown(
+                f"*This section needs {what}, which this copy of the project does not hold: `{command}` builds them.*"
+            )
+        )
     return ok
 
 

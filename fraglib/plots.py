@@ -1,4 +1,5 @@
 """Figures shared by the reports (matplotlib/seaborn; functions return the figure)."""
+
 from __future__ import annotations
 
 import textwrap
@@ -10,8 +11,14 @@ import numpy as np
 from PIL import Image
 
 
-def draw_boxes(ax, image: Image.Image | np.ndarray, boxes: Sequence[Sequence[float]],
-               labels: Sequence[str] | None = None, colours: Sequence[str] | None = None, lw: float = 1.5) -> None:
+def draw_boxes(
+    ax,
+    image: Image.Image | np.ndarray,
+    boxes: Sequence[Sequence[float]],
+    labels: Sequence[str] | None = None,
+    colours: Sequence[str] | None = None,
+    lw: float = 1.5,
+) -> None:
     """Show ``image`` on ``ax`` with boxes ``[x0, y0, x1, y1]`` (pixels) and optional labels."""
     ax.imshow(image)
     for k, box in enumerate(boxes):
@@ -19,13 +26,21 @@ def draw_boxes(ax, image: Image.Image | np.ndarray, boxes: Sequence[Sequence[flo
         x0, y0, x1, y1 = box
         ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec=c, lw=lw))
         if labels:
-            ax.text(x0 + 1, y0 + 1, labels[k], color="black", fontsize=7, va="top",
-                    bbox=dict(fc=c, ec="none", alpha=0.8, pad=1))
+            ax.text(
+                x0 + 1,
+                y0 + 1,
+                labels[k],
+                color="black",
+                fontsize=7,
+                va="top",
+                bbox=dict(fc=c, ec="none", alpha=0.8, pad=1),
+            )
     ax.set_axis_off()
 
 
-def synthetic_samples(records: list[dict[str, Any]], image_dir: str | Path, ncols: int = 4,
-                      wrap: int = 48) -> plt.Figure:
+def synthetic_samples(
+    records: list[dict[str, Any]], image_dir: str | Path, ncols: int = 4, wrap: int = 48
+) -> plt.Figure:
     """Grid: each image with its true boxes (numbered) and its captions underneath; the
     objects a caption mentions are listed after it as ``[#k]``."""
     n = len(records)
@@ -38,8 +53,11 @@ def synthetic_samples(records: list[dict[str, Any]], image_dir: str | Path, ncol
         img = Image.open(Path(image_dir) / rec["filename"]).convert("RGB")
         labels = [f"#{i} {o['size']} {o['colour']} {o['pattern']} {o['shape']}" for i, o in enumerate(rec["objects"])]
         draw_boxes(ax, img, [o["box"] for o in rec["objects"]], [f"#{i}" for i in range(len(labels))], palette)
-        lines = [f"{rec['filename']} ({rec['split']}, {rec['scene']}"
-                 + (f", twin of {rec['twin_of']:06d}" if rec["twin_of"] is not None else "") + ")"]
+        lines = [
+            f"{rec['filename']} ({rec['split']}, {rec['scene']}"
+            + (f", twin of {rec['twin_of']:06d}" if rec["twin_of"] is not None else "")
+            + ")"
+        ]
         lines += labels
         for c in rec["captions"]:
             refs = " ".join(f"[#{m['object']}]" for m in c["mentions"])
@@ -60,8 +78,14 @@ def differences_figure(diffs) -> plt.Figure:
     for ax, d in zip(axes, ("annotation", "search")):
         sub = diffs[diffs.direction == d].reset_index(drop=True)
         for y, r in sub.iterrows():
-            ax.errorbar(r["diff"], y, xerr=[[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]], fmt="o",
-                        color="C3" if r["excludes_zero"] else "grey", capsize=3)
+            ax.errorbar(
+                r["diff"],
+                y,
+                xerr=[[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]],
+                fmt="o",
+                color="C3" if r["excludes_zero"] else "grey",
+                capsize=3,
+            )
         ax.axvline(0, color="k", lw=1)
         ax.set_yticks(range(len(sub)), [f"{r['run']}  {r['metric']}" for _, r in sub.iterrows()], fontsize=8)
         ax.set(title=f"image {d}: run − base (points)", xlabel="difference with 95% CI (red: excludes 0)")
@@ -109,8 +133,15 @@ def retrieval_figure(panels: list[dict[str, Any]]) -> plt.Figure:
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 8), squeeze=False)
     for ax, p in zip(axes[0], panels):
         draw_boxes(ax, p["image"], p.get("boxes", []), p.get("labels", []), PALETTE)
-        ax.text(0, -0.02, "\n".join(textwrap.fill(t, 62, subsequent_indent="     ") for t in p["lines"]),
-                transform=ax.transAxes, va="top", fontsize=8, family="monospace")
+        ax.text(
+            0,
+            -0.02,
+            "\n".join(textwrap.fill(t, 62, subsequent_indent="     ") for t in p["lines"]),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=8,
+            family="monospace",
+        )
         ax.set_title(p["title"], fontsize=9)
     fig.subplots_adjust(bottom=0.3, wspace=0.08)
     return fig
@@ -134,7 +165,7 @@ def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
     entries: name ``growth_<component>_x<scale>_s``, ``images``, ``peak_rss_mb``)."""
     lines: dict[str, list[tuple[int, float, float]]] = {}
     for e in entries:
-        comp = e["name"][len("growth_"):].rsplit("_x", 1)[0]
+        comp = e["name"][len("growth_") :].rsplit("_x", 1)[0]
         lines.setdefault(comp, []).append((e["images"], e["value"], e["peak_rss_mb"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for comp, pts in sorted(lines.items()):
@@ -156,16 +187,25 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
     """Hubness at a glance: per direction, the share of candidates (%, log scale) that appear in at least
     x queries' top k, for each run (units pooled). Hubs make a long right tail; the value at x = 1 is the
     share of candidates retrieved at all (100 − never %)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), dpi=72)          # line art: small enough for a page
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), dpi=72)  # line art: small enough for a page
     for ax, d, cand in zip(axes, ("annotation", "search"), ("sentences", "images")):
         for i, r in enumerate(runs):
             occ = np.concatenate(study[r]["occurrence"][d])
             x = np.arange(occ.max() + 1)
-            ax.step(x, 100.0 * (occ[None, :] >= x[:, None]).mean(axis=1), where="post", color=f"C{i % 10}",
-                    ls="-" if i < 10 else "--", label=labels.get(r, r))
+            ax.step(
+                x,
+                100.0 * (occ[None, :] >= x[:, None]).mean(axis=1),
+                where="post",
+                color=f"C{i % 10}",
+                ls="-" if i < 10 else "--",
+                label=labels.get(r, r),
+            )
         ax.set_yscale("log")
-        ax.set(title=f"image {d}: candidates are {cand}", xlabel=f"x = number of queries with the candidate in their top {k}",
-               ylabel="% of candidates with N ≥ x")
+        ax.set(
+            title=f"image {d}: candidates are {cand}",
+            xlabel=f"x = number of queries with the candidate in their top {k}",
+            ylabel="% of candidates with N ≥ x",
+        )
     axes[1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
@@ -181,12 +221,16 @@ def collapse_figure(hist) -> plt.Figure:
     for ax, col in zip(axes[0], have):
         for run, g in mean.groupby("run", sort=False):
             if g[col].notna().any():
-                line, = ax.plot(g.epoch, 100 * g[col], marker="o", ms=3, label=run)
+                (line,) = ax.plot(g.epoch, 100 * g[col], marker="o", ms=3, label=run)
                 if col == "train_hardest_same_group" and "train_same_group_negatives" in g:
                     ax.plot(g.epoch, 100 * g.train_same_group_negatives, ls="--", color=line.get_color(), lw=1)
         ax.set_xlabel("epoch")
-        ax.set_ylabel({"train_violating": "% of negatives within the margin",
-                       "train_hardest_same_group": "% hardest negatives, same category"}[col])
+        ax.set_ylabel(
+            {
+                "train_violating": "% of negatives within the margin",
+                "train_hardest_same_group": "% hardest negatives, same category",
+            }[col]
+        )
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -199,7 +243,7 @@ def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
     for label, by_w in curves.items():
         w = np.array([float(k) for k in by_w])
         v = np.array(list(by_w.values()), dtype=float)
-        line, = ax.plot(w, v, marker="o", ms=3, label=label)
+        (line,) = ax.plot(w, v, marker="o", ms=3, label=label)
         ax.plot(w[v.argmax()], v.max(), "o", ms=8, color=line.get_color(), mfc="none")
     ax.set_xlabel("w (weight of the first run's standardised score)")
     ax.set_ylabel("validation R-sum")

@@ -12,6 +12,7 @@ lacks) says in place which command builds them. A page whose notebook stops at o
 and the command that builds its inputs is listed. Any other failure is an error: the failed page is left in
 ``build/reports/`` and the committed one is untouched.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from fraglib.notebook import project_root
 from fraglib.outputs import write_bytes
 from fraglib.studies import Page, page_of
 
-STAGING = Path("build/reports")      # pages are rendered here first, moved into place when they succeed
+STAGING = Path("build/reports")  # pages are rendered here first, moved into place when they succeed
 
 
 def report_pages(root: str | Path = ".") -> list[Page]:
@@ -51,9 +52,9 @@ def report_pages(root: str | Path = ".") -> list[Page]:
 @dataclass
 class Outcome:
     page: Page
-    status: str          # "rendered" | "kept" (inputs absent: the committed page stays) | "failed"
+    status: str  # "rendered" | "kept" (inputs absent: the committed page stays) | "failed"
     seconds: float
-    detail: str = ""     # kept: the notebook's MissingResults message; failed: the error and the failed page
+    detail: str = ""  # kept: the notebook's MissingResults message; failed: the error and the failed page
 
 
 def render(page: Page, staging: Path = STAGING) -> Outcome:
@@ -69,13 +70,13 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
     try:
         run_notebook(page.notebook, tmp_html, page.parameters, tmp_exec)
     except pm.PapermillExecutionError as e:
-        if e.ename == "MissingResults":                 # nothing to show: no stopped page is left behind
+        if e.ename == "MissingResults":  # nothing to show: no stopped page is left behind
             tmp_html.unlink(missing_ok=True)
             tmp_exec.unlink(missing_ok=True)
             return Outcome(page, "kept", time.perf_counter() - t0, e.evalue)
         return Outcome(page, "failed", time.perf_counter() - t0, f"{e.ename}: {e.evalue} (page: {tmp_html})")
     for src, dst in ((tmp_html, Path(page.html)), (tmp_exec, Path(page.executed))):
-        write_bytes(dst, src.read_bytes())      # atomic: a full disk never leaves a cut page in place
+        write_bytes(dst, src.read_bytes())  # atomic: a full disk never leaves a cut page in place
         src.unlink()
     return Outcome(page, "rendered", time.perf_counter() - t0)
 
@@ -112,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         summary.main([])
         index.main(["--out", "reports/index.html", "--overwrite"])
     n = {s: sum(o.status == s for o in outcomes) for s in ("rendered", "kept", "failed")}
-    print(f"{n['rendered']} rendered, {n['kept']} kept (their inputs are DVC outputs this copy lacks), "
-          f"{n['failed']} failed, in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"{n['rendered']} rendered, {n['kept']} kept (their inputs are DVC outputs this copy lacks), "
+        f"{n['failed']} failed, in {time.perf_counter() - t0:.0f} s"
+    )
     return 1 if failed else 0
 
 

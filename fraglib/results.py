@@ -9,6 +9,7 @@ queries with replacement (one draw of queries for every unit of the group), and 
 over the drawn units. Paired differences make the same draws for both runs, unit u of one paired
 with unit u of the other. Tables also show the mean ± sd over units.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,12 @@ def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> lis
     the former from git but the latter only after ``dvc repro`` or ``dvc pull``). Text-only runs
     (``images: none``) retrieve nothing and are left out: they have their own report."""
     names = [r for r, e in (params.get("runs") or {}).items() if (e or {}).get("images") != "none"]
-    return [r for r in names if runs_dir is None
-            or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())]
+    return [
+        r
+        for r in names
+        if runs_dir is None
+        or ((Path(runs_dir) / r / "metrics.json").exists() and (Path(runs_dir) / r / "seeds").is_dir())
+    ]
 
 
 def run_folders(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, Path]:
@@ -55,10 +60,13 @@ def _folder(runs_dir: str | Path | dict[str, Path], r: str) -> Path:
 
 def run_labels(params: dict[str, Any]) -> dict[str, str]:
     """Run -> label for tables: the run's ``label`` key, else "<system>: <run name>"."""
-    return {r: (e or {}).get("label") or f"{(e or {}).get('system', '?')}: {r}" for r, e in (params.get("runs") or {}).items()}
+    return {
+        r: (e or {}).get("label") or f"{(e or {}).get('system', '?')}: {r}"
+        for r, e in (params.get("runs") or {}).items()
+    }
 
 
-SUMMARY_KEYS = ("system", "seeds", "annotation", "search")       # what every run summary (fraglib.study) holds
+SUMMARY_KEYS = ("system", "seeds", "annotation", "search")  # what every run summary (fraglib.study) holds
 RERUN = "restore it (from git, or `dvc pull`) or re-run the run (`python -m fraglib.study`)"
 
 
@@ -67,11 +75,11 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): the file is "
-                         "cut or damaged") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): the file is cut or damaged"
+        ) from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): the file is damaged") from None
-
 
 
 def read_register(path: Path) -> list[dict[str, Any]]:
@@ -81,12 +89,16 @@ def read_register(path: Path) -> list[dict[str, Any]]:
         return []
     entries = read_json(path)
     if not isinstance(entries, list):
-        raise ValueError(f"{path}: not a benchmark register (a JSON {type(entries).__name__}, not a list of entries); "
-                         "repair it or move it away, or pass --out elsewhere")
+        raise ValueError(
+            f"{path}: not a benchmark register (a JSON {type(entries).__name__}, not a list of entries); "
+            "repair it or move it away, or pass --out elsewhere"
+        )
     bad = [i for i, e in enumerate(entries) if not isinstance(e, dict) or not isinstance(e.get("name"), str)]
     if bad:
-        raise ValueError(f"{path}: {len(bad)} of its {len(entries)} entries are not objects with a \"name\" (the "
-                         f"first: entry {bad[0] + 1}); repair it or move it away, or pass --out elsewhere")
+        raise ValueError(
+            f'{path}: {len(bad)} of its {len(entries)} entries are not objects with a "name" (the '
+            f"first: entry {bad[0] + 1}); repair it or move it away, or pass --out elsewhere"
+        )
     return entries
 
 
@@ -96,8 +108,13 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     if not isinstance(m, dict):
         raise ValueError(f"{path}: not a run summary (a JSON {type(m).__name__}, not an object); {RERUN}")
     missing = [k for k in SUMMARY_KEYS if k not in m]
-    missing += [f"{d}.{k}" for d in DIRECTIONS if d in m for k in ("r1", "r5", "r10", "mean_rank")
-                if not isinstance((m[d] if isinstance(m[d], dict) else {}).get(k), (int, float))]
+    missing += [
+        f"{d}.{k}"
+        for d in DIRECTIONS
+        if d in m
+        for k in ("r1", "r5", "r10", "mean_rank")
+        if not isinstance((m[d] if isinstance(m[d], dict) else {}).get(k), (int, float))
+    ]
     if missing:
         raise ValueError(f"{path}: not a run summary fraglib.study writes: it lacks {', '.join(missing)}; {RERUN}")
     return m
@@ -116,10 +133,12 @@ def read_ranks(path: str | Path, unit: dict[str, Any]) -> dict[str, Any]:
         got, want = recall_table(np.asarray(r[d])), unit[d]
         off = [k for k in ("r1", "r5", "r10", "mean_rank") if abs(got[k] - want[k]) > 1e-6]
         if off:
-            raise ValueError(f"{path}: {len(r[d])} {d} ranks whose {', '.join(f'{k} {got[k]:.4g}' for k in off)} "
-                             f"are not the run's metrics.json figures for this training run "
-                             f"({', '.join(f'{k} {want[k]:.4g}' for k in off)}): not the ranks of its test {queries} "
-                             f"(cut, or another run's); {RERUN}")
+            raise ValueError(
+                f"{path}: {len(r[d])} {d} ranks whose {', '.join(f'{k} {got[k]:.4g}' for k in off)} "
+                f"are not the run's metrics.json figures for this training run "
+                f"({', '.join(f'{k} {want[k]:.4g}' for k in off)}): not the ranks of its test {queries} "
+                f"(cut, or another run's); {RERUN}"
+            )
     return r
 
 
@@ -134,24 +153,31 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     summary.setdefault("units", [str(s) for s in summary["seeds"]])
     summary.setdefault("groups", list(summary["seeds"]))
     figures = summary.get("per_seed") or {}
-    lacking = [u for u in summary["units"] if not all(isinstance((figures.get(u) or {}).get(d), dict) for d in DIRECTIONS)]
+    lacking = [
+        u for u in summary["units"] if not all(isinstance((figures.get(u) or {}).get(d), dict) for d in DIRECTIONS)
+    ]
     if lacking:
-        raise ValueError(f"{run_dir / 'metrics.json'}: no per_seed figures for training run(s) {', '.join(lacking)}; "
-                         f"{RERUN}")
+        raise ValueError(
+            f"{run_dir / 'metrics.json'}: no per_seed figures for training run(s) {', '.join(lacking)}; {RERUN}"
+        )
     files = [run_dir / "seeds" / f"seed{u}" / "ranks.json" for u in summary["units"]]
     per_seed = [read_ranks(f, figures[u]) for f, u in zip(files, summary["units"])]
     for d in DIRECTIONS:
         n = [len(r[d]) for r in per_seed]
         if len(set(n)) > 1:
-            raise ValueError(f"{run_dir}: its training runs ranked different numbers of {d} queries ("
-                             + ", ".join(f"{f.parent.name} {k}" for f, k in zip(files, n))
-                             + "); a table over training runs needs one test set size")
+            raise ValueError(
+                f"{run_dir}: its training runs ranked different numbers of {d} queries ("
+                + ", ".join(f"{f.parent.name} {k}" for f, k in zip(files, n))
+                + "); a table over training runs needs one test set size"
+            )
     tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
-    if all("hubness" in r for r in per_seed):                   # fraglib.hubness: k-occurrence, corrected ranks
+    if all("hubness" in r for r in per_seed):  # fraglib.hubness: k-occurrence, corrected ranks
         h = [r["hubness"] for r in per_seed]
-        summary["corrected"] = {key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
-                                for key in h[0]["corrected"]}
+        summary["corrected"] = {
+            key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
+            for key in h[0]["corrected"]
+        }
         summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
     return summary
 
@@ -160,14 +186,15 @@ def metric_label(name: str) -> str:
     """Column label of a metric: r1 -> R@1, mean_rank -> mean r, median_rank -> med r, median_rank_vsepp ->
     med r (VSE++) (:func:`fraglib.evaluate.median_rank_vsepp`)."""
     return {"mean_rank": "mean r", "median_rank": "med r", "median_rank_vsepp": "med r (VSE++)"}.get(
-        name, name.replace("r", "R@", 1))
+        name, name.replace("r", "R@", 1)
+    )
 
 
 def _metric(r: np.ndarray, name: str) -> np.ndarray:
     """Metric over the last axis of a (..., queries) rank array."""
     if name.startswith("r"):
         return 100.0 * (r <= int(name[1:])).mean(axis=-1)
-    if name == "median_rank_vsepp":                      # floor(median(rank - 1)) + 1
+    if name == "median_rank_vsepp":  # floor(median(rank - 1)) + 1
         return np.floor(np.median(r - 1, axis=-1)) + 1
     return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
 
@@ -180,7 +207,7 @@ def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple
     names = np.unique(groups)
     members = [np.flatnonzero(groups == g) for g in names]
     K = max(len(m) for m in members)
-    table = np.stack([np.resize(m, K) for m in members])                      # (G, K), rows padded cyclically
+    table = np.stack([np.resize(m, K) for m in members])  # (G, K), rows padded cyclically
     sizes = np.array([len(m) for m in members])
     rng = np.random.default_rng(seed)
     g = rng.integers(0, len(names), size=(n_boot, len(names)))
@@ -195,8 +222,9 @@ def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.nd
     return _metric(ranks[units[..., None], queries[:, :, None, :]], name).mean(axis=(1, 2))
 
 
-def bootstrap_seed_mean(ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0,
-                        groups=None) -> tuple[float, float]:
+def bootstrap_seed_mean(
+    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+) -> tuple[float, float]:
     """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
     queries (module docstring); ``groups`` default: every unit its own group."""
     groups = np.arange(len(ranks)) if groups is None else groups
@@ -205,8 +233,9 @@ def bootstrap_seed_mean(ranks: np.ndarray, name: str, n_boot: int = 1000, seed: 
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0,
-                      groups=None) -> dict[str, float]:
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+) -> dict[str, float]:
     """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
     draws of groups, units and queries for both); ``groups`` default: every unit its own group."""
     if a.shape != b.shape:
@@ -219,8 +248,9 @@ def paired_difference(a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 100
     return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
-def training_noise(study: dict[str, dict[str, Any]], metrics=("r1", "r5", "r10"), labels: dict[str, str] | None = None
-                   ) -> pd.DataFrame:
+def training_noise(
+    study: dict[str, dict[str, Any]], metrics=("r1", "r5", "r10"), labels: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Run-to-run noise of runs trained more than once on a split: per run, direction and metric the
     pooled within-split sd over training seeds and the mean |difference| of two seeds on one split
     (same data and test queries: training noise alone). Long format; empty without replicates."""
@@ -236,15 +266,53 @@ def training_noise(study: dict[str, dict[str, Any]], metrics=("r1", "r5", "r10")
                 vals = [_metric(s["ranks"][d][idx], m) for idx in sets]
                 sd = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in vals])))
                 gap = float(np.mean([np.abs(x[:, None] - x[None]).sum() / (len(x) * (len(x) - 1)) for x in vals]))
-                rows.append({"run": (labels or {}).get(v, v), "direction": d, "metric": metric_label(m),
-                             "within_split_sd": sd, "mean_abs_gap": gap, "splits": len(sets),
-                             "seeds_per_split": float(np.mean([len(x) for x in vals]))})
+                rows.append(
+                    {
+                        "run": (labels or {}).get(v, v),
+                        "direction": d,
+                        "metric": metric_label(m),
+                        "within_split_sd": sd,
+                        "mean_abs_gap": gap,
+                        "splits": len(sets),
+                        "seeds_per_split": float(np.mean([len(x) for x in vals])),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 # Student's t 97.5 % quantiles for 1..30 degrees of freedom (standard tables); 1.96 beyond
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t975(df: int) -> float:
@@ -254,14 +322,19 @@ def t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96
 
 
-def split_differences(summaries: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], metrics=("r1", "r5", "r10"),
-                      labels: dict[str, str] | None = None) -> pd.DataFrame:
+def split_differences(
+    summaries: dict[str, dict[str, Any]],
+    pairs: list[tuple[str, str]],
+    metrics=("r1", "r5", "r10"),
+    labels: dict[str, str] | None = None,
+) -> pd.DataFrame:
     """a − b from the runs' ``metrics.json`` summaries alone (no per-query ranks needed): the per-split
     differences of each metric over the seeds/splits both runs have (a split's replicates averaged
     first), their mean and a 95 % t interval
     (mean ± t_{0.975, n−1} sd / √n). Each split's difference carries that split's query sampling and its
     training runs' noise, so the interval covers both — coarsely, with five splits. Long format."""
-    def per_split(summary, d, m):                   # a split's training runs (replicates) averaged
+
+    def per_split(summary, d, m):  # a split's training runs (replicates) averaged
         out: dict[int, list[float]] = {}
         for u, v in summary["per_seed"].items():
             out.setdefault(unit_seed(u), []).append(v[d][m])
@@ -269,7 +342,9 @@ def split_differences(summaries: dict[str, dict[str, Any]], pairs: list[tuple[st
 
     rows = []
     for a, b in pairs:
-        common = sorted({unit_seed(u) for u in summaries[a]["per_seed"]} & {unit_seed(u) for u in summaries[b]["per_seed"]})
+        common = sorted(
+            {unit_seed(u) for u in summaries[a]["per_seed"]} & {unit_seed(u) for u in summaries[b]["per_seed"]}
+        )
         if len(common) < 2:
             raise ValueError(f"runs {a} and {b}: {len(common)} common seeds; a t interval needs two")
         for d in DIRECTIONS:
@@ -277,15 +352,28 @@ def split_differences(summaries: dict[str, dict[str, Any]], pairs: list[tuple[st
                 pa, pb = per_split(summaries[a], d, m), per_split(summaries[b], d, m)
                 x = np.array([pa[k] - pb[k] for k in common])
                 half = t975(len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-                rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
-                             "metric": metric_label(m), "n_seeds": len(x), "diff": float(x.mean()),
-                             "lo": float(x.mean() - half), "hi": float(x.mean() + half),
-                             "excludes_zero": bool(x.mean() - half > 0 or x.mean() + half < 0)})
+                rows.append(
+                    {
+                        "run": (labels or {}).get(a, a),
+                        "base": (labels or {}).get(b, b),
+                        "direction": d,
+                        "metric": metric_label(m),
+                        "n_seeds": len(x),
+                        "diff": float(x.mean()),
+                        "lo": float(x.mean() - half),
+                        "hi": float(x.mean() + half),
+                        "excludes_zero": bool(x.mean() - half > 0 or x.mean() + half < 0),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
-def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, rank: str = "median_rank",
-                  n_boot: int = 1000) -> pd.DataFrame:
+def results_table(
+    study: dict[str, dict[str, Any]],
+    labels: dict[str, str] | None = None,
+    rank: str = "median_rank",
+    n_boot: int = 1000,
+) -> pd.DataFrame:
     """Rows = runs (labelled by ``labels``); columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""
     rows = {}
     for v, s in study.items():
@@ -293,9 +381,12 @@ def results_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
                 lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"])
-                per_seed = _metric(s["ranks"][d], m)         # metrics.json holds the trainer's metrics only
-                mean, sd = (s[d][m], s[d + "_sd"][m]) if m in s[d] else \
-                    (per_seed.mean(), per_seed.std(ddof=1) if len(per_seed) > 1 else 0.0)
+                per_seed = _metric(s["ranks"][d], m)  # metrics.json holds the trainer's metrics only
+                mean, sd = (
+                    (s[d][m], s[d + "_sd"][m])
+                    if m in s[d]
+                    else (per_seed.mean(), per_seed.std(ddof=1) if len(per_seed) > 1 else 0.0)
+                )
                 row[(d, metric_label(m))] = f"{mean:.1f} ± {sd:.1f} [{lo:.1f}, {hi:.1f}]"
         rows[(labels or {}).get(v, v)] = row
     df = pd.DataFrame(rows).T
@@ -311,8 +402,11 @@ def published_table(dataset: str = "flickr8k") -> pd.DataFrame:
     rank = "med r" if t["rank"] == "median" else "mean r"
     rows = {}
     for name, r in t["rows"].items():
-        rows[f"paper: {name}"] = {(d, m): r[d][k] for d in DIRECTIONS
-                                  for m, k in (("R@1", "r1"), ("R@5", "r5"), ("R@10", "r10"), (rank, "rank"))}
+        rows[f"paper: {name}"] = {
+            (d, m): r[d][k]
+            for d in DIRECTIONS
+            for m, k in (("R@1", "r1"), ("R@5", "r5"), ("R@10", "r10"), (rank, "rank"))
+        }
     df = pd.DataFrame(rows).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
     return df
@@ -327,9 +421,17 @@ def peri_published_table() -> pd.DataFrame:
     rows = {}
     for data in ("mscoco_5k_test", "flickr30k_1k_test"):
         for name, r in t[data].items():
-            rows[f"{data}: {name}"] = {(d, m): r[k][key] for d, k in (("annotation", "i2t"), ("search", "t2i"))
-                                       for m, key in (("R@1", "r1"), ("R@5", "r5"), ("R@10", "r10"),
-                                                      ("med r (VSE++)", "med"), ("mean r", "mean"))}
+            rows[f"{data}: {name}"] = {
+                (d, m): r[k][key]
+                for d, k in (("annotation", "i2t"), ("search", "t2i"))
+                for m, key in (
+                    ("R@1", "r1"),
+                    ("R@5", "r5"),
+                    ("R@10", "r10"),
+                    ("med r (VSE++)", "med"),
+                    ("mean r", "mean"),
+                )
+            }
     df = pd.DataFrame(rows).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
     return df
@@ -338,13 +440,20 @@ def peri_published_table() -> pd.DataFrame:
 def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
     """Paired differences (long format, :func:`paired_differences`) as 'diff [lo, hi]' strings, rows
     (run, base), one column per (direction, metric)."""
-    d = diffs.assign(ci=[f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]" for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])])
+    d = diffs.assign(
+        ci=[f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]" for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])]
+    )
     return d.pivot_table(index=["run", "base"], columns=["direction", "metric"], values="ci", aggfunc="first")
 
 
-def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, str]], tasks=DIRECTIONS,
-                       metrics=tuple(f"r{k}" for k in KS), labels: dict[str, str] | None = None,
-                       n_boot: int = 1000) -> pd.DataFrame:
+def paired_differences(
+    study: dict[str, dict[str, Any]],
+    pairs: list[tuple[str, str]],
+    tasks=DIRECTIONS,
+    metrics=tuple(f"r{k}" for k in KS),
+    labels: dict[str, str] | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
     """Paired-bootstrap difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task
     (``direction`` column) and metric, with CIs (module docstring), over the units both runs have
     (``n_seeds``: their seeds/splits, ``n_units``: training runs; a run limited to fewer seeds,
@@ -362,20 +471,36 @@ def paired_differences(study: dict[str, dict[str, Any]], pairs: list[tuple[str, 
                 continue
             for m in metrics:
                 r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups)
-                rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d,
-                             "metric": metric_label(m), "n_seeds": len(set(groups)), "n_units": len(common), **r})
+                rows.append(
+                    {
+                        "run": (labels or {}).get(a, a),
+                        "base": (labels or {}).get(b, b),
+                        "direction": d,
+                        "metric": metric_label(m),
+                        "n_seeds": len(set(groups)),
+                        "n_units": len(common),
+                        **r,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
-def differences_from(study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None,
-                     n_boot: int = 1000) -> pd.DataFrame:
+def differences_from(
+    study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None, n_boot: int = 1000
+) -> pd.DataFrame:
     """Paired-bootstrap difference (run - base) of R@1/5/10 both ways, with CIs."""
     return paired_differences(study, [(v, base) for v in study if v != base], labels=labels, n_boot=n_boot)
 
 
-def paper_table(study: dict[str, dict[str, Any]], rows: dict[str, str], published: dict[str, Any] | None,
-                tasks: tuple[str, ...], metrics: tuple[str, ...] = ("mean_rank",), labels: dict[str, str] | None = None,
-                n_boot: int = 1000) -> pd.DataFrame:
+def paper_table(
+    study: dict[str, dict[str, Any]],
+    rows: dict[str, str],
+    published: dict[str, Any] | None,
+    tasks: tuple[str, ...],
+    metrics: tuple[str, ...] = ("mean_rank",),
+    labels: dict[str, str] | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
     """A published table laid out with ours beside it. ``rows``: the paper's row key -> our run
     (rows whose run is not in ``study`` read "not run"); ``tasks``: the paper's task keys
     (:data:`PAPER_TASKS`); ``published[task][row]`` a number (one metric) or {metric: number}, or
@@ -395,8 +520,9 @@ def paper_table(study: dict[str, dict[str, Any]], rows: dict[str, str], publishe
                     row[(task, name, "ours")] = f"{_metric(r, m).mean():.1f} [{lo:.1f}, {hi:.1f}]"
                 if published is not None:
                     p = (published.get(task) or {}).get(key)
-                    row[(task, name, "paper")] = "—" if p is None else (p if len(metrics) == 1 and not isinstance(p, dict)
-                                                                        else p.get(m))
+                    row[(task, name, "paper")] = (
+                        "—" if p is None else (p if len(metrics) == 1 and not isinstance(p, dict) else p.get(m))
+                    )
         out[f"{key} ({(labels or {}).get(run, run)})"] = row
     df = pd.DataFrame(out).T
     df.columns = pd.MultiIndex.from_tuples(df.columns)
@@ -404,9 +530,12 @@ def paper_table(study: dict[str, dict[str, Any]], rows: dict[str, str], publishe
 
 
 # ----------------------------------------------------------------------------- where a model wins or loses
-LENGTH_BINS = (0, 8, 10, 12, 15, 1000)   # caption length in tokens: <=8, 9-10, 11-12, 13-15, >15
-LENGTH_NAMES = [f"<= {LENGTH_BINS[1]} words"] + [f"{a + 1}-{b} words" for a, b in zip(LENGTH_BINS[1:-2], LENGTH_BINS[2:-1])] \
+LENGTH_BINS = (0, 8, 10, 12, 15, 1000)  # caption length in tokens: <=8, 9-10, 11-12, 13-15, >15
+LENGTH_NAMES = (
+    [f"<= {LENGTH_BINS[1]} words"]
+    + [f"{a + 1}-{b} words" for a, b in zip(LENGTH_BINS[1:-2], LENGTH_BINS[2:-1])]
     + [f"> {LENGTH_BINS[-2]} words"]
+)
 
 
 def has_verb(tokens) -> bool:
@@ -441,24 +570,35 @@ def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -
     sents = [s for s in ds.sentences if s["imgid"] in cat]
     lengths = np.array([len(s["tokens"]) for s in sents])
     bins = np.clip(np.searchsorted(np.array(LENGTH_BINS), lengths, side="left") - 1, 0, len(LENGTH_NAMES) - 1)
-    out = {"annotation_category": np.array([cat[im["imgid"]] for im in test]),
-           "search_category": np.array([cat[s["imgid"]] for s in sents]),
-           "search_length": np.array([LENGTH_NAMES[b] for b in bins])}
+    out = {
+        "annotation_category": np.array([cat[im["imgid"]] for im in test]),
+        "search_category": np.array([cat[s["imgid"]] for s in sents]),
+        "search_length": np.array([LENGTH_NAMES[b] for b in bins]),
+    }
     if parse_file:
         from fraglib.text.parse import read_conllu
 
         verb = {p.sentid: has_verb(p.tokens) for p in read_conllu(parse_file)[1]}
         missing = [s["sentid"] for s in sents if s["sentid"] not in verb]
         if missing:
-            raise ValueError(f"{parse_file}: {len(missing)} test sentences of {dataset_dir} are not in the parse "
-                             f"(e.g. sentid {missing[0]}); re-run the parse stage")
-        out["similarity_verb"] = verb_groups(np.array([verb[s["sentid"]] for s in sents]),
-                                             np.array([s["imgid"] for s in sents]))
+            raise ValueError(
+                f"{parse_file}: {len(missing)} test sentences of {dataset_dir} are not in the parse "
+                f"(e.g. sentid {missing[0]}); re-run the parse stage"
+            )
+        out["similarity_verb"] = verb_groups(
+            np.array([verb[s["sentid"]] for s in sents]), np.array([s["imgid"] for s in sents])
+        )
     return out
 
 
-def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str], metric: str = "r5",
-              labels: dict[str, str] | None = None, parse_file: str | Path | None = None) -> pd.DataFrame:
+def breakdown(
+    study: dict[str, dict[str, Any]],
+    dataset_dir: str,
+    runs: list[str],
+    metric: str = "r5",
+    labels: dict[str, str] | None = None,
+    parse_file: str | Path | None = None,
+) -> pd.DataFrame:
     """``metric`` of each run per group of test queries (:func:`test_groups`: image category,
     caption length, with ``parse_file`` the verb split of sentence similarity), averaged over seeds
     (= splits; ``dataset_dir`` may hold ``{seed}``). Long format: run, direction, by, group,
@@ -474,18 +614,37 @@ def breakdown(study: dict[str, dict[str, Any]], dataset_dir: str, runs: list[str
                     continue
                 r = s["ranks"][d][k]
                 if len(r) != len(group_of):
-                    raise ValueError(f"{v} seed {seed}: {len(r)} {d} ranks but {len(group_of)} test queries in {dataset_dir}")
+                    raise ValueError(
+                        f"{v} seed {seed}: {len(r)} {d} ranks but {len(group_of)} test queries in {dataset_dir}"
+                    )
                 for g in np.unique(group_of):
                     m = group_of == g
-                    rows.append({"run": (labels or {}).get(v, v), "direction": d, "by": by, "group": g,
-                                 "seed": seed, "value": float(_metric(r[m], metric)), "queries": int(m.sum())})
+                    rows.append(
+                        {
+                            "run": (labels or {}).get(v, v),
+                            "direction": d,
+                            "by": by,
+                            "group": g,
+                            "seed": seed,
+                            "value": float(_metric(r[m], metric)),
+                            "queries": int(m.sum()),
+                        }
+                    )
     df = pd.DataFrame(rows)
-    return df.groupby(["run", "direction", "by", "group"], as_index=False).agg(value=("value", "mean"), queries=("queries", "mean"))
+    return df.groupby(["run", "direction", "by", "group"], as_index=False).agg(
+        value=("value", "mean"), queries=("queries", "mean")
+    )
 
 
-def group_differences(study: dict[str, dict[str, Any]], dataset_dir: str, pairs: list[tuple[str, str]],
-                      key: str = "annotation_category", metric: str = "r5", labels: dict[str, str] | None = None,
-                      n_boot: int = 1000) -> pd.DataFrame:
+def group_differences(
+    study: dict[str, dict[str, Any]],
+    dataset_dir: str,
+    pairs: list[tuple[str, str]],
+    key: str = "annotation_category",
+    metric: str = "r5",
+    labels: dict[str, str] | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
     """Paired difference a − b of ``metric`` within each group of test queries (``key`` of
     :func:`test_groups`, e.g. ``annotation_category``), with the three-level bootstrap CI of
     :func:`paired_difference` over the units both runs have. Every unit (split) must hold the same
@@ -505,19 +664,31 @@ def group_differences(study: dict[str, dict[str, Any]], dataset_dir: str, pairs:
             masks = [gs == g for gs in group_of]
             counts = {int(m.sum()) for m in masks}
             if len(counts) != 1:
-                raise ValueError(f"group {g!r} of {key} has {sorted(counts)} queries in different splits: "
-                                 "group differences need stratified splits")
+                raise ValueError(
+                    f"group {g!r} of {key} has {sorted(counts)} queries in different splits: "
+                    "group differences need stratified splits"
+                )
             A = np.stack([ra[k][m] for k, m in enumerate(masks)])
             B = np.stack([rb[k][m] for k, m in enumerate(masks)])
             r = paired_difference(A, B, metric, n_boot, groups=[study[a]["groups"][i] for i in ia])
-            rows.append({"run": (labels or {}).get(a, a), "base": (labels or {}).get(b, b), "direction": d, "by": by,
-                         "group": g, "queries": counts.pop(), **r})
+            rows.append(
+                {
+                    "run": (labels or {}).get(a, a),
+                    "base": (labels or {}).get(b, b),
+                    "direction": d,
+                    "by": by,
+                    "group": g,
+                    "queries": counts.pop(),
+                    **r,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- any trained run, reloaded
-def relation_norms(seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
-                   ) -> pd.DataFrame:
+def relation_norms(
+    seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
+) -> pd.DataFrame:
     """Socher et al. §6.7: the Frobenius norm of each relation matrix of trained SDT-RNNs (one seed
     dir per split, each with its dataset dir), with the relation's count among that split's
     training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
@@ -527,14 +698,21 @@ def relation_norms(seed_dirs: list[str | Path], dataset_dirs: list[str | Path], 
     for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
         system, ck, train = load_trained(seed_dir, DataPaths(dataset_dir, features_dir), "train")
         if getattr(system.cfg, "encoder", None) != "sdtrnn":
-            raise ValueError(f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn")
+            raise ValueError(
+                f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn"
+            )
         names = ck["info"]["relations"]
         counts = np.bincount(train.sentences.data["rel"].numpy(), minlength=len(names))
         norms = system.W.detach().flatten(1).norm(dim=1).numpy()
         rows += [{"relation": r, "norm": float(norms[k]), "train_edges": int(counts[k])} for k, r in enumerate(names)]
-    df = pd.DataFrame(rows).groupby("relation", as_index=False).agg(
-        norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
+    df = (
+        pd.DataFrame(rows)
+        .groupby("relation", as_index=False)
+        .agg(norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
+    )
     return df.sort_values("norm", ascending=False, ignore_index=True)
+
+
 def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
     """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
     one of the image's own."""
@@ -542,7 +720,9 @@ def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k:
     return [(int(j), bool(sentence_image[j] == image)) for j in order]
 
 
-def run_histories(runs_dir: str | Path | dict[str, Path], names: list[str], labels: dict[str, str] | None = None) -> pd.DataFrame:
+def run_histories(
+    runs_dir: str | Path | dict[str, Path], names: list[str], labels: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Per-epoch histories of the runs (all seeds), with a ``run`` column; runs never trained are left out."""
     parts = []
     for r in names:
@@ -572,8 +752,9 @@ def validation_by_split(runs_dir: str | Path, names: list[str], labels: dict[str
     return first.loc[[r for r in dict.fromkeys(best.run) if r in first.index]].round(1)
 
 
-def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int,
-                     k: int = 5) -> list[dict[str, Any]]:
+def retrieval_panels(
+    seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int, k: int = 5
+) -> list[dict[str, Any]]:
     """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
     for a fragment-system run with boxes the best box of each fragment of the top sentence."""
     from fraglib.evaluate import load_trained, score_matrix
@@ -591,12 +772,17 @@ def retrieval_panels(seed_dir: str | Path, dataset_dir: str | Path, features_dir
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     test_rows = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
     raw = {s["sentid"]: s["raw"] for s in ds.sentences}
-    pick = sorted(np.random.default_rng(seed).choice(split.n_images, size=min(n, split.n_images), replace=False).tolist())
+    pick = sorted(
+        np.random.default_rng(seed).choice(split.n_images, size=min(n, split.n_images), replace=False).tolist()
+    )
     panels = []
     for img in pick:
         top = top_sentences(S, split.sentence_image, img, k)
-        p = {"image": load_image(ds.image_path(test_rows[img]))[0], "title": ds.images[test_rows[img]]["filename"],
-             "lines": [f"{'✓' if ok else '✗'} {r + 1}. {raw[int(split.sentids[j])]}" for r, (j, ok) in enumerate(top)]}
+        p = {
+            "image": load_image(ds.image_path(test_rows[img]))[0],
+            "title": ds.images[test_rows[img]]["filename"],
+            "lines": [f"{'✓' if ok else '✗'} {r + 1}. {raw[int(split.sentids[j])]}" for r, (j, ok) in enumerate(top)],
+        }
         if view is not None and top:
             p["boxes"], p["labels"] = fragment_boxes(view, img, int(split.sentids[top[0][0]]), vocab)
         panels.append(p)
@@ -608,8 +794,12 @@ def _mean_ci(value: float, ci: list[float] | None) -> str:
     return f"{100 * value:.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
 
 
-def caption_table(runs_dir: str | Path | dict[str, Path], runs: list[str], labels: dict[str, str] | None = None,
-                  name: str = "captions") -> pd.DataFrame:
+def caption_table(
+    runs_dir: str | Path | dict[str, Path],
+    runs: list[str],
+    labels: dict[str, str] | None = None,
+    name: str = "captions",
+) -> pd.DataFrame:
     """Caption and paraphrase metrics (``fraglib.captions``: ``<run>/<name>.json``) of the ``runs``
     that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
     bootstrap CI over images / input captions); a task a run did not score (text only) has no row."""
@@ -623,8 +813,7 @@ def caption_table(runs_dir: str | Path | dict[str, Path], runs: list[str], label
         c = read_json(f)
         for t in (t for t in TASKS if t in c):
             ci = c.get(t + "_ci") or {}
-            rows[(t, (labels or {}).get(r, r))] = {
-                m: _mean_ci(c[t][m], ci.get(m)) for m in METRICS}
+            rows[(t, (labels or {}).get(r, r))] = {m: _mean_ci(c[t][m], ci.get(m)) for m in METRICS}
     return pd.DataFrame(rows).T
 
 
@@ -650,11 +839,14 @@ def paraphrase_table(results: dict[tuple[str, str], dict[str, Any]]) -> pd.DataF
     rows = {}
     for key, c in results.items():
         ci, d = c.get("paraphrasing_ci") or {}, c.get("input_dependence", {})
-        rows[key] = {**{m: _mean_ci(c["paraphrasing"][m], ci.get(m)) for m in METRICS},
-                     "<unk> %": f"{100 * c['unk_share']:.1f}" if c.get("unk_share") is not None else "",
-                     "NLL own / other": (f"{d['paraphrasing_own']:.1f} / {d['paraphrasing_other']:.1f}"
-                                         if "paraphrasing_own" in d else ""),
-                     "seeds": len(c["seeds"])}
+        rows[key] = {
+            **{m: _mean_ci(c["paraphrasing"][m], ci.get(m)) for m in METRICS},
+            "<unk> %": f"{100 * c['unk_share']:.1f}" if c.get("unk_share") is not None else "",
+            "NLL own / other": (
+                f"{d['paraphrasing_own']:.1f} / {d['paraphrasing_other']:.1f}" if "paraphrasing_own" in d else ""
+            ),
+            "seeds": len(c["seeds"]),
+        }
     df = pd.DataFrame(rows).T
     df.index.names = ["trained on", "scored on"]
     return df
@@ -673,17 +865,23 @@ def peri_caption_published() -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, features_dir: str | Path | None = None,
-                    n_good: int = 2, n_bad: int = 2, k: int = 3) -> list[dict[str, Any]]:
+def caption_gallery(
+    run_dir: str | Path,
+    seed: int,
+    dataset_dir: str | Path,
+    features_dir: str | Path | None = None,
+    n_good: int = 2,
+    n_bad: int = 2,
+    k: int = 3,
+) -> list[dict[str, Any]]:
     """Panels (:func:`fraglib.plots.retrieval_figure`) in the layout of Peri's figures: a test image,
     its generated caption, two paraphrases (of its first two captions), the top-``k`` retrieved
     captions (✓ = its own) and the ground truth. Chosen by rule: the ``n_good`` images with the highest
     and the ``n_bad`` with the lowest CIDEr-D of their caption (ties: lower index)."""
+    from fraglib.captions import read_record
     from fraglib.data import read_karpathy_json
     from fraglib.evaluate import load_trained, score_matrix
     from fraglib.vision.rcnn import load_image
-
-    from fraglib.captions import read_record
 
     rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
     system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", DataPaths(dataset_dir, features_dir))
@@ -691,7 +889,9 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
     scored = sorted((c for c in rec["captioning"] if c["cider"] is not None), key=lambda c: (-c["cider"], c["image"]))
-    pick = [(c, "good") for c in scored[:n_good]] + [(c, "bad") for c in scored[::-1][:n_bad] if c not in scored[:n_good]]
+    pick = [(c, "good") for c in scored[:n_good]] + [
+        (c, "bad") for c in scored[::-1][:n_bad] if c not in scored[:n_good]
+    ]
     para = {}
     for p in rec["paraphrasing"]:
         para.setdefault(int(split.sentence_image[p["sentence"]]), []).append(p)
@@ -701,18 +901,24 @@ def caption_gallery(run_dir: str | Path, seed: int, dataset_dir: str | Path, fea
         top = top_sentences(S, split.sentence_image, i, k)
         lines = [f"caption: {c['caption']}  (CIDEr-D {100 * c['cider']:.0f}, {kind})"]
         lines += [f"paraphrase: {p['input']} → {p['paraphrase']}" for p in para.get(i, [])[:2]]
-        lines += [f"{'✓' if ok else '✗'} retrieved {r + 1}: {rec['paraphrasing'][j]['input']}" for r, (j, ok) in enumerate(top)]
+        lines += [
+            f"{'✓' if ok else '✗'} retrieved {r + 1}: {rec['paraphrasing'][j]['input']}"
+            for r, (j, ok) in enumerate(top)
+        ]
         lines += [f"truth: {t}" for t in c["references"]]
-        panels.append({"image": load_image(ds.image_path(rows[i]))[0], "title": ds.images[rows[i]]["filename"],
-                       "lines": lines})
+        panels.append(
+            {"image": load_image(ds.image_path(rows[i]))[0], "title": ds.images[rows[i]]["filename"], "lines": lines}
+        )
     return panels
 
 
 # ----------------------------------------------------------------------------- hubness (fraglib.hubness)
-CORRECTIONS = {"inverted_softmax_inductive": "inverted softmax, inductive",
-               "csls_inductive": "CSLS, inductive",
-               "inverted_softmax_transductive": "inverted softmax, transductive",
-               "csls_transductive": "CSLS, transductive"}
+CORRECTIONS = {
+    "inverted_softmax_inductive": "inverted softmax, inductive",
+    "csls_inductive": "CSLS, inductive",
+    "inverted_softmax_transductive": "inverted softmax, transductive",
+    "csls_transductive": "CSLS, transductive",
+}
 
 
 def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
@@ -725,15 +931,22 @@ def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
         if not h:
             continue
         rows[(labels or {}).get(r, r)] = {
-            (d, name): h[d][key] for d in DIRECTIONS
-            for key, name in (("skewness", "skew"), ("never", "never %"), ("max", f"max N{int(h['k'])}"),
-                              ("top5_share", "top-5% share"))}
+            (d, name): h[d][key]
+            for d in DIRECTIONS
+            for key, name in (
+                ("skewness", "skew"),
+                ("never", "never %"),
+                ("max", f"max N{int(h['k'])}"),
+                ("top5_share", "top-5% share"),
+            )
+        }
     out = pd.DataFrame.from_dict(rows, orient="index")
     return out.round(2) if len(out) else out
 
 
-def correction_differences(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None,
-                           metric: str = "r1", n_boot: int = 1000) -> pd.DataFrame:
+def correction_differences(
+    study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, metric: str = "r1", n_boot: int = 1000
+) -> pd.DataFrame:
     """Per run, correction (:data:`CORRECTIONS`) and direction: the test ``metric`` without and with the
     correction (mean over units) and the paired three-level bootstrap difference (with − without, CI).
     Long format."""
@@ -745,9 +958,17 @@ def correction_differences(study: dict[str, dict[str, Any]], labels: dict[str, s
             for d in DIRECTIONS:
                 a, b = s["corrected"][key][d], s["ranks"][d]
                 diff = paired_difference(a, b, metric, n_boot, groups=s["groups"])
-                rows.append({"run": (labels or {}).get(r, r), "correction": name, "direction": d,
-                             "metric": metric_label(metric), "without": float(_metric(b, metric).mean()),
-                             "with": float(_metric(a, metric).mean()), **diff})
+                rows.append(
+                    {
+                        "run": (labels or {}).get(r, r),
+                        "correction": name,
+                        "direction": d,
+                        "metric": metric_label(metric),
+                        "without": float(_metric(b, metric).mean()),
+                        "with": float(_metric(a, metric).mean()),
+                        **diff,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -763,8 +984,12 @@ def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
     correction), plus each direction's uncorrected value."""
     if not len(diffs):
         return diffs
-    d = diffs.assign(cell=[f"{w:.1f} ({x:+.1f} [{lo:+.1f}, {hi:+.1f}])"
-                           for w, x, lo, hi in zip(diffs["with"], diffs["diff"], diffs["lo"], diffs["hi"])])
+    d = diffs.assign(
+        cell=[
+            f"{w:.1f} ({x:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+            for w, x, lo, hi in zip(diffs["with"], diffs["diff"], diffs["lo"], diffs["hi"])
+        ]
+    )
     runs = list(dict.fromkeys(d["run"]))
     table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")
     plain = d.pivot_table(index="run", columns="direction", values="without", aggfunc="first").round(1)
@@ -787,9 +1012,15 @@ def search_budget(tables: list[str | Path], params: dict[str, Any]) -> pd.DataFr
         meta, df = read_json(meta_file), pd.read_csv(t)
         run = meta.get("run", "?")
         system = params.get("runs", {}).get(run, {}).get("system", run)
-        rows.append({"system": system, "tables": 1, "trials": len(df),
-                     "trainings": len(df) * len(meta.get("splits") or [0]),
-                     "core_minutes": float(df["seconds"].sum()) / 60.0 if "seconds" in df else float("nan")})
+        rows.append(
+            {
+                "system": system,
+                "tables": 1,
+                "trials": len(df),
+                "trainings": len(df) * len(meta.get("splits") or [0]),
+                "core_minutes": float(df["seconds"].sum()) / 60.0 if "seconds" in df else float("nan"),
+            }
+        )
     if not rows:
         return pd.DataFrame(columns=["system", "tables", "trials", "trainings", "core_minutes"])
     out = pd.DataFrame(rows).groupby("system", sort=False).sum().reset_index()

@@ -11,17 +11,19 @@ study. From the stages of its file come
 * its pages: its ``python -m fraglib.notebook`` stages in file order, parameters as written (``${…}`` unresolved);
 * its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that.
 """
+
 from __future__ import annotations
 
 import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
 from fraglib.config import read_yaml
 from fraglib.notebook import executed_path, parameters, parser, project_root
 
 ROOT_PIPELINE = "dvc.yaml"
-TITLES = {      # study -> (title, its data in a few words); this order is the order of every page
+TITLES = {  # study -> (title, its data in a few words); this order is the order of every page
     "synthetic": ("Synthetic benchmark", "800 / 100 / 100 images"),
     "synthetic_extended": ("Synthetic benchmark, extended study", ""),
     "pascal1k": ("Pascal1K, five stratified splits", ""),
@@ -31,17 +33,29 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
     "reports/data_report.html": ("Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
     "reports/text_report.html": ("Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
     "reports/vision_report.html": ("Synthetic benchmark: image fragments", "detections, recall, timing"),
-    "reports/training_report.html": ("Synthetic benchmark: training the full model", "curves, test metrics, search table"),
-    "reports/results_report.html": ("Synthetic benchmark: the ablation study", "Table 2 layout, paired differences, figures"),
-    "reports/synthetic_extended/results_report.html": ("Synthetic benchmark: default and extended studies together",
-                                                       "every run of params.yaml on the benchmark (make synthetic-all)"),
+    "reports/training_report.html": (
+        "Synthetic benchmark: training the full model",
+        "curves, test metrics, search table",
+    ),
+    "reports/results_report.html": (
+        "Synthetic benchmark: the ablation study",
+        "Table 2 layout, paired differences, figures",
+    ),
+    "reports/synthetic_extended/results_report.html": (
+        "Synthetic benchmark: default and extended studies together",
+        "every run of params.yaml on the benchmark (make synthetic-all)",
+    ),
     "reports/pascal1k/text_report.html": ("Pascal1K: sentence fragments", "relation inventory beside the paper's"),
     "reports/pascal1k/vision_report.html": ("Pascal1K: image fragments", "detections on real photographs"),
     "reports/pascal1k/results_report.html": ("Pascal1K: the study", "Table 1 layout"),
-    "reports/pascal1k/fight_report.html": ("Pascal1K: fragments against tuned global baselines",
-                                           "the recipe ladder, training noise, paired CIs"),
-    "reports/flickr8k/text_only_report.html": ("Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
-                                               "STT's paraphrasing branch without images"),
+    "reports/pascal1k/fight_report.html": (
+        "Pascal1K: fragments against tuned global baselines",
+        "the recipe ladder, training noise, paired CIs",
+    ),
+    "reports/flickr8k/text_only_report.html": (
+        "Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
+        "STT's paraphrasing branch without images",
+    ),
 }
 
 
@@ -49,6 +63,7 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
 class Page:
     """One report stage: ``stage`` its DVC address, ``notebook`` / ``html`` / ``executed`` paths relative to the
     project root, ``parameters`` the notebook's (as its command passes them)."""
+
     stage: str
     notebook: str
     html: str
@@ -69,15 +84,16 @@ class Page:
 @dataclass(frozen=True)
 class Study:
     """One pipeline that trains runs; paths relative to the project root."""
-    name: str               # runs/<name>/
-    pipeline: str           # its dvc.yaml
-    runs: str               # runs/<name>
-    dataset: str            # the --dataset of its runs: synthetic | pascal1k | flickr8k
-    unit: str               # seeds | splits: what one training run per row stands for
-    data: str | None        # the folder its sentence fragments are built in
+
+    name: str  # runs/<name>/
+    pipeline: str  # its dvc.yaml
+    runs: str  # runs/<name>
+    dataset: str  # the --dataset of its runs: synthetic | pascal1k | flickr8k
+    unit: str  # seeds | splits: what one training run per row stands for
+    data: str | None  # the folder its sentence fragments are built in
     pages: tuple[Page, ...]
-    repro: str              # the dvc command that builds it
-    make: str | None        # the Makefile target that runs ``repro``
+    repro: str  # the dvc command that builds it
+    make: str | None  # the Makefile target that runs ``repro``
 
     @property
     def title(self) -> str:
@@ -105,8 +121,13 @@ def page_of(stage: str, cmd: str) -> Page | None:
     if words[:3] != ["python", "-m", "fraglib.notebook"]:
         return None
     args = parser().parse_args(words[3:])
-    return Page(stage, args.notebook, args.html, str(executed_path(args.notebook, args.html, args.executed)),
-                parameters(args.parameter))
+    return Page(
+        stage,
+        args.notebook,
+        args.html,
+        str(executed_path(args.notebook, args.html, args.executed)),
+        parameters(args.parameter),
+    )
 
 
 def _commands(pipeline: Path) -> dict[str, str]:
@@ -122,12 +143,12 @@ def _commands(pipeline: Path) -> dict[str, str]:
 def _options(cmd: str, *program: str) -> argparse.Namespace | None:
     """``--out`` / ``--dataset`` / ``--dataset-dir`` of a ``python -m <program…>`` command, else None."""
     words, head = shlex.split(cmd), ["python", "-m", *program]
-    if words[:len(head)] != head:
+    if words[: len(head)] != head:
         return None
     ap = argparse.ArgumentParser(add_help=False)
     for opt in ("--out", "--dataset", "--dataset-dir"):
         ap.add_argument(opt)
-    return ap.parse_known_args(words[len(head):])[0]
+    return ap.parse_known_args(words[len(head) :])[0]
 
 
 def make_target(makefile: Path, command: str) -> str | None:
@@ -152,9 +173,17 @@ def read_study(root: Path, pipeline: str) -> Study | None:
     data = next((o.dataset_dir for o in (_options(c, "fraglib.text", "fragments") for c in cmds.values()) if o), None)
     pages = tuple(p for p in (page_of(stage_address(pipeline, n), c) for n, c in cmds.items()) if p)
     repro = "dvc repro" if pipeline == ROOT_PIPELINE else f"dvc repro {pipeline}"
-    return Study(Path(train.out).parent.name, pipeline, Path(train.out).parent.as_posix(), train.dataset or "synthetic",
-                 "splits" if "{seed}" in (train.dataset_dir or "") else "seeds", data, pages, repro,
-                 None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro))
+    return Study(
+        Path(train.out).parent.name,
+        pipeline,
+        Path(train.out).parent.as_posix(),
+        train.dataset or "synthetic",
+        "splits" if "{seed}" in (train.dataset_dir or "") else "seeds",
+        data,
+        pages,
+        repro,
+        None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro),
+    )
 
 
 def studies(root: str | Path = ".") -> list[Study]:
@@ -173,9 +202,11 @@ def study_command(path: str | Path, root: str | Path | None = None) -> str:
     ``runs/synthetic_extended``, …): its study's ``dvc repro``, the root pipeline's for a path of none."""
     root = Path(root) if root else project_root()
     path = Path(path)
-    parts = (path.relative_to(root.resolve()) if path.is_absolute() and path.is_relative_to(root.resolve()) else path).parts
+    parts = (
+        path.relative_to(root.resolve()) if path.is_absolute() and path.is_relative_to(root.resolve()) else path
+    ).parts
     for s in studies(root):
         for folder in filter(None, (s.runs, s.data)):
-            if parts[:len(Path(folder).parts)] == Path(folder).parts:
+            if parts[: len(Path(folder).parts)] == Path(folder).parts:
                 return s.repro
     return "dvc repro"

@@ -8,6 +8,7 @@ fused runs' ``metrics.json`` (``fraglib.fusion``) and the papers' numbers as pri
 (``fraglib/reference/published_results.yaml``); a builder with nothing to show returns an empty table or no blocks.
 R@K in %, mean ranks of the first correct item, caption metrics × 100.
 """
+
 from __future__ import annotations
 
 import html as _html
@@ -25,6 +26,7 @@ UNCONFIRMED = "A confirmation of the verdict on partitions the study never used 
 @dataclass(frozen=True)
 class Heading:
     """A heading of ``level`` (1: the page's title)."""
+
     level: int
     text: str
 
@@ -32,6 +34,7 @@ class Heading:
 @dataclass(frozen=True)
 class Table:
     """``header`` (columns,) and ``rows`` (rows, columns) of cells; falsy without rows."""
+
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
 
@@ -45,6 +48,7 @@ Block = Union[str, Heading, Table]
 # ----------------------------------------------------------------------------- the two renderings
 def markdown(blocks: list[Block]) -> str:
     """Markdown of ``blocks``, one blank line between two."""
+
     def one(b: Block) -> str:
         if isinstance(b, Heading):
             return f"{'#' * b.level} {b.text}"
@@ -52,6 +56,7 @@ def markdown(blocks: list[Block]) -> str:
             head, *rows = (f"| {' | '.join(r)} |" for r in (b.header, *b.rows))
             return "\n".join([head, "|" + "---|" * len(b.header), *rows])
         return b
+
     return "\n\n".join(one(b) for b in blocks)
 
 
@@ -63,13 +68,20 @@ def inline(text: str) -> str:
 
 def html(blocks: list[Block]) -> str:
     """HTML of ``blocks``, one line each (a table on one line)."""
+
     def one(b: Block) -> str:
         if isinstance(b, Heading):
             return f"<h{b.level}>{inline(b.text)}</h{b.level}>"
         if isinstance(b, Table):
-            return ("<table><tr>" + "".join(f"<th>{inline(c)}</th>" for c in b.header) + "</tr>"
-                    + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in b.rows) + "</table>")
+            return (
+                "<table><tr>"
+                + "".join(f"<th>{inline(c)}</th>" for c in b.header)
+                + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in b.rows)
+                + "</table>"
+            )
         return f"<p>{inline(b)}</p>"
+
     return "\n".join(one(b) for b in blocks)
 
 
@@ -101,8 +113,14 @@ def coverage(folder: Path) -> list[Block]:
     runs = study_runs(folder)
     if not runs:
         return []
-    missing = [r for r, m in runs.items() if not all((Path(folder) / r / "seeds" / f"seed{u}" / "ranks.json").exists()
-                                                      for u in m.get("units", m.get("seeds", [])))]
+    missing = [
+        r
+        for r, m in runs.items()
+        if not all(
+            (Path(folder) / r / "seeds" / f"seed{u}" / "ranks.json").exists()
+            for u in m.get("units", m.get("seeds", []))
+        )
+    ]
     line = f"Per-query results of every training run are here for {len(runs) - len(missing)} of {len(runs)} runs"
     return [line + ("." if not missing else f"; summaries only: {', '.join(f'`{r}`' for r in missing)}.")]
 
@@ -117,9 +135,18 @@ def retrieval(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> Table:
     """One row per run, R@1, R@10 and mean rank in both directions (mean ± sd over training runs), sorted by
     annotation + search R@1."""
     order = sorted(runs, key=lambda r: (-(runs[r]["annotation"]["r1"] + runs[r]["search"]["r1"]), r))
-    return Table(("run", "system", "training runs", *(f"{d} {k}" for d in DIRECTIONS for k in ("R@1", "R@10", "mean rank"))),
-                 tuple((_label(r, labels), runs[r]["system"], str(_units(runs[r])),
-                        *(_cell(runs[r], d, k) for d in DIRECTIONS for k in ("r1", "r10", "mean_rank"))) for r in order))
+    return Table(
+        ("run", "system", "training runs", *(f"{d} {k}" for d in DIRECTIONS for k in ("R@1", "R@10", "mean rank"))),
+        tuple(
+            (
+                _label(r, labels),
+                runs[r]["system"],
+                str(_units(runs[r])),
+                *(_cell(runs[r], d, k) for d in DIRECTIONS for k in ("r1", "r10", "mean_rank")),
+            )
+            for r in order
+        ),
+    )
 
 
 def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Block]:
@@ -133,15 +160,37 @@ def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Blo
     rows = []
     for r in sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in DIRECTIONS)):
         h = hub[r]["hubness"]
-        r1 = [" / ".join(f"{v:.1f}" for v in (hub[r][d]["r1"], h["inverted_softmax_inductive"][d]["r1"],
-                                                h["csls_inductive"][d]["r1"])) for d in DIRECTIONS]
-        rows.append((_label(r, labels), *(x for d in DIRECTIONS for x in (f"{h[d]['skewness']:.2f}", f"{h[d]['never']:.0f}")),
-                     *r1))
-    return [f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
-            "R@1 under the two *inductive* corrections (banks from the training split, parameters chosen on "
-            "validation). Paired CIs and the transductive protocol are in the results report.",
-            Table(("run", "annotation skew", "annotation never %", "search skew", "search never %",
-                   "annotation R@1: plain / inv. softmax / CSLS", "search R@1: plain / inv. softmax / CSLS"), tuple(rows))]
+        r1 = [
+            " / ".join(
+                f"{v:.1f}"
+                for v in (hub[r][d]["r1"], h["inverted_softmax_inductive"][d]["r1"], h["csls_inductive"][d]["r1"])
+            )
+            for d in DIRECTIONS
+        ]
+        rows.append(
+            (
+                _label(r, labels),
+                *(x for d in DIRECTIONS for x in (f"{h[d]['skewness']:.2f}", f"{h[d]['never']:.0f}")),
+                *r1,
+            )
+        )
+    return [
+        f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
+        "R@1 under the two *inductive* corrections (banks from the training split, parameters chosen on "
+        "validation). Paired CIs and the transductive protocol are in the results report.",
+        Table(
+            (
+                "run",
+                "annotation skew",
+                "annotation never %",
+                "search skew",
+                "search never %",
+                "annotation R@1: plain / inv. softmax / CSLS",
+                "search R@1: plain / inv. softmax / CSLS",
+            ),
+            tuple(rows),
+        ),
+    ]
 
 
 def captions(folder: Path) -> Table:
@@ -151,9 +200,16 @@ def captions(folder: Path) -> Table:
         if p.name == "metrics.json" or not p.name.startswith(("captions", "transfer_")):
             continue
         c = read_json(p)
-        rows += [(f"`{c['run']}` {p.stem}", task, str(len(c["seeds"])),
-                  *(f"{100 * c[task][k]:.1f}" for k in ("bleu4", "meteor", "rouge_l", "cider")))
-                 for task in ("captioning", "paraphrasing") if task in c]
+        rows += [
+            (
+                f"`{c['run']}` {p.stem}",
+                task,
+                str(len(c["seeds"])),
+                *(f"{100 * c[task][k]:.1f}" for k in ("bleu4", "meteor", "rouge_l", "cider")),
+            )
+            for task in ("captioning", "paraphrasing")
+            if task in c
+        ]
     return Table(("run, output", "task", "seeds", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D"), tuple(rows))
 
 
@@ -179,10 +235,13 @@ def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str], page: str) -
     (best, base), d = pair, verdict_difference(runs, pair)
     if d is None:
         return []
-    return [f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), mean R@1 over the five "
-            f"splits and both training runs: annotation {d['annotation']:+.1f}, image search {d['search']:+.1f} "
-            f"points. The fight report ({page}) gives the three-level bootstrap CIs "
-            "(splits, training runs, queries).", UNCONFIRMED]
+    return [
+        f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), mean R@1 over the five "
+        f"splits and both training runs: annotation {d['annotation']:+.1f}, image search {d['search']:+.1f} "
+        f"points. The fight report ({page}) gives the three-level bootstrap CIs "
+        "(splits, training runs, queries).",
+        UNCONFIRMED,
+    ]
 
 
 def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], labels: dict[str, str]) -> list[Block]:
@@ -202,42 +261,76 @@ def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], lab
         x, y = r1(best, d, corrected), r1(b, d, corrected)
         return "—" if x is None or y is None else f"{x - y:+.1f}"
 
-    return [f"Best fragment recipe (`{best}`) − each baseline of the fight, mean R@1 in points; \"corrected\": both "
-            "runs' scores under the inverted softmax with training-split statistics (docs/evaluation.md, \"Hubness\").",
-            Table(("baseline", "annotation", "search", "annotation, corrected", "search, corrected"),
-                  tuple((_label(b, labels), *(cell(b, d, c) for c in (False, True) for d in DIRECTIONS)) for b in bases))]
+    return [
+        f'Best fragment recipe (`{best}`) − each baseline of the fight, mean R@1 in points; "corrected": both '
+        'runs\' scores under the inverted softmax with training-split statistics (docs/evaluation.md, "Hubness").',
+        Table(
+            ("baseline", "annotation", "search", "annotation, corrected", "search, corrected"),
+            tuple((_label(b, labels), *(cell(b, d, c) for c in (False, True) for d in DIRECTIONS)) for b in bases),
+        ),
+    ]
 
 
 def fusions(folder: Path, params: dict[str, Any]) -> list[Block]:
     """Each late fusion of ``params.yaml: fusion`` built in ``folder`` (fraglib/fusion.py): its weight and
     validation R-sum, its test R@1 and the fusion minus each of its two runs (mean over units)."""
     rows = []
-    for name in (params.get("fusion") or {}):
+    for name in params.get("fusion") or {}:
         f = Path(folder) / name / "metrics.json"
         if not f.exists():
             continue
         m = read_json(f)
         parts = [read_json(Path(folder) / r / "metrics.json") for r in dict.fromkeys(m["runs"])]
-        diff = " / ".join(f"{m['annotation']['r1'] - q['annotation']['r1']:+.1f}, {m['search']['r1'] - q['search']['r1']:+.1f}"
-                          for q in parts)
-        rows.append((f"`{name}`", " + ".join(f"`{r}`" for r in m["runs"]), str(m["weight"]),
-                     f"{m['val_rsum_by_weight'][str(m['weight'])]:.1f}", f"{m['annotation']['r1']:.1f}",
-                     f"{m['search']['r1']:.1f}", diff))
+        diff = " / ".join(
+            f"{m['annotation']['r1'] - q['annotation']['r1']:+.1f}, {m['search']['r1'] - q['search']['r1']:+.1f}"
+            for q in parts
+        )
+        rows.append(
+            (
+                f"`{name}`",
+                " + ".join(f"`{r}`" for r in m["runs"]),
+                str(m["weight"]),
+                f"{m['val_rsum_by_weight'][str(m['weight'])]:.1f}",
+                f"{m['annotation']['r1']:.1f}",
+                f"{m['search']['r1']:.1f}",
+                diff,
+            )
+        )
     if not rows:
         return []
-    return ["Two trained runs' standardised scores summed with the weight `w` of the first chosen on validation "
-            "(docs/systems.md, \"Late fusion\"); a run with itself is the ensemble control. The fight report has the "
-            "paired CIs; not replicated on unused splits.",
-            Table(("fusion", "runs", "w", "validation R-sum", "annotation R@1", "search R@1",
-                   "minus each run (annotation, search)"), tuple(rows))]
+    return [
+        "Two trained runs' standardised scores summed with the weight `w` of the first chosen on validation "
+        '(docs/systems.md, "Late fusion"); a run with itself is the ensemble control. The fight report has the '
+        "paired CIs; not replicated on unused splits.",
+        Table(
+            (
+                "fusion",
+                "runs",
+                "w",
+                "validation R-sum",
+                "annotation R@1",
+                "search R@1",
+                "minus each run (annotation, search)",
+            ),
+            tuple(rows),
+        ),
+    ]
 
 
 # ----------------------------------------------------------------------------- the papers' tables
-SOCHER_TASKS = (("similarity", "sentence_similarity", "sentence similarity"), ("search", "image_search", "image search"),
-                ("annotation", "describing_images", "describing images"))
-SOCHER_MEAN_RANK = (("margin", "pascal1k_mean_rank", "Table 1 (margin loss, inner product): mean rank, ours (paper)"),
-                    ("squared", "pascal1k_mean_rank_squared_loss_euclidean",
-                     "Table 2 (squared loss, Euclidean distance): mean rank, ours (paper)"))
+SOCHER_TASKS = (
+    ("similarity", "sentence_similarity", "sentence similarity"),
+    ("search", "image_search", "image search"),
+    ("annotation", "describing_images", "describing images"),
+)
+SOCHER_MEAN_RANK = (
+    ("margin", "pascal1k_mean_rank", "Table 1 (margin loss, inner product): mean rank, ours (paper)"),
+    (
+        "squared",
+        "pascal1k_mean_rank_squared_loss_euclidean",
+        "Table 2 (squared loss, Euclidean distance): mean rank, ours (paper)",
+    ),
+)
 
 
 def _socher_mean_rank(runs: dict[str, dict[str, Any]], rows: list[tuple[str, str]], paper: dict[str, Any]) -> Table:
@@ -247,8 +340,11 @@ def _socher_mean_rank(runs: dict[str, dict[str, Any]], rows: list[tuple[str, str
     def cell(run: str, ours: str, theirs: str, row: str) -> str:
         v, ref = (runs[run].get(ours) or {}).get("mean_rank"), paper[theirs].get(row)
         return ("—" if v is None else f"{v:.1f}") + f" ({'—' if ref is None else f'{ref:g}'})"
-    return Table(("paper row", "run", *(t[2] for t in tasks)),
-                 tuple((row, f"`{run}`", *(cell(run, o, t, row) for o, t, _ in tasks)) for row, run in rows))
+
+    return Table(
+        ("paper row", "run", *(t[2] for t in tasks)),
+        tuple((row, f"`{run}`", *(cell(run, o, t, row) for o, t, _ in tasks)) for row, run in rows),
+    )
 
 
 def socher(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[Block]:
@@ -266,13 +362,29 @@ def socher(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[Bloc
     rows = [(row, run) for row, run in (maps.get("margin") or {}).items() if run in runs and row in rec["image_search"]]
     if rows:
         keys = ("r1", "r5", "r10", "mean_rank")
-        cell = lambda m, ref: (" / ".join(f"{m[k]:.1f}" for k in keys)            # noqa: E731
-                               + " (" + " / ".join(f"{ref[k]:g}" for k in keys) + ")")
-        out += ["Socher et al. 2014, Table 3 (margin loss): R@1 / R@5 / R@10 / mean rank, ours (paper):",
-                Table(("paper row", "run", "image search", "describing images"),
-                      tuple((row, f"`{run}`", *(cell(runs[run][o], rec[t][row]) for o, t in
-                                                (("search", "image_search"), ("annotation", "describing_images"))))
-                            for row, run in rows))]
+        cell = lambda m, ref: (
+            " / ".join(f"{m[k]:.1f}" for k in keys)  # noqa: E731
+            + " ("
+            + " / ".join(f"{ref[k]:g}" for k in keys)
+            + ")"
+        )
+        out += [
+            "Socher et al. 2014, Table 3 (margin loss): R@1 / R@5 / R@10 / mean rank, ours (paper):",
+            Table(
+                ("paper row", "run", "image search", "describing images"),
+                tuple(
+                    (
+                        row,
+                        f"`{run}`",
+                        *(
+                            cell(runs[run][o], rec[t][row])
+                            for o, t in (("search", "image_search"), ("annotation", "describing_images"))
+                        ),
+                    )
+                    for row, run in rows
+                ),
+            ),
+        ]
     return out
 
 
@@ -285,14 +397,22 @@ def peri(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[Block]
     rows = [r for r in thesis if r in runs]
     if not rows:
         return []
-    fmt = lambda m: " / ".join(f"{m[k]:.1f}" for k in ("r1", "r5", "r10"))     # noqa: E731
+    fmt = lambda m: " / ".join(f"{m[k]:.1f}" for k in ("r1", "r5", "r10"))  # noqa: E731
 
     def cells(r: str) -> list[str]:
         ref = paper.get(thesis[r])
-        return [fmt(runs[r][d]) + (f" ({fmt(ref[k])})" if ref else "") for d, k in (("annotation", "i2t"), ("search", "t2i"))]
-    return ["Peri 2018: R@1 / R@5 / R@10, ours (the thesis on Flickr30K, 1,000 test images):",
-            Table(("run", "Peri's row", "image annotation", "image search"),
-                  tuple((f"`{r}`", thesis[r], *cells(r)) for r in rows))]
+        return [
+            fmt(runs[r][d]) + (f" ({fmt(ref[k])})" if ref else "")
+            for d, k in (("annotation", "i2t"), ("search", "t2i"))
+        ]
+
+    return [
+        "Peri 2018: R@1 / R@5 / R@10, ours (the thesis on Flickr30K, 1,000 test images):",
+        Table(
+            ("run", "Peri's row", "image annotation", "image search"),
+            tuple((f"`{r}`", thesis[r], *cells(r)) for r in rows),
+        ),
+    ]
 
 
 def peri_captions(folder: Path, params: dict[str, Any]) -> list[Block]:
@@ -308,16 +428,28 @@ def peri_captions(folder: Path, params: dict[str, Any]) -> list[Block]:
             continue
         c = read_json(p)
         ref = "stt_att_1024" if entry.get("similarity") == "attention" else "stt_1024"
-        rows += [(f"`{p.parent.name}`", task, ref, *(f"{100 * c[task][k]:.1f} ({100 * paper[f'{task}_flickr30k'][ref][key]:.1f})"
-                                                      for k, key in (("bleu4", "b4"), ("meteor", "meteor"), ("cider", "cider"))))
-                 for task in ("captioning", "paraphrasing") if task in c and ref in paper.get(f"{task}_flickr30k", {})]
+        rows += [
+            (
+                f"`{p.parent.name}`",
+                task,
+                ref,
+                *(
+                    f"{100 * c[task][k]:.1f} ({100 * paper[f'{task}_flickr30k'][ref][key]:.1f})"
+                    for k, key in (("bleu4", "b4"), ("meteor", "meteor"), ("cider", "cider"))
+                ),
+            )
+            for task in ("captioning", "paraphrasing")
+            if task in c and ref in paper.get(f"{task}_flickr30k", {})
+        ]
     if not rows:
         return []
-    return ["Peri 2018, captions: ours (the thesis on Flickr30K); BLEU-4 / METEOR / CIDEr-D × 100:",
-            Table(("run", "task", "Peri's row", "BLEU-4", "METEOR", "CIDEr-D"), tuple(rows))]
+    return [
+        "Peri 2018, captions: ours (the thesis on Flickr30K); BLEU-4 / METEOR / CIDEr-D × 100:",
+        Table(("run", "task", "Peri's row", "BLEU-4", "METEOR", "CIDEr-D"), tuple(rows)),
+    ]
 
 
-PAPERS_DATASET = "pascal1k"          # the data Socher et al. and Peri printed the tables beside ours on
+PAPERS_DATASET = "pascal1k"  # the data Socher et al. and Peri printed the tables beside ours on
 
 
 def papers(folder: Path, dataset: str, params: dict[str, Any]) -> list[tuple[str, list[Block]]]:
@@ -325,8 +457,10 @@ def papers(folder: Path, dataset: str, params: dict[str, Any]) -> list[tuple[str
     for the runs in ``folder``, when their ``dataset`` is the one the papers printed theirs on; those with blocks."""
     if dataset != PAPERS_DATASET:
         return []
-    parts = (("Socher et al. 2014 beside the paper", socher(study_runs(folder), params)),
-             ("Peri 2018 beside the thesis", peri(retrieval_runs(folder, params), params) + peri_captions(folder, params)))
+    parts = (
+        ("Socher et al. 2014 beside the paper", socher(study_runs(folder), params)),
+        ("Peri 2018 beside the thesis", peri(retrieval_runs(folder, params), params) + peri_captions(folder, params)),
+    )
     return [(title, blocks) for title, blocks in parts if blocks]
 
 
@@ -349,10 +483,18 @@ def working_forms(folders: list[Path], params: dict[str, Any]) -> list[Block]:
     for before, after in pairs.items():
         if before in found and after in found:
             (mb, db), (ma, da) = found[before], found[after]
-            rows.append((f"`{before}` → `{after}`", f"{len(mb.get('best_epoch', {}))} → {len(ma.get('best_epoch', {}))}",
-                         *(f"{mb[d]['r1']:.1f} → {ma[d]['r1']:.1f}" for d in DIRECTIONS), f"{cider(db)} → {cider(da)}"))
+            rows.append(
+                (
+                    f"`{before}` → `{after}`",
+                    f"{len(mb.get('best_epoch', {}))} → {len(ma.get('best_epoch', {}))}",
+                    *(f"{mb[d]['r1']:.1f} → {ma[d]['r1']:.1f}" for d in DIRECTIONS),
+                    f"{cider(db)} → {cider(da)}",
+                )
+            )
     if not rows:
         return []
-    return ["Peri's systems, the form that collapses here → the working form (docs/systems.md, "
-            "system `vse`; chosen on Pascal1K validation), test R@1 in % (mean over training runs):",
-            Table(("runs", "training runs", "annotation R@1", "search R@1", "captions CIDEr-D"), tuple(rows))]
+    return [
+        "Peri's systems, the form that collapses here → the working form (docs/systems.md, "
+        "system `vse`; chosen on Pascal1K validation), test R@1 in % (mean over training runs):",
+        Table(("runs", "training runs", "annotation R@1", "search R@1", "captions CIDEr-D"), tuple(rows)),
+    ]

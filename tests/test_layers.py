@@ -1,5 +1,6 @@
 """The package's layers: every module imports only its own layer or those below, with no circle — function-local
 imports included (a static scan of every import statement). The table is docs/architecture.md's."""
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,19 @@ PKG = ROOT / "fraglib"
 
 # bottom first; a module belongs to the last layer whose prefix names it (its own name or a package above it)
 LAYERS = (
-    ("core", ("fraglib", "fraglib.config", "fraglib.outputs", "fraglib.device", "fraglib.reference", "fraglib.plots",
-              "fraglib.batches", "fraglib.notebook")),
+    (
+        "core",
+        (
+            "fraglib",
+            "fraglib.config",
+            "fraglib.outputs",
+            "fraglib.device",
+            "fraglib.reference",
+            "fraglib.plots",
+            "fraglib.batches",
+            "fraglib.notebook",
+        ),
+    ),
     ("metrics", ("fraglib.metrics", "fraglib.hubness", "fraglib.distributed")),
     ("data", ("fraglib.data",)),
     ("text, vision", ("fraglib.text", "fraglib.vision")),
@@ -24,10 +36,22 @@ LAYERS = (
     ("inputs", ("fraglib.inputs", "fraglib.checkpoint")),
     ("evaluate", ("fraglib.evaluate",)),
     ("train", ("fraglib.train",)),
-    ("experiment", ("fraglib.params", "fraglib.study", "fraglib.search", "fraglib.fusion", "fraglib.captions",
-                    "fraglib.alignment", "fraglib.rerun")),
-    ("report", ("fraglib.results", "fraglib.studies", "fraglib.tables", "fraglib.summary", "fraglib.index",
-                "fraglib.reports")),
+    (
+        "experiment",
+        (
+            "fraglib.params",
+            "fraglib.study",
+            "fraglib.search",
+            "fraglib.fusion",
+            "fraglib.captions",
+            "fraglib.alignment",
+            "fraglib.rerun",
+        ),
+    ),
+    (
+        "report",
+        ("fraglib.results", "fraglib.studies", "fraglib.tables", "fraglib.summary", "fraglib.index", "fraglib.reports"),
+    ),
     ("bench", ("fraglib.bench",)),
 )
 
@@ -84,8 +108,12 @@ def _has_layer(m: str) -> bool:
 
 def test_imports_go_down_only():
     """No module imports a layer above its own (the layer test's output lists each offending arrow)."""
-    up = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
-          for m, targets in graph().items() for t in sorted(targets) if layer_of(t) > layer_of(m)]
+    up = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+        for m, targets in graph().items()
+        for t in sorted(targets)
+        if layer_of(t) > layer_of(m)
+    ]
     assert not up, "imports that climb a layer:\n" + "\n".join(up)
 
 
@@ -133,8 +161,10 @@ def test_the_architecture_page_lists_the_layers_of_this_test():
 
 def test_data_stages_start_without_the_training_stack():
     """Generating images, parsing text and extracting features import neither the systems nor the trainer."""
-    code = ("import sys, fraglib.data.synthetic, fraglib.data.__main__, fraglib.text.build, fraglib.vision.features;"
-            "print(sorted(m for m in sys.modules if m.startswith(('fraglib.systems', 'fraglib.train', 'fraglib.params',"
-            " 'fraglib.evaluate', 'fraglib.inputs'))))")
+    code = (
+        "import sys, fraglib.data.synthetic, fraglib.data.__main__, fraglib.text.build, fraglib.vision.features;"
+        "print(sorted(m for m in sys.modules if m.startswith(('fraglib.systems', 'fraglib.train', 'fraglib.params',"
+        " 'fraglib.evaluate', 'fraglib.inputs'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out

@@ -1,4 +1,5 @@
 """Every notebook executes top to bottom with tiny parameters (papermill, kernel `fraglib`)."""
+
 import json
 import re
 from pathlib import Path
@@ -17,21 +18,48 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
     table = {
         "data_report": {"data_dir": str(synth), "n_show": 3, "sample_seed": 1},
         "text_report": {"dataset_dir": str(synth), "published_key": "pascal1k", "n_examples": 2},
-        "vision_report": {"dataset_dir": str(synth), "features_dir": str(synth / "features"),
-                          "truth_file": str(synth / "ground_truth.json"), "n_show": 2},
-        "training_report": {"run_dir": str(runs / "full"), "dataset_dir": str(synth),
-                            "truth_file": str(synth / "ground_truth.json"), "search_table": str(runs / "search.csv"),
-                            "n_boot": 50},
-        "fight_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "params_file": str(runs / "params.yaml"),
-                         "n_boot": 50, "fight": {"ladder": ["random", "full"], "baselines": ["devise", "dtrnn", "not_run"],
-                                                 "searches": [str(runs / "search.csv"), "missing.csv"],
-                                                 "fusions": ["fz", "not_fused"],
-                                                 "attempts": [str(runs / "search.csv"), "missing.csv"]}},
-        "text_only_report": {"runs": {"Tiny": str(runs / "text_only" / "a"), "Other": str(runs / "text_only" / "b")},
-                             "conversion_file": "", "n_examples": 2},
-        "results_report": {"runs_dir": str(runs), "dataset_dir": str(synth), "truth_file": str(synth / "ground_truth.json"),
-                           "params_file": str(runs / "params.yaml"), "breakdown_runs": ["devise"], "n_boot": 50,
-                           "n_examples": 1, "parse_file": str(synth / "parse.conllu"), "published_dataset": "pascal1k"},
+        "vision_report": {
+            "dataset_dir": str(synth),
+            "features_dir": str(synth / "features"),
+            "truth_file": str(synth / "ground_truth.json"),
+            "n_show": 2,
+        },
+        "training_report": {
+            "run_dir": str(runs / "full"),
+            "dataset_dir": str(synth),
+            "truth_file": str(synth / "ground_truth.json"),
+            "search_table": str(runs / "search.csv"),
+            "n_boot": 50,
+        },
+        "fight_report": {
+            "runs_dir": str(runs),
+            "dataset_dir": str(synth),
+            "params_file": str(runs / "params.yaml"),
+            "n_boot": 50,
+            "fight": {
+                "ladder": ["random", "full"],
+                "baselines": ["devise", "dtrnn", "not_run"],
+                "searches": [str(runs / "search.csv"), "missing.csv"],
+                "fusions": ["fz", "not_fused"],
+                "attempts": [str(runs / "search.csv"), "missing.csv"],
+            },
+        },
+        "text_only_report": {
+            "runs": {"Tiny": str(runs / "text_only" / "a"), "Other": str(runs / "text_only" / "b")},
+            "conversion_file": "",
+            "n_examples": 2,
+        },
+        "results_report": {
+            "runs_dir": str(runs),
+            "dataset_dir": str(synth),
+            "truth_file": str(synth / "ground_truth.json"),
+            "params_file": str(runs / "params.yaml"),
+            "breakdown_runs": ["devise"],
+            "n_boot": 50,
+            "n_examples": 1,
+            "parse_file": str(synth / "parse.conllu"),
+            "published_dataset": "pascal1k",
+        },
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
     return table[name]
@@ -49,11 +77,21 @@ def text_only_runs(synth: Path, runs: Path) -> None:
     a = runs / "text_only" / "a"
     if (a / "transfer_other.json").exists():
         return
-    run_study(DataPaths(synth), "stt_text", tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0,
-                                                            "lambda_sim": 0.0}), a)
+    run_study(
+        DataPaths(synth),
+        "stt_text",
+        tiny_params(stt_text={"system": "stt", "images": "none", "lambda_ic": 0.0, "lambda_sim": 0.0}),
+        a,
+    )
     run_captions(a, n_boot=10)
-    run_captions(a, n_boot=10, paths=DataPaths(synth), parse_file=str(synth / "parse.conllu"), images="none",
-                 name="transfer_other")
+    run_captions(
+        a,
+        n_boot=10,
+        paths=DataPaths(synth),
+        parse_file=str(synth / "parse.conllu"),
+        images="none",
+        name="transfer_other",
+    )
 
 
 @pytest.mark.slow
@@ -69,8 +107,12 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
 
         fuse_runs(tiny_study / "full", tiny_study / "devise", tiny_study / "fz", weights=(0.0, 0.5, 1.0), n_boot=20)
     monkeypatch.chdir(ROOT)
-    html = run_notebook(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.html",
-                        tiny_parameters(name, synth, tiny_study), executed=tmp_path / f"{name}.ipynb")
+    html = run_notebook(
+        ROOT / "notebooks" / f"{name}.ipynb",
+        tmp_path / f"{name}.html",
+        tiny_parameters(name, synth, tiny_study),
+        executed=tmp_path / f"{name}.ipynb",
+    )
     nb = json.loads((tmp_path / f"{name}.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]
@@ -91,9 +133,13 @@ def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_f
 
     assert project_root(ROOT / "notebooks") == ROOT
     monkeypatch.chdir(ROOT / "notebooks")
-    rel = os.path.relpath(tiny_full, ROOT)          # relative to the root, not to notebooks/
-    run_notebook(ROOT / "notebooks" / "data_report.ipynb", tmp_path / "d.html", {"data_dir": rel, "n_show": 2},
-                 executed=tmp_path / "d.ipynb")
+    rel = os.path.relpath(tiny_full, ROOT)  # relative to the root, not to notebooks/
+    run_notebook(
+        ROOT / "notebooks" / "data_report.ipynb",
+        tmp_path / "d.html",
+        {"data_dir": rel, "n_show": 2},
+        executed=tmp_path / "d.ipynb",
+    )
     nb = json.loads((tmp_path / "d.ipynb").read_text())
     assert not [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"] if o["output_type"] == "error"]
 
@@ -106,11 +152,17 @@ def test_the_fight_report_without_runs_names_the_command_that_builds_them(tiny_s
 
     monkeypatch.chdir(ROOT)
     (tmp_path / "runs").mkdir()
-    with pytest.raises(pm.PapermillExecutionError, match=r"MissingResults.*no run of the ladder .* build them with "
-                                                         r"`dvc repro studies/pascal1k/dvc.yaml`"):
-        run_notebook(ROOT / "notebooks" / "fight_report.ipynb", tmp_path / "f.html",
-                     {"runs_dir": str(tmp_path / "runs"), "params_file": str(tiny_study / "params.yaml")},
-                     executed=tmp_path / "f.ipynb")
+    with pytest.raises(
+        pm.PapermillExecutionError,
+        match=r"MissingResults.*no run of the ladder .* build them with "
+        r"`dvc repro studies/pascal1k/dvc.yaml`",
+    ):
+        run_notebook(
+            ROOT / "notebooks" / "fight_report.ipynb",
+            tmp_path / "f.html",
+            {"runs_dir": str(tmp_path / "runs"), "params_file": str(tiny_study / "params.yaml")},
+            executed=tmp_path / "f.ipynb",
+        )
 
 
 @pytest.mark.slow
@@ -121,9 +173,13 @@ def test_a_failed_notebook_never_leaves_a_page_that_looks_current(tmp_path):
 
     from fraglib.notebook import run_notebook
 
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
-    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("raise ValueError(f'no usable data, x={x}')")]
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
+    )
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("raise ValueError(f'no usable data, x={x}')"),
+    ]
     nbformat.write(nb, tmp_path / "n.ipynb")
     html = tmp_path / "n.html"
     html.write_text("<p>yesterday's results</p>")
@@ -139,10 +195,11 @@ def test_report_template_loads_nothing_remote():
 
     from fraglib.notebook import render_html
 
-    assert REMOTE.findall('<script src="https://cdnjs.cloudflare.com/x.js"></script>')   # the check can fail
+    assert REMOTE.findall('<script src="https://cdnjs.cloudflare.com/x.js"></script>')  # the check can fail
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("1 + 1")]
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         nbformat.write(nb, f"{d}/n.ipynb")
         page = render_html(f"{d}/n.ipynb", f"{d}/n.html").read_text()
@@ -173,9 +230,13 @@ def test_every_notebook_names_the_command_that_builds_its_inputs():
     executed for the fight report above)."""
     for name in NOTEBOOKS:
         cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
-        code = [c for c in cells if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
+        code = [
+            c for c in cells if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])
+        ]
         first = "".join(code[0]["source"])
-        assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(r"dvc repro|make \w+|study_command\(", first), name
+        assert re.search(r"needs\(|raise FileNotFoundError", first) and re.search(
+            r"dvc repro|make \w+|study_command\(", first
+        ), name
 
 
 def test_large_figures_are_reencoded_for_the_page():
@@ -194,11 +255,18 @@ def test_large_figures_are_reencoded_for_the_page():
     small = io.BytesIO()
     noise.resize((40, 12)).save(small, format="PNG")
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output(
-        "display_data", data={"image/png": base64.b64encode(b.getvalue()).decode()})]) for b in (buf, small)]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "x",
+            outputs=[
+                nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(b.getvalue()).decode()})
+            ],
+        )
+        for b in (buf, small)
+    ]
     saved = shrink_images(nb)
     big, tiny = (c.outputs[0]["data"] for c in nb.cells)
-    assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny        # small figures stay PNG
+    assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny  # small figures stay PNG
     out = Image.open(io.BytesIO(base64.b64decode(big["image/jpeg"])))
     assert out.width == 1000 and saved > 0
 
@@ -223,7 +291,8 @@ def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():
         "except nbformat.ValidationError:\n"
         "    pass\n"
         "assert 'jsonschema' in sys.modules and sys.modules.get('rfc3987_syntax') is None\n"
-        "assert 'lark' not in sys.modules\n")
+        "assert 'lark' not in sys.modules\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
 
@@ -238,8 +307,13 @@ def test_the_page_and_executed_notebook_are_written_atomically(tmp_path, monkeyp
 
     from fraglib.notebook import run_notebook
 
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
-    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}), nbformat.v4.new_code_cell("print(x * 2)")]
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
+    )
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print(x * 2)"),
+    ]
     nbformat.write(nb, tmp_path / "n.ipynb")
     renamed = []
     real = os.replace

@@ -1,4 +1,5 @@
 """`make reports` (fraglib.reports): every page from what git holds, on a copy of the tracked files alone."""
+
 import json
 import re
 import shutil
@@ -16,15 +17,22 @@ def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
     from fraglib.reports import report_pages
 
     pages = {p.html: p for p in report_pages(ROOT)}
-    assert {"reports/results_report.html", "reports/pascal1k/fight_report.html",
-            "reports/synthetic_extended/results_report.html", "reports/flickr8k/text_only_report.html"} <= set(pages)
+    assert {
+        "reports/results_report.html",
+        "reports/pascal1k/fight_report.html",
+        "reports/synthetic_extended/results_report.html",
+        "reports/flickr8k/text_only_report.html",
+    } <= set(pages)
     fight = pages["reports/pascal1k/fight_report.html"]
     assert fight.stage == "studies/pascal1k/dvc.yaml:fight_report"
-    assert fight.parameters == {"runs_dir": "runs/pascal1k", "dataset_dir": "data/pascal1k/split{seed}"}   # lists: params.yaml
+    assert fight.parameters == {
+        "runs_dir": "runs/pascal1k",
+        "dataset_dir": "data/pascal1k/split{seed}",
+    }  # lists: params.yaml
     assert fight.executed == "reports/pascal1k/executed/fight_report.ipynb"
     both = pages["reports/synthetic_extended/results_report.html"].parameters
-    assert both["runs_dir"] == ["runs/synthetic", "runs/synthetic_extended"]          # a YAML list on the command line
-    assert isinstance(pages["reports/results_report.html"].parameters["n_examples"], int)   # ${…}, resolved
+    assert both["runs_dir"] == ["runs/synthetic", "runs/synthetic_extended"]  # a YAML list on the command line
+    assert isinstance(pages["reports/results_report.html"].parameters["n_examples"], int)  # ${…}, resolved
 
 
 def test_study_command_names_the_pipeline_of_a_path():
@@ -45,7 +53,7 @@ def _tracked_copy(dest: Path) -> Path:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)      # DVC wants a repository; provenance reads it
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)  # DVC wants a repository; provenance reads it
     return dest
 
 
@@ -59,23 +67,33 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     data pages keep their committed version and name the command that builds their inputs."""
     copy = _tracked_copy(tmp_path / "clone")
     before = {p: p.read_bytes() for p in (copy / "reports").rglob("*.html")}
-    out = subprocess.run([sys.executable, "-m", "fraglib.reports", "--no-index"], cwd=copy, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "fraglib.reports", "--no-index"], cwd=copy, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    status = {line.split()[1]: line.split()[0] for line in out.stdout.splitlines()
-              if line.split() and line.split()[0] in ("rendered", "kept", "failed")}
+    status = {
+        line.split()[1]: line.split()[0]
+        for line in out.stdout.splitlines()
+        if line.split() and line.split()[0] in ("rendered", "kept", "failed")
+    }
     assert status["reports/results_report.html"] == "rendered"
     assert status["reports/training_report.html"] == "rendered"
     assert status["reports/flickr8k/text_only_report.html"] == "rendered"
     fight = yaml.safe_load((copy / "params.yaml").read_text())["results_report"]["fight"]
-    summary_only = [r for r in fight["ladder"] + fight["baselines"]
-                    if (copy / "runs/pascal1k" / r / "metrics.json").exists() and not (copy / "runs/pascal1k" / r / "seeds").is_dir()]
-    if summary_only:          # the fight compares every run it names: never a page over a subset of them
+    summary_only = [
+        r
+        for r in fight["ladder"] + fight["baselines"]
+        if (copy / "runs/pascal1k" / r / "metrics.json").exists()
+        and not (copy / "runs/pascal1k" / r / "seeds").is_dir()
+    ]
+    if summary_only:  # the fight compares every run it names: never a page over a subset of them
         assert status["reports/pascal1k/fight_report.html"] == "kept"
-        assert (copy / "reports/pascal1k/fight_report.html").read_bytes() == before[copy / "reports/pascal1k/fight_report.html"]
+        assert (copy / "reports/pascal1k/fight_report.html").read_bytes() == before[
+            copy / "reports/pascal1k/fight_report.html"
+        ]
     else:
         assert status["reports/pascal1k/fight_report.html"] == "rendered"
-    for page in ("reports/data_report.html", "reports/vision_report.html"):        # about data a clone lacks
+    for page in ("reports/data_report.html", "reports/vision_report.html"):  # about data a clone lacks
         assert status[page] == "kept" and (copy / page).read_bytes() == before[copy / page]
         assert "dvc repro" in out.stdout
     # headline numbers: every run's R@1 mean ± sd, both directions, as metrics.json has them
@@ -88,7 +106,7 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
             continue
         for d in ("annotation", "search"):
             assert f"{s[d]['r1']:.1f} ± {s[d + '_sd']['r1']:.1f}" in page, (m.parent.name, d)
-    assert "builds them" in page            # the sections that need checkpoints say which command brings them
+    assert "builds them" in page  # the sections that need checkpoints say which command brings them
     full = json.loads((copy / "runs/synthetic/full/metrics.json").read_text())
     training = _cells((copy / "reports/training_report.html").read_text())
     assert f"annotation: R@1 {full['annotation']['r1']:.1f} ± {full['annotation_sd']['r1']:.1f}" in training
@@ -118,7 +136,7 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     write = pathlib.Path.write_bytes
 
     def full(self, data):
-        write(self, data[:len(data) // 2])
+        write(self, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device", str(self))
 
     with monkeypatch.context() as m:

@@ -1,4 +1,5 @@
 """Study summaries, paired differences, the index page."""
+
 import json
 import re
 from pathlib import Path
@@ -6,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_eval
 from fraglib.inputs import DataPaths
 from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
 from fraglib.tables import markdown
+
+from conftest import ROOT, tiny_eval
 
 
 def _pipelines(dest: Path) -> Path:
@@ -21,7 +23,7 @@ def _pipelines(dest: Path) -> Path:
 
 
 def test_paired_difference_by_hand():
-    a = np.array([[1, 1, 5, 20], [1, 2, 5, 20]])   # seeds x queries
+    a = np.array([[1, 1, 5, 20], [1, 2, 5, 20]])  # seeds x queries
     b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
     r = paired_difference(a, b, "r1", n_boot=200)
     # R@1: a = 50% and 25%, b = 25% and 0% -> difference 25 points for both seeds
@@ -38,13 +40,17 @@ def test_paired_differences_use_the_seeds_both_runs_have():
 
     a = np.array([[1, 1, 5, 20], [1, 2, 5, 20], [9, 9, 9, 9]])
     b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
-    study = {"big": {"units": ["0", "1", "2"], "groups": [0, 1, 2], "ranks": {"annotation": a}},
-             "small": {"units": ["1", "0"], "groups": [1, 0], "ranks": {"annotation": b[::-1]}}}   # rows swapped
+    study = {
+        "big": {"units": ["0", "1", "2"], "groups": [0, 1, 2], "ranks": {"annotation": a}},
+        "small": {"units": ["1", "0"], "groups": [1, 0], "ranks": {"annotation": b[::-1]}},
+    }  # rows swapped
     d = paired_differences(study, [("big", "small")], tasks=("annotation",), metrics=("r1",), n_boot=100)
-    assert d["n_seeds"].tolist() == [2] and d["diff"].tolist() == [pytest.approx(25.0)]   # seed 2 left out
+    assert d["n_seeds"].tolist() == [2] and d["diff"].tolist() == [pytest.approx(25.0)]  # seed 2 left out
     with pytest.raises(ValueError, match="share no seed"):
-        paired_differences({"x": {"units": ["3"], "groups": [3], "ranks": {}},
-                            "y": {"units": ["4"], "groups": [4], "ranks": {}}}, [("x", "y")])
+        paired_differences(
+            {"x": {"units": ["3"], "groups": [3], "ranks": {}}, "y": {"units": ["4"], "groups": [4], "ranks": {}}},
+            [("x", "y")],
+        )
 
 
 def test_bootstrap_draws_stay_inside_the_drawn_group():
@@ -53,7 +59,7 @@ def test_bootstrap_draws_stay_inside_the_drawn_group():
     groups = np.array([7, 7, 9, 9, 9])
     units, queries = bootstrap_draws(groups, n_queries=4, n_boot=200, seed=1)
     assert units.shape == (200, 2, 3) and queries.shape == (200, 2, 4)
-    assert (groups[units] == groups[units[:, :, :1]]).all()          # one group per slot
+    assert (groups[units] == groups[units[:, :, :1]]).all()  # one group per slot
     assert set(np.unique(units)) == {0, 1, 2, 3, 4} and queries.max() == 3
 
 
@@ -106,24 +112,36 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     from fraglib.data import Dataset, write_karpathy_json
     from fraglib.results import breakdown
 
-    images = [{"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
-              {"imgid": 1, "filename": "b.jpg", "split": "test", "category": "dog"},
-              {"imgid": 2, "filename": "c.jpg", "split": "test", "category": "cat"}]
+    images = [
+        {"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
+        {"imgid": 1, "filename": "b.jpg", "split": "test", "category": "dog"},
+        {"imgid": 2, "filename": "c.jpg", "split": "test", "category": "cat"},
+    ]
     toks = lambda n: ["w"] * n
-    sentences = [{"sentid": 0, "imgid": 0, "raw": "", "tokens": toks(5)},
-                 {"sentid": 1, "imgid": 1, "raw": "", "tokens": toks(5)},     # dog, <= 8 words
-                 {"sentid": 2, "imgid": 1, "raw": "", "tokens": toks(20)},    # dog, > 15 words
-                 {"sentid": 3, "imgid": 2, "raw": "", "tokens": toks(7)}]     # cat, <= 8 words
+    sentences = [
+        {"sentid": 0, "imgid": 0, "raw": "", "tokens": toks(5)},
+        {"sentid": 1, "imgid": 1, "raw": "", "tokens": toks(5)},  # dog, <= 8 words
+        {"sentid": 2, "imgid": 1, "raw": "", "tokens": toks(20)},  # dog, > 15 words
+        {"sentid": 3, "imgid": 2, "raw": "", "tokens": toks(7)},
+    ]  # cat, <= 8 words
     for seed in (0, 1):
         write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
-    study = {"full": {"seeds": [0, 1], "units": ["0", "1"], "groups": [0, 1], "ranks": {
-        "annotation": np.array([[1, 3], [1, 1]]),        # images 1 (dog), 2 (cat)
-        "search": np.array([[1, 2, 1], [2, 2, 1]])}}}     # sentences 1, 2, 3
+    study = {
+        "full": {
+            "seeds": [0, 1],
+            "units": ["0", "1"],
+            "groups": [0, 1],
+            "ranks": {
+                "annotation": np.array([[1, 3], [1, 1]]),  # images 1 (dog), 2 (cat)
+                "search": np.array([[1, 2, 1], [2, 2, 1]]),
+            },
+        }
+    }  # sentences 1, 2, 3
     df = breakdown(study, str(tmp_path / "s{seed}"), ["full"], metric="r1").set_index(["direction", "by", "group"])
     assert df.loc[("annotation", "category", "dog"), "value"] == 100.0
-    assert df.loc[("annotation", "category", "cat"), "value"] == 50.0     # seed 0 miss, seed 1 hit
-    assert df.loc[("search", "category", "dog"), "value"] == 25.0         # (50 + 0) / 2
-    assert df.loc[("search", "length", "<= 8 words"), "value"] == 75.0    # (100 + 50) / 2
+    assert df.loc[("annotation", "category", "cat"), "value"] == 50.0  # seed 0 miss, seed 1 hit
+    assert df.loc[("search", "category", "dog"), "value"] == 25.0  # (50 + 0) / 2
+    assert df.loc[("search", "length", "<= 8 words"), "value"] == 75.0  # (100 + 50) / 2
     assert df.loc[("search", "length", "> 15 words"), "value"] == 0.0
     assert df.loc[("search", "category", "dog"), "queries"] == 2
     study["full"]["ranks"]["search"] = study["full"]["ranks"]["search"][:, :2]
@@ -136,8 +154,10 @@ def test_group_differences_by_hand(tmp_path):
     from fraglib.data import Dataset, write_karpathy_json
     from fraglib.results import group_differences
 
-    images = [{"imgid": i, "filename": f"{i}.jpg", "split": "test", "category": c}
-              for i, c in enumerate(["dog", "dog", "cat", "cat"])]
+    images = [
+        {"imgid": i, "filename": f"{i}.jpg", "split": "test", "category": c}
+        for i, c in enumerate(["dog", "dog", "cat", "cat"])
+    ]
     sentences = [{"sentid": i, "imgid": i, "raw": "", "tokens": ["w"]} for i in range(4)]
     for seed in (0, 1):
         write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
@@ -145,10 +165,10 @@ def test_group_differences_by_hand(tmp_path):
     b = {"units": ["0", "1"], "groups": [0, 1], "ranks": {"annotation": np.array([[9, 9, 1, 1], [1, 9, 1, 1]])}}
     df = group_differences({"a": a, "b": b}, str(tmp_path / "s{seed}"), [("a", "b")], metric="r1", n_boot=200)
     df = df.set_index("group")
-    assert df.loc["dog", "diff"] == pytest.approx(50.0)       # split 0: 100 - 0, split 1: 50 - 50
-    assert df.loc["cat", "diff"] == pytest.approx(-75.0)      # split 0: 50 - 100, split 1: 0 - 100
+    assert df.loc["dog", "diff"] == pytest.approx(50.0)  # split 0: 100 - 0, split 1: 50 - 50
+    assert df.loc["cat", "diff"] == pytest.approx(-75.0)  # split 0: 50 - 100, split 1: 0 - 100
     assert df.loc["cat", "lo"] <= -75.0 <= df.loc["cat", "hi"] and df.loc["dog", "queries"] == 2
-    images[3]["category"] = "dog"                              # split 1 no longer stratified
+    images[3]["category"] = "dog"  # split 1 no longer stratified
     write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / "s1" / "dataset.json")
     with pytest.raises(ValueError, match="stratified"):
         group_differences({"a": a, "b": b}, str(tmp_path / "s{seed}"), [("a", "b")], metric="r1", n_boot=10)
@@ -158,11 +178,15 @@ def test_validation_by_split_by_hand(tmp_path):
     """Best validation R-sum per training run; first runs per split, their mean, all runs, the run gap."""
     from fraglib.results import validation_by_split
 
-    rows = {"a": [("0", 1, 10.0), ("0", 2, 30.0), ("0r1", 1, 20.0), ("0r1", 2, 25.0), ("1", 1, 50.0), ("1r1", 1, 40.0)],
-            "b": [("0", 1, 5.0), ("1", 1, 7.0)]}
+    rows = {
+        "a": [("0", 1, 10.0), ("0", 2, 30.0), ("0r1", 1, 20.0), ("0r1", 2, 25.0), ("1", 1, 50.0), ("1r1", 1, 40.0)],
+        "b": [("0", 1, 5.0), ("1", 1, 7.0)],
+    }
     for run, hist in rows.items():
         (tmp_path / run).mkdir()
-        (tmp_path / run / "history.csv").write_text("seed,epoch,val_rsum\n" + "".join(f"{u},{e},{v}\n" for u, e, v in hist))
+        (tmp_path / run / "history.csv").write_text(
+            "seed,epoch,val_rsum\n" + "".join(f"{u},{e},{v}\n" for u, e, v in hist)
+        )
     t = validation_by_split(tmp_path, ["a", "b"], {"a": "A"})
     assert list(t.index) == ["A", "b"] and list(t.columns[:2]) == ["split 0", "split 1"]
     assert t.loc["A", "split 0"] == 30.0 and t.loc["A", "split 1"] == 50.0 and t.loc["A", "first runs"] == 40.0
@@ -176,14 +200,19 @@ def test_rerun_agreement_by_hand():
 
     def run(a1, sd_a1, s1=10.0, sd=1.0):
         flat = {"r1": 50.0, "r5": 70.0, "r10": 80.0}
-        return {"seeds": [0, 1], "annotation": {**flat, "r1": a1}, "search": {**flat, "r1": s1},
-                "annotation_sd": {"r1": sd_a1, "r5": sd, "r10": sd}, "search_sd": {"r1": sd, "r5": sd, "r10": sd}}
+        return {
+            "seeds": [0, 1],
+            "annotation": {**flat, "r1": a1},
+            "search": {**flat, "r1": s1},
+            "annotation_sd": {"r1": sd_a1, "r5": sd, "r10": sd},
+            "search_sd": {"r1": sd, "r5": sd, "r10": sd},
+        }
 
     ref = {"a": run(40.0, 3.0), "b": run(30.0, 4.0)}
-    new = {"a": run(43.0, 3.0), "b": run(30.0, 4.0), "c": run(1.0, 1.0)}      # c: not in the reference
+    new = {"a": run(43.0, 3.0), "b": run(30.0, 4.0), "c": run(1.0, 1.0)}  # c: not in the reference
     rows = {(r["run"], r["direction"], r["metric"]): r for r in agreement(ref, new)}
     assert len(rows) == 12
-    pooled = ((9 + 16) / 2) ** 0.5                                             # RMS of the two runs' sd
+    pooled = ((9 + 16) / 2) ** 0.5  # RMS of the two runs' sd
     assert rows["a", "annotation", "r1"]["z"] == pytest.approx(3.0 / (pooled * (2 / 2) ** 0.5))
     assert rows["a", "annotation", "r1"]["ok"] and rows["b", "annotation", "r1"]["z"] == 0
     rows = agreement(ref, {**new, "a": run(52.0, 3.0)})
@@ -191,37 +220,42 @@ def test_rerun_agreement_by_hand():
     assert [(r["run"], r["metric"]) for r in bad] == [("a", "r1")] and bad[0]["z"] == pytest.approx(12 / pooled)
     with pytest.raises(ValueError, match="no run is in both"):
         agreement(ref, {"z": run(1.0, 1.0)})
-    one = lambda a1: {**run(a1, 0.0), "seeds": [0]}                        # noqa: E731  one training run: sd 0
+    one = lambda a1: {**run(a1, 0.0), "seeds": [0]}  # noqa: E731  one training run: sd 0
     twice = lambda a1: {**run(a1, 3.0), "seeds": [0], "units": ["0", "0r1"]}  # noqa: E731  seed 0 and its replicate
-    rows = {(r["run"], r["direction"], r["metric"]): r
-            for r in agreement({"a": twice(40.0), "o": one(20.0)}, {"a": twice(40.0), "o": one(23.0)})}
-    assert rows["o", "annotation", "r1"]["pooled_sd"] == 3.0                   # the one-run sd (0) is not pooled
-    assert rows["o", "annotation", "r1"]["z"] == pytest.approx(3.0 / (3.0 * 2 ** 0.5))   # n = 1 training run
+    rows = {
+        (r["run"], r["direction"], r["metric"]): r
+        for r in agreement({"a": twice(40.0), "o": one(20.0)}, {"a": twice(40.0), "o": one(23.0)})
+    }
+    assert rows["o", "annotation", "r1"]["pooled_sd"] == 3.0  # the one-run sd (0) is not pooled
+    assert rows["o", "annotation", "r1"]["z"] == pytest.approx(3.0 / (3.0 * 2**0.5))  # n = 1 training run
 
 
 def test_verb_groups_by_hand():
     from fraglib.results import has_verb, verb_groups
     from fraglib.text.parse import Token
 
-    tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")                # noqa: E731
+    tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")  # noqa: E731
     assert has_verb([tok("_", "NN"), tok("_", "VBG")]) and has_verb([tok("VERB", "_")]) and has_verb([tok("AUX", "_")])
     assert not has_verb([tok("_", "NN"), tok("_", "IN")]) and not has_verb([tok("NOUN", "NN")])
 
     has_verb = np.array([1, 1, 1, 0, 0, 0, 0, 1, 1, 0], bool)
     image = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
     got = verb_groups(has_verb, image).tolist()
-    assert got == ["verb, like the others"] * 3 + ["no verb, unlike the others"] \
-        + ["no verb, like the others"] * 3 + ["verb, unlike the others"] + ["verb, unlike the others",
-                                                                            "no verb, unlike the others"]
+    assert got == ["verb, like the others"] * 3 + ["no verb, unlike the others"] + ["no verb, like the others"] * 3 + [
+        "verb, unlike the others"
+    ] + ["verb, unlike the others", "no verb, unlike the others"]
 
 
 def test_paper_table_by_hand():
     from fraglib.results import paper_table
 
-    study = {"a": {"groups": [0, 1], "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}}
+    study = {
+        "a": {"groups": [0, 1], "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}
+    }
     pub = {"image_search": {"bow": 14.6, "dt_rnn": 13.6}, "describing_images": {"bow": 21.1}}
-    t = paper_table(study, {"bow": "a", "dt_rnn": "b"}, pub, ("image_search", "describing_images"),
-                    labels={"a": "run A"}, n_boot=50)
+    t = paper_table(
+        study, {"bow": "a", "dt_rnn": "b"}, pub, ("image_search", "describing_images"), labels={"a": "run A"}, n_boot=50
+    )
     assert list(t.index) == ["bow (run A)", "dt_rnn (b)"]
     assert t.loc["bow (run A)", ("image_search", "mean r", "ours")].startswith("2.0 [")
     # one query per split: the CI comes from resampling the two splits (mean ranks 4 and 6)
@@ -229,9 +263,15 @@ def test_paper_table_by_hand():
     assert t.loc["bow (run A)", ("image_search", "mean r", "paper")] == 14.6
     assert t.loc["dt_rnn (b)", ("image_search", "mean r", "ours")] == "not run"
     assert t.loc["dt_rnn (b)", ("describing_images", "mean r", "paper")] == "—"
-    t3 = paper_table(study, {"bow": "a"}, {"image_search": {"bow": {"mean_rank": 14.6, "r1": 15.8}}},
-                     ("image_search",), ("mean_rank", "r1"), n_boot=20)
-    assert t3.loc["bow (a)", ("image_search", "R@1", "ours")].startswith("25.0 [")    # seeds: 50 and 0
+    t3 = paper_table(
+        study,
+        {"bow": "a"},
+        {"image_search": {"bow": {"mean_rank": 14.6, "r1": 15.8}}},
+        ("image_search",),
+        ("mean_rank", "r1"),
+        n_boot=20,
+    )
+    assert t3.loc["bow (a)", ("image_search", "R@1", "ours")].startswith("25.0 [")  # seeds: 50 and 0
     assert t3.loc["bow (a)", ("image_search", "R@1", "paper")] == 15.8
     no_paper = paper_table(study, {"bow": "a"}, None, ("image_search",), n_boot=20)
     assert list(no_paper.columns) == [("image_search", "mean r", "ours")]
@@ -242,7 +282,7 @@ def test_study_keeps_sentence_similarity_ranks(tiny_study):
 
     runs = {r: load_run(tiny_study / r) for r in ("dtrnn", "random", "full")}
     assert "similarity" in runs["dtrnn"]["ranks"] and "similarity" in runs["random"]["ranks"]
-    assert "similarity" not in runs["full"]["ranks"]                     # the fragment model has no sentence space
+    assert "similarity" not in runs["full"]["ranks"]  # the fragment model has no sentence space
     d = paired_differences(runs, [("dtrnn", "random"), ("full", "random")], ("similarity",), ("mean_rank",), n_boot=20)
     assert d.run.tolist() == ["dtrnn"] and d.metric.tolist() == ["mean r"]
 
@@ -250,10 +290,11 @@ def test_study_keeps_sentence_similarity_ranks(tiny_study):
 def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
     import torch
 
-    from conftest import tiny_params
     from fraglib.checkpoint import load_system
     from fraglib.results import relation_norms
     from fraglib.train import resolve_run, train
+
+    from conftest import tiny_params
 
     spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "sdtrnn"}), "r", extra={"epochs": 1})
     train(DataPaths(tiny_full), tmp_path, spec, tiny_eval(), device=torch.device("cpu"), progress=False)
@@ -274,9 +315,9 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
     for r in ("a", "b"):
         (tmp_path / r).mkdir()
         (tmp_path / r / "metrics.json").write_text("{}")
-    (tmp_path / "a" / "seeds").mkdir()                   # b: metrics from git, ranks never checked out
+    (tmp_path / "a" / "seeds").mkdir()  # b: metrics from git, ranks never checked out
     assert run_names(params) == ["a", "b", "c"] and run_names(params, tmp_path) == ["a"]
-    params["runs"]["t"] = {"system": "stt", "images": "none"}    # text only: no retrieval to report
+    params["runs"]["t"] = {"system": "stt", "images": "none"}  # text only: no retrieval to report
     assert run_names(params) == ["a", "b", "c"]
 
 
@@ -284,10 +325,10 @@ def test_vsepp_median_and_peri_table():
     """The VSE++ median per seed in the results table, and Peri's rows in their own table."""
     from fraglib.results import peri_published_table, results_table
 
-    ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])     # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
+    ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])  # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
     run = {"groups": [0, 1], "ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
     cell = results_table({"x": run}, rank="median_rank_vsepp", n_boot=20).loc["x", ("search", "med r (VSE++)")]
-    assert cell.startswith("2.5 ± 0.7 ")                # mean of (2, 3), sd with ddof=1
+    assert cell.startswith("2.5 ± 0.7 ")  # mean of (2, 3), sd with ddof=1
     t = peri_published_table()
     assert t.loc["mscoco_5k_test: vse_baseline_1024", ("annotation", "R@1")] == 55.5
     assert t.loc["flickr30k_1k_test: stt_att_1024", ("search", "mean r")] == 18.3
@@ -296,24 +337,47 @@ def test_vsepp_median_and_peri_table():
 def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
     from fraglib.index import build
 
-    e = lambda name, v, scale, images: {"name": name, "value": v, "unit": "s", "scale": scale, "images": images,  # noqa: E731
-                                        "peak_rss_mb": 100 * scale, "machine": "m", "threads": "1"}
+    e = lambda name, v, scale, images: {
+        "name": name,
+        "value": v,
+        "unit": "s",
+        "scale": scale,
+        "images": images,  # noqa: E731
+        "peak_rss_mb": 100 * scale,
+        "machine": "m",
+        "threads": "1",
+    }
     (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "results.json").write_text(json.dumps(
-        [e("growth_features_x1_s", 3.0, 1, 1000), e("growth_features_x4_s", 12.5, 4, 4000),
-         e("growth_epoch_full_x1_s", 1.0, 1, 1000),
-         {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"},
-         {"name": "coco5k_scores_vse_s_cuda", "value": 0.8, "unit": "s", "peak_gpu_mb": 385, "device": "cuda:0 G"},
-         {"name": "coco5k_scores_kcca_s", "value": 6.2, "unit": "s", "peak_rss_mb": 9, "measured_tiles": "7/7"},
-         {"name": "coco5k_gpu", "value": None, "unit": "s", "note": "not measured: run coco_eval"}]))
+    (tmp_path / "benchmarks" / "results.json").write_text(
+        json.dumps(
+            [
+                e("growth_features_x1_s", 3.0, 1, 1000),
+                e("growth_features_x4_s", 12.5, 4, 4000),
+                e("growth_epoch_full_x1_s", 1.0, 1, 1000),
+                {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"},
+                {
+                    "name": "coco5k_scores_vse_s_cuda",
+                    "value": 0.8,
+                    "unit": "s",
+                    "peak_gpu_mb": 385,
+                    "device": "cuda:0 G",
+                },
+                {"name": "coco5k_scores_kcca_s", "value": 6.2, "unit": "s", "peak_rss_mb": 9, "measured_tiles": "7/7"},
+                {"name": "coco5k_gpu", "value": None, "unit": "s", "note": "not measured: run coco_eval"},
+            ]
+        )
+    )
     monkeypatch.chdir(tmp_path)
     page = build(tmp_path / "reports" / "index.html").read_text()
     assert "Growth with data size" in page and "12.5 s, 400 MB" in page and "data:image/png;base64," in page
-    assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page      # a missing scale is a dash
+    assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page  # a missing scale is a dash
     # the GPU figure sits in its CPU row; a system without one gets dashes; the "how to measure" row is moot
-    assert ("<td>coco5k_scores_vse_s</td><td>7.1</td><td>972 MB</td><td>7/7 sentence tiles</td><td>0.8</td>"
-            "<td>385 MB</td>") in page
-    assert "<td>coco5k_scores_kcca_s</td><td>6.2</td><td>9 MB</td><td>7/7 sentence tiles</td><td>—</td><td>—</td>" in page
+    assert (
+        "<td>coco5k_scores_vse_s</td><td>7.1</td><td>972 MB</td><td>7/7 sentence tiles</td><td>0.8</td><td>385 MB</td>"
+    ) in page
+    assert (
+        "<td>coco5k_scores_kcca_s</td><td>6.2</td><td>9 MB</td><td>7/7 sentence tiles</td><td>—</td><td>—</td>" in page
+    )
     assert "coco5k_scores_vse_s_cuda" not in page and "run coco_eval" not in page and "GPU: cuda:0 G" in page
 
 
@@ -330,7 +394,7 @@ def test_split_differences_by_hand():
     out = split_differences({"a": run([12, 14, 16, 99]), "b": b}, [("a", "b")], metrics=("r1",))
     row = out[out.direction == "search"].iloc[0]
     half = 4.303 * 2 / np.sqrt(3)
-    assert row.n_seeds == 3 and row["diff"] == pytest.approx(4.0)        # seed 3 only in a: left out
+    assert row.n_seeds == 3 and row["diff"] == pytest.approx(4.0)  # seed 3 only in a: left out
     assert (row.lo, row.hi) == (pytest.approx(4 - half), pytest.approx(4 + half)) and not row.excludes_zero  # 4 < 4.97
     assert t975(4) == 2.776 and t975(100) == 1.96
     with pytest.raises(ValueError, match="a t interval needs two"):
@@ -344,16 +408,18 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
 
     from fraglib.rerun import main, read_runs
 
-    committed = read_runs(ROOT / "runs" / "synthetic", "HEAD")                        # absolute path
+    committed = read_runs(ROOT / "runs" / "synthetic", "HEAD")  # absolute path
     assert "full" in committed and len(committed["full"]["seeds"]) >= 1
     monkeypatch.chdir(ROOT / "runs")
-    assert read_runs("synthetic", "HEAD").keys() == committed.keys()                  # from a subfolder
+    assert read_runs("synthetic", "HEAD").keys() == committed.keys()  # from a subfolder
     copy = tmp_path / "runs"
     shutil.copytree(ROOT / "runs" / "synthetic" / "full", copy / "full", ignore=shutil.ignore_patterns("seeds"))
     (copy / "full" / "metrics.json").write_text('{"annotation": {"r1": 3')
     with pytest.raises(SystemExit):
         main([str(copy), "--reference-dir", str(ROOT / "runs" / "synthetic")])
-    assert f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib.study writes (damaged?" in capsys.readouterr().err
+    assert (
+        f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib.study writes (damaged?" in capsys.readouterr().err
+    )
     with pytest.raises(ValueError, match="not inside a git repository"):
         read_runs(copy, "HEAD")
 
@@ -367,11 +433,11 @@ def test_results_page_is_generated_from_the_committed_summaries():
     page = (ROOT / "docs" / "results.md").read_text()
     assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib.summary"
     m = json.loads((ROOT / "runs" / "pascal1k" / "fr_lr01" / "metrics.json").read_text())
-    pascal = page[page.index("## Pascal1K"):]                                  # other studies have fr_lr01 too
+    pascal = page[page.index("## Pascal1K") :]  # other studies have fr_lr01 too
     row = next(line for line in pascal.splitlines() if line.startswith("| `fr_lr01`"))
     assert re.search(rf"\| {m['annotation']['r1']:.1f} ± {m['annotation_sd']['r1']:.1f} \|", row)
     assert f"{m['search']['mean_rank']:.1f} ± {m['search_sd']['mean_rank']:.1f} |" in row
-    assert UNCONFIRMED in page and "[−" not in page                     # no quoted CI of a check not computed here
+    assert UNCONFIRMED in page and "[−" not in page  # no quoted CI of a check not computed here
 
 
 def test_the_readme_verdict_matches_the_committed_runs():
@@ -396,22 +462,37 @@ def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
     from fraglib.tables import socher
 
     def summary(mr_search, mr_ann, r1=20.0):
-        d = lambda mr: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": mr, "median_rank": 3.0}   # noqa: E731
+        d = lambda mr: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": mr, "median_rank": 3.0}  # noqa: E731
         return {"search": d(mr_search), "annotation": d(mr_ann)}
 
-    params = {"results_report": {"socher_tables": {"margin": {"dt_rnn": "dtrnn", "sdt_rnn": "sdtrnn", "kcca": "kcca"},
-                                                   "squared": {"dt_rnn": "dtrnn_sq"}}}}
-    runs = {"dtrnn": {**summary(8.24, 8.6), "similarity": {"mean_rank": 7.9}}, "sdtrnn": summary(8.2, 8.8),
-            "dtrnn_sq": summary(45.7, 60.2)}                                   # kcca: not run here -> no row
+    params = {
+        "results_report": {
+            "socher_tables": {
+                "margin": {"dt_rnn": "dtrnn", "sdt_rnn": "sdtrnn", "kcca": "kcca"},
+                "squared": {"dt_rnn": "dtrnn_sq"},
+            }
+        }
+    }
+    runs = {
+        "dtrnn": {**summary(8.24, 8.6), "similarity": {"mean_rank": 7.9}},
+        "sdtrnn": summary(8.2, 8.8),
+        "dtrnn_sq": summary(45.7, 60.2),
+    }  # kcca: not run here -> no row
     lines = markdown(socher(runs, params)).splitlines()
     paper = published()["socher2014_dtrnn"]
     t1 = next(x for x in lines if x.startswith("| dt_rnn | `dtrnn`"))
-    assert t1 == f"| dt_rnn | `dtrnn` | 7.9 ({paper['pascal1k_mean_rank']['sentence_similarity']['dt_rnn']:g}) | 8.2 (13.6) | 8.6 (19.2) |"
-    assert next(x for x in lines if x.startswith("| sdt_rnn | `sdtrnn`")).split(" | ")[2] == "— (10.5)"   # no similarity
+    assert (
+        t1
+        == f"| dt_rnn | `dtrnn` | 7.9 ({paper['pascal1k_mean_rank']['sentence_similarity']['dt_rnn']:g}) | 8.2 (13.6) | 8.6 (19.2) |"
+    )
+    assert next(x for x in lines if x.startswith("| sdt_rnn | `sdtrnn`")).split(" | ")[2] == "— (10.5)"  # no similarity
     assert "| dt_rnn | `dtrnn_sq` | 45.7 (13.3) | 60.2 (26.8) |" in lines
     assert not any("`kcca`" in x for x in lines)
     t3 = next(x for x in lines if x.startswith("| sdt_rnn |") and "/" in x)
-    assert t3 == "| sdt_rnn | `sdtrnn` | 20.0 / 50.0 / 70.0 / 8.2 (16.4 / 46.6 / 65.6 / 12.5) | 20.0 / 50.0 / 70.0 / 8.8 (23 / 45 / 63 / 16.9) |"
+    assert (
+        t3
+        == "| sdt_rnn | `sdtrnn` | 20.0 / 50.0 / 70.0 / 8.2 (16.4 / 46.6 / 65.6 / 12.5) | 20.0 / 50.0 / 70.0 / 8.8 (23 / 45 / 63 / 16.9) |"
+    )
     assert socher({}, params) == []
 
 
@@ -429,8 +510,9 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     runs = {p.parent.name: json.loads(p.read_text()) for p in (ROOT / "runs" / "synthetic").glob("*/metrics.json")}
     best = max(runs, key=lambda r: (runs[r]["search"]["r1"], r))
     synthetic = found["synthetic"]
-    assert (f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})"
-            in finding(synthetic, synthetic.page("results_report"), params))
+    assert f"best image search R@1: {best} ({runs[best]['search']['r1']:.1f})" in finding(
+        synthetic, synthetic.page("results_report"), params
+    )
     fight = finding(found["pascal1k"], found["pascal1k"].page("fight_report"), params)
     a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in verdict_pair(params))
     assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight
@@ -440,22 +522,30 @@ def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
     from fraglib.reference import published
     from fraglib.tables import peri
 
-    m = lambda r1: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": 9.0, "median_rank": 3.0}   # noqa: E731
+    m = lambda r1: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": 9.0, "median_rank": 3.0}  # noqa: E731
     params = {"results_report": {"peri": {"thesis_rows": {"stt_att": "stt_att_1024", "stt": "stt_1024"}}}}
-    lines = markdown(peri({"stt_att": {"annotation": m(26.5), "search": m(2.7)},
-                           "full": {"annotation": m(1), "search": m(1)}}, params)).splitlines()
+    lines = markdown(
+        peri(
+            {"stt_att": {"annotation": m(26.5), "search": m(2.7)}, "full": {"annotation": m(1), "search": m(1)}}, params
+        )
+    ).splitlines()
     ref = published()["peri2018_thesis"]["flickr30k_1k_test"]["stt_att_1024"]["t2i"]
     row = next(x for x in lines if x.startswith("| `stt_att`"))
-    assert row == ("| `stt_att` | stt_att_1024 | 26.5 / 50.0 / 70.0 (59.2 / 83.5 / 91.0) | "
-                   f"2.7 / 50.0 / 70.0 ({ref['r1']:.1f} / {ref['r5']:.1f} / {ref['r10']:.1f}) |")
+    assert row == (
+        "| `stt_att` | stt_att_1024 | 26.5 / 50.0 / 70.0 (59.2 / 83.5 / 91.0) | "
+        f"2.7 / 50.0 / 70.0 ({ref['r1']:.1f} / {ref['r5']:.1f} / {ref['r10']:.1f}) |"
+    )
     assert not any("`full`" in x or "`stt`" in x for x in lines) and peri({}, params) == []
 
 
 def _summary(**fields):
     """A run summary holding every key fraglib.study writes (what summary pages check), ``fields`` replacing them
     (a direction's figures are merged into the defaults)."""
-    base = {"system": "x", "seeds": [0], **{d: {"r1": 0.0, "r5": 0.0, "r10": 0.0, "mean_rank": 1.0}
-                                            for d in ("annotation", "search")}}
+    base = {
+        "system": "x",
+        "seeds": [0],
+        **{d: {"r1": 0.0, "r5": 0.0, "r10": 0.0, "mean_rank": 1.0} for d in ("annotation", "search")},
+    }
     return {**base, **fields, **{d: {**base[d], **fields.get(d, {})} for d in ("annotation", "search")}}
 
 
@@ -466,23 +556,27 @@ def test_working_forms_table_by_hand(tmp_path):
     def put(study, run, a, s, n, cider=None):
         d = tmp_path / "runs" / study / run
         d.mkdir(parents=True)
-        (d / "metrics.json").write_text(json.dumps(_summary(annotation={"r1": a}, search={"r1": s},
-                                                            best_epoch={str(i): 3 for i in range(n)})))
+        (d / "metrics.json").write_text(
+            json.dumps(_summary(annotation={"r1": a}, search={"r1": s}, best_epoch={str(i): 3 for i in range(n)}))
+        )
         if cider is not None:
             (d / "captions.json").write_text(json.dumps({"captioning": {"cider": cider}}))
 
     put("base", "vsepp", 21.4, 3.0, 5)
     put("ext", "vsepp_tuned", 37.4, 26.1, 10)
-    put("base", "vsepp_tuned", 1.0, 1.0, 1)          # shadowed: "ext" is looked up first
+    put("base", "vsepp_tuned", 1.0, 1.0, 1)  # shadowed: "ext" is looked up first
     put("base", "stt_att", 26.5, 2.7, 2, 0.487)
     put("ext", "stt_att_sum", 43.0, 28.2, 2, 0.351)
-    params = {"results_report": {"peri": {"working_forms": {"vsepp": "vsepp_tuned", "stt_att": "stt_att_sum",
-                                                             "att_top36": "att_tuned"}}}}
+    params = {
+        "results_report": {
+            "peri": {"working_forms": {"vsepp": "vsepp_tuned", "stt_att": "stt_att_sum", "att_top36": "att_tuned"}}
+        }
+    }
     folders = [tmp_path / "runs" / "ext", tmp_path / "runs" / "base"]
     lines = markdown(working_forms(folders, params)).splitlines()
     assert "| `vsepp` → `vsepp_tuned` | 5 → 10 | 21.4 → 37.4 | 3.0 → 26.1 | — → — |" in lines
     assert "| `stt_att` → `stt_att_sum` | 2 → 2 | 26.5 → 43.0 | 2.7 → 28.2 | 48.7 → 35.1 |" in lines
-    assert not any("att_top36" in x for x in lines)                 # neither run exists
+    assert not any("att_top36" in x for x in lines)  # neither run exists
     assert working_forms(folders, {}) == []
 
 
@@ -498,8 +592,13 @@ def test_peri_caption_table_by_hand(tmp_path):
     put("stt", captioning={"bleu4": 0.136, "meteor": 0.146, "cider": 0.421})
     put("stt_att", paraphrasing={"bleu4": 0.129, "meteor": 0.135, "cider": 0.364})
     put("stt_text", paraphrasing={"bleu4": 0.5, "meteor": 0.5, "cider": 0.5})
-    params = {"runs": {"stt": {"system": "stt"}, "stt_att": {"system": "stt", "similarity": "attention"},
-                       "stt_text": {"system": "stt", "images": "none"}}}
+    params = {
+        "runs": {
+            "stt": {"system": "stt"},
+            "stt_att": {"system": "stt", "similarity": "attention"},
+            "stt_text": {"system": "stt", "images": "none"},
+        }
+    }
     lines = markdown(peri_captions(tmp_path / "runs" / "p", params)).splitlines()
     # thesis, Flickr30K: STT captioning B-4 .129, METEOR .178, CIDEr .252; STT-ATT paraphrasing .252 / .221 / .573
     assert "| `stt` | captioning | stt_1024 | 13.6 (12.9) | 14.6 (17.8) | 42.1 (25.2) |" in lines
@@ -518,8 +617,9 @@ def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
         for u in have:
             (d / "seeds" / f"seed{u}").mkdir(parents=True)
             (d / "seeds" / f"seed{u}" / "ranks.json").write_text("{}")
-    assert coverage(tmp_path / "runs" / "s") == ["Per-query results of every training run are here for 1 of 2 runs; "
-                                                   "summaries only: `b`."]
+    assert coverage(tmp_path / "runs" / "s") == [
+        "Per-query results of every training run are here for 1 of 2 runs; summaries only: `b`."
+    ]
     assert coverage(tmp_path / "runs" / "none") == []
 
 
@@ -530,20 +630,35 @@ def test_hubness_table_and_index_line_by_hand():
 
     def run(skew_a, skew_s, r1, is_r1, csls_r1):
         corr = lambda v: {d: {"r1": v, "param": 1.0} for d in ("annotation", "search")}  # noqa: E731
-        return _summary(annotation={"r1": r1}, search={"r1": r1},
-                        hubness={"k": 10.0, "annotation": {"skewness": skew_a, "never": 40.0},
-                                 "search": {"skewness": skew_s, "never": 2.0},
-                                 "inverted_softmax_inductive": corr(is_r1), "csls_inductive": corr(csls_r1)})
+        return _summary(
+            annotation={"r1": r1},
+            search={"r1": r1},
+            hubness={
+                "k": 10.0,
+                "annotation": {"skewness": skew_a, "never": 40.0},
+                "search": {"skewness": skew_s, "never": 2.0},
+                "inverted_softmax_inductive": corr(is_r1),
+                "csls_inductive": corr(csls_r1),
+            },
+        )
 
-    runs = {"a": run(0.5, 0.4, 20.0, 25.0, 19.0), "b": run(3.0, 1.0, 10.0, 12.0, 12.0), "c": {"annotation": {}, "search": {}}}
+    runs = {
+        "a": run(0.5, 0.4, 20.0, 25.0, 19.0),
+        "b": run(3.0, 1.0, 10.0, 12.0, 12.0),
+        "c": {"annotation": {}, "search": {}},
+    }
     lines = markdown(hubness(runs, {"a": "Run A"})).splitlines()
     assert lines[0].startswith("Hubness of the test scores (k = 10;")
     rows = [x for x in lines if x.startswith("| `")]
-    assert rows == ["| `b` — b | 3.00 | 40 | 1.00 | 2 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
-                    "| `a` — Run A | 0.50 | 40 | 0.40 | 2 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |"]
+    assert rows == [
+        "| `b` — b | 3.00 | 40 | 1.00 | 2 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
+        "| `a` — Run A | 0.50 | 40 | 0.40 | 2 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |",
+    ]
     assert hubness({"c": runs["c"]}, {}) == []
-    assert hubness_line(runs) == ("; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
-                                  "CSLS raise R@1 in 4 / 2 of 4 run-directions")
+    assert hubness_line(runs) == (
+        "; hubness: largest k-occurrence skew 3.0 (b, annotation); inductive inverted softmax / "
+        "CSLS raise R@1 in 4 / 2 of 4 run-directions"
+    )
 
 
 def test_fight_baselines_table_by_hand():
@@ -570,17 +685,32 @@ def test_markdown_and_html_render_one_table_with_the_same_cells():
     renderings of it, cell for cell; the committed pages carry the same retrieval table of each study."""
     from fraglib.tables import html, retrieval
 
-    runs = {"a": _summary(system="fragment", annotation={"r1": 12.345, "r10": 50.0, "mean_rank": 7.25}, search={"r1": 3.0},
-                          units=["0", "0r1"], annotation_sd={"r1": 0.5, "r10": 1.0, "mean_rank": 0.25}),
-            "b": _summary(system="devise", annotation={"r1": 40.0}, search={"r1": 1.0})}
+    runs = {
+        "a": _summary(
+            system="fragment",
+            annotation={"r1": 12.345, "r10": 50.0, "mean_rank": 7.25},
+            search={"r1": 3.0},
+            units=["0", "0r1"],
+            annotation_sd={"r1": 0.5, "r10": 1.0, "mean_rank": 0.25},
+        ),
+        "b": _summary(system="devise", annotation={"r1": 40.0}, search={"r1": 1.0}),
+    }
     t = retrieval(runs, {"a": "Run <A>"})
     assert t.rows[0][:3] == ("`b` — b", "devise", "1") and t.rows[1][3] == "12.3 ± 0.5"
     md = [[c.strip() for c in line.strip("|").split("|")] for line in markdown([t]).splitlines()[2:]]
     page = html([t])
     cells = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", page)[1:]]
     assert md == [list(r) for r in t.rows]
-    assert cells == [[c.replace("<", "&lt;").replace(">", "&gt;").replace("`b`", "<code>b</code>")
-                      .replace("`a`", "<code>a</code>") for c in r] for r in t.rows]
+    assert cells == [
+        [
+            c.replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace("`b`", "<code>b</code>")
+            .replace("`a`", "<code>a</code>")
+            for c in r
+        ]
+        for r in t.rows
+    ]
 
     def numbers(text: str) -> list[str]:
         return re.findall(r"\d+\.\d", re.sub(r"<[^>]+>", " ", text))
@@ -588,10 +718,10 @@ def test_markdown_and_html_render_one_table_with_the_same_cells():
     results = (ROOT / "docs" / "results.md").read_text()
     index = (ROOT / "reports" / "index.html").read_text()
     for title in ("Synthetic benchmark", "Pascal1K, five stratified splits"):
-        section = results[results.index(f"## {title} ("):]
-        table = section[section.index("Retrieval ("):].split("\n\n")[1]
-        on_index = index[index.index(f"<h2>{title}</h2>"):]
-        on_index = on_index[on_index.index("<table>"):on_index.index("</table>")]
+        section = results[results.index(f"## {title} (") :]
+        table = section[section.index("Retrieval (") :].split("\n\n")[1]
+        on_index = index[index.index(f"<h2>{title}</h2>") :]
+        on_index = on_index[on_index.index("<table>") : on_index.index("</table>")]
         assert numbers(table) and numbers(table) == numbers(on_index), title
 
 
@@ -605,11 +735,19 @@ def test_search_budget_by_hand(tmp_path):
         return tmp_path / f"{name}.csv"
 
     params = {"runs": {"vse0": {"system": "vse"}, "att": {"system": "vse"}, "devise": {"system": "devise"}}}
-    got = search_budget([table("a", "vse0", [0, 1], [60, 120]), table("b", "att", [2, 3, 4], [30]),
-                         table("c", "devise", [0, 1], [600]), tmp_path / "absent.csv"], params)
+    got = search_budget(
+        [
+            table("a", "vse0", [0, 1], [60, 120]),
+            table("b", "att", [2, 3, 4], [30]),
+            table("c", "devise", [0, 1], [600]),
+            tmp_path / "absent.csv",
+        ],
+        params,
+    )
     assert got.to_dict("records") == [
         {"system": "vse", "tables": 2, "trials": 3, "trainings": 2 * 2 + 1 * 3, "core_minutes": 3.5},
-        {"system": "devise", "tables": 1, "trials": 1, "trainings": 2, "core_minutes": 10.0}]
+        {"system": "devise", "tables": 1, "trials": 1, "trainings": 2, "core_minutes": 10.0},
+    ]
 
 
 # ----------------------------------------------------------------------------- damaged or foreign inputs, named
@@ -621,14 +759,26 @@ def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
     rng = np.random.default_rng(seed)
     per_seed = {}
     for u in units:
-        ranks = {"annotation": rng.integers(1, 30, n_images).tolist(), "search": rng.integers(1, 30, 5 * n_images).tolist()}
+        ranks = {
+            "annotation": rng.integers(1, 30, n_images).tolist(),
+            "search": rng.integers(1, 30, 5 * n_images).tolist(),
+        }
         (run_dir / "seeds" / f"seed{u}").mkdir(parents=True)
         (run_dir / "seeds" / f"seed{u}" / "ranks.json").write_text(json.dumps(ranks) + "\n")
         per_seed[u] = {d: recall_table(np.asarray(ranks[d])) for d in ranks}
-    mean = {d: {k: float(np.mean([p[d][k] for p in per_seed.values()])) for k in per_seed[units[0]][d]}
-            for d in ("annotation", "search")}
-    metrics = {"run": run_dir.name, "system": "fragment", "seeds": sorted({int(u.split("r")[0]) for u in units}),
-               "units": list(units), "groups": [int(u.split("r")[0]) for u in units], "per_seed": per_seed, **mean}
+    mean = {
+        d: {k: float(np.mean([p[d][k] for p in per_seed.values()])) for k in per_seed[units[0]][d]}
+        for d in ("annotation", "search")
+    }
+    metrics = {
+        "run": run_dir.name,
+        "system": "fragment",
+        "seeds": sorted({int(u.split("r")[0]) for u in units}),
+        "units": list(units),
+        "groups": [int(u.split("r")[0]) for u in units],
+        "per_seed": per_seed,
+        **mean,
+    }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     return run_dir
 
@@ -640,16 +790,19 @@ def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
     assert load_run(run)["ranks"]["annotation"].shape == (2, 20)
     f = run / "seeds" / "seed0r1" / "ranks.json"
     good = json.loads(f.read_text())
-    f.write_text(json.dumps({**good, "annotation": good["annotation"][:-1]}))       # one image short
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(f))}: 19 annotation ranks whose .* are not the run's "
-                                         r"metrics.json figures for this training run .*: not the ranks of its test images"):
+    f.write_text(json.dumps({**good, "annotation": good["annotation"][:-1]}))  # one image short
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(f))}: 19 annotation ranks whose .* are not the run's "
+        r"metrics.json figures for this training run .*: not the ranks of its test images",
+    ):
         load_run(run)
-    one = _fake_run(tmp_path / "runs" / "one", units=("0",), seed=1)                 # nothing to compare lengths with
+    one = _fake_run(tmp_path / "runs" / "one", units=("0",), seed=1)  # nothing to compare lengths with
     g = one / "seeds" / "seed0" / "ranks.json"
-    g.write_text(json.dumps({**json.loads(g.read_text()), "search": good["search"]}))    # another run's ranks
+    g.write_text(json.dumps({**json.loads(g.read_text()), "search": good["search"]}))  # another run's ranks
     with pytest.raises(ValueError, match=rf"^{re.escape(str(g))}: 100 search ranks whose"):
         load_run(one)
-    g.write_text(g.read_text()[:50])                                                  # cut mid-write
+    g.write_text(g.read_text()[:50])  # cut mid-write
     with pytest.raises(ValueError, match=rf"^{re.escape(str(g))}: not valid JSON \(.*\): the file is cut or damaged"):
         load_run(one)
 
@@ -660,12 +813,15 @@ def test_load_run_names_a_damaged_summary(tmp_path):
     run = _fake_run(tmp_path / "x")
     m = run / "metrics.json"
     text = m.read_text()
-    m.write_text(text[:len(text) // 2])
+    m.write_text(text[: len(text) // 2])
     with pytest.raises(ValueError, match=rf"^{re.escape(str(m))}: not valid JSON"):
         load_run(run)
     m.write_text(json.dumps({"seeds": [0], "annotation": {"r1": 3}}))
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(m))}: not a run summary fraglib.study writes: it lacks "
-                                         r"system, search, annotation.r5, annotation.r10, annotation.mean_rank; restore it"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(m))}: not a run summary fraglib.study writes: it lacks "
+        r"system, search, annotation.r5, annotation.r10, annotation.mean_rank; restore it",
+    ):
         load_run(run)
 
 
@@ -689,9 +845,11 @@ def test_summary_names_a_summary_that_is_not_one_instead_of_leaving_the_run_out(
     with pytest.raises(SystemExit) as e:
         main([])
     assert e.value.code == 2 and not Path("docs/results.md").exists()
-    assert (f"{empty}: not a run summary fraglib.study writes: it lacks system, seeds, annotation, search; restore it"
-            in capsys.readouterr().err)
-    empty.write_text('{"annotation": {"r1": 3')                                       # cut
+    assert (
+        f"{empty}: not a run summary fraglib.study writes: it lacks system, seeds, annotation, search; restore it"
+        in capsys.readouterr().err
+    )
+    empty.write_text('{"annotation": {"r1": 3')  # cut
     with pytest.raises(SystemExit) as e:
         main(["--check"])
     assert e.value.code == 2 and f"{empty}: not valid JSON (Expecting" in capsys.readouterr().err
@@ -706,7 +864,7 @@ def test_summary_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, capsys):
         main(["--out", "README.md"])
     assert e.value.code == 2 and Path("README.md").read_text() == "# my project\n"
     assert "--out README.md: refusing to replace a file fraglib.summary did not write" in capsys.readouterr().err
-    main([])                                                       # docs/results.md: new, then regenerated
+    main([])  # docs/results.md: new, then regenerated
     main([])
     assert GENERATED in Path("docs/results.md").read_text()
     main(["--out", "README.md", "--overwrite"])
@@ -721,8 +879,9 @@ def full_disk(monkeypatch):
 
     def cut(write):
         def f(self, data, *args, **kwargs):
-            write(self, data[:len(data) // 2], *args, **kwargs)
+            write(self, data[: len(data) // 2], *args, **kwargs)
             raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
         return f
 
     monkeypatch.setattr(pathlib.Path, "write_text", cut(pathlib.Path.write_text))
@@ -737,14 +896,14 @@ def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path
     main([])
     build("reports/index.html")
     before = {p: p.read_bytes() for p in (Path("docs/results.md"), Path("reports/index.html"))}
-    _fake_run(Path("runs/synthetic/random"), seed=2)                 # the new page differs
+    _fake_run(Path("runs/synthetic/random"), seed=2)  # the new page differs
     request.getfixturevalue("full_disk")
     with pytest.raises(OSError, match="No space left"):
         main([])
     with pytest.raises(OSError, match="No space left"):
         build("reports/index.html")
     assert {p: p.read_bytes() for p in before} == before
-    assert sorted(p.name for p in Path("docs").iterdir()) == ["results.md"]      # no temporary file left
+    assert sorted(p.name for p in Path("docs").iterdir()) == ["results.md"]  # no temporary file left
 
 
 def test_the_index_names_a_damaged_benchmark_register(tmp_path, monkeypatch, capsys):
@@ -756,5 +915,7 @@ def test_the_index_names_a_damaged_benchmark_register(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit) as e:
         main(["--out", "index.html"])
     assert e.value.code == 2 and not Path("index.html").exists()
-    assert ("benchmarks/results.json: not a benchmark register (a JSON dict, not a list of entries)"
-            in capsys.readouterr().err)
+    assert (
+        "benchmarks/results.json: not a benchmark register (a JSON dict, not a list of entries)"
+        in capsys.readouterr().err
+    )

@@ -1,4 +1,5 @@
 """The one registry of studies (fraglib.studies): what the dvc.yaml files hold, nothing typed but titles."""
+
 import shutil
 from pathlib import Path
 
@@ -34,10 +35,21 @@ def test_the_committed_studies_and_what_they_are_derived_from():
     assert list(found) == ["synthetic", "synthetic_extended", "pascal1k", "flickr8k"]
     default, pascal = found["synthetic"], found["pascal1k"]
     assert (default.pipeline, default.runs, default.data, default.unit, default.repro, default.make) == (
-        "dvc.yaml", "runs/synthetic", "data/synthetic", "seeds", "dvc repro", None)
+        "dvc.yaml",
+        "runs/synthetic",
+        "data/synthetic",
+        "seeds",
+        "dvc repro",
+        None,
+    )
     assert (pascal.pipeline, pascal.runs, pascal.dataset, pascal.unit, pascal.repro, pascal.make) == (
-        "studies/pascal1k/dvc.yaml", "runs/pascal1k", "pascal1k", "splits", "dvc repro studies/pascal1k/dvc.yaml",
-        "make pascal1k")
+        "studies/pascal1k/dvc.yaml",
+        "runs/pascal1k",
+        "pascal1k",
+        "splits",
+        "dvc repro studies/pascal1k/dvc.yaml",
+        "make pascal1k",
+    )
     assert pascal.heading == "Pascal1K, five stratified splits (`make pascal1k`)"
     assert [p.kind for p in pascal.pages] == ["text_report", "vision_report", "results_report", "fight_report"]
     assert found["synthetic_extended"].data is None and found["flickr8k"].dataset == "flickr8k"
@@ -57,16 +69,25 @@ def test_the_registry_finds_exactly_the_studies_whose_dvc_yaml_exists(tmp_path):
     (root / "studies" / "flickr8k" / "dvc.yaml").unlink()
     (root / "studies" / "coco").mkdir()
     (root / "studies" / "coco" / "dvc.yaml").write_text(STUDY)
-    (root / "studies" / "tools").mkdir()                     # a pipeline that trains no run is no study
+    (root / "studies" / "tools").mkdir()  # a pipeline that trains no run is no study
     (root / "studies" / "tools" / "dvc.yaml").write_text(TOOLS)
     found = {s.name: s for s in studies(root)}
-    assert list(found) == ["synthetic", "synthetic_extended", "pascal1k", "coco"]     # a new one: after the titled
+    assert list(found) == ["synthetic", "synthetic_extended", "pascal1k", "coco"]  # a new one: after the titled
     coco = found["coco"]
     assert (coco.pipeline, coco.dataset, coco.unit, coco.data, coco.make) == (
-        "studies/coco/dvc.yaml", "coco", "splits", "data/coco", None)
+        "studies/coco/dvc.yaml",
+        "coco",
+        "splits",
+        "data/coco",
+        None,
+    )
     assert coco.heading == "coco (`dvc repro studies/coco/dvc.yaml`)"
     (page,) = coco.pages
     assert (page.stage, page.html, page.parameters, page.title) == (
-        "studies/coco/dvc.yaml:page", "reports/coco/results.html", {"runs_dir": "runs/coco"}, ("results", ""))
+        "studies/coco/dvc.yaml:page",
+        "reports/coco/results.html",
+        {"runs_dir": "runs/coco"},
+        ("results", ""),
+    )
     (root / "dvc.yaml").unlink()
     assert [s.name for s in studies(root)] == ["synthetic_extended", "pascal1k", "coco"]
