@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from PIL import Image
 
+from fraglib.metrics import DIRECTIONS
+
 
 def draw_boxes(
     ax,
@@ -75,7 +77,7 @@ def differences_figure(diffs) -> plt.Figure:
     red where the CI excludes 0."""
     n = diffs.groupby("direction").size().max()
     fig, axes = plt.subplots(1, 2, figsize=(15, 0.45 * n + 1), sharey=True)
-    for ax, d in zip(axes, ("annotation", "search")):
+    for ax, d in zip(axes, DIRECTIONS):
         sub = diffs[diffs.direction == d].reset_index(drop=True)
         for y, r in sub.iterrows():
             ax.errorbar(
@@ -188,7 +190,7 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
     x queries' top k, for each run (units pooled). Hubs make a long right tail; the value at x = 1 is the
     share of candidates retrieved at all (100 − never %)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), dpi=72)  # line art: small enough for a page
-    for ax, d, cand in zip(axes, ("annotation", "search"), ("sentences", "images")):
+    for ax, d, cand in zip(axes, DIRECTIONS, ("sentences", "images")):
         for i, r in enumerate(runs):
             occ = np.concatenate(study[r]["occurrence"][d])
             x = np.arange(occ.max() + 1)

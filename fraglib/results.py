@@ -20,10 +20,9 @@ import numpy as np
 import pandas as pd
 
 from fraglib.inputs import DataPaths
-from fraglib.metrics import KS
+from fraglib.metrics import DIRECTIONS, KS
 from fraglib.study import unit_seed
 
-DIRECTIONS = ("annotation", "search")
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
 # against sentences (systems with a sentence space only)
 PAPER_TASKS = {"sentence_similarity": "similarity", "image_search": "search", "describing_images": "annotation"}

@@ -24,7 +24,6 @@ LAYERS = (
             "fraglib.outputs",
             "fraglib.device",
             "fraglib.reference",
-            "fraglib.plots",
             "fraglib.batches",
             "fraglib.notebook",
         ),
@@ -50,7 +49,15 @@ LAYERS = (
     ),
     (
         "report",
-        ("fraglib.results", "fraglib.studies", "fraglib.tables", "fraglib.summary", "fraglib.index", "fraglib.reports"),
+        (
+            "fraglib.results",
+            "fraglib.studies",
+            "fraglib.tables",
+            "fraglib.plots",
+            "fraglib.summary",
+            "fraglib.index",
+            "fraglib.reports",
+        ),
     ),
     ("bench", ("fraglib.bench",)),
 )
