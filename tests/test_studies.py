@@ -91,3 +91,24 @@ def test_the_registry_finds_exactly_the_studies_whose_dvc_yaml_exists(tmp_path):
     )
     (root / "dvc.yaml").unlink()
     assert [s.name for s in studies(root)] == ["synthetic_extended", "pascal1k", "coco"]
+
+
+def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
+    """``python -m fraglib.summary --csv``: one row per run of every study, the means and sds of its
+    metrics.json, and the commit that last wrote it."""
+    import csv
+    import io
+    import json
+
+    from fraglib.studies import studies
+    from fraglib.summary import runs_csv, runs_rows
+
+    rows = runs_rows(ROOT)
+    expected = {(s.name, p.parent.name) for s in studies(ROOT) for p in (ROOT / s.runs).glob("*/metrics.json")}
+    assert {(r["study"], r["run"]) for r in rows} == expected and len(rows) == len(expected)
+    r = next(r for r in rows if r["study"] == "synthetic" and r["run"] == "full")
+    m = json.loads((ROOT / "runs" / "synthetic" / "full" / "metrics.json").read_text())
+    assert r["annotation_r1"] == m["annotation"]["r1"] and r["search_mean_rank_sd"] == m["search_sd"]["mean_rank"]
+    assert len(r["commit"]) >= 7
+    back = list(csv.DictReader(io.StringIO(runs_csv(rows))))
+    assert len(back) == len(rows) and float(back[0]["annotation_r1"]) == rows[0]["annotation_r1"]
