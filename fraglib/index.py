@@ -23,7 +23,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from fraglib import tables
+from fraglib import claims, tables
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.params import read_params
@@ -438,6 +438,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
     )
     env.filters["blocks"] = lambda b: Markup(tables.html(b))
     page = env.get_template(TEMPLATE).render(
+        claims=claims.claim_blocks(".", params) if params else [],
         verdict=verdict_blocks(found, params) if params else [],
         reports=report_rows(found, params, out.parent),
         studies=study_sections(found, params) if params else [],

@@ -10,7 +10,8 @@ error naming its file: no run is left out of the page silently.
 Every number on the page is read from a file in git: ``runs/<study>/<run>/metrics.json`` (mean and sd
 over training runs, written by ``fraglib.study``) and ``runs/<study>/<run>/captions.json``
 (``fraglib.captions``), through the table builders of :mod:`fraglib.tables` (the index renders the same tables),
-one section per study of :mod:`fraglib.studies`. CIs with training noise and paired differences are in the HTML
+one section per study of :mod:`fraglib.studies`, after the verdicts on the papers' claims (:mod:`fraglib.claims`,
+which reads the per-query ranks). CIs with training noise and paired differences are in the HTML
 reports, which read the per-query ranks. tests/test_results.py keeps the committed page equal to this function's
 output.
 """
@@ -21,7 +22,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fraglib import tables
+from fraglib import claims, tables
 from fraglib.metrics import DIRECTIONS
 from fraglib.outputs import write_text
 from fraglib.params import read_params
@@ -37,6 +38,9 @@ INTRO = (
     "Rows are sorted by annotation + search R@1. For CIs with training noise, paired differences and the "
     'papers\' numbers side by side, read the HTML reports (README, "Reading the results").'
 )
+
+
+CLAIMS = "The papers' claims, tested"
 
 
 def fusion_rows(root: Path, study: str, params: dict[str, Any]) -> list[str]:
@@ -80,11 +84,14 @@ def study_markdown(root: Path, study: Study, params: dict[str, Any], labels: dic
 
 
 def results_markdown(root: str | Path = ".") -> str:
-    """docs/results.md: every study of :func:`fraglib.studies.studies` with results here."""
+    """docs/results.md: the papers' claims tested (:func:`fraglib.claims.claim_blocks`), then every study of
+    :func:`fraglib.studies.studies` with results here."""
     root = Path(root)
     params = read_params(root / "params.yaml")
     labels = run_labels(params)
     parts = [markdown([Heading(1, "Results"), GENERATED, INTRO])]
+    tested = claims.claim_blocks(root, params)
+    parts += [markdown([Heading(2, CLAIMS), *tested])] if tested else []
     parts += [study_markdown(root, s, params, labels) for s in studies(root)]
     return "\n\n".join(filter(None, parts)) + "\n"
 

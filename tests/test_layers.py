@@ -57,6 +57,7 @@ LAYERS = (
             "fraglib.summary",
             "fraglib.index",
             "fraglib.reports",
+            "fraglib.claims",
         ),
     ),
     ("bench", ("fraglib.bench",)),

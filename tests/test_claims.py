@@ -1,0 +1,295 @@
+"""The claims registry and the verdict rule (fraglib/claims.py): the rule on hand-made cases, the registry against
+the papers' tables and params.yaml, the paired bootstrap and the table on hand-made runs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fraglib import claims as C
+from fraglib.config import read_yaml
+from fraglib.metrics import DIRECTIONS, recall_table
+from fraglib.results import _boot_values, bootstrap_draws, paired_difference
+from fraglib.tables import markdown
+
+from conftest import ROOT
+
+# (paper's a − b, ours, CI, comparable) -> verdict
+RULE = [
+    # reproduced: the CI excludes zero on the paper's side, even for a smaller effect than the paper's
+    ((14.0, 5.0, (1.0, 9.0), True), C.REPRODUCED),
+    ((14.0, 5.0, (1.0, 9.0), False), C.REPRODUCED),
+    ((-14.0, -5.0, (-9.0, -1.0), True), C.REPRODUCED),
+    # a rank metric, lower is better: a − b < 0 in the paper (a ranks better), the same in ours
+    ((-2.9, -1.0, (-1.8, -0.2), True), C.REPRODUCED),
+    # the CI's side decides where it excludes zero, whatever the point difference
+    ((3.0, -0.1, (0.2, 1.0), True), C.REPRODUCED),
+    # the CI barely off zero
+    ((3.0, 1.0, (1e-9, 2.0), True), C.REPRODUCED),
+    # reversed: the CI excludes zero on the other side
+    ((14.0, -4.0, (-7.0, -1.0), True), C.REVERSED),
+    ((-2.9, 1.5, (0.5, 2.5), True), C.REVERSED),
+    ((-2.9, 1.5, (0.5, 2.5), False), C.REVERSED),
+    # same direction, not significant: the CI covers zero and the paper's difference
+    ((3.0, 2.0, (-1.0, 5.0), True), C.SAME_DIRECTION),
+    ((-2.9, -1.0, (-3.5, 0.4), True), C.SAME_DIRECTION),
+    # a CI touching zero covers it
+    ((3.0, 1.0, (0.0, 3.0), True), C.SAME_DIRECTION),
+    ((-3.0, -1.0, (-3.0, 0.0), True), C.SAME_DIRECTION),
+    # the paper's difference on the CI's edge is covered
+    ((5.0, 2.0, (-1.0, 5.0), True), C.SAME_DIRECTION),
+    # not reproduced: the CI covers zero and excludes the paper's effect (where comparable) ...
+    ((14.0, 2.0, (-1.0, 5.0), True), C.NOT_REPRODUCED),
+    ((-14.0, -2.0, (-5.0, 1.0), True), C.NOT_REPRODUCED),
+    # ... which counts only where the effect sizes are comparable
+    ((14.0, 2.0, (-1.0, 5.0), False), C.SAME_DIRECTION),
+    # ... or the point difference has the other sign (or none)
+    ((3.0, -1.0, (-4.0, 4.0), True), C.NOT_REPRODUCED),
+    ((3.0, -1.0, (-4.0, 4.0), False), C.NOT_REPRODUCED),
+    ((-2.9, 0.5, (-3.0, 2.0), True), C.NOT_REPRODUCED),
+    ((0.5, 0.0, (-1.0, 1.0), True), C.NOT_REPRODUCED),
+    ((3.0, 0.0, (0.0, 0.0), False), C.NOT_REPRODUCED),
+]
+
+
+@pytest.mark.parametrize("args,expected", RULE, ids=[f"{a}->{v}" for a, v in RULE])
+def test_the_rule_on_hand_made_cases(args, expected):
+    paper, diff, ci, comparable = args
+    assert C.verdict(paper, diff, ci, comparable) == expected
+
+
+def test_every_verdict_is_reached_and_no_runs_is_not_testable():
+    assert {v for _, v in RULE} | {C.verdict(3.0, None, None)} == set(C.VERDICTS)
+    assert C.verdict(-3.0, None, None, False) == C.NOT_TESTABLE
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((0.0, 1.0, (0.5, 1.5)), "tie"),
+        ((1.0, 1.0, (2.0, 0.5)), "lo"),
+        ((float("nan"), 1.0, (0.5, 1.5)), "NaN"),
+        ((1.0, 1.0, (float("nan"), 1.5)), "NaN"),
+        ((1.0, 1.0, None), "CI"),
+    ],
+)
+def test_the_rule_refuses_a_tie_a_reversed_ci_and_nans(args, match):
+    with pytest.raises(ValueError, match=match):
+        C.verdict(*args)
+
+
+# ----------------------------------------------------------------------------- the registry
+def test_the_registry_reads_and_every_claim_names_runs_of_params():
+    found = C.read_claims()
+    runs = read_yaml(ROOT / "params.yaml")["runs"]
+    assert len({c["id"] for c in found}) == len(found) > 20
+    named = {c["runs"][s] for c in found if c["tested_on"] for s in "ab"}
+    assert named <= set(runs), f"runs not in params.yaml: {sorted(named - set(runs))}"
+    untested = {c["id"] for c in found if not c["tested_on"]}
+    assert {"karpathy_t3_finetune", "karpathy_t2_hodosh", "peri_attention_paraphrases"} <= untested
+
+
+def test_the_registry_pairs_the_runs_params_yaml_maps_to_the_papers_rows():
+    """Socher's tables, the ℓ ablation and STT's base run, as results_report maps them."""
+    report = read_yaml(ROOT / "params.yaml")["results_report"]
+    socher, found = report["socher_tables"], {c["id"]: c for c in C.read_claims()}
+    for c in found.values():
+        for side in "ab" if c["tested_on"] and "a" in c["paper"] else "":
+            paper, table, row = C._ref(c["paper"][side])
+            key = {"pascal1k_mean_rank": "margin", "pascal1k_recall": "margin"}.get(table)
+            key = "squared" if table == "pascal1k_mean_rank_squared_loss_euclidean" else key
+            if paper == "socher2014_dtrnn":
+                assert socher[key][row] == c["runs"][side], (c["id"], side)
+    ell = found["socher_length_weighting"]["runs"]
+    assert [ell["a"], ell["b"]] == socher["length_weighting"]
+    stt = found["peri_decoder_vs_retrieval"]["runs"]
+    assert report["peri"]["generation"][stt["a"]] == stt["b"]
+
+
+def test_the_papers_difference_is_computed_from_the_printed_rows():
+    found = {c["id"]: c for c in C.read_claims()}
+    # Socher et al. Table 1, image search mean rank: SDT-RNN 12.5, DT-RNN 13.6
+    assert C.paper_difference(found["socher_t1_sdtrnn_vs_dtrnn"], "search") == pytest.approx(-1.1)
+    # Karpathy et al. Table 1, annotation R@1/5/10: full 39/68/79, DeViSE 17/57/68
+    assert C.paper_difference(found["karpathy_t1_full_vs_devise"], "annotation") == pytest.approx(44.0)
+    # Peri, Flickr30K captioning CIDEr-D: STT-ATT .442, STT .252 (× 100)
+    assert C.paper_difference(found["peri_attention_captions"], "captioning") == pytest.approx(19.0)
+    # a claim in text: its direction, in the metric's sense (mean rank: a better is a − b < 0)
+    assert C.paper_difference(found["socher_length_weighting"], "search") == -1.0
+    assert C.comparable(found["socher_t1_sdtrnn_vs_dtrnn"], "pascal1k")
+    assert not C.comparable(found["socher_t1_sdtrnn_vs_dtrnn"], "synthetic")
+    assert not C.comparable(found["karpathy_t2_mil"], "pascal1k")  # printed on Flickr8K
+    assert not C.comparable(found["socher_length_weighting"], "pascal1k")  # no number
+
+
+def _claim(**over):
+    base = {
+        "id": "x",
+        "claim": "x",
+        "source": "x",
+        "paper": {
+            "a": "socher2014_dtrnn.pascal1k_mean_rank:sdt_rnn",
+            "b": "socher2014_dtrnn.pascal1k_mean_rank:dt_rnn",
+        },
+        "metric": "mean_rank",
+        "tasks": ["search"],
+        "runs": {"a": "a", "b": "b"},
+        "tested_on": ["synthetic"],
+    }
+    return {**base, **over}
+
+
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        # Table 3's kCCA image search mean rank is Table 1's (15.9 both): a tie
+        (
+            {
+                "paper": {
+                    "a": "socher2014_dtrnn.pascal1k_recall:kcca",
+                    "b": "socher2014_dtrnn.pascal1k_mean_rank:kcca",
+                }
+            },
+            "tie",
+        ),
+        ({"metric": "r1"}, "metric"),
+        ({"tasks": ["captions"]}, "unknown task"),
+        ({"tested_on": ["flickr30k"]}, "unknown task or dataset"),
+        ({"paper": {"a": "karpathy2014_defrag.flickr8k:bow", "b": "karpathy2014_defrag.pascal1k:devise"}}, "data"),
+        ({"paper": {"a": "karpathy2014_defrag.flickr8k:bow", "b": "karpathy2014_defrag.flickr8k:devise"}}, "prints"),
+        ({"paper": {"direction": "better"}}, "direction"),
+        ({"runs": {"a": "a"}}, "runs"),
+        ({"tested_on": []}, "not_testable"),
+    ],
+)
+def test_a_claim_the_papers_do_not_make_is_refused(over, match, tmp_path):
+    """A printed tie, an unknown metric, task or dataset, rows of two data, a figure the paper does not print
+    (Flickr8K has median ranks only), a malformed direction, missing runs or reasons."""
+    f = tmp_path / "claims.yaml"
+    f.write_text(json.dumps({"claims": [_claim(**over)]}))
+    with pytest.raises(ValueError, match=match):
+        C.read_claims(f)
+    f.write_text(json.dumps({"claims": [_claim(), _claim()]}))
+    with pytest.raises(ValueError, match="twice"):
+        C.read_claims(f)
+
+
+# ----------------------------------------------------------------------------- the paired bootstrap
+def test_the_paired_mean_difference_is_results_paired_difference_for_a_mean_metric():
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(1, 40, size=(6, 50)), rng.integers(1, 40, size=(6, 50))
+    groups = [0, 0, 1, 1, 2, 2]
+    ref = paired_difference(a, b, "mean_rank", 300, groups=groups)
+    got = C.paired_mean_difference(C.query_values(a, "mean_rank"), C.query_values(b, "mean_rank"), groups, 300)
+    assert (got["diff"], got["lo"], got["hi"]) == pytest.approx((ref["diff"], ref["lo"], ref["hi"]))
+    # the R@K sum: the three recalls of the same draws, summed
+    units, queries = bootstrap_draws(groups, 50, 300, 0)
+    draws = sum(_boot_values(a, f"r{k}", units, queries) - _boot_values(b, f"r{k}", units, queries) for k in (1, 5, 10))
+    got = C.paired_mean_difference(C.query_values(a, "rsum"), C.query_values(b, "rsum"), groups, 300)
+    assert (got["lo"], got["hi"]) == pytest.approx((np.percentile(draws, 2.5), np.percentile(draws, 97.5)))
+    with pytest.raises(ValueError, match="same units"):
+        C.paired_mean_difference(a[:2], b, groups)
+
+
+def put_run(folder: Path, ranks: dict[str, np.ndarray], units: list[str], groups: list[int], cider=None) -> Path:
+    """A run as fraglib.study writes it: metrics.json with every unit's figures and each unit's ranks.json;
+    with ``cider`` (units × images) its captions records."""
+    per = {u: {d: recall_table(ranks[d][i]) for d in DIRECTIONS} for i, u in enumerate(units)}
+    mean = {d: {k: float(np.mean([p[d][k] for p in per.values()])) for k in per[units[0]][d]} for d in DIRECTIONS}
+    seeds = sorted(set(groups))
+    summary = {"system": "x", "run": folder.name, "seeds": seeds, "units": units, "groups": groups, "per_seed": per}
+    (folder / "seeds").mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({**summary, **mean}))
+    for i, u in enumerate(units):
+        (folder / "seeds" / f"seed{u}").mkdir()
+        (folder / "seeds" / f"seed{u}" / "ranks.json").write_text(
+            json.dumps({t: r[i].tolist() for t, r in ranks.items()})
+        )
+    if cider is not None:
+        (folder / "captions").mkdir()
+        for s, row in zip(seeds, cider):
+            caps = [{"image": i, "cider": float(x), "caption": "", "references": []} for i, x in enumerate(row)]
+            (folder / "captions" / f"seed{s}.json").write_text(json.dumps({"captioning": caps}))
+    return folder
+
+
+def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
+    """a ranks every query one place better than b on its first run: mean rank −1 exactly, CI [−1, −1]; a's second
+    training run (b has none) is left out; R@K sum and CIDEr-D by hand; a missing task is untestable."""
+    r = np.arange(1, 21).reshape(1, 20) % 12 + 1
+    a = put_run(
+        tmp_path / "a",
+        {"annotation": np.vstack([r, r + 5]), "search": np.vstack([r, r]), "similarity": np.vstack([r, r])},
+        ["0", "0r1"],
+        [0, 0],
+        cider=[[0.5, 0.25, 0.0]],
+    )
+    b = put_run(tmp_path / "b", {"annotation": r + 1, "search": r * 0 + 11}, ["0"], [0], cider=[[0.25, 0.25, 0.5]])
+    got = C.our_difference(a, b, "annotation", "mean_rank", 200)
+    assert got == {"diff": pytest.approx(-1.0), "lo": pytest.approx(-1.0), "hi": pytest.approx(-1.0), "units": 1}
+    # search: b ranks everything 11th (no hit); a's R@1 / R@5 / R@10 over ranks 1..12 (20 queries)
+    hits = sum(np.mean(r <= k) for k in (1, 5, 10))
+    assert C.our_difference(a, b, "search", "rsum", 200)["diff"] == pytest.approx(100 * hits)
+    assert C.our_difference(a, b, "captioning", "cider", 200)["diff"] == pytest.approx(100 * (0.75 - 1.0) / 3)
+    with pytest.raises(C.Untestable, match="ranks no similarity"):
+        C.our_difference(b, a, "similarity", "mean_rank", 200)
+    c = put_run(tmp_path / "c", {"annotation": r, "search": r}, ["1"], [1])
+    with pytest.raises(C.Untestable, match="share no training run"):
+        C.our_difference(a, c, "annotation", "mean_rank", 200)
+
+
+def test_claim_rows_and_the_table_by_hand(tmp_path):
+    """A claim whose runs are here gets a verdict, one whose run is missing is not testable (why), one no study
+    can test keeps its reason; the table and the counts name every verdict."""
+    r = np.arange(1, 21).reshape(1, 20) % 12 + 1
+    put_run(tmp_path / "s" / "sdtrnn", {"annotation": r, "search": r}, ["0"], [0])
+    put_run(tmp_path / "s" / "dtrnn", {"annotation": r + 2, "search": r + 2}, ["0"], [0])
+    params = {"runs": {"sdtrnn": {}, "dtrnn": {}, "kcca": {}}}
+    found = {c["id"]: c for c in C.read_claims()}
+    picked = [found["socher_t2_margin_vs_squared_sdtrnn"], _claim(runs={"a": "sdtrnn", "b": "kcca"})]
+    picked += [found["karpathy_t3_finetune"]]
+    picked[0] = {**picked[0], "runs": {"a": "sdtrnn", "b": "dtrnn"}, "tested_on": ["synthetic", "pascal1k"]}
+    rows = C.claim_rows(params, {"synthetic": [tmp_path / "s"]}, picked, n_boot=100)
+    assert [(r.claim["id"], r.task, r.study, r.verdict) for r in rows] == [
+        ("socher_t2_margin_vs_squared_sdtrnn", "search", "synthetic", C.REPRODUCED),
+        ("socher_t2_margin_vs_squared_sdtrnn", "search", "pascal1k", C.NOT_TESTABLE),
+        ("socher_t2_margin_vs_squared_sdtrnn", "annotation", "synthetic", C.REPRODUCED),
+        ("socher_t2_margin_vs_squared_sdtrnn", "annotation", "pascal1k", C.NOT_TESTABLE),
+        ("x", "search", "synthetic", C.NOT_TESTABLE),
+        ("karpathy_t3_finetune", "annotation", "", C.NOT_TESTABLE),
+        ("karpathy_t3_finetune", "search", "", C.NOT_TESTABLE),
+    ]
+    assert rows[0].ours["diff"] == pytest.approx(-2.0) and rows[4].why == "no run `kcca` in this study"
+    tested = C.claims_table([r for r in rows if r.study])
+    # Socher et al.: SDT-RNN image search mean rank 12.5 (Table 1), 15.8 (Table 2)
+    assert tested.rows[0][3:] == ("`synthetic`", "-3.3", "-2.0 [-2.0, -2.0]", "1", C.REPRODUCED)
+    assert tested.rows[1][3:] == (
+        "`pascal1k`",
+        "-3.3 †",
+        "—",
+        "—",
+        "not testable here: no run `sdtrnn` or `dtrnn` in this study",
+    )
+    assert C.counts(rows) == (
+        "2 reproduced, 0 same direction, not significant, 0 not reproduced, 0 reversed, 5 not testable here"
+    )
+    untested = markdown([C.untested_table([r for r in rows if not r.study])])
+    assert "python -m fraglib.study --run full_finetune" in untested and "Flickr30K" in untested
+
+
+def test_claim_blocks_render_per_study_and_the_untestable_claims(tmp_path):
+    """The blocks of a project with two synthetic runs: the rule's paragraph, the counts, the study's section with
+    its rows, and the claims no study can test."""
+    for f in [ROOT / "dvc.yaml", *ROOT.glob("studies/*/dvc.yaml")]:
+        (tmp_path / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f.relative_to(ROOT)).write_text(f.read_text())
+    r = np.arange(1, 21).reshape(1, 20) % 12 + 1
+    put_run(tmp_path / "runs" / "synthetic" / "sdtrnn", {"annotation": r, "search": r, "similarity": r}, ["0"], [0])
+    put_run(tmp_path / "runs" / "synthetic_extended" / "dtrnn", {"annotation": r, "search": r}, ["0"], [0])
+    params = {"runs": {"sdtrnn": {}, "dtrnn": {}}}
+    text = markdown(C.claim_blocks(tmp_path, params, n_boot=50))
+    assert "### Tested on `synthetic`: Synthetic benchmark" in text and "### Not testable here" in text
+    assert "`sdtrnn` − `dtrnn`" in text and "`dtrnn` ranks no similarity queries" in text
+    assert "### Tested on `pascal1k`: Pascal1K" in text  # every claim tested there is named, not testable: no runs
+    assert text.count("All studies:") == 1 and "Verdicts:" in text
