@@ -2,6 +2,7 @@
 
     python -m fraglib.summary                 # rewrites docs/results.md from runs/*/*/metrics.json
     python -m fraglib.summary --check         # exit 1 when docs/results.md is not what the summaries give
+    python -m fraglib.summary --csv runs.csv  # one row per run of every study, for other tools (- : stdout)
 
 The page carries :data:`GENERATED`; an existing ``--out`` without it (a file this tool did not write, such as
 README.md) is replaced only with ``--overwrite``. A summary that is not one (cut, empty, lacking a figure) is an
