@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,10 @@ def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1000, quality: int
     return saved
 
 
-def render_html(executed: str | Path, html: str | Path) -> Path:
+def render_html(executed: str | Path, html: str | Path, at: str | Path | None = None) -> Path:
     """Render an executed notebook to a self-contained HTML page with code folded, large figures as JPEG
-    (:func:`shrink_images`); the same executed notebook gives the same bytes."""
+    (:func:`shrink_images`), laid out (:func:`lay_out`) for where the page will live, ``at`` (default ``html``);
+    the same executed notebook gives the same bytes."""
     skip_iri_grammars()
     import nbformat
     from nbconvert import HTMLExporter
@@ -92,10 +94,71 @@ def render_html(executed: str | Path, html: str | Path) -> Path:
     for cell in nb.cells:  # papermill draws this cell's id at random: fixed, a re-run renders the same bytes
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             cell["id"] = "injected-parameters"
+    lay_out(nb, at or html)
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
-    write_text(html, body)
+    write_text(html, contents(body))
     return Path(html)
+
+
+HEADER = "fraglib-page-header"  # output metadata key: the display output that is the page's header
+CONTENTS = "<!-- contents -->"  # where the table of contents goes (the end of the header), else before the first <h2>
+DOCS_MENTION = re.compile(r"(?<![\w/`\[.-])(?<!\]\()docs/([\w-]+\.md)(?![\w`\]])")
+
+
+def lay_out(nb: Any, html: str | Path) -> None:
+    """What every page gets around its notebook's cells, in place: the output displayed with metadata
+    ``{HEADER: true}`` (``fraglib.reports.start_page``) moved into a first Markdown cell; the page's
+    ``<title>`` = its first ``# `` heading; each ``docs/<name>.md`` named in Markdown (cells and outputs)
+    a link relative to ``html``; stderr streams (warnings naming build paths) left out of the page (the
+    executed notebook keeps them)."""
+    import nbformat
+
+    header = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        header += [o for o in cell.outputs if o.get("metadata", {}).get(HEADER)]
+        cell.outputs = [
+            o
+            for o in cell.outputs
+            if not o.get("metadata", {}).get(HEADER) and not (o.output_type == "stream" and o.name == "stderr")
+        ]
+    if header:
+        text = header[0].data["text/markdown"] + "\n\n" + CONTENTS
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(text, id="page-header"))
+    docs = os.path.relpath(project_root() / "docs", Path(html).resolve().parent).replace(os.sep, "/")
+
+    def link(text: str) -> str:
+        return DOCS_MENTION.sub(lambda m: f"[docs/{m[1]}]({docs}/{m[1]})", text)
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = link(cell.source)
+        for o in cell.get("outputs", []):
+            if "text/markdown" in o.get("data", {}):
+                o.data["text/markdown"] = link(o.data["text/markdown"])
+    for line in (line for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()):
+        if line.startswith("# ") and line[2:].strip():
+            nb.metadata["title"] = re.sub(r"[*_`]", "", line[2:].strip())
+            break
+
+
+H2 = re.compile(r'<h2 id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
+
+
+def contents(body: str) -> str:
+    """``body`` with a table of contents (every ``<h2>``, linked) at :data:`CONTENTS`, else before its first
+    ``<h2>``; without the mark with fewer than two."""
+    heads = H2.findall(body)
+    if len(heads) < 2:
+        return body.replace(CONTENTS, "")
+    items = "".join(f'<li><a href="#{i}">{re.sub(r"<[^>]+>", "", t)}</a></li>' for i, t in heads)
+    nav = f'<nav class="fraglib-toc"><b>Contents</b><ol>{items}</ol></nav>\n'
+    if CONTENTS in body:
+        return body.replace(CONTENTS, nav, 1)
+    at = body.index("<h2 id=")
+    return body[:at] + nav + body[at:]
 
 
 def run_notebook(
@@ -105,8 +168,11 @@ def run_notebook(
     executed: str | Path | None = None,
     kernel: str | None = None,
     progress: bool = False,
+    at: str | Path | None = None,
 ) -> Path:
-    """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``.
+    """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``. ``at``: where the page
+    will live when ``html`` is a staging path (default ``html``); it is passed to the notebook as parameter ``page``
+    (its header: ``fraglib.reports.start_page``) and its links are made relative to it.
 
     An earlier page at ``html`` is removed first; when a cell fails, the page written is the failed
     run (papermill's red "An Exception was encountered" banner on top, the traceback in place) and
@@ -129,7 +195,7 @@ def run_notebook(
             pm.execute_notebook(
                 str(notebook),
                 str(written),
-                parameters=parameters or {},
+                parameters={"page": str(at or html), **(parameters or {})},
                 kernel_name=check_kernel(kernel or KERNEL),
                 cwd=os.getcwd(),
                 progress_bar=progress,
@@ -139,7 +205,7 @@ def run_notebook(
         nb = nbformat.read(str(written), as_version=4)
     nb.metadata.papermill["output_path"] = str(executed)  # where papermill would have written it
     write_text(executed, nbformat.writes(nb))  # in papermill's own serialisation
-    render_html(executed, html)
+    render_html(executed, html, at)
     if failed is not None:
         raise failed
     return html
@@ -210,6 +276,15 @@ def at_project_root() -> Path:
     root = project_root()
     os.chdir(root)
     return root
+
+
+def note(*parts: Any) -> None:
+    """A remark on the page (what ``print`` would write, joined by spaces) as italic Markdown, so no raw text output
+    sits among the tables; ``<`` and ``>`` are shown as written."""
+    from IPython.display import Markdown, display
+
+    text = " ".join(map(str, parts)).replace("<", "&lt;").replace(">", "&gt;")
+    display(Markdown(f"*{text.strip()}*"))
 
 
 def section(ok: bool, what: str, command: str) -> bool:

@@ -39,7 +39,7 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
     ),
     "reports/results_report.html": (
         "Synthetic benchmark: the ablation study",
-        "Table 2 layout, paired differences, figures",
+        "Karpathy et al.'s Table 2 layout, paired differences, figures",
     ),
     "reports/synthetic_extended/results_report.html": (
         "Synthetic benchmark: default and extended studies together",
@@ -47,7 +47,10 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
     ),
     "reports/pascal1k/text_report.html": ("Pascal1K: sentence fragments", "relation inventory beside the paper's"),
     "reports/pascal1k/vision_report.html": ("Pascal1K: image fragments", "detections on real photographs"),
-    "reports/pascal1k/results_report.html": ("Pascal1K: the study", "Table 1 layout"),
+    "reports/pascal1k/results_report.html": (
+        "Pascal1K: every run beside the papers' tables",
+        "Karpathy et al.'s Table 2 layout, Socher et al.'s Tables 1–3, Peri's tables",
+    ),
     "reports/pascal1k/fight_report.html": (
         "Pascal1K: fragments against tuned global baselines",
         "the recipe ladder, training noise, paired CIs",

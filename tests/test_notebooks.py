@@ -325,3 +325,47 @@ def test_the_page_and_executed_notebook_are_written_atomically(tmp_path, monkeyp
     assert done["metadata"]["papermill"]["output_path"] == str(executed)
     assert done["cells"][-1]["outputs"][0]["text"] == ["42\n"]
     assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == ["executed", "n.html", "n.ipynb"]
+
+
+def test_a_page_knows_where_it_is(tmp_path):
+    """The export lays every page out the same way (fraglib.notebook.lay_out, contents): the header a notebook
+    displays goes to the top and gives the <title>, the sections get a linked table of contents, `docs/…` mentions
+    become links relative to the page, and stderr (warnings naming build paths) stays in the executed notebook."""
+    import nbformat
+
+    from fraglib.notebook import HEADER, project_root, render_html
+
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell("start_page(page)", id="c")
+    code.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="/build/fraglib/plots.py:102: UserWarning: x\n"),
+        nbformat.v4.new_output(
+            "display_data", data={"text/markdown": "# Pascal1K: a page\n\nthe header"}, metadata={HEADER: True}
+        ),
+    ]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("See docs/evaluation.md and `docs/runs.md`.", id="m"),
+        code,
+        nbformat.v4.new_markdown_cell("## First part\n\ntext", id="a"),
+        nbformat.v4.new_markdown_cell("## Second part", id="b"),
+    ]
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    at = project_root() / "reports" / "pascal1k" / "x.html"  # where the page will live; written elsewhere
+    page = render_html(tmp_path / "n.ipynb", tmp_path / "n.html", at).read_text()
+    assert "<title>Pascal1K: a page</title>" in page
+    toc = page.index('<nav class="fraglib-toc">')
+    assert page.index("the header") < toc < page.index("See <a href")  # the header, the contents, then the first cell
+    assert '<a href="#First-part">First part</a>' in page and '<a href="#Second-part">Second part</a>' in page
+    assert '<a href="../../docs/evaluation.md">docs/evaluation.md</a>' in page and "<code>docs/runs.md</code>" in page
+    assert "UserWarning" not in page and "plots.py" not in page
+
+
+def test_note_shows_a_remark_as_markdown_not_raw_text():
+    from unittest.mock import patch
+
+    from fraglib.notebook import note
+
+    with patch("IPython.display.display") as shown:
+        note("no run of", "a, b", "<run>")
+    (md,), _ = shown.call_args
+    assert md.data == "*no run of a, b &lt;run&gt;*"

@@ -1,5 +1,6 @@
 """The one registry of studies (fraglib.studies): what the dvc.yaml files hold, nothing typed but titles."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -112,3 +113,18 @@ def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
     assert len(r["commit"]) >= 7
     back = list(csv.DictReader(io.StringIO(runs_csv(rows))))
     assert len(back) == len(rows) and float(back[0]["annotation_r1"]) == rows[0]["annotation_r1"]
+
+
+def test_every_page_has_its_own_title_and_a_header_that_places_it():
+    """Each page's title (its <title> and H1) is its own; its header names its study, the commit it is rendered
+    from and links back to the index (fraglib.reports.page_header)."""
+    from fraglib.reports import page_header
+
+    pages = [p for s in studies(ROOT) for p in s.pages]
+    titles = [p.title[0] for p in pages]
+    assert len(set(titles)) == len(titles), titles
+    head = page_header("reports/pascal1k/results_report.html", "fallback", ROOT)
+    assert head.startswith("# Pascal1K: ") and "Pascal1K, five stratified splits" in head
+    assert re.search(r"Rendered from commit `[0-9a-f]{7,}` \(\d{4}-\d\d-\d\d\)", head)
+    assert "[← all reports](../index.html)" in head and "(../../docs/README.md)" in head
+    assert page_header("", "Fallback title", ROOT).startswith("# Fallback title\n")
