@@ -112,7 +112,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             was = f" (was {e['before']['value']})" if e.get("before") else ""
             was_over = (e.get("before") or {}).get("seconds_over_critical_path")
             return (
-                f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else e['ratio']}</td>"
+                f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else format(e['ratio'], '.2g')}</td>"
                 f"<td>{f'{cp} s ({over}×' + (f', was {was_over}×' if was_over else '') + ')' if cp else '—'}</td>"
             )
 

@@ -102,7 +102,7 @@ def breakdown_figure(sub, base_label: str, order: list[str], direction: str, by:
 
     wide = sub.pivot(index="group", columns="run", values="value")
     diff = pd.DataFrame({f"base − {c}": wide[base_label] - wide[c] for c in wide.columns if c != base_label})
-    fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 * len(order) + 2.0), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 * len(order) + 2.0), sharey=True, layout="constrained")
     sns.barplot(data=sub, y="group", x="value", hue="run", order=order, ax=axes[0], orient="h")
     axes[0].set(xlabel=f"{direction} R@5 (%)", ylabel=by, title=f"{direction}: R@5 by {by}")
     axes[0].legend(fontsize=7, loc="best", framealpha=0.85)
@@ -110,22 +110,28 @@ def breakdown_figure(sub, base_label: str, order: list[str], direction: str, by:
     axes[1].axvline(0, color="k", lw=0.8)
     axes[1].set(xlabel="difference (points)", title=f"base ({base_label}) minus each run")
     axes[1].legend(fontsize=7, loc="best", framealpha=0.85)
-    fig.tight_layout()
     return fig
 
 
 def curves_figure(hist) -> plt.Figure:
-    """Validation R-sum and training cost per epoch, one line per run (mean ± sd over seeds)."""
+    """Validation R-sum and training cost per epoch, one line per run (mean ± sd over seeds); the legend below
+    both plots, in as many columns as it needs to stay short (56 runs: 4 columns of 14), never over the data."""
     import seaborn as sns
 
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4))
-    sns.lineplot(data=hist, x="epoch", y="val_rsum", hue="run", ax=axes[0], errorbar="sd")
+    runs = list(dict.fromkeys(hist["run"]))
+    ncol = max(1, min(4, -(-len(runs) // 8)))
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4 + 0.16 * -(-len(runs) // ncol)), layout="constrained")
+    palette = dict(zip(runs, sns.color_palette("husl", len(runs)) if len(runs) > 10 else sns.color_palette()))
+    sns.lineplot(data=hist, x="epoch", y="val_rsum", hue="run", ax=axes[0], errorbar="sd", palette=palette)
     axes[0].set(ylabel="val R@1+5+10, both directions")
-    axes[0].legend(fontsize=7)
+    handles, names = axes[0].get_legend_handles_labels()
+    axes[0].get_legend().remove()
+    fig.legend(handles, names, loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
     if "train_cost" in hist:
-        sns.lineplot(data=hist, x="epoch", y="train_cost", hue="run", ax=axes[1], legend=False, errorbar="sd")
+        sns.lineplot(
+            data=hist, x="epoch", y="train_cost", hue="run", ax=axes[1], legend=False, errorbar="sd", palette=palette
+        )
         axes[1].set(yscale="log", ylabel="training cost per pair")
-    fig.tight_layout()
     return fig
 
 

@@ -442,7 +442,8 @@ def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
     d = diffs.assign(
         ci=[f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]" for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])]
     )
-    return d.pivot_table(index=["run", "base"], columns=["direction", "metric"], values="ci", aggfunc="first")
+    wide = d.pivot_table(index=["run", "base"], columns=["direction", "metric"], values="ci", aggfunc="first")
+    return wide[list(dict.fromkeys(zip(d["direction"], d["metric"])))]  # columns as computed: R@1, R@5, R@10
 
 
 def paired_differences(

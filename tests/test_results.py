@@ -919,3 +919,19 @@ def test_the_index_names_a_damaged_benchmark_register(tmp_path, monkeypatch, cap
         "benchmarks/results.json: not a benchmark register (a JSON dict, not a list of entries)"
         in capsys.readouterr().err
     )
+
+
+def test_ci_table_keeps_the_metrics_in_the_order_computed():
+    """R@1, R@5, R@10 left to right (a pivot alone sorts them as text: R@1, R@10, R@5), each 'diff [lo, hi]'."""
+    import pandas as pd
+
+    from fraglib.results import ci_table
+
+    rows = [
+        {"run": "a", "base": "b", "direction": d, "metric": m, "diff": 1.25, "lo": -0.5, "hi": 3.0}
+        for d in ("annotation", "search")
+        for m in ("R@1", "R@5", "R@10")
+    ]
+    t = ci_table(pd.DataFrame(rows))
+    assert list(t.columns) == [(d, m) for d in ("annotation", "search") for m in ("R@1", "R@5", "R@10")]
+    assert t.loc[("a", "b"), ("search", "R@10")] == "+1.2 [-0.5, +3.0]"
