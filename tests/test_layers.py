@@ -58,6 +58,7 @@ LAYERS = (
             "fraglib.index",
             "fraglib.reports",
             "fraglib.claims",
+            "fraglib.facts",
         ),
     ),
     ("bench", ("fraglib.bench",)),

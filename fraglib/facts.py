@@ -1,0 +1,168 @@
+"""The numbers README.md and docs/*.md quote, checked against the committed results they name.
+
+    python -m fraglib.facts              # every fact of README.md and docs/*.md: its quoted and committed value
+    python -m fraglib.facts --stale      # only those that differ (exit 1 when any does)
+
+A number in prose names its source with an HTML comment right after it (invisible where Markdown is rendered):
+
+    kCCA's annotation R@1 is 13.6<!-- fact: pascal1k/kcca_euclidean annotation.r1 -->
+    ahead by +8.4 [+2.4, +14.3]<!-- fact: diff pascal1k fr_best kcca_tuned annotation r1 -->
+
+* ``fact: FILE KEY``: the value at dotted ``KEY`` of the JSON ``FILE`` (a path from the project root; ``STUDY/RUN``
+  for ``runs/STUDY/RUN/metrics.json``);
+* ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
+  CI (:func:`fraglib.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
+  correction (:data:`fraglib.results.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
+  CI, ``+8.4 [+2.4, +14.3]``.
+
+A quoted number matches when the committed value, rounded to the decimals it is printed with, is that number. A
+marker in the prose keeps the number where a person reads it (a generated sentence would move it into code), and a
+re-run study that moves a number makes ``tests/test_facts.py`` fail naming the file, line and both values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from fraglib.notebook import project_root
+
+NUMBER = r"[−+-]?\d[\d,]*(?:\.\d+)?"
+FACT = re.compile(
+    rf"(?P<value>{NUMBER})(?:\s*%)?(?:\s*\[(?P<lo>{NUMBER}),\s*(?P<hi>{NUMBER})\])?\s*<!-- fact: (?P<key>[^>]*?) -->"
+)
+N_BOOT = 1000  # the pages' resamples: the same CIs
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One quoted number: where (``file``, ``line``), the text as quoted, the key and the committed text."""
+
+    file: str
+    line: int
+    quoted: str
+    key: str
+    committed: str
+
+    @property
+    def ok(self) -> bool:
+        return self.quoted == self.committed
+
+
+def _number(text: str) -> float:
+    return float(text.replace("−", "-").replace(",", ""))
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def _show(x: float, like: str) -> str:
+    """``x`` printed as ``like`` is: its decimals, thousands commas, a sign when ``like`` has one (− when it uses −)."""
+    body = f"{abs(x):,.{_decimals(like)}f}" if "," in like else f"{abs(x):.{_decimals(like)}f}"
+    negative = x < 0 and float(body.replace(",", "")) != 0
+    minus = "−" if "−" in like else "-"
+    return (minus if negative else "+" if like[0] in "+−-" else "") + body
+
+
+@lru_cache(maxsize=None)
+def _run(folder: str):
+    from fraglib.results import load_run
+
+    return load_run(folder)
+
+
+def _json_value(root: Path, path: str, key: str) -> float:
+    f = root / path
+    if not f.is_file():
+        raise ValueError(f"fact {path} {key}: no file {path}")
+    value = json.loads(f.read_text(encoding="utf-8"))
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ValueError(f"fact {path} {key}: {path} has no {key!r} (stops at {part!r})")
+        value = value[part]
+    if not isinstance(value, int | float):
+        raise ValueError(f"fact {path} {key}: {value!r} is not a number")
+    return float(value)
+
+
+def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
+    from fraglib.results import CORRECTIONS, corrected_study, metric_label, paired_differences
+
+    if len(words) not in (5, 6):
+        raise ValueError(f"fact diff {' '.join(words)}: expected STUDY A B DIRECTION METRIC [CORRECTION]")
+    study, a, b, direction, metric, *correction = words
+    runs = {r: _run(str(root / "runs" / study / r)) for r in (a, b)}
+    if correction:
+        if correction[0] not in CORRECTIONS:
+            raise ValueError(
+                f"fact diff {' '.join(words)}: correction {correction[0]!r} is none of {list(CORRECTIONS)}"
+            )
+        runs = corrected_study(runs, correction[0])
+    d = paired_differences(runs, [(a, b)], (direction,), (metric,), n_boot=N_BOOT)
+    row = d[(d.direction == direction) & (d.metric == metric_label(metric))]
+    if len(row) != 1:
+        raise ValueError(f"fact diff {' '.join(words)}: no {direction} {metric} difference of {a} and {b}")
+    return float(row["diff"].iloc[0]), float(row["lo"].iloc[0]), float(row["hi"].iloc[0])
+
+
+def check(match: re.Match, root: Path) -> str:
+    """The committed value of one marker, printed as its quoted number is (and its CI, when one is quoted)."""
+    words = match["key"].split()
+    if not words:
+        raise ValueError("an empty fact marker")
+    if words[0] == "diff":
+        diff, lo, hi = _difference(root, words[1:])
+    else:
+        if len(words) != 2:
+            raise ValueError(f"fact {match['key']}: expected FILE KEY or diff …")
+        path = words[0] if words[0].endswith(".json") else f"runs/{words[0]}/metrics.json"
+        diff, lo, hi = _json_value(root, path, words[1]), None, None
+    text = _show(diff, match["value"])
+    if match["lo"] is not None:
+        if lo is None:
+            raise ValueError(f"fact {match['key']}: a CI is quoted, but the file holds one number")
+        text += f" [{_show(lo, match['lo'])}, {_show(hi, match['hi'])}]"
+    return text
+
+
+def facts(root: str | Path | None = None, files: list[Path] | None = None) -> list[Fact]:
+    """Every marked number of ``files`` (default README.md and docs/*.md under ``root``, the project root)."""
+    root = Path(root) if root else project_root()
+    files = files if files is not None else [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    root = root.resolve()
+    files = [Path(f).resolve() for f in files]
+    out = []
+    for f in files:
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            for m in FACT.finditer(line):
+                quoted = m["value"] + (f" [{m['lo']}, {m['hi']}]" if m["lo"] is not None else "")
+                name = f.relative_to(root) if f.is_relative_to(root) else f
+                out.append(Fact(str(name), n, quoted, m["key"], check(m, root)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stale", action="store_true", help="list only the facts whose quoted number is not committed")
+    args = ap.parse_args(argv)
+    try:
+        found = facts()
+    except ValueError as exc:
+        ap.error(str(exc))
+    for f in found:
+        if f.ok and args.stale:
+            continue
+        print(
+            f"{'ok   ' if f.ok else 'STALE'} {f.file}:{f.line}  quoted {f.quoted}  committed {f.committed}  ({f.key})"
+        )
+    return 1 if any(not f.ok for f in found) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

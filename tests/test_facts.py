@@ -1,0 +1,46 @@
+"""Numbers quoted in README.md and docs/*.md (fraglib.facts): each marked one is the committed value it names."""
+
+from pathlib import Path
+
+import pytest
+
+from fraglib.facts import facts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_marked_number_in_the_docs_is_the_committed_value():
+    found = facts(ROOT)
+    assert len(found) >= 20 and {f.file for f in found} >= {"README.md", "docs/systems.md"}
+    stale = [
+        f"{f.file}:{f.line} quotes {f.quoted}, the results hold {f.committed} ({f.key})" for f in found if not f.ok
+    ]
+    assert not stale, "numbers that are not the committed ones (python -m fraglib.facts --stale):\n" + "\n".join(stale)
+
+
+def test_a_number_that_drifts_from_its_source_is_caught(tmp_path):
+    """Same source, three quotations: the right one, a wrong one, the right number at the wrong precision."""
+    doc = tmp_path / "d.md"
+    key = "pascal1k/kcca_euclidean annotation.r1"  # 13.6 in runs/pascal1k/kcca_euclidean/metrics.json
+    doc.write_text(f"right 13.6<!-- fact: {key} -->, wrong 13.9<!-- fact: {key} -->, rounded 14<!-- fact: {key} -->\n")
+    got = [(f.quoted, f.committed, f.ok) for f in facts(ROOT, [doc])]
+    assert got == [("13.6", "13.6", True), ("13.9", "13.6", False), ("14", "14", True)]
+    doc.write_text("a CI +9.9 [+1.0, +2.0]<!-- fact: diff pascal1k fr_lr01 kcca_tuned annotation r1 -->\n")
+    (f,) = facts(ROOT, [doc])
+    assert not f.ok and f.committed == "+8.4 [+2.4, +14.3]"
+
+
+@pytest.mark.parametrize(
+    "marker, error",
+    [
+        ("pascal1k/kcca_euclidean annotation.r99", "has no 'annotation.r99'"),
+        ("pascal1k/no_such_run search.r1", "no file runs/pascal1k/no_such_run/metrics.json"),
+        ("pascal1k/kcca_euclidean system", "is not a number"),
+        ("diff pascal1k fr_lr01 kcca_tuned search r1 csls", "correction 'csls' is none of"),
+    ],
+)
+def test_a_marker_that_names_nothing_is_an_error_naming_it(tmp_path, marker, error):
+    doc = tmp_path / "d.md"
+    doc.write_text(f"1.0<!-- fact: {marker} -->\n")
+    with pytest.raises(ValueError, match=error):
+        facts(ROOT, [doc])
