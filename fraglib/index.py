@@ -2,7 +2,7 @@
 
     python -m fraglib.index --out reports/index.html
 
-States the data, features, parser, device, package versions, the git revision of the code and the
+States the data, features, parser, device, package versions, the commit the page is rendered from and the
 hash of ``dvc.lock`` the results came from, the headline numbers of each study found, and the
 measured pipeline timings (``benchmarks/results.json``) when present. The studies and their pages are the
 registry's (:mod:`fraglib.studies`), each page's one-line finding is read from files in git, the tables are
@@ -27,7 +27,7 @@ from fraglib import claims, tables
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.params import read_params
-from fraglib.results import DIRECTIONS, read_json, read_register, run_labels
+from fraglib.results import DIRECTIONS, read_json, read_register, run_folders, run_labels
 from fraglib.studies import Page, Study, studies
 
 TEMPLATE = "index_page.html.j2"  # in fraglib/templates
@@ -348,10 +348,17 @@ def finding(study: Study, page: Page, params: dict) -> str:
         return _detector_recall(data / "features" / "features_stats.json")
     if kind == "training_report":
         return _training_line(Path(page.parameters["run_dir"]) / "metrics.json")
-    runs = tables.retrieval_runs(Path(study.runs), params)
-    if kind == "results_report":
+    if kind == "results_report":  # over the runs the page shows: its runs folders' runs of params.yaml
+        folders = page.parameters.get("runs_dir") or study.runs
+        shown = run_folders(params, [folders] if isinstance(folders, str) else folders)
+        runs = {
+            r: m
+            for f in dict.fromkeys(p.parent for p in shown.values())
+            for r, m in tables.retrieval_runs(f, params).items()
+        }
+        runs = {r: runs[r] for r in shown if r in runs}
         return best_runs_line(runs) + hubness_line(runs)
-    return fight_line(runs, params) if kind == "fight_report" else ""
+    return fight_line(tables.retrieval_runs(Path(study.runs), params), params) if kind == "fight_report" else ""
 
 
 def report_rows(found: list[Study], params: dict, folder: Path) -> list[dict[str, str]]:
@@ -405,7 +412,12 @@ def provenance() -> dict[str, str]:
 
     lock = Path("dvc.lock")
     prov = {
-        "git revision": _git("describe", "--always", "--dirty"),
+        "rendered from commit": _git("log", "-1", "--format=%h (%cs)")
+        + (
+            ", with uncommitted changes"
+            if _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
+            else ""
+        ),
         "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",
         "device": describe(),
         "python": platform.python_version(),

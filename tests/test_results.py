@@ -104,8 +104,11 @@ def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     table = results_table({"full": full, "random": load_run(tiny_study / "random")}, n_boot=20)
     assert table.shape == (2, 8)
     monkeypatch.chdir(_pipelines(tmp_path))
-    page = build(tmp_path / "reports" / "index.html").read_text()
-    assert "git revision" in page and "Pascal1K: the study <i>(page not built here)</i>" in page
+    page = build(tmp_path / "reports" / "index.html").read_text().replace("&#39;", "'")
+    assert (
+        "rendered from commit" in page
+        and "Pascal1K: every run beside the papers' tables <i>(page not built here)</i>" in page
+    )
 
 
 def test_breakdown_by_category_and_length_by_hand(tmp_path):
@@ -516,6 +519,16 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     fight = finding(found["pascal1k"], found["pascal1k"].page("fight_report"), params)
     a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in verdict_pair(params))
     assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight
+    # a page's finding counts the runs that page shows: the extended page both studies' runs, no fusion run
+    from fraglib.results import run_folders
+
+    for name, folders in (
+        ("synthetic_extended", ["runs/synthetic", "runs/synthetic_extended"]),
+        ("pascal1k", ["runs/pascal1k"]),
+    ):
+        shown = [r for r in run_folders(params, folders) if (params["runs"].get(r) or {}).get("images") != "none"]
+        line = finding(found[name], found[name].page("results_report"), params)
+        assert f", of {len(shown)} runs" in line and "fuse_" not in line, line
 
 
 def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
