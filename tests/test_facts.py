@@ -44,3 +44,18 @@ def test_a_marker_that_names_nothing_is_an_error_naming_it(tmp_path, marker, err
     doc.write_text(f"1.0<!-- fact: {marker} -->\n")
     with pytest.raises(ValueError, match=error):
         facts(ROOT, [doc])
+
+
+def test_every_relative_link_in_the_docs_reaches_a_file():
+    """A Markdown link in README.md or docs/*.md is relative to the file it is in (docs/runs.md once linked
+    docs/x.md from inside docs/)."""
+    import re
+
+    broken = [
+        f"{f.relative_to(ROOT)}:{n} -> {target}"
+        for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        for target in re.findall(r"\]\(([^)\s]+)\)", line)
+        if not re.match(r"[a-z]+:|#", target) and not (f.parent / target.split("#")[0]).exists()
+    ]
+    assert not broken, broken
