@@ -123,7 +123,7 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     from fraglib.reports import render
     from fraglib.studies import Page
 
-    def fake_run(notebook, html, parameters, executed):
+    def fake_run(notebook, html, parameters, executed, at=None):
         for p, text in ((html, "<html>new page</html>\n"), (executed, '{"cells": []}\n')):
             Path(p).parent.mkdir(parents=True, exist_ok=True)
             Path(p).write_text(text)
