@@ -57,9 +57,11 @@ def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
         lines.append(f"**Study: {study.heading}**" + (f" — {head[1]}." if head[1] else ""))
         lines.append("")
     facts = [f"Rendered from commit {commit}" + (" with uncommitted changes" if dirty else "")]
-    if study:
-        runs = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", study.runs)
-        facts.append(f"results in `{study.runs}/` last committed at {runs}" if runs else "no results in git")
+    if study:  # the run folders the page reads (the extended page: two; the data pages: none)
+        shown = known.parameters.get("runs_dir") or known.parameters.get("run_dir") or []
+        for folder in [shown] if isinstance(shown, str) else shown:
+            runs = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", folder)
+            facts.append(f"results in `{folder}/` last committed at {runs}" if runs else f"no results in `{folder}/`")
     lines += ["; ".join(facts) + ".", ""]
     lines.append(f"[← all reports]({rel(INDEX)}) · [the documentation]({rel('docs/README.md')})")
     return "\n".join(lines)
