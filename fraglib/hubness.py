@@ -168,10 +168,11 @@ def scale_of(S: torch.Tensor) -> float:
 def evaluate(
     test: torch.Tensor,
     test_image: np.ndarray,
-    val: torch.Tensor,
-    val_image: np.ndarray,
-    banks: dict[str, dict[str, torch.Tensor]],
+    val: torch.Tensor | None,
+    val_image: np.ndarray | None,
+    banks: dict[str, dict[str, torch.Tensor]] | None,
     k: int = 10,
+    protocols: tuple[str, ...] = PROTOCOLS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hubness of the test matrix and every correction's test metrics, parameters chosen on validation.
 
@@ -180,16 +181,20 @@ def evaluate(
     orientation (annotation: training images x the split's sentences; search: training sentences x the
     split's images). Returns (summary for ``metrics.json``, per-query lists for ``ranks.json``): k-occurrence
     stats per direction, and per ``<method>_<protocol>`` and direction the chosen parameter, its validation
-    R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks."""
-    scale = scale_of(val)
-    summary: dict[str, Any] = {"k": k, "beta_unit": scale}
+    R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks.
+    ``protocols``: the corrections' protocols to run (``banks`` is needed for the inductive one only); ``val``
+    None: the k-occurrence statistics alone (no parameter can be chosen without validation scores)."""
+    summary: dict[str, Any] = {"k": k}
     lists: dict[str, Any] = {"occurrence": {}, "corrected": {}}
     for d in DIRECTIONS:
         occ = k_occurrence(_orient(test, d), k)
         summary[d] = hubness_stats(occ, k)
         lists["occurrence"][d] = occ.tolist()
+    if val is None:
+        return summary, lists
+    scale = summary["beta_unit"] = scale_of(val)
     for method in METHODS:
-        for protocol in PROTOCOLS:
+        for protocol in protocols:
             key = f"{method}_{protocol}"
             out: dict[str, Any] = {}
             for d in DIRECTIONS:

@@ -54,7 +54,7 @@ def test_paired_differences_use_the_seeds_both_runs_have():
 
 
 def test_bootstrap_draws_stay_inside_the_drawn_group():
-    from fraglib.results import bootstrap_draws
+    from fraglib.metrics import bootstrap_draws
 
     groups = np.array([7, 7, 9, 9, 9])
     units, queries = bootstrap_draws(groups, n_queries=4, n_boot=200, seed=1)
