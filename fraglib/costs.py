@@ -29,11 +29,12 @@ import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fraglib.outputs import write_text
-from fraglib.results import read_json
-from fraglib.tables import Block, Heading, Table
+
+if TYPE_CHECKING:
+    from fraglib.tables import Block, Table
 
 COSTS = Path("benchmarks/costs.json")
 TARGETS = ("make", "make pascal1k", "make synthetic-all", "make flickr8k", "make reports", "make test")
@@ -88,6 +89,8 @@ def _number(path: Path, m: dict, key: str, positive: bool = False) -> float:
 def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
     """Every ``<runs_dir>/<run>/seeds/<unit>/timing.json`` with ``run`` and ``system`` added (the run's
     ``metrics.json``, else ``?``); ValueError naming a file without a usable ``train_seconds`` or ``epochs``."""
+    from fraglib.results import read_json
+
     out = []
     for path in sorted(Path(runs_dir).glob("*/seeds/*/timing.json")):
         m = read_json(path)
@@ -144,6 +147,8 @@ def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, 
 
 def read_costs(path: Path = COSTS) -> dict[str, dict[str, Any]]:
     """Target -> its record in ``path`` ({} without the file); ValueError naming the file and a bad record."""
+    from fraglib.results import read_json
+
     if not path.exists():
         return {}
     entries = read_json(path)
@@ -176,6 +181,7 @@ def cost_table(root: str | Path = ".") -> Table:
     """The one cost table of the project at ``root``: one training of each system per study with timings, then
     every ``make`` target's total (:data:`HEADER`)."""
     from fraglib.studies import studies
+    from fraglib.tables import Table
 
     root = Path(root)
     rows = [r for s in studies(root) for r in training_rows(s.title, read_timings(root / s.runs))]
@@ -184,6 +190,8 @@ def cost_table(root: str | Path = ".") -> Table:
 
 def cost_blocks(root: str | Path = ".") -> list[Block]:
     """The index's section: a heading, what the numbers are and :func:`cost_table`."""
+    from fraglib.tables import Heading
+
     return [
         Heading(2, "What it costs"),
         "One training: the median over a system's timed training units (`runs/<study>/<run>/seeds/*/timing.json`, "
@@ -209,6 +217,9 @@ def start(clock: Path) -> None:
 def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
     """Record ``target``'s wall time since :func:`start` wrote ``clock`` into ``path`` (replacing its record) and
     remove the clock; ValueError naming a missing or damaged clock."""
+    end = time.time()  # before the imports below: this module starts without torch (`make` times its targets)
+    from fraglib.results import read_json
+
     if not clock.exists():
         raise ValueError(f"{clock}: no clock file; `python -m fraglib.costs start {clock}` writes it")
     began = read_json(clock)
@@ -216,7 +227,7 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
         raise ValueError(f"{clock}: not a clock file (expected an object with a 'start' time)")
     record = {
         "target": target,
-        "seconds": round(time.time() - began["start"], 1),
+        "seconds": round(end - began["start"], 1),
         "commit": began.get("commit", "unknown"),
         "date": began.get("date", "unknown"),
         "machine": machine(),

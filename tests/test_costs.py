@@ -125,3 +125,21 @@ def test_a_damaged_costs_file_is_named(tmp_path):
 def test_device_kinds_and_durations():
     assert [costs.device_kind(d) for d in ("cpu", "cuda:1 A100", "mps", "")] == ["CPU", "GPU", "GPU", "unknown"]
     assert [costs.duration(s) for s in (59.94, 150, 7300)] == ["59.9 s", "2.5 min", "2.0 h"]
+
+
+def test_the_makefile_clocks_every_target_of_the_table():
+    """Each target the table lists starts the clock before its work and stops it after (``make`` is ``repro``)."""
+    from conftest import ROOT
+
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line and not line[0].isspace() and ":" in line and "=" not in line.split(":")[0]:
+            target = line.split(":")[0].strip()
+            recipes[target] = []
+        elif line.startswith("\t") and target:
+            recipes[target].append(line.strip())
+    for name in costs.TARGETS:
+        lines = recipes["repro" if name == "make" else name.split()[1]]
+        assert lines[0] == f"$(call clock,start,{name})" and lines[-1] == f"$(call clock,stop,{name})", name
+        assert len(lines) == 3, f"{name}: one command between start and stop: {lines}"
