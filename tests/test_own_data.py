@@ -114,6 +114,7 @@ def project(tmp_path, monkeypatch):
     return tmp_path, params
 
 
+@pytest.mark.slow
 def test_the_walkthrough_runs_end_to_end(project, monkeypatch, capsys):
     """Convert, parse, fragments, one tiny training run, its re-scoring and docs/results.md, by the page's
     commands; each step leaves what the page says it writes."""
