@@ -9,9 +9,9 @@ Two sources, both in git, neither estimated:
   ``epochs`` (required), ``eval_seconds``, ``device``, ``machine``, ``threads``, ``commit``, ``date``. Runs trained
   before the trainer wrote it have none and count as not measured.
 * ``benchmarks/costs.json``: per ``make`` target, its wall time the last time it ran to the end (``target``,
-  ``seconds``, ``commit`` and ``date`` at its start, ``machine``). ``stop`` replaces the target's record; a target
-  that fails records nothing (make stops before ``stop``). The time covers the target's own work, after the
-  environment is installed.
+  ``seconds``, ``commit`` and ``date`` at its start, and :func:`fraglib.device.hardware`: ``device``, ``machine``,
+  ``threads``). ``stop`` replaces the target's record; a target that fails records nothing (make stops before
+  ``stop``). The time covers the target's own work, after the environment is installed.
 
 :func:`cost_table` is the one table of both (the index shows it). A training row is a study, a system and a device
 kind (CPU, or GPU for CUDA/MPS): the median over that system's timed units of ``train_seconds`` and of
@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fraglib.outputs import write_text
+from fraglib.outputs import git_revision, write_text
 
 if TYPE_CHECKING:
     from fraglib.tables import Block, Table
@@ -40,28 +37,6 @@ COSTS = Path("benchmarks/costs.json")
 TARGETS = ("make", "make pascal1k", "make synthetic-all", "make flickr8k", "make reports", "make test")
 NOT_MEASURED = "not measured yet"
 HEADER = ("what", "device", "wall time", "per epoch", "timed", "machine", "measured at")
-
-
-def machine() -> str:
-    """This computer and torch build in one line: CPU model, cores, torch's CPU instruction set, torch version and
-    threads, Python (benchmarks and cost records name their machine with it)."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    # the instruction set torch's CPU kernels use: two CPUs of one name can differ in it, and with it in the
-    # last bits of their floats (README "Reproducibility"); an AVX-512 'AMD EPYC; 2 cores' ran `make` in 11.8 min,
-    # its AVX2 namesake in 24-28
-    return (
-        f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
-    )
 
 
 def duration(seconds: float) -> str:
@@ -79,16 +54,21 @@ def device_kind(device: str) -> str:
     return "GPU" if d.startswith(("cuda", "mps")) else "unknown"
 
 
-def _number(path: Path, m: dict, key: str, positive: bool = False) -> float:
+def _number(path: Path, m: dict, key: str, positive: bool = False, optional: bool = False) -> float | None:
+    """``m[key]`` checked: a non-negative (``positive``: > 0) number, or None where ``optional``."""
     v = m.get(key)
+    if v is None and optional:
+        return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (positive and v == 0):
-        raise ValueError(f"{path}: {key}={v!r}; expected a {'positive' if positive else 'non-negative'} number")
+        want = f"a {'positive' if positive else 'non-negative'} number{' or null' if optional else ''}"
+        raise ValueError(f"{path}: {key}={v!r}; expected {want}")
     return float(v)
 
 
 def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
     """Every ``<runs_dir>/<run>/seeds/<unit>/timing.json`` with ``run`` and ``system`` added (the run's
-    ``metrics.json``, else ``?``); ValueError naming a file without a usable ``train_seconds`` or ``epochs``."""
+    ``metrics.json``, else ``?``). ``train_seconds`` and ``epochs`` are null for a unit whose training was not
+    clocked (a closed-form fit); ValueError naming a file where either is something else than a number."""
     from fraglib.results import read_json
 
     out = []
@@ -96,8 +76,8 @@ def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
         m = read_json(path)
         if not isinstance(m, dict):
             raise ValueError(f"{path}: not a timing record (a JSON {type(m).__name__}, not an object)")
-        _number(path, m, "train_seconds")
-        _number(path, m, "epochs", positive=True)
+        _number(path, m, "train_seconds", optional=True)
+        _number(path, m, "epochs", positive=True, optional=True)
         run = path.parents[2]
         summary = run / "metrics.json"
         system = read_json(summary).get("system", "?") if summary.exists() else "?"
@@ -107,6 +87,11 @@ def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _machine(m: dict[str, Any]) -> str:
+    threads = f" ({m['threads']} threads)" if m.get("threads") else ""
+    return str(m.get("machine") or "not recorded") + threads
 
 
 def _when(m: dict[str, Any]) -> str:
@@ -121,7 +106,7 @@ def _eval(ts: list[dict[str, Any]]) -> str:
 
 def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     """Rows of one study: per system and device kind, the medians of its units' timings (the newest's machine and
-    date); one row saying "not measured yet" when the study has none."""
+    date; "not clocked" where no unit's training was); one row saying "not measured yet" when the study has none."""
     if not timings:
         return [(f"one training: {title}", "—", NOT_MEASURED, "—", "—", "—", "—")]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -130,15 +115,17 @@ def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, 
     rows = []
     for (system, kind), ts in sorted(groups.items()):
         newest = max(ts, key=lambda t: str(t.get("date", "")))
-        threads = f" ({newest['threads']} threads)" if newest.get("threads") else ""
+        clocked = [t for t in ts if t.get("train_seconds") is not None]
+        per_epoch = [t["train_seconds"] / t["epochs"] for t in clocked if t.get("epochs")]
         rows.append(
             (
                 f"one training: {title}, `{system}`",
                 kind,
-                duration(statistics.median(t["train_seconds"] for t in ts)) + _eval(ts),
-                duration(statistics.median(t["train_seconds"] / t["epochs"] for t in ts)),
+                (duration(statistics.median(t["train_seconds"] for t in clocked)) if clocked else "not clocked")
+                + _eval(ts),
+                duration(statistics.median(per_epoch)) if per_epoch else "—",
                 _count(len(ts), "unit") + " of " + _count(len({t["run"] for t in ts}), "run"),
-                str(newest.get("machine") or "not recorded") + threads,
+                _machine(newest),
                 _when(newest),
             )
         )
@@ -172,7 +159,8 @@ def target_rows(costs: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
             rows.append((f"`{target}` in all", "—", NOT_MEASURED, "—", "—", "—", "—"))
         else:
             rows.append(
-                (f"`{target}` in all", "—", duration(e["seconds"]), "—", "—", str(e.get("machine", "")), _when(e))
+                (f"`{target}` in all", device_kind(str(e.get("device", ""))), duration(e["seconds"]), "—", "—")
+                + (_machine(e), _when(e))
             )
     return rows
 
@@ -203,21 +191,18 @@ def cost_blocks(root: str | Path = ".") -> list[Block]:
     ]
 
 
-def _git_commit() -> str:
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
-
-
 def start(clock: Path) -> None:
-    """Write the clock file: the time, commit and date at a target's start."""
-    today = datetime.now(timezone.utc).date().isoformat()
-    write_text(clock, json.dumps({"start": time.time(), "commit": _git_commit(), "date": today}) + "\n")
+    """Write the clock file: the time, the code's revision and the UTC date at a target's start."""
+    began = time.time()
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    write_text(clock, json.dumps({"start": began, "commit": git_revision(), "date": today}) + "\n")
 
 
 def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
     """Record ``target``'s wall time since :func:`start` wrote ``clock`` into ``path`` (replacing its record) and
     remove the clock; ValueError naming a missing or damaged clock."""
     end = time.time()  # before the imports below: this module starts without torch (`make` times its targets)
+    from fraglib.device import hardware, select_device
     from fraglib.results import read_json
 
     if not clock.exists():
@@ -230,7 +215,7 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
         "seconds": round(end - began["start"], 1),
         "commit": began.get("commit", "unknown"),
         "date": began.get("date", "unknown"),
-        "machine": machine(),
+        **hardware(select_device()[0]),
     }
     costs = read_costs(path)
     costs[target] = record

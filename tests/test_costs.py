@@ -45,6 +45,8 @@ def project(root: Path) -> Path:
     write_json(runs / "devise" / "seeds" / "seed0" / "timing.json", dict(gpu, train_seconds=30.0, epochs=10))
     write_json(runs / "devise" / "seeds" / "seed1" / "timing.json", dict(cpu, train_seconds=90.0, epochs=10))
     write_json(root / "runs" / "pascal1k" / "full" / "metrics.json", {"system": "fragment"})  # trained before timings
+    write_json(runs / "kcca" / "metrics.json", {"system": "kcca"})  # a closed-form fit: the trainer's clock is not run
+    write_json(runs / "kcca" / "seeds" / "seed0" / "timing.json", dict(cpu, train_seconds=None, epochs=None))
     return root
 
 
@@ -64,17 +66,19 @@ def test_one_training_is_the_median_per_system_and_device_kind(tmp_path):
         "def5678, 2026-11-26",
     )
     assert rows["one training: Synthetic benchmark, `devise` CPU"][2] == "90.0 s + 4.0 s test evaluation"
+    assert rows["one training: Synthetic benchmark, `kcca` CPU"][2:4] == ("not clocked + 4.0 s test evaluation", "—")
     assert rows["one training: Pascal1K, five stratified splits —"][2] == costs.NOT_MEASURED  # runs without timings
 
 
 def test_every_target_has_a_row_measured_or_not(tmp_path):
     root = project(tmp_path)
-    record = {"target": "make pascal1k", "seconds": 9000.0, "commit": "abc1234", "date": "2026-11-27", "machine": "m"}
+    record = {"target": "make pascal1k", "seconds": 9000.0, "commit": "abc1234", "date": "2026-11-27"}
+    record.update(device="cpu", machine="m", threads=2)
     write_json(root / costs.COSTS, [record, {"target": "make bench", "seconds": 60.0}])
     rows = {r[0]: r for r in costs.cost_table(root).rows if r[0].startswith("`")}
     assert list(rows) == [f"`{t}` in all" for t in (*costs.TARGETS, "make bench")]
-    assert rows["`make pascal1k` in all"][2:] == ("2.5 h", "—", "—", "m", "abc1234, 2026-11-27")
-    assert rows["`make bench` in all"][-1] == "not recorded"
+    assert rows["`make pascal1k` in all"][1:] == ("CPU", "2.5 h", "—", "—", "m (2 threads)", "abc1234, 2026-11-27")
+    assert rows["`make bench` in all"][1:] == ("unknown", "60.0 s", "—", "—", "not recorded", "not recorded")
     assert [r[2] for t, r in rows.items() if t not in ("`make pascal1k` in all", "`make bench` in all")] == [
         costs.NOT_MEASURED
     ] * 5
@@ -83,7 +87,11 @@ def test_every_target_has_a_row_measured_or_not(tmp_path):
 
 
 def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monkeypatch):
-    monkeypatch.setattr(costs, "machine", lambda: "this machine")
+    import fraglib.device
+
+    monkeypatch.setattr(
+        fraglib.device, "hardware", lambda d: {"device": "cpu", "machine": "this machine", "threads": 1}
+    )
     out, clock = tmp_path / "costs.json", tmp_path / ".clock-make-test"
     write_json(out, [{"target": "make", "seconds": 700.0}, {"target": "make test", "seconds": 1.0}])
     costs.main(["start", str(clock)])
@@ -93,7 +101,8 @@ def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monke
     records = {e["target"]: e for e in json.loads(out.read_text())}
     assert records["make"] == {"target": "make", "seconds": 700.0}
     new = records["make test"]
-    assert 0 <= new["seconds"] < 60 and new["machine"] == "this machine" and new["date"] == began["date"]
+    assert 0 <= new["seconds"] < 60 and new["date"] == began["date"]
+    assert (new["device"], new["machine"], new["threads"]) == ("cpu", "this machine", 1)
     assert not clock.exists()
     with pytest.raises(SystemExit):  # stop without start: the clock file is named
         costs.main(["stop", str(clock), "make test", "--out", str(out)])
@@ -102,8 +111,8 @@ def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monke
 @pytest.mark.parametrize(
     "timing,match",
     [
-        ({"train_seconds": "slow", "epochs": 3}, r"timing.json: train_seconds='slow'; expected a non-negative number"),
-        ({"train_seconds": 3.0, "epochs": 0}, r"timing.json: epochs=0; expected a positive number"),
+        ({"train_seconds": "slow", "epochs": 3}, r"train_seconds='slow'; expected a non-negative number or null"),
+        ({"train_seconds": 3.0, "epochs": 0}, r"timing.json: epochs=0; expected a positive number or null"),
         ([1, 2], r"timing.json: not a timing record \(a JSON list"),
     ],
 )

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fraglib import costs
 from fraglib.config import ConfigError, read_yaml
 
 from conftest import ROOT, TINY_EVALUATION
@@ -140,6 +141,8 @@ def test_the_walkthrough_runs_end_to_end(project, monkeypatch, capsys):
     assert summary["seeds"] == section()["splits"] and 0 <= summary["search"]["r1"] <= 100
     assert (root / "models" / NAME / "fullframe" / "seed0" / "best.pt").is_file()
     assert "test search: R@1" in capsys.readouterr().out  # fraglib.evaluate's report
+    (row,) = [r for r in costs.cost_table(root).rows if r[0] == f"one training: {NAME}, `fragment`"]
+    assert row[1] in ("CPU", "GPU") and row[4] == "1 unit of 1 run"  # the trainer's timing.json, read back
     results = (root / "docs" / "results.md").read_text()
     assert f"## {NAME} " in results and "Our model: images full frame only" in results
 

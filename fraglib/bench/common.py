@@ -6,16 +6,36 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.costs import machine
 from fraglib.outputs import write_text
 from fraglib.results import read_register
 
 RESULTS = Path("benchmarks/results.json")
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    # the instruction set torch's CPU kernels use: two CPUs of one name can differ in it, and with it in the
+    # last bits of their floats (README "Reproducibility"); an AVX-512 'AMD EPYC; 2 cores' ran `make` in 11.8 min,
+    # its AVX2 namesake in 24-28
+    return (
+        f"{cpu}; {os.cpu_count()} cores; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
+    )
 
 
 def entry(
