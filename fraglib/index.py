@@ -23,7 +23,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from fraglib import claims, tables
+from fraglib import claims, costs, tables
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.params import read_params
@@ -448,7 +448,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
             for e in bench
             if e["name"].startswith(("make_", "repro_"))
         ],
-        scale=[Markup(x) for x in _scale_sections(bench)],
+        scale=[Markup(tables.html(costs.cost_blocks("."))), *(Markup(x) for x in _scale_sections(bench))],
     )
     write_text(out, page)
     return out
