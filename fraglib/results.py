@@ -177,6 +177,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         summary["corrected"] = {
             key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
             for key in h[0]["corrected"]
+            if all(key in x["corrected"] for x in h)  # a unit written before a correction existed lacks it
         }
         summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
     return summary
@@ -858,8 +859,12 @@ def caption_gallery(
 CORRECTIONS = {
     "inverted_softmax_inductive": "inverted softmax, inductive",
     "csls_inductive": "CSLS, inductive",
+    "dis_inductive": "DIS, inductive",
+    "nnn_inductive": "NNN, inductive",
     "inverted_softmax_transductive": "inverted softmax, transductive",
     "csls_transductive": "CSLS, transductive",
+    "dis_transductive": "DIS, transductive",
+    "nnn_transductive": "NNN, transductive",
 }
 
 
@@ -912,6 +917,31 @@ def correction_differences(
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def correction_parameters(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per run, correction (:data:`CORRECTIONS`, those measured) and direction, mean over units: the parameter
+    chosen on validation (β in units of the validation scores' sd for the inverted softmax and DIS, K for CSLS,
+    α for NNN), NNN's ``k``, and ``val gain``: the validation R@1+5+10 gained by it (points; negative: the
+    correction hurt on validation at every value tried). Long format."""
+    rows = []
+    for r, s in study.items():
+        h = s.get("hubness") or {}
+        for key, name in CORRECTIONS.items():
+            for d in DIRECTIONS if key in h else ():
+                c = h[key][d]
+                beta = key.startswith(("inverted_softmax", "dis"))
+                rows.append(
+                    {
+                        "run": (labels or {}).get(r, r),
+                        "correction": name,
+                        "direction": d,
+                        "parameter": c["param"] * (h["beta_unit"] if beta else 1),
+                        "k": c.get("param_k", float("nan")),
+                        "val gain": c["val_rsum"] - c["val_rsum_uncorrected"],
+                    }
+                )
+    return pd.DataFrame(rows, columns=["run", "correction", "direction", "parameter", "k", "val gain"])
 
 
 def corrected_study(study: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
