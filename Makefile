@@ -12,6 +12,11 @@ BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.fraglib-installed
 UV_VERSION := 0.13.9
 export PATH := $(BIN):$(PATH)
+# the wall time of a target's work (after the environment), recorded in benchmarks/costs.json when it ends well
+# (fraglib/costs.py; the cost table on reports/index.html): $(call clock,start|stop,<target name>)
+empty :=
+space := $(empty) $(empty)
+clock = @$(BIN)/python -m fraglib.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
 .PHONY: all env repro pascal1k flickr8k synthetic-all test bench lab reports clean-env
 all: repro
@@ -29,28 +34,40 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 repro: env
+	$(call clock,start,make)
 	$(BIN)/dvc repro
+	$(call clock,stop,make)
 
 pascal1k: env
+	$(call clock,start,make pascal1k)
 	$(BIN)/dvc repro studies/pascal1k/dvc.yaml
+	$(call clock,stop,make pascal1k)
 
 flickr8k: env
+	$(call clock,start,make flickr8k)
 	$(BIN)/dvc repro studies/flickr8k/dvc.yaml
+	$(call clock,stop,make flickr8k)
 
 synthetic-all: env
+	$(call clock,start,make synthetic-all)
 	$(BIN)/dvc repro studies/synthetic/dvc.yaml
+	$(call clock,stop,make synthetic-all)
 
 # one pytest worker per core (at most TEST_WORKERS), one thread each (tests/conftest.py); worksteal balances
 # the few minute-long tests (dvc repro, every report page) against the many short ones
 TEST_WORKERS ?= 4
 test: env
+	$(call clock,start,make test)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist worksteal
+	$(call clock,stop,make test)
 
 bench: env
 	$(BIN)/python -m fraglib.bench
 
 reports: env
+	$(call clock,start,make reports)
 	$(BIN)/python -m fraglib.reports
+	$(call clock,stop,make reports)
 
 lab: env
 	$(BIN)/jupyter lab notebooks/

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import read_yaml
-from fraglib.metrics import KS
+from fraglib.metrics import KS, bootstrap_draws
 from fraglib.reference import published
-from fraglib.results import PAPER_TASKS, bootstrap_draws, load_run, read_json, read_summary, run_folders
+from fraglib.results import PAPER_TASKS, load_run, read_json, read_summary, run_folders
 from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
@@ -208,8 +208,8 @@ def paired_mean_difference(
     a: np.ndarray, b: np.ndarray, groups, n_boot: int = N_BOOT, seed: int = 0
 ) -> dict[str, float]:
     """Mean over units (rows) and queries of a − b (per-query values of the same units and queries), with the
-    95 % percentile CI of the three-level bootstrap (:func:`fraglib.results.bootstrap_draws`, the same draws for
-    both; for a metric that is a mean over queries this is :func:`fraglib.results.paired_difference`)."""
+    95 % percentile CI of the three-level bootstrap (:func:`fraglib.metrics.bootstrap_draws`, the same draws for
+    both; for a metric that is a mean over queries this is :func:`fraglib.metrics.paired_difference`)."""
     if a.shape != b.shape:
         raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
     d = a - b

@@ -7,7 +7,9 @@ without a GPU falls through to the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import platform
 
 import torch
 
@@ -66,6 +68,20 @@ def describe(preference: str | None = None) -> str:
     """One line for the top of every notebook: what we run on and why."""
     dev, reason = select_device(preference)
     return f"fraglib runs on {dev}: {reason}; torch {torch.__version__}"
+
+
+def hardware(device: torch.device) -> dict[str, str | int]:
+    """What a timing was measured on: ``device`` (the GPU's name and memory, or ``cpu``), ``machine`` (the CPU's
+    model name and logical cores) and ``threads`` (torch's intra-op threads)."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {
+        "device": _cuda_name(device.index or 0) if device.type == "cuda" else device.type,
+        "machine": f"{cpu}, {os.cpu_count()} logical cores",
+        "threads": torch.get_num_threads(),
+    }
 
 
 def backend(device: torch.device) -> str:

@@ -8,6 +8,12 @@ Scores come from the system in tiles (:func:`score_matrix`); the ranking arithme
 hubness and its corrections :mod:`fraglib.hubness`.
 
     python -m fraglib.evaluate runs/synthetic/full/seeds/seed0 [--split val] [--set n_boot=200] [--out m.json]
+    python -m fraglib.evaluate --scores S.npy --dataset-dir D [--val-scores V.npy --banks B.npz] [--against S2.npy]
+    python -m fraglib.evaluate --image-emb I.npy --sentence-emb T.npy --dataset-dir D [--metric cosine|dot]
+
+Another tool's scores go through the same :func:`evaluate_matrix` as every run (:func:`evaluate_files`): ranks
+pessimistic on ties, R@K, median and mean rank, the fold protocol, hubness and its corrections, bootstrap CIs;
+``--against`` adds a paired comparison. docs/evaluation.md "Scores from another tool" has a worked example.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ def score_matrix(
         sent,
         cols,
         _encoded(system.encode_sentences, sent, cols, sent_chunk),
+        sent_chunk,
     )
 
 
@@ -74,14 +81,21 @@ def _score_tiles(
     sentences,
     cols: np.ndarray,
     sentence_tiles: Iterable[tuple[int, Any]],
+    sent_chunk: int,
 ) -> torch.Tensor:
     """(len(items), len(cols)) float32 scores of every image tile against every sentence tile (each
     sentence tile encoded once, when reached); items without rows in ``images`` / ``sentences`` -inf."""
+    from tqdm.auto import tqdm
+
     out = torch.empty((len(items), len(cols)))
+    # a bar only on a terminal (disable=None), never in a stage's log
+    bar = tqdm(total=len(image_tiles) * -(-len(cols) // sent_chunk), desc="scoring", disable=None, leave=False)
     for b, sents in sentence_tiles:
         for a, enc in image_tiles:
             s = system.scores(enc, sents).float().cpu()
             out[a : a + s.shape[0], b : b + s.shape[1]] = s
+            bar.update()
+    bar.close()
     out[:, torch.from_numpy(sentences.counts()[cols] == 0)] = float("-inf")
     out[torch.from_numpy(images.counts()[items] == 0), :] = float("-inf")
     return out
@@ -125,6 +139,7 @@ def hubness_banks(
                 split.sentences,
                 cols,
                 _encoded(system.encode_sentences, split.sentences, cols, sent_chunk),
+                sent_chunk,
             ),
             "search": _score_tiles(
                 system,
@@ -134,21 +149,10 @@ def hubness_banks(
                 train.sentences,
                 sents,
                 train_sents,
+                sent_chunk,
             ).T.contiguous(),
         }
     return banks
-
-
-def evaluate_hubness(
-    system, splits: dict[str, Any], test_scores: torch.Tensor, k: int = 10, n_bank: int = 5000, chunk: int = 64
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Hubness of the test matrix and the corrected test metrics (:func:`fraglib.hubness.evaluate`): the
-    validation matrix and both splits' inductive banks scored here. (summary, per-query lists)."""
-    val = splits["val"]
-    banks = hubness_banks(system, {name: splits[name] for name in ("val", "test")}, splits["train"], n_bank, chunk)
-    return hubness.evaluate(
-        test_scores, splits["test"].sentence_image, score_matrix(system, val, chunk), val.sentence_image, banks, k
-    )
 
 
 @torch.no_grad()
@@ -220,22 +224,55 @@ def check_evaluable(ec: EvalConfig, test: Any, where: str) -> None:
         )
 
 
+def evaluate_matrix(
+    S: torch.Tensor | np.ndarray,
+    sentence_image: np.ndarray,
+    ec: EvalConfig,
+    seed: int,
+    what: str = "scores",
+    val: tuple[torch.Tensor | np.ndarray, np.ndarray] | None = None,
+    banks: dict[str, dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """The metrics of one (n_images, n_sentences) score matrix ``S`` with its sentence -> image index, whatever
+    made it (a trained system: :func:`evaluate_split`; another tool's file: :func:`evaluate_files`): both
+    directions' metrics, bootstrap CIs seeded by ``seed`` and per-query ranks (:func:`fraglib.metrics.evaluate_scores`);
+    ``ec.test_folds`` > 1 adds the fold protocol (key ``folds``); ``ec.hubness`` adds the hubness statistics and,
+    given ``val`` = (validation scores, their index) to choose parameters on, the corrections (key ``hubness``):
+    both protocols with ``banks`` (:func:`hubness_banks`' layout), the transductive one alone without."""
+    m = evaluate_scores(S, sentence_image, ec.n_boot, seed, what)
+    if ec.test_folds > 1:
+        m["folds"] = fold_metrics(S, sentence_image, ec.test_folds, what)
+    if ec.hubness:
+        v, vi = val if val is not None else (None, None)
+        protocols = hubness.PROTOCOLS if banks is not None else ("transductive",)
+        m["hubness"], m["ranks"]["hubness"] = hubness.evaluate(
+            torch.as_tensor(S),
+            sentence_image,
+            None if v is None else torch.as_tensor(v),
+            vi,
+            banks,
+            ec.hub_k,
+            protocols,
+        )
+    return m
+
+
 def evaluate_split(
     system, splits: dict[str, Any], ec: EvalConfig, seed: int, split: str = "test", what: str = "scores"
 ) -> dict[str, Any]:
-    """The one evaluation of ``system`` on ``splits[split]``: both directions' metrics, bootstrap CIs (seeded by
-    ``seed``) and per-query ranks (:func:`fraglib.metrics.evaluate_scores`); ``ec.test_folds`` > 1 adds the fold
-    protocol (key ``folds``); on test, ``ec.hubness`` adds :func:`evaluate_hubness` (key ``hubness``, which reads
-    the train and val splits for its banks and its parameters); a system with a sentence space adds the
-    sentence-similarity task (keys ``similarity``, ``similarity_ci``, ``ranks.similarity``, and with the hubness
-    ``hubness.similarity``). ``what`` names the matrix in a :class:`fraglib.metrics.ScoreError`."""
+    """The one evaluation of ``system`` on ``splits[split]``: :func:`evaluate_matrix` of its scores, on test with
+    the validation matrix and both splits' inductive banks (:func:`hubness_banks`: read from the train and val
+    splits) when ``ec.hubness``; a system with a sentence space adds the sentence-similarity task (keys
+    ``similarity``, ``similarity_ci``, ``ranks.similarity``, and with the hubness ``hubness.similarity``).
+    ``what`` names the matrix in a :class:`fraglib.metrics.ScoreError`."""
     sp = splits[split]
     S = score_matrix(system, sp, ec.eval_chunk)
-    m = evaluate_scores(S, sp.sentence_image, ec.n_boot, seed, what)
-    if ec.test_folds > 1:
-        m["folds"] = fold_metrics(S, sp.sentence_image, ec.test_folds, what)
+    val = banks = None
     if ec.hubness and split == "test":
-        m["hubness"], m["ranks"]["hubness"] = evaluate_hubness(system, splits, S, ec.hub_k, ec.hub_bank, ec.eval_chunk)
+        pair = {name: splits[name] for name in ("val", "test")}
+        banks = hubness_banks(system, pair, splits["train"], ec.hub_bank, ec.eval_chunk)
+        val = (score_matrix(system, splits["val"], ec.eval_chunk), splits["val"].sentence_image)
+    m = evaluate_matrix(S, sp.sentence_image, dataclasses.replace(ec, hubness=val is not None), seed, what, val, banks)
     sim = similarity_matrix(system, sp)
     if sim is not None:
         r = similarity_ranks(sim, sp.sentence_image, what=f"{what} (sentence similarities)")
@@ -304,6 +341,268 @@ def evaluate_run(
     )
 
 
+# ----------------------------------------------------------------------------- scores from anywhere
+BANK_KEYS = tuple(f"{split}_{d}" for split in ("val", "test") for d in DIRECTIONS)  # a banks file's arrays
+
+
+def load_numpy(path: str | Path, what: str) -> Any:
+    """``np.load`` of ``path`` without pickles; a missing file or another format is an error naming ``what``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what}: {path} not found")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what}: {path} is not a NumPy .npy/.npz file ({exc})") from None
+
+
+def read_array(path: str | Path, what: str) -> np.ndarray:
+    """A 2-D float array from a ``.npy`` file (or a ``.npz`` holding exactly one array); clear errors naming
+    ``what`` and the file for a missing or unreadable file, object arrays and other shapes."""
+    a = load_numpy(path, what)
+    if isinstance(a, np.lib.npyio.NpzFile):
+        if len(a.files) != 1:
+            raise ValueError(f"{what}: {path} holds arrays {a.files}; give a .npy or a .npz of one array")
+        a = a[a.files[0]]
+    if a.ndim != 2 or not np.issubdtype(a.dtype, np.number):
+        raise ValueError(f"{what}: {path} holds a {a.ndim}-D {a.dtype} array; a 2-D numeric array is needed")
+    return a
+
+
+def embedding_scores(images: np.ndarray, sentences: np.ndarray, metric: str = "cosine", what: str = "") -> np.ndarray:
+    """(n_images, n_sentences) float32 scores of two embedding arrays (n, D): ``cosine`` (rows L2-normalised; a
+    zero row is refused) or ``dot`` (inner product)."""
+    check_choice("--metric", metric, ("cosine", "dot"))
+    if images.shape[1] != sentences.shape[1]:
+        raise ValueError(
+            f"{what}: image embeddings have {images.shape[1]} dims, sentence embeddings {sentences.shape[1]}"
+        )
+    a, b = (np.asarray(x, np.float64) for x in (images, sentences))
+    if metric == "cosine":
+        for name, x in (("image", a), ("sentence", b)):
+            norm = np.linalg.norm(x, axis=1)
+            if not (norm > 0).all():
+                raise ValueError(f"{what}: {name} embedding row {int(np.argmin(norm))} is zero: no cosine")
+        a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a @ b.T).astype(np.float32)
+
+
+def split_index(dataset_dir: str | Path, split: str) -> dict[str, np.ndarray]:
+    """The order a score file must follow on ``split`` of ``<dataset_dir>/dataset.json``, the order every run
+    scores in: ``imgid`` (n_images,) and ``sentid`` (n_sentences,) in the file's order (a split's images, and
+    their sentences), and ``sentence_image`` (n_sentences,) the row of each sentence's image."""
+    from fraglib.data import read_karpathy_json
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json").split(split)
+    return {
+        "imgid": np.array([im["imgid"] for im in ds.images], np.int64),
+        "sentid": np.array([x["sentid"] for x in ds.sentences], np.int64),
+        "sentence_image": ds.sentence_image,
+    }
+
+
+def read_ids(path: str | Path, what: str) -> np.ndarray:
+    """Integer ids, one per line (SCAN's ``*_ids.txt`` layout); blank lines ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what}: {path} not found")
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    try:
+        return np.array([int(x) for x in lines], np.int64)
+    except ValueError:
+        raise ValueError(f"{what}: {path} must hold one integer id per line") from None
+
+
+def order_of(file_ids: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
+    """Positions in a file's rows of the dataset's ``ids``, in the dataset's order: each id exactly once in the
+    file, no id missing or extra (a ValueError names the first of each)."""
+    pos = {int(x): n for n, x in enumerate(file_ids)}
+    if len(pos) != len(file_ids):
+        dup = next(int(x) for x in file_ids if list(file_ids).count(x) > 1)
+        raise ValueError(f"{what}: id {dup} occurs more than once")
+    missing = [int(x) for x in ids if int(x) not in pos]
+    extra = sorted(set(pos) - {int(x) for x in ids})
+    if missing or extra:
+        raise ValueError(
+            f"{what}: {len(missing)} of the split's {len(ids)} ids are missing (first {missing[:3]}), "
+            f"{len(extra)} are not in the split (first {extra[:3]})"
+        )
+    return np.array([pos[int(x)] for x in ids], np.int64)
+
+
+def dataset_order(
+    S: np.ndarray,
+    index: dict[str, np.ndarray],
+    what: str,
+    image_ids: np.ndarray | None = None,
+    sentence_ids: np.ndarray | None = None,
+    rows: str = "images",
+) -> np.ndarray:
+    """``S`` (rows x columns, columns = the split's sentences, or its images for a search bank: ``rows`` names
+    what its rows are: ``images``, or ``bank`` for a bank's training queries, which keep their order) in the
+    dataset's order: rows / columns re-ordered by their ids when ``image_ids`` / ``sentence_ids`` (the file's) are
+    given, else checked to have the split's sizes (a file with each image repeated per caption, as VSE++'s
+    evaluation writes it, is refused with the hint)."""
+    cols = "images" if rows == "search bank" else "sentences"
+    n_rows = len(index["imgid"]) if rows == "images" else S.shape[0]
+    n_cols = len(index["imgid"] if cols == "images" else index["sentid"])
+    col_ids = image_ids if cols == "images" else sentence_ids
+    if rows == "images" and image_ids is not None:
+        if len(image_ids) != S.shape[0]:
+            raise ValueError(f"{what}: {S.shape[0]} rows but {len(image_ids)} image ids")
+        S = S[order_of(image_ids, index["imgid"], f"{what} (image ids)")]
+    if col_ids is not None:
+        if len(col_ids) != S.shape[1]:
+            raise ValueError(f"{what}: {S.shape[1]} columns but {len(col_ids)} {cols[:-1]} ids")
+        S = S[:, order_of(col_ids, index["imgid" if cols == "images" else "sentid"], f"{what} ({cols[:-1]} ids)")]
+    if S.shape != (n_rows, n_cols):
+        hint = ""
+        if rows == "images" and S.shape[0] == len(index["sentid"]):
+            hint = " (one row per caption, as VSE++ writes image embeddings: keep one row per image, e.g. [::5])"
+        raise ValueError(
+            f"{what}: a ({n_rows}, {n_cols}) matrix ({rows} x the split's {cols}, in dataset.json's order) is needed, "
+            f"got {tuple(S.shape)}{hint}"
+        )
+    return S
+
+
+def evaluate_files(
+    dataset_dir: str | Path,
+    ec: EvalConfig,
+    test: np.ndarray,
+    val: np.ndarray | None = None,
+    banks: dict[str, np.ndarray] | None = None,
+    seed: int = 0,
+    split: str = "test",
+    ids: dict[str, dict[str, np.ndarray]] | None = None,
+    what: str = "scores",
+) -> dict[str, Any]:
+    """:func:`evaluate_matrix` of another tool's (n_images, n_sentences) score matrix ``test`` on ``split`` of the
+    dataset: ``val`` (the val split's matrix) to choose the corrections' parameters on, ``banks`` (arrays
+    :data:`BANK_KEYS`, query x candidate: ``*_annotation`` training images x the split's sentences,
+    ``*_search`` training sentences x the split's images) for their inductive form. ``ids[split]``: the files'
+    ``imgid`` / ``sentid`` order, when not the dataset's (:func:`dataset_order`)."""
+    ids = ids or {}
+    idx = {name: split_index(dataset_dir, name) for name in dict.fromkeys((split, "val"))}
+
+    def order(S: np.ndarray, name: str, rows: str, label: str) -> torch.Tensor:
+        got = ids.get(name, {})
+        out = dataset_order(S, idx[name], label, got.get("imgid"), got.get("sentid"), rows)
+        return torch.from_numpy(np.ascontiguousarray(out, np.float32))
+
+    S = order(test, split, "images", what)
+    V = order(val, "val", "images", f"{what} (val)") if val is not None else None
+    B = None
+    if banks is not None:
+        missing = [k for k in BANK_KEYS if k not in banks]
+        if missing:
+            raise ValueError(f"{what}: the banks lack {', '.join(missing)} (needed: {', '.join(BANK_KEYS)})")
+        if V is None:
+            raise ValueError(f"{what}: banks without validation scores: the parameters are chosen on validation")
+        B = {
+            name: {d: order(banks[f"{key}_{d}"], name, f"{d} bank", f"{what} ({key}_{d} bank)") for d in DIRECTIONS}
+            for name, key in (("val", "val"), (split, "test"))
+        }
+    val_pair = (V, idx["val"]["sentence_image"]) if V is not None else None
+    return evaluate_matrix(S, idx[split]["sentence_image"], ec, seed, what, val_pair, B)
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """Paired comparison of two evaluations of the same queries (:func:`evaluate_matrix` results, ranks
+    included): per direction and metric, ``a − b`` with its 95 % paired bootstrap CI over queries
+    (:func:`fraglib.metrics.paired_difference`, the same draws for both)."""
+    from fraglib.metrics import paired_difference
+
+    names = [f"r{k}" for k in KS] + ["median_rank", "mean_rank"]
+    out: dict[str, Any] = {}
+    for n, d in enumerate(DIRECTIONS):
+        ra, rb = (np.asarray(x["ranks"][d])[None] for x in (a, b))
+        if ra.shape != rb.shape:
+            raise ValueError(f"--against: {d} has {ra.shape[1]} and {rb.shape[1]} queries: not the same split")
+        keep = (ra[0] > 0) & (rb[0] > 0)
+        out[d] = {m: paired_difference(ra[:, keep], rb[:, keep], m, n_boot, seed + n) for m in names}
+    return out
+
+
+def save_scores(seed_dir: str | Path, out: str | Path, ec: EvalConfig, paths: DataPaths | None = None) -> list[Path]:
+    """Write a trained run's matrices in :func:`evaluate_files`' layout (``test.npy``, ``val.npy``, float32;
+    ``banks.npz``: :data:`BANK_KEYS`), the study's own scores: another tool's files in this layout are
+    evaluated exactly as the run was. Returns the files written."""
+    import io
+
+    from fraglib.outputs import write_bytes
+
+    system, _, splits = load_trained(seed_dir, paths, None)
+    S = {name: score_matrix(system, splits[name], ec.eval_chunk) for name in ("test", "val")}
+    banks = hubness_banks(system, {n: splits[n] for n in ("val", "test")}, splits["train"], ec.hub_bank, ec.eval_chunk)
+    out = Path(out)
+    written = []
+    for name, arrays in (*((f"{n}.npy", S[n].numpy()) for n in S), ("banks.npz", None)):
+        buf = io.BytesIO()
+        if arrays is None:
+            np.savez(buf, **{f"{s}_{d}": banks[s][d].numpy() for s in ("val", "test") for d in DIRECTIONS})
+        else:
+            np.save(buf, arrays)
+        write_bytes(out / name, buf.getvalue())
+        written.append(out / name)
+    return written
+
+
+def _print(label: str, m: dict[str, Any]) -> None:
+    for d in DIRECTIONS:
+        t = m[d]
+        print(
+            f"{label} {d}: "
+            + " ".join(f"R@{k} {t[f'r{k}']:.1f}" for k in KS)
+            + f" median r {t['median_rank']:.1f} mean r {t['mean_rank']:.1f}"
+        )
+
+
+def _source(args: Any, prefix: str, what: str) -> np.ndarray | None:
+    """The score matrix named by ``--<prefix>scores`` or the ``--<prefix>image-emb`` / ``--<prefix>sentence-emb``
+    pair (None when neither is given)."""
+    key = prefix.replace("-", "_")
+    scores, img, sent = (getattr(args, f"{key}{n}") for n in ("scores", "image_emb", "sentence_emb"))
+    if scores and (img or sent):
+        raise ValueError(f"{what}: give --{prefix}scores or --{prefix}image-emb/--{prefix}sentence-emb, not both")
+    if scores:
+        return read_array(scores, f"--{prefix}scores")
+    if bool(img) != bool(sent):
+        raise ValueError(f"{what}: --{prefix}image-emb and --{prefix}sentence-emb go together")
+    if img:
+        return embedding_scores(
+            read_array(img, f"--{prefix}image-emb"), read_array(sent, f"--{prefix}sentence-emb"), args.metric, what
+        )
+    return None
+
+
+def _banks(args: Any) -> dict[str, np.ndarray] | None:
+    """``--banks`` (a .npz of :data:`BANK_KEYS`), or the banks of ``--bank-image-emb`` / ``--bank-sentence-emb``
+    (training items) against the val and test embeddings."""
+    if args.banks:
+        z = load_numpy(args.banks, "--banks")
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(f"--banks: {args.banks} holds one array; a .npz of {', '.join(BANK_KEYS)} is needed")
+        with z:
+            return {k: z[k] for k in z.files}
+    if not (args.bank_image_emb and args.bank_sentence_emb):
+        return None
+    ti, ts = (
+        read_array(p, f"--bank-{n}-emb")
+        for p, n in ((args.bank_image_emb, "image"), (args.bank_sentence_emb, "sentence"))
+    )
+    out = {}
+    for name, pre in (("val", "val_"), ("test", "")):
+        img, sent = (getattr(args, f"{pre}{n}") for n in ("image_emb", "sentence_emb"))
+        if not (img and sent):
+            raise ValueError(
+                f"--bank-*-emb: the {name} embeddings are needed too (--{pre.replace('_', '-')}image-emb, …)"
+            )
+        out[f"{name}_annotation"] = embedding_scores(ti, read_array(sent, name), args.metric, "bank")
+        out[f"{name}_search"] = embedding_scores(read_array(img, name), ts, args.metric, "bank").T
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
@@ -312,12 +611,12 @@ def main(argv: list[str] | None = None) -> None:
     from fraglib.outputs import claim_cli, write_text
 
     ap = argparse.ArgumentParser(
-        description="Re-score a trained run from its checkpoint with the study's own "
-        "evaluation: python -m fraglib.evaluate RUN/seeds/seed0 --split test"
+        description="The study's own evaluation, of a trained run's checkpoint (SEED_DIR) or of another tool's "
+        "score matrix or embeddings (--scores / --image-emb + --sentence-emb, with --dataset-dir); docs/evaluation.md",
     )
-    ap.add_argument("seed_dir", help="a folder holding best.pt (e.g. runs/synthetic/full/seeds/seed0)")
+    ap.add_argument("seed_dir", nargs="?", help="a folder holding best.pt (e.g. runs/synthetic/full/seeds/seed0)")
     ap.add_argument("--split", default="test", choices=("train", "val", "test"))
-    ap.add_argument("--dataset-dir", help="default: the one the run was trained on")
+    ap.add_argument("--dataset-dir", help="default: the one the run was trained on; with --scores: required")
     ap.add_argument("--features-dir", help="with --dataset-dir (default <dataset-dir>/features)")
     ap.add_argument(
         "--params", default="params.yaml", help="its `evaluation` section applies (a missing file: defaults)"
@@ -330,23 +629,85 @@ def main(argv: list[str] | None = None) -> None:
         help="override an evaluation key, e.g. test_folds=5 (COCO 1K), n_boot=200, hubness=false",
     )
     ap.add_argument("--out", help="write the metrics (with per-query ranks) as JSON here")
-    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    ap.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    ap.add_argument("--save-scores", metavar="DIR", help="with SEED_DIR: write its test.npy, val.npy, banks.npz here")
+    g = ap.add_argument_group("scores from another tool (instead of SEED_DIR)")
+    for pre, what in (
+        ("", "the split's"),
+        ("val-", "the val split's (to choose corrections' parameters on)"),
+        ("against-", "a second system's, compared query by query (paired bootstrap)"),
+    ):
+        alias = ["--against"] if pre == "against-" else []
+        g.add_argument(f"--{pre}scores", *alias, metavar="NPY", help=f"{what} (n_images, n_sentences) score matrix")
+        g.add_argument(f"--{pre}image-emb", metavar="NPY", help=f"{what} image embeddings (n_images, D)")
+        g.add_argument(f"--{pre}sentence-emb", metavar="NPY", help=f"{what} sentence embeddings (n_sentences, D)")
+    g.add_argument("--metric", default="cosine", choices=("cosine", "dot"), help="embeddings' score (default cosine)")
+    g.add_argument("--banks", metavar="NPZ", help="inductive hubness banks: arrays " + ", ".join(BANK_KEYS))
+    g.add_argument("--bank-image-emb", metavar="NPY", help="training image embeddings (the inductive banks' queries)")
+    g.add_argument("--bank-sentence-emb", metavar="NPY", help="training sentence embeddings")
+    g.add_argument("--image-ids", metavar="TXT", help="the files' image id per row, '{split}' for the split's name")
+    g.add_argument("--sentence-ids", metavar="TXT", help="the files' sentence id per column ('{split}' as above)")
+    g.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
     args = ap.parse_args(argv)
-    if args.out:
-        claim_cli(ap, [Path(args.out)], [Path(args.out)], args.overwrite, "fraglib.evaluate --out")
-    ec = eval_config(read_yaml(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
-    paths = DataPaths(args.dataset_dir, args.features_dir) if args.dataset_dir else None
-    m = evaluate_run(args.seed_dir, ec, args.split, paths)
+    outs = [Path(args.out)] if args.out else []
+    outs += [Path(args.save_scores) / n for n in ("test.npy", "val.npy", "banks.npz")] if args.save_scores else []
+    claim_cli(ap, outs, outs, args.overwrite, "fraglib.evaluate")
+    try:
+        ec = eval_config(read_yaml(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
+        test, against = _source(args, "", "scores"), _source(args, "against-", "--against")
+        if (test is None) == (args.seed_dir is None):
+            raise ValueError("give a SEED_DIR, or a score matrix (--scores / --image-emb + --sentence-emb), not both")
+    except (ValueError, FileNotFoundError) as exc:
+        ap.error(str(exc))
+    if args.seed_dir is not None:
+        paths = DataPaths(args.dataset_dir, args.features_dir) if args.dataset_dir else None
+        if args.save_scores:
+            for f in save_scores(args.seed_dir, args.save_scores, ec, paths):
+                print(f"wrote {f}")
+            return
+        m = evaluate_run(args.seed_dir, ec, args.split, paths)
+    else:
+        if not args.dataset_dir:
+            ap.error("--scores / --image-emb need --dataset-dir (the dataset.json fixing the split's order)")
+        try:
+            val, banks = _source(args, "val-", "--val"), _banks(args)
+            ids = {
+                name: {
+                    key: read_ids(pattern.format(split=name), f"--{flag}")
+                    for key, flag, pattern in (
+                        ("imgid", "image-ids", args.image_ids),
+                        ("sentid", "sentence-ids", args.sentence_ids),
+                    )
+                    if pattern
+                }
+                for name in dict.fromkeys((args.split,) + (("val",) if val is not None or banks is not None else ()))
+            }
+            run = lambda S, val, banks, what: evaluate_files(  # noqa: E731
+                args.dataset_dir, ec, S, val, banks, args.seed, args.split, ids, what
+            )
+            m = run(test, val, banks, "--scores")
+            if against is not None:
+                b = run(against, None, None, "--against")
+                m = {"scores": m, "against": b, "paired": compare(m, b, ec.n_boot, args.seed)}
+        except (ValueError, FileNotFoundError) as exc:
+            ap.error(str(exc))
     if args.out:
         write_text(args.out, json.dumps(m, indent=1, sort_keys=True))
-    for label, res in ((f"{args.split}", m), (f"{args.split} {ec.test_folds}-fold mean", m.get("folds"))):
-        for d in DIRECTIONS if res else ():
-            t = res[d]
+    if "paired" in m:
+        _print("scores", m["scores"])
+        _print("against", m["against"])
+        for d, t in m["paired"].items():
             print(
-                f"{label} {d}: "
-                + " ".join(f"R@{k} {t[f'r{k}']:.1f}" for k in KS)
-                + f" median r {t['median_rank']:.1f} mean r {t['mean_rank']:.1f}"
+                f"scores − against, {d}: "
+                + "; ".join(f"{k} {v['diff']:+.1f} [{v['lo']:+.1f}, {v['hi']:+.1f}]" for k, v in t.items())
             )
+        return
+    _print(args.split, m)
+    if "folds" in m:
+        _print(f"{args.split} {ec.test_folds}-fold mean", m["folds"])
+    h = m.get("hubness", {})
+    for key in sorted(k for k in h if isinstance(h[k], dict) and "param" in h[k].get("annotation", {})):
+        print(f"{key}: " + "; ".join(f"{d} R@1 {h[key][d]['r1']:.1f}" for d in DIRECTIONS))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Hubness of a retrieval score matrix: how it is measured, and two test-time corrections
+"""Hubness of a retrieval score matrix: how it is measured, and four test-time corrections
 (docs/evaluation.md, "Hubness").
 
 Every function takes scores in *query x candidate* orientation, ``Q`` (n_queries, n_candidates):
@@ -14,6 +14,11 @@ sentence queries (``Q = S.T``), with ``S`` the (n_images, n_sentences) matrix of
 * **CSLS** (Conneau et al., ICLR 2018): ``Q'[q, c] = 2 Q[q, c] − r(c)``, ``r(c)`` the mean of the K
   largest ``B[b, c]`` over bank queries. CSLS's query term ``−r(q)`` is constant along the query's row,
   so it leaves every rank unchanged and is omitted.
+* **DIS**, QB-Norm's dynamic inverted softmax (Bogolin et al., CVPR 2022): the *activation set* holds the
+  candidates in the top ``DIS_K`` of at least one bank query; a query whose top-1 candidate is in it gets its
+  inverted-softmax row, any other query keeps its raw row.
+* **NNN** (Chowdhury et al., EMNLP 2024): ``Q'[q, c] = Q[q, c] − α r_k(c)``, ``r_k`` as CSLS's ``r``; at
+  α = 1/2 it is CSLS halved (the same ranks).
 
 The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the same candidates:
 *inductive* — queries of the training split (what a deployed system has); *transductive* (``bank=None``)
@@ -23,6 +28,7 @@ The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the sa
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,12 +36,17 @@ import torch
 
 from fraglib.metrics import DIRECTIONS, KS, annotation_ranks, recall_table, search_ranks
 
-METHODS = ("inverted_softmax", "csls")
+METHODS = ("inverted_softmax", "csls", "dis", "nnn")
 PROTOCOLS = ("inductive", "transductive")
 # Validation grids. β in units of 1 / sd of the finite validation scores (scale-free across systems);
 # K capped at the bank's size (transductive: n_queries − 1).
 BETAS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 CSLS_KS = (1, 2, 5, 10, 20, 50)
+# DIS: a candidate is active if it is in the top DIS_K of a bank query (QB-Norm's default, k = 1); β from BETAS.
+DIS_K = 1
+# NNN: α x k; its k are among CSLS_KS (sweep computes r(c) once for both), capped like K.
+NNN_ALPHAS = (0.25, 0.5, 0.75, 1.0)
+NNN_KS = (1, 10, 50)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -103,40 +114,131 @@ def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = N
     return torch.where(torch.isfinite(Q), X - norm, torch.full_like(X, float("-inf")))
 
 
+def _bank_top_mean(Q: torch.Tensor, k: int, bank: torch.Tensor | None, name: str) -> torch.Tensor:
+    """(1 or n_q, n_c) float64 ``r(c)``: the mean of the ``k`` largest bank scores of candidate c; ``bank`` None:
+    the other rows of ``Q`` (row q left out of its own ``r``). ``name`` names the correction in errors."""
+    if bank is not None:
+        B = torch.as_tensor(bank).double()
+        if not 1 <= k <= B.shape[0]:
+            raise ValueError(f"{name} k={k}: needs 1 <= k <= {B.shape[0]} bank queries")
+        return B.topk(k, dim=0).values.mean(dim=0)[None, :]
+    if not 1 <= k <= Q.shape[0] - 1:
+        raise ValueError(f"transductive {name} k={k}: needs 1 <= k <= {Q.shape[0] - 1} other queries")
+    top = Q.topk(k + 1, dim=0).values  # (k+1, n_c) descending
+    with_q = (top.sum(dim=0)[None, :] - Q) / k  # q among the k largest: the k+1 minus q
+    without_q = top[:k].sum(dim=0)[None, :] / k
+    return torch.where(Q >= top[k - 1][None, :], with_q, without_q)
+
+
+def _keep_empty(Q: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """``X`` with −inf wherever ``Q`` is not finite (a candidate without rows stays last)."""
+    return torch.where(torch.isfinite(Q), X, torch.full_like(X, float("-inf")))
+
+
 def csls(Q: torch.Tensor, k: int, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``2 Q − r(c)``, ``r(c)`` the mean of the ``k`` largest bank scores of candidate c;
     ``bank`` None: the other queries of ``Q`` (row q left out of its own ``r``)."""
     Q = torch.as_tensor(Q).double()
-    if bank is not None:
-        B = torch.as_tensor(bank).double()
-        if not 1 <= k <= B.shape[0]:
-            raise ValueError(f"CSLS k={k}: needs 1 <= k <= {B.shape[0]} bank queries")
-        r = B.topk(k, dim=0).values.mean(dim=0)[None, :]
-    else:
-        if not 1 <= k <= Q.shape[0] - 1:
-            raise ValueError(f"transductive CSLS k={k}: needs 1 <= k <= {Q.shape[0] - 1} other queries")
-        top = Q.topk(k + 1, dim=0).values  # (k+1, n_c) descending
-        with_q = (top.sum(dim=0)[None, :] - Q) / k  # q among the k largest: the k+1 minus q
-        without_q = top[:k].sum(dim=0)[None, :] / k
-        r = torch.where(Q >= top[k - 1][None, :], with_q, without_q)
-    return torch.where(torch.isfinite(Q), 2 * Q - r, torch.full_like(Q, float("-inf")))
+    return _keep_empty(Q, 2 * Q - _bank_top_mean(Q, k, bank, "CSLS"))
 
 
-def correct(Q: torch.Tensor, method: str, param: float, bank: torch.Tensor | None = None) -> torch.Tensor:
-    """``Q`` corrected by ``method`` (``inverted_softmax``: ``param`` = β in score units; ``csls``: K)."""
+def nnn(Q: torch.Tensor, alpha: float, k: int, bank: torch.Tensor | None = None) -> torch.Tensor:
+    """(n_q, n_c) float64 ``Q − α r(c)``, ``r(c)`` as in :func:`csls` (``bank`` None: row q left out)."""
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"NNN: the weight α must be finite and >= 0, got {alpha}")
+    Q = torch.as_tensor(Q).double()
+    return _keep_empty(Q, Q - alpha * _bank_top_mean(Q, k, bank, "NNN"))
+
+
+def _in_top(X: torch.Tensor, k: int) -> torch.Tensor:
+    """(n, n_c) bool: c is in row n's top ``k``, ties included (finite, and fewer than ``k`` candidates score
+    strictly higher)."""
+    bound = X.topk(k, dim=1).values[:, -1:]
+    return (X >= bound) & torch.isfinite(X)
+
+
+def activated(Q: torch.Tensor, k: int = DIS_K, bank: torch.Tensor | None = None, chunk: int = 1024) -> torch.Tensor:
+    """(n_q,) bool: DIS normalises query q — one of its top-1 candidates (ties included) is in the top ``k`` of a
+    bank query; ``bank`` None: of another row of ``Q`` (q's own top k activates nothing for q)."""
+    Q = torch.as_tensor(Q)
+    n_c = Q.shape[1]
+    if not 1 <= k <= n_c:
+        raise ValueError(f"DIS k={k}: needs 1 <= k <= {n_c} candidates")
+    B = Q if bank is None else torch.as_tensor(bank)
+    votes = torch.zeros(n_c, dtype=torch.long)
+    for a in range(0, B.shape[0], chunk):
+        votes += _in_top(B[a : a + chunk], k).sum(dim=0).cpu()
+    # a top-1 candidate of q is in q's own top k, so transductively it needs a second vote
+    need = 1 if bank is not None else 2
+    return torch.cat(
+        [(_in_top(Q[a : a + chunk], 1).cpu() & (votes >= need)).any(dim=1) for a in range(0, Q.shape[0], chunk)]
+    )
+
+
+def _dis_rows(Q: torch.Tensor, inverted: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    return torch.where(active[:, None].to(inverted.device), inverted, torch.as_tensor(Q).double())
+
+
+def dis(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = None, k: int = DIS_K) -> torch.Tensor:
+    """(n_q, n_c) float64: QB-Norm's dynamic inverted softmax — :func:`inverted_softmax`'s row for the queries
+    :func:`activated` selects, the raw score row for the others; ``bank`` None: the other queries of ``Q``, for
+    the activation set and the normaliser alike."""
+    Q = torch.as_tensor(Q)
+    if bank is None and Q.shape[0] < 2:
+        raise ValueError("transductive DIS needs at least 2 queries")
+    return _dis_rows(Q, inverted_softmax(Q, beta, bank), activated(Q, k, bank))
+
+
+Param = float | tuple[float, int]
+
+
+def correct(Q: torch.Tensor, method: str, param: Param, bank: torch.Tensor | None = None) -> torch.Tensor:
+    """``Q`` corrected by ``method`` (``inverted_softmax`` and ``dis``: ``param`` = β in score units; ``csls``: K;
+    ``nnn``: (α, k))."""
     if method == "inverted_softmax":
         return inverted_softmax(Q, float(param), bank)
     if method == "csls":
         return csls(Q, int(param), bank)
+    if method == "dis":
+        return dis(Q, float(param), bank)
+    if method == "nnn":
+        alpha, k = param
+        return nnn(Q, float(alpha), int(k), bank)
     raise ValueError(f"hubness correction {method!r}: expected one of {', '.join(METHODS)}")
 
 
-def grid(method: str, scale: float, n_bank: int) -> list[float]:
-    """The validation grid of ``method``: β = BETAS / ``scale`` (the sd of the validation scores), or
-    the K of CSLS_KS that fit in ``n_bank`` bank queries."""
-    if method == "inverted_softmax":
+def grid(method: str, scale: float, n_bank: int) -> list[Param]:
+    """The validation grid of ``method``: β = BETAS / ``scale`` (the sd of the validation scores; inverted
+    softmax and DIS), the K of CSLS_KS that fit in ``n_bank`` bank queries, or NNN's (α, k) pairs of NNN_ALPHAS
+    x the NNN_KS that fit (k = 1 if none does)."""
+    if method in ("inverted_softmax", "dis"):
         return [b / scale for b in BETAS]
+    if method == "nnn":
+        return [(a, k) for k in [k for k in NNN_KS if k <= n_bank] or [1] for a in NNN_ALPHAS]
     return [float(k) for k in CSLS_KS if k <= n_bank] or [1.0]
+
+
+def sweep(
+    Q: torch.Tensor, bank: torch.Tensor | None, grids: dict[str, list[Param]]
+) -> Iterator[tuple[str, Param, torch.Tensor]]:
+    """(method, parameter, ``correct(Q, method, parameter, bank)``) over every method's grid, each matrix
+    computed once: DIS reuses the inverted softmax of the same β, NNN the ``r(c)`` of CSLS at the same k."""
+    active = activated(Q, DIS_K, bank) if grids.get("dis") else None
+    for beta in dict.fromkeys([*grids.get("inverted_softmax", []), *grids.get("dis", [])]):
+        X = inverted_softmax(Q, beta, bank)
+        if beta in grids.get("inverted_softmax", []):
+            yield "inverted_softmax", beta, X
+        if beta in grids.get("dis", []):
+            yield "dis", beta, _dis_rows(Q, X, active)
+    Qd = torch.as_tensor(Q).double()
+    pairs = grids.get("nnn", [])
+    for k in dict.fromkeys([*(int(x) for x in grids.get("csls", [])), *(k for _, k in pairs)]):
+        r = _bank_top_mean(Qd, k, bank, "CSLS" if k in grids.get("csls", []) else "NNN")
+        if float(k) in grids.get("csls", []):
+            yield "csls", float(k), _keep_empty(Qd, 2 * Qd - r)
+        for alpha, kk in pairs:
+            if kk == k:
+                yield "nnn", (alpha, k), _keep_empty(Qd, Qd - alpha * r)
 
 
 # ----------------------------------------------------------------------------- one evaluation
@@ -168,10 +270,11 @@ def scale_of(S: torch.Tensor) -> float:
 def evaluate(
     test: torch.Tensor,
     test_image: np.ndarray,
-    val: torch.Tensor,
-    val_image: np.ndarray,
-    banks: dict[str, dict[str, torch.Tensor]],
+    val: torch.Tensor | None,
+    val_image: np.ndarray | None,
+    banks: dict[str, dict[str, torch.Tensor]] | None,
     k: int = 10,
+    protocols: tuple[str, ...] = PROTOCOLS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hubness of the test matrix and every correction's test metrics, parameters chosen on validation.
 
@@ -180,59 +283,65 @@ def evaluate(
     orientation (annotation: training images x the split's sentences; search: training sentences x the
     split's images). Returns (summary for ``metrics.json``, per-query lists for ``ranks.json``): k-occurrence
     stats per direction, and per ``<method>_<protocol>`` and direction the chosen parameter, its validation
-    R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks."""
-    scale = scale_of(val)
-    summary: dict[str, Any] = {"k": k, "beta_unit": scale}
+    R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks; NNN's
+    two parameters as ``param`` (α) and ``param_k`` (k); DIS also ``active``, the % of test queries it
+    normalised. ``protocols``: the corrections' protocols to run (``banks`` is needed for the inductive one
+    only); ``val`` None: the k-occurrence statistics alone (no parameter is chosen without validation scores)."""
+    summary: dict[str, Any] = {"k": k}
     lists: dict[str, Any] = {"occurrence": {}, "corrected": {}}
     for d in DIRECTIONS:
         occ = k_occurrence(_orient(test, d), k)
         summary[d] = hubness_stats(occ, k)
         lists["occurrence"][d] = occ.tolist()
-    for method in METHODS:
-        for protocol in PROTOCOLS:
-            key = f"{method}_{protocol}"
-            out: dict[str, Any] = {}
-            for d in DIRECTIONS:
-                qv, qt = _orient(val, d), _orient(test, d)
-                bv = banks["val"][d] if protocol == "inductive" else None
-                bt = banks["test"][d] if protocol == "inductive" else None
-                n_bank = min(
-                    bv.shape[0] if bv is not None else qv.shape[0] - 1,
-                    bt.shape[0] if bt is not None else qt.shape[0] - 1,
-                )
-                what = f"{key} ({d})"
-                tried = [
-                    (
-                        p,
-                        _rsum(
-                            _ranks(
-                                correct(qv, method, p, bv),
-                                d,
-                                val_image,
-                                f"{what}: validation scores at parameter {p:g}",
-                            )
-                        ),
-                    )
-                    for p in grid(method, scale, n_bank)
-                ]
-                param, val_rsum = max(tried, key=lambda t: t[1])  # first of the best on ties
-                r = _ranks(correct(qt, method, param, bt), d, test_image, f"{what}: test scores at parameter {param:g}")
-                out[d] = {
+    if val is None:
+        return summary, lists
+    scale = summary["beta_unit"] = scale_of(val)
+    out: dict[str, dict[str, Any]] = {f"{m}_{p}": {} for m in METHODS for p in protocols}
+    for protocol in protocols:
+        for d in DIRECTIONS:
+            qv, qt = _orient(val, d), _orient(test, d)
+            bv = banks["val"][d] if protocol == "inductive" else None
+            bt = banks["test"][d] if protocol == "inductive" else None
+            n_bank = min(
+                bv.shape[0] if bv is not None else qv.shape[0] - 1,
+                bt.shape[0] if bt is not None else qt.shape[0] - 1,
+            )
+            plain = _rsum(_ranks(qv, d, val_image, "validation scores"))
+            tried: dict[str, list[tuple[Param, float]]] = {m: [] for m in METHODS}
+            for method, p, Qc in sweep(qv, bv, {m: grid(m, scale, n_bank) for m in METHODS}):
+                what = f"{method}_{protocol} ({d}): validation scores at parameter {_show(p)}"
+                tried[method].append((p, _rsum(_ranks(Qc, d, val_image, what))))
+            for method in METHODS:
+                key = f"{method}_{protocol}"
+                param, val_rsum = max(tried[method], key=lambda t: t[1])  # first of the best on ties
+                what = f"{key} ({d}): test scores at parameter {_show(param)}"
+                r = _ranks(correct(qt, method, param, bt), d, test_image, what)
+                chosen = {"param": param[0], "param_k": param[1]} if method == "nnn" else {"param": param}
+                extra = {"active": float(100.0 * activated(qt, DIS_K, bt).double().mean())} if method == "dis" else {}
+                out[key][d] = {
                     **recall_table(r),
-                    "param": param,
+                    **chosen,
+                    **extra,
                     "val_rsum": val_rsum,
-                    "val_rsum_uncorrected": _rsum(_ranks(qv, d, val_image, "validation scores")),
+                    "val_rsum_uncorrected": plain,
                 }
                 lists["corrected"].setdefault(key, {})[d] = r.tolist()
-            summary[key] = out
+    summary.update(out)
     return summary, lists
 
 
+def _show(p: Param) -> str:
+    return f"α={p[0]:g}, k={p[1]}" if isinstance(p, tuple) else f"{p:g}"
+
+
 def average(trees: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean of the numeric leaves of same-shaped dicts (a study's units); other leaves from the first."""
+    """Mean of the numeric leaves of same-shaped dicts (a study's units); other leaves from the first. A key
+    missing from some unit (one written before a correction existed) is left out."""
     first = trees[0]
     out: dict[str, Any] = {}
     for key, v in first.items():
+        if not all(key in t for t in trees):
+            continue
         if isinstance(v, dict):
             out[key] = average([t[key] for t in trees])
         elif isinstance(v, (int, float)) and not isinstance(v, bool):

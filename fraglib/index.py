@@ -23,7 +23,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from fraglib import claims, tables
+from fraglib import claims, costs, tables
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.params import read_params
@@ -270,18 +270,26 @@ def best_runs_line(runs: dict[str, dict]) -> str:
 
 
 def hubness_line(runs: dict[str, dict]) -> str:
-    """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or '')."""
+    """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or ''); a
+    correction only some runs measured counts over those runs ('n of m' each)."""
     runs = {r: m for r, m in runs.items() if m.get("hubness")}
     if not runs:
         return ""
     r, d = max(((r, d) for r in runs for d in DIRECTIONS), key=lambda t: runs[t[0]]["hubness"][t[1]]["skewness"])
+    shown = tables.inductive_corrections(runs)
+    had = {c: [x for x in runs if f"{c}_inductive" in runs[x]["hubness"]] for c in shown}
     up = {
-        c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in runs for e in DIRECTIONS)
-        for c in ("inverted_softmax", "csls")
+        c: sum(runs[x]["hubness"][f"{c}_inductive"][e]["r1"] > runs[x][e]["r1"] for x in had[c] for e in DIRECTIONS)
+        for c in shown
     }
+    names = " / ".join("inverted softmax" if c == "inverted_softmax" else tables.CORRECTION_LABELS[c] for c in shown)
+    if all(len(had[c]) == len(runs) for c in shown):
+        counts = f"{' / '.join(str(up[c]) for c in shown)} of {2 * len(runs)}"
+    else:
+        counts = " / ".join(f"{up[c]} of {2 * len(had[c])}" for c in shown)
     return (
         f"; hubness: largest k-occurrence skew {runs[r]['hubness'][d]['skewness']:.1f} ({r}, {d}); inductive "
-        f"inverted softmax / CSLS raise R@1 in {up['inverted_softmax']} / {up['csls']} of {2 * len(runs)} run-directions"
+        f"{names} raise R@1 in {counts} run-directions"
     )
 
 
@@ -460,7 +468,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
             for e in bench
             if e["name"].startswith(("make_", "repro_"))
         ],
-        scale=[Markup(x) for x in _scale_sections(bench)],
+        scale=[Markup(tables.html(costs.cost_blocks("."))), *(Markup(x) for x in _scale_sections(bench))],
     )
     write_text(out, page)
     return out

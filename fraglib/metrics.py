@@ -243,3 +243,65 @@ def fold_metrics(
         )
     mean = {d: {k: float(np.mean([p[d][k] for p in per])) for k in per[0][d]} for d in DIRECTIONS}
     return {**mean, "folds": folds, "fold_images": size, "per_fold": per}
+
+
+# ----------------------------------------------------------------------------- uncertainty over runs and queries
+# The three-level bootstrap of docs/evaluation.md "Uncertainty" (groups of units sharing a test set, units = training
+# runs, test queries); one unit in one group is the plain query bootstrap.
+def rank_metric(r: np.ndarray, name: str) -> np.ndarray:
+    """Metric ``name`` (``r<K>``, ``median_rank``, ``median_rank_vsepp``, ``mean_rank``) over the last axis of a
+    (..., queries) rank array."""
+    if name.startswith("r"):
+        return 100.0 * (r <= int(name[1:])).mean(axis=-1)
+    if name == "median_rank_vsepp":  # floor(median(rank - 1)) + 1
+        return np.floor(np.median(r - 1, axis=-1)) + 1
+    return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
+
+
+def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The resamples of the three-level bootstrap for units in ``groups`` (U,): ``units`` (n_boot, G, K)
+    unit indices (G groups drawn with replacement, then K units within each, K = the largest group's
+    size) and ``queries`` (n_boot, G, n_queries) query indices (one draw per drawn group)."""
+    groups = np.asarray(groups)
+    names = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in names]
+    K = max(len(m) for m in members)
+    table = np.stack([np.resize(m, K) for m in members])  # (G, K), rows padded cyclically
+    sizes = np.array([len(m) for m in members])
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, len(names), size=(n_boot, len(names)))
+    k = (rng.random((n_boot, len(names), K)) * sizes[g][..., None]).astype(int)
+    units = table[g[..., None], k]
+    queries = rng.integers(0, n_queries, size=(n_boot, len(names), n_queries))
+    return units, queries
+
+
+def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(n_boot,) the metric averaged over the drawn units, on their drawn queries."""
+    return rank_metric(ranks[units[..., None], queries[:, :, None, :]], name).mean(axis=(1, 2))
+
+
+def bootstrap_seed_mean(
+    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+) -> tuple[float, float]:
+    """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
+    queries (module docstring); ``groups`` default: every unit its own group."""
+    groups = np.arange(len(ranks)) if groups is None else groups
+    units, queries = bootstrap_draws(groups, ranks.shape[1], n_boot, seed)
+    vals = _boot_values(ranks, name, units, queries)
+    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+
+
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+) -> dict[str, float]:
+    """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
+    draws of groups, units and queries for both); ``groups`` default: every unit its own group."""
+    if a.shape != b.shape:
+        raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
+    groups = np.arange(len(a)) if groups is None else groups
+    units, queries = bootstrap_draws(groups, a.shape[1], n_boot, seed)
+    d = _boot_values(a, name, units, queries) - _boot_values(b, name, units, queries)
+    point = float((rank_metric(a, name) - rank_metric(b, name)).mean())
+    lo, hi = float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
+    return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}

@@ -111,6 +111,19 @@ def appending(path: str | Path) -> Iterator[Any]:
         os.fsync(fh.fileno())
 
 
+def git_revision(where: str | Path = ".") -> str:
+    """``git describe --always --dirty`` of the repository holding ``where`` ("unknown" outside one)."""
+    import subprocess
+
+    try:
+        run = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=where, capture_output=True, text=True, check=True
+        )
+        return run.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
     """SHA-256 hex digest of a file, read in blocks of ``block`` bytes."""
     h = hashlib.sha256()

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from fraglib.inputs import DataPaths
-from fraglib.metrics import DIRECTIONS, KS
+from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
+from fraglib.metrics import rank_metric as _metric
 from fraglib.study import unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
@@ -176,6 +177,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         summary["corrected"] = {
             key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
             for key in h[0]["corrected"]
+            if all(key in x["corrected"] for x in h)  # a unit written before a correction existed lacks it
         }
         summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
     return summary
@@ -187,64 +189,6 @@ def metric_label(name: str) -> str:
     return {"mean_rank": "mean r", "median_rank": "med r", "median_rank_vsepp": "med r (VSE++)"}.get(
         name, name.replace("r", "R@", 1)
     )
-
-
-def _metric(r: np.ndarray, name: str) -> np.ndarray:
-    """Metric over the last axis of a (..., queries) rank array."""
-    if name.startswith("r"):
-        return 100.0 * (r <= int(name[1:])).mean(axis=-1)
-    if name == "median_rank_vsepp":  # floor(median(rank - 1)) + 1
-        return np.floor(np.median(r - 1, axis=-1)) + 1
-    return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
-
-
-def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The resamples of the three-level bootstrap for units in ``groups`` (U,): ``units`` (n_boot, G, K)
-    unit indices (G groups drawn with replacement, then K units within each, K = the largest group's
-    size) and ``queries`` (n_boot, G, n_queries) query indices (one draw per drawn group)."""
-    groups = np.asarray(groups)
-    names = np.unique(groups)
-    members = [np.flatnonzero(groups == g) for g in names]
-    K = max(len(m) for m in members)
-    table = np.stack([np.resize(m, K) for m in members])  # (G, K), rows padded cyclically
-    sizes = np.array([len(m) for m in members])
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, len(names), size=(n_boot, len(names)))
-    k = (rng.random((n_boot, len(names), K)) * sizes[g][..., None]).astype(int)
-    units = table[g[..., None], k]
-    queries = rng.integers(0, n_queries, size=(n_boot, len(names), n_queries))
-    return units, queries
-
-
-def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """(n_boot,) the metric averaged over the drawn units, on their drawn queries."""
-    return _metric(ranks[units[..., None], queries[:, :, None, :]], name).mean(axis=(1, 2))
-
-
-def bootstrap_seed_mean(
-    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
-) -> tuple[float, float]:
-    """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
-    queries (module docstring); ``groups`` default: every unit its own group."""
-    groups = np.arange(len(ranks)) if groups is None else groups
-    units, queries = bootstrap_draws(groups, ranks.shape[1], n_boot, seed)
-    vals = _boot_values(ranks, name, units, queries)
-    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
-
-
-def paired_difference(
-    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
-) -> dict[str, float]:
-    """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
-    draws of groups, units and queries for both); ``groups`` default: every unit its own group."""
-    if a.shape != b.shape:
-        raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
-    groups = np.arange(len(a)) if groups is None else groups
-    units, queries = bootstrap_draws(groups, a.shape[1], n_boot, seed)
-    d = _boot_values(a, name, units, queries) - _boot_values(b, name, units, queries)
-    point = float((_metric(a, name) - _metric(b, name)).mean())
-    lo, hi = float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
-    return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
 def training_noise(
@@ -916,8 +860,12 @@ def caption_gallery(
 CORRECTIONS = {
     "inverted_softmax_inductive": "inverted softmax, inductive",
     "csls_inductive": "CSLS, inductive",
+    "dis_inductive": "DIS, inductive",
+    "nnn_inductive": "NNN, inductive",
     "inverted_softmax_transductive": "inverted softmax, transductive",
     "csls_transductive": "CSLS, transductive",
+    "dis_transductive": "DIS, transductive",
+    "nnn_transductive": "NNN, transductive",
 }
 
 
@@ -970,6 +918,31 @@ def correction_differences(
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def correction_parameters(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per run, correction (:data:`CORRECTIONS`, those measured) and direction, mean over units: the parameter
+    chosen on validation (β in units of the validation scores' sd for the inverted softmax and DIS, K for CSLS,
+    α for NNN), NNN's ``k``, and ``val gain``: the validation R@1+5+10 gained by it (points; negative: the
+    correction hurt on validation at every value tried). Long format."""
+    rows = []
+    for r, s in study.items():
+        h = s.get("hubness") or {}
+        for key, name in CORRECTIONS.items():
+            for d in DIRECTIONS if key in h else ():
+                c = h[key][d]
+                beta = key.startswith(("inverted_softmax", "dis"))
+                rows.append(
+                    {
+                        "run": (labels or {}).get(r, r),
+                        "correction": name,
+                        "direction": d,
+                        "parameter": c["param"] * (h["beta_unit"] if beta else 1),
+                        "k": c.get("param_k", float("nan")),
+                        "val gain": c["val_rsum"] - c["val_rsum_uncorrected"],
+                    }
+                )
+    return pd.DataFrame(rows, columns=["run", "correction", "direction", "parameter", "k", "val gain"])
 
 
 def corrected_study(study: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:

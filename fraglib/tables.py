@@ -149,21 +149,34 @@ def retrieval(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> Table:
     )
 
 
+# the test-time hubness corrections as the tables name them (fraglib.hubness.METHODS, in that order)
+CORRECTION_LABELS = {"inverted_softmax": "inv. softmax", "csls": "CSLS", "dis": "DIS", "nnn": "NNN"}
+NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def inductive_corrections(hub: dict[str, dict[str, Any]]) -> list[str]:
+    """The corrections (:data:`CORRECTION_LABELS`) that at least one of ``hub`` (runs' metrics.json with
+    ``hubness``) measured under the inductive protocol; results from before DIS and NNN have only the first two."""
+    return [m for m in CORRECTION_LABELS if any(f"{m}_inductive" in x["hubness"] for x in hub.values())]
+
+
 def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Block]:
     """The runs that measured hubness (``metrics.json: hubness``, mean over training runs): skewness of the test
-    k-occurrence and % of candidates never in a top k, per direction, and R@1 without and with the inductive
-    corrections (parameters chosen on validation; docs/evaluation.md "Hubness"); most skewed first."""
+    k-occurrence and % of candidates never in a top k, per direction, and R@1 without and with each inductive
+    correction any of them measured (— where a run lacks it; parameters chosen on validation;
+    docs/evaluation.md "Hubness"); most skewed first."""
     hub = {r: m for r, m in runs.items() if m.get("hubness")}
     if not hub:
         return []
     k = int(next(iter(hub.values()))["hubness"]["k"])
+    shown = inductive_corrections(hub)
     rows = []
     for r in sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in DIRECTIONS)):
         h = hub[r]["hubness"]
         r1 = [
             " / ".join(
-                f"{v:.1f}"
-                for v in (hub[r][d]["r1"], h["inverted_softmax_inductive"][d]["r1"], h["csls_inductive"][d]["r1"])
+                [f"{hub[r][d]['r1']:.1f}"]
+                + [f"{h[f'{m}_inductive'][d]['r1']:.1f}" if f"{m}_inductive" in h else "—" for m in shown]
             )
             for d in DIRECTIONS
         ]
@@ -174,9 +187,11 @@ def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Blo
                 *r1,
             )
         )
+    names = " / ".join(["plain", *(CORRECTION_LABELS[m] for m in shown)])
     return [
         f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
-        "R@1 under the two *inductive* corrections (banks from the training split, parameters chosen on "
+        f"R@1 under the {NUMBERS.get(len(shown), len(shown))} *inductive* corrections (banks from the training "
+        "split, parameters chosen on "
         "validation). Paired CIs and the transductive protocol are in the results report.",
         Table(
             (
@@ -185,8 +200,8 @@ def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Blo
                 "annotation never %",
                 "search skew",
                 "search never %",
-                "annotation R@1: plain / inv. softmax / CSLS",
-                "search R@1: plain / inv. softmax / CSLS",
+                f"annotation R@1: {names}",
+                f"search R@1: {names}",
             ),
             tuple(rows),
         ),

@@ -310,6 +310,27 @@ def write_timing(out: Path, seconds: float, epochs: int) -> None:
     write_text(Path(out) / "timing.json", json.dumps({"train_seconds": round(seconds, 3), "epochs": epochs}) + "\n")
 
 
+def write_run_timing(out: Path, clock: dict[str, Any], eval_seconds: float, device: torch.device) -> None:
+    """The run's wall times, kept in git beside its metrics (``timing.json``; never in ``metrics.json``, whose
+    bytes a re-run reproduces): ``train_seconds`` and ``epochs`` from the checkpoints' clock (``clock``: every
+    process that trained it, summed), ``eval_seconds`` of the test evaluation, what they were measured on
+    (:func:`fraglib.device.hardware`), the code's revision and the UTC date (docs/formats.md)."""
+    from datetime import datetime, timezone
+
+    from fraglib.device import hardware
+    from fraglib.outputs import git_revision
+
+    record = {
+        "train_seconds": clock.get("train_seconds"),
+        "epochs": clock.get("epochs"),
+        "eval_seconds": round(eval_seconds, 3),
+        **hardware(device),
+        "commit": git_revision(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    write_text(Path(out) / "timing.json", json.dumps(record, indent=1) + "\n")
+
+
 def check_usable(splits: dict[str, Any], where: str, views: Any = None) -> None:
     """Refuse data on which training or evaluation would be meaningless, naming the cause: a split without
     images or sentences, fewer than half the sentences usable, or (``views`` reading word vectors, i.e.
@@ -397,6 +418,7 @@ def train(
             return fitted
         if ec is None:
             return {k: fitted[k] for k in ("best_epoch", "val_rsum_best", "history")}
+        t0 = time.perf_counter()
         test = evaluate_split(
             fitted["system"],
             splits,
@@ -405,7 +427,9 @@ def train(
             "test",
             f"run {spec.run}: test scores of best.pt (epoch {fitted['best_epoch']})",
         )
-        return write_outputs(out, spec, ec, info, test, fitted["best_epoch"], fitted["history"], checkpoint_dir)
+        metrics = write_outputs(out, spec, ec, info, test, fitted["best_epoch"], fitted["history"], checkpoint_dir)
+        write_run_timing(out, read_timing(ck_dir), time.perf_counter() - t0, device)
+        return metrics
 
 
 def fit(

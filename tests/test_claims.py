@@ -9,8 +9,7 @@ import pytest
 
 from fraglib import claims as C
 from fraglib.config import read_yaml
-from fraglib.metrics import DIRECTIONS, recall_table
-from fraglib.results import _boot_values, bootstrap_draws, paired_difference
+from fraglib.metrics import DIRECTIONS, _boot_values, bootstrap_draws, paired_difference, recall_table
 from fraglib.tables import markdown
 
 from conftest import ROOT

@@ -1,6 +1,7 @@
 """The one evaluation of a trained system (fraglib/evaluate.py): the study's own path re-scores a checkpoint to
 the same numbers, its settings never retrain, and a checkpoint is scored only on the data it was trained on."""
 
+import numpy as np
 import pytest
 
 from fraglib.inputs import DataPaths
@@ -99,3 +100,216 @@ def test_settings_the_test_split_cannot_take_are_refused_before_training(tiny_fu
                 progress=False,
             )
         assert not (tmp_path / "r" / "last.pt").exists()
+
+
+# ----------------------------------------------------------------------------- scores from another tool
+def _cli(argv, tmp_path, name="m.json"):
+    import json
+
+    from fraglib.evaluate import main
+
+    main(
+        [
+            *argv,
+            "--set",
+            "n_boot=50",
+            "--set",
+            "hub_k=2",
+            "--params",
+            str(tmp_path / "none.yaml"),
+            "--out",
+            str(tmp_path / name),
+            "--overwrite",
+        ]
+    )
+    return json.loads((tmp_path / name).read_text())
+
+
+@pytest.mark.parametrize("run", ["devise", "full"])
+def test_a_runs_own_scores_through_scores_give_the_runs_metrics(tiny_study, tmp_path, run):
+    """The worked example of docs/evaluation.md: a run's matrices written by --save-scores, evaluated as another
+    tool's files (--scores, --val-scores, --banks), give the run's metrics.json and ranks.json exactly: the
+    hubness corrections (both protocols, parameters chosen on validation) included."""
+    import json
+
+    from fraglib.evaluate import main
+
+    seed = tiny_study / run / "seeds" / "seed0"
+    main([str(seed), "--save-scores", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    data = json.loads((seed / "metrics.json").read_text())["info"]["dataset_dir"]
+    got = _cli(
+        [
+            "--scores",
+            str(tmp_path / "test.npy"),
+            "--val-scores",
+            str(tmp_path / "val.npy"),
+            "--banks",
+            str(tmp_path / "banks.npz"),
+            "--dataset-dir",
+            data,
+        ],
+        tmp_path,
+    )
+    ranks = got.pop("ranks")
+    assert got == json.loads((seed / "metrics.json").read_text())["test"]
+    assert ranks == json.loads((seed / "ranks.json").read_text())
+    assert set(got["hubness"]) >= {"inverted_softmax_inductive", "csls_transductive"}
+
+
+@pytest.fixture
+def made(tmp_path):
+    """A dataset.json alone (all a score file needs): 6 test images with 1-3 captions (sentids out of image
+    order), 3 val images, 4 train images."""
+    import json
+
+    images, sid = [], 100
+    for n, (split, caps) in enumerate(
+        [("test", c) for c in (2, 3, 1, 2, 3, 2)] + [("val", 2)] * 3 + [("train", 2)] * 4
+    ):
+        sents = [{"sentid": sid + 100 * k, "raw": f"caption {sid + 100 * k}"} for k in range(caps)]
+        sid += 1
+        images.append({"imgid": 50 + n, "filename": f"{n}.jpg", "split": split, "sentences": sents})
+    (tmp_path / "dataset.json").write_text(json.dumps({"images": images}))
+    return tmp_path
+
+
+def _embeddings(dataset_dir, noise, seed=0):
+    """Test-split embeddings: a random vector per image, each sentence its image's plus ``noise``."""
+    import numpy as np
+
+    from fraglib.evaluate import split_index
+
+    idx = split_index(dataset_dir, "test")
+    rng = np.random.default_rng(seed)
+    img = rng.normal(size=(len(idx["imgid"]), 8))
+    return idx, img, img[idx["sentence_image"]] + noise * rng.normal(size=(len(idx["sentid"]), 8))
+
+
+def test_embeddings_and_reordered_files_give_hand_computed_ranks(made, tmp_path):
+    """--image-emb/--sentence-emb score by cosine; sentences equal to their image's vector rank it first
+    (R@1 100 both ways); the same files in another order with --image-ids/--sentence-ids give the same numbers,
+    and the dot product of unit rows equals the cosine."""
+    import numpy as np
+
+    idx, img, sent = _embeddings(made, 0.0)
+    np.save(tmp_path / "i.npy", img)
+    np.save(tmp_path / "t.npy", sent)
+    m = _cli(
+        [
+            "--image-emb",
+            str(tmp_path / "i.npy"),
+            "--sentence-emb",
+            str(tmp_path / "t.npy"),
+            "--dataset-dir",
+            str(made),
+            "--set",
+            "hubness=false",
+        ],
+        tmp_path,
+    )
+    assert m["annotation"]["r1"] == m["search"]["r1"] == 100.0 and m["search"]["mean_rank"] == 1.0
+    # a worse system: noisy sentences; then the same files shuffled, with their ids
+    idx, img, sent = _embeddings(made, 2.0)
+    np.save(tmp_path / "i.npy", img)
+    np.save(tmp_path / "t.npy", sent)
+    base = ["--dataset-dir", str(made), "--set", "hubness=false"]
+    plain = _cli(["--image-emb", str(tmp_path / "i.npy"), "--sentence-emb", str(tmp_path / "t.npy"), *base], tmp_path)
+    rng = np.random.default_rng(1)
+    pi, ps = rng.permutation(len(img)), rng.permutation(len(sent))
+    np.save(tmp_path / "ip.npy", img[pi])
+    np.save(tmp_path / "tp.npy", sent[ps])
+    (tmp_path / "test_img.txt").write_text("\n".join(str(x) for x in idx["imgid"][pi]))
+    (tmp_path / "test_sent.txt").write_text("\n".join(str(x) for x in idx["sentid"][ps]))
+    shuffled = _cli(
+        [
+            "--image-emb",
+            str(tmp_path / "ip.npy"),
+            "--sentence-emb",
+            str(tmp_path / "tp.npy"),
+            "--image-ids",
+            str(tmp_path / "{split}_img.txt"),
+            "--sentence-ids",
+            str(tmp_path / "{split}_sent.txt"),
+            *base,
+        ],
+        tmp_path,
+    )
+    assert shuffled == plain and plain["annotation"]["r1"] < 100.0
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    np.save(tmp_path / "s.npy", unit(img) @ unit(sent).T)
+    assert _cli(["--scores", str(tmp_path / "s.npy"), *base], tmp_path) == plain
+
+
+def test_against_gives_a_paired_difference_with_a_ci(made, tmp_path):
+    """--against: the same matrix gives a zero difference with a zero-width CI; a perfect system against a noisy
+    one gives the hand-computed R@1 difference, its CI around it."""
+    import numpy as np
+
+    from fraglib.evaluate import main
+
+    idx, img, good = _embeddings(made, 0.0)
+    _, _, bad = _embeddings(made, 3.0)
+    for name, x in (("i", img), ("g", good), ("b", bad)):
+        np.save(tmp_path / f"{name}.npy", x)
+    base = ["--dataset-dir", str(made), "--set", "hubness=false", "--image-emb", str(tmp_path / "i.npy")]
+    same = _cli(
+        [
+            *base,
+            "--sentence-emb",
+            str(tmp_path / "g.npy"),
+            "--against-image-emb",
+            str(tmp_path / "i.npy"),
+            "--against-sentence-emb",
+            str(tmp_path / "g.npy"),
+        ],
+        tmp_path,
+    )
+    assert all(
+        v == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "excludes_zero": False}
+        for d in same["paired"].values()
+        for v in d.values()
+    )
+    out = _cli(
+        [
+            *base,
+            "--sentence-emb",
+            str(tmp_path / "g.npy"),
+            "--against-image-emb",
+            str(tmp_path / "i.npy"),
+            "--against-sentence-emb",
+            str(tmp_path / "b.npy"),
+        ],
+        tmp_path,
+    )
+    d = out["paired"]["search"]["r1"]
+    assert d["diff"] == pytest.approx(100.0 - out["against"]["search"]["r1"]) and d["lo"] <= d["diff"] <= d["hi"]
+    assert d["diff"] > 0
+    main([*base, "--sentence-emb", str(tmp_path / "g.npy"), "--set", "n_boot=50", "--params", "none.yaml"])
+
+
+@pytest.mark.parametrize(
+    "make, flags, says",
+    [
+        (lambda n, m: np.zeros((n + 1, m)), [], "is needed, got"),
+        (lambda n, m: np.zeros((m, m)), [], "one row per caption"),
+        (lambda n, m: np.where(np.eye(n, m) > 0, np.nan, 0.0), [], "NaN or +inf"),
+        (lambda n, m: np.zeros((n, m)), ["--sentence-ids", "{tmp}/ids.txt"], "ids are missing"),
+        (lambda n, m: np.zeros((n, m)), ["--banks", "{tmp}/s.npy"], "banks"),
+        (lambda n, m: np.zeros((n, m), object), [], "NumPy"),
+    ],
+)
+def test_bad_score_files_are_refused_naming_the_cause(made, tmp_path, capsys, make, flags, says):
+    from fraglib.evaluate import main, split_index
+
+    idx = split_index(made, "test")
+    n, m = len(idx["imgid"]), len(idx["sentid"])
+    S = make(n, m)
+    if S.dtype == object:
+        np.save(tmp_path / "s.npy", S, allow_pickle=True)
+    else:
+        np.save(tmp_path / "s.npy", S)
+    (tmp_path / "ids.txt").write_text("\n".join(str(x + 10_000) for x in idx["sentid"]))
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    with pytest.raises(SystemExit) as e:
+        main(["--scores", str(tmp_path / "s.npy"), "--dataset-dir", str(made), "--params", "none.yaml", *flags])
+    assert e.value.code == 2 and says in capsys.readouterr().err

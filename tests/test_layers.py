@@ -58,6 +58,7 @@ LAYERS = (
             "fraglib.index",
             "fraglib.reports",
             "fraglib.claims",
+            "fraglib.costs",
             "fraglib.facts",
         ),
     ),

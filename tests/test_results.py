@@ -54,7 +54,7 @@ def test_paired_differences_use_the_seeds_both_runs_have():
 
 
 def test_bootstrap_draws_stay_inside_the_drawn_group():
-    from fraglib.results import bootstrap_draws
+    from fraglib.metrics import bootstrap_draws
 
     groups = np.array([7, 7, 9, 9, 9])
     units, queries = bootstrap_draws(groups, n_queries=4, n_boot=200, seed=1)
@@ -948,3 +948,62 @@ def test_ci_table_keeps_the_metrics_in_the_order_computed():
     t = ci_table(pd.DataFrame(rows))
     assert list(t.columns) == [(d, m) for d in ("annotation", "search") for m in ("R@1", "R@5", "R@10")]
     assert t.loc[("a", "b"), ("search", "R@10")] == "+1.2 [-0.5, +3.0]"
+
+
+def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path):
+    """A run with all four corrections beside one written before DIS and NNN: the tables show the new ones (—
+    where a run lacks them), the index counts each over the runs that have it, the chosen parameters come out in
+    their units, and a run whose training runs disagree on the corrections keeps those all of them have."""
+    from fraglib.index import hubness_line
+    from fraglib.results import correction_parameters, load_run
+    from fraglib.tables import hubness
+
+    def corr(v, **extra):
+        return {
+            d: {"r1": v, "param": 0.5, "val_rsum": 3.0, "val_rsum_uncorrected": 1.0, **extra}
+            for d in ("annotation", "search")
+        }
+
+    def run(skew, r1, *rs):
+        h = {
+            "k": 10.0,
+            "beta_unit": 2.0,
+            "annotation": {"skewness": skew, "never": 4.0},
+            "search": {"skewness": 0.1, "never": 0.0},
+        }
+        for m, v in zip(("inverted_softmax", "csls", "dis", "nnn"), rs):
+            h[f"{m}_inductive"] = corr(v, **({"param_k": 10.0} if m == "nnn" else {}))
+        return _summary(annotation={"r1": r1}, search={"r1": r1}, hubness=h)
+
+    runs = {"new": run(3.0, 20.0, 25.0, 19.0, 21.0, 22.0), "old": run(1.0, 10.0, 12.0, 9.0)}
+    lines = markdown(hubness(runs, {})).splitlines()
+    assert "annotation R@1: plain / inv. softmax / CSLS / DIS / NNN" in lines[2]
+    assert [x.split(" | ")[-2:] for x in lines if x.startswith("| `")] == [
+        ["20.0 / 25.0 / 19.0 / 21.0 / 22.0", "20.0 / 25.0 / 19.0 / 21.0 / 22.0 |"],
+        ["10.0 / 12.0 / 9.0 / — / —", "10.0 / 12.0 / 9.0 / — / — |"],
+    ]
+    assert hubness_line(runs).endswith(
+        "inductive inverted softmax / CSLS / DIS / NNN raise R@1 in 4 of 4 / 0 of 4 / 2 of 2 / 2 of 2 run-directions"
+    )
+    p = correction_parameters(runs, {"old": "Old"})
+    assert len(p) == 12 and set(p.run) == {"new", "Old"}
+    got = p[p.direction == "search"].set_index(["run", "correction"])
+    assert got.loc[("new", "DIS, inductive"), "parameter"] == 1.0  # β x the validation scores' sd
+    assert got.loc[("new", "CSLS, inductive"), "parameter"] == 0.5 and got.loc[("new", "NNN, inductive"), "k"] == 10
+    assert got["val gain"].eq(2.0).all() and correction_parameters({"c": {}}).empty
+
+    d = tmp_path / "r"
+    units = {"0": {"csls_inductive", "nnn_inductive"}, "1": {"csls_inductive"}}
+    figures = {d_: {"r1": 50.0, "r5": 100.0, "r10": 100.0, "mean_rank": 1.5} for d_ in ("annotation", "search")}
+    (d / "seeds").mkdir(parents=True)
+    (d / "metrics.json").write_text(
+        json.dumps(_summary(seeds=[0, 1], units=list(units), per_seed={u: figures for u in units}, **figures))
+    )
+    for u, keys in units.items():
+        ranks = {"annotation": [1, 2], "search": [2, 1]}
+        corrected = {key: {"annotation": [1, 1], "search": [1, 1]} for key in keys}
+        (d / "seeds" / f"seed{u}").mkdir()
+        (d / "seeds" / f"seed{u}" / "ranks.json").write_text(
+            json.dumps({**ranks, "hubness": {"corrected": corrected, "occurrence": {"annotation": [1], "search": [1]}}})
+        )
+    assert list(load_run(d)["corrected"]) == ["csls_inductive"]

@@ -38,6 +38,11 @@ def test_same_seed_same_metrics_and_resume_equals_uninterrupted(tiny_full, tmp_p
     assert len(hist) == 1 + spec.train_config.epochs and "train_C_0" in hist[0] and "train_C_F" in hist[0]
     assert a["train_config"]["seed"] == 0 and a["best_epoch"] in range(1, spec.train_config.epochs + 1)
     assert a["system"] == "fragment" and "train_seconds" not in json.dumps(a)
+    # the wall times live beside the metrics (git), the resumed run's clock summed over both processes
+    for run in "ac":
+        t = json.loads((tmp_path / run / "timing.json").read_text())
+        assert t["epochs"] == spec.train_config.epochs and t["device"] == "cpu" and t["threads"] >= 1
+        assert t["train_seconds"] > 0 and t["eval_seconds"] > 0 and {"machine", "commit", "date"} <= set(t)
 
 
 def test_resume_refuses_another_configuration(tiny_full, tmp_path):

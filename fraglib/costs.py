@@ -1,0 +1,247 @@
+"""What the work costs, from committed timings: one training of each system, and each ``make`` target in all.
+
+    python -m fraglib.costs start .venv/.clock-pascal1k                    # the Makefile, before a target's work
+    python -m fraglib.costs stop .venv/.clock-pascal1k "make pascal1k"     # after it: records the wall time
+
+Two sources, both in git, neither estimated:
+
+* ``runs/<study>/<run>/seeds/<unit>/timing.json``, beside each training unit's metrics: ``train_seconds``,
+  ``epochs`` (required), ``eval_seconds``, ``device``, ``machine``, ``threads``, ``commit``, ``date``. Runs trained
+  before the trainer wrote it have none and count as not measured.
+* ``benchmarks/costs.json``: per ``make`` target, its wall time the last time it ran to the end (``target``,
+  ``seconds``, ``commit`` and ``date`` at its start, and :func:`fraglib.device.hardware`: ``device``, ``machine``,
+  ``threads``). ``stop`` replaces the target's record; a target that fails records nothing (make stops before
+  ``stop``). The time covers the target's own work, after the environment is installed.
+
+:func:`cost_table` is the one table of both (the index shows it). A training row is a study, a system and a device
+kind (CPU, or GPU for CUDA/MPS): the median over that system's timed units of ``train_seconds`` and of
+``train_seconds / epochs``. A target row is its last record, or "not measured yet".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fraglib.outputs import git_revision, write_text
+
+if TYPE_CHECKING:
+    from fraglib.tables import Block, Table
+
+COSTS = Path("benchmarks/costs.json")
+TARGETS = ("make", "make pascal1k", "make synthetic-all", "make flickr8k", "make reports", "make test")
+NOT_MEASURED = "not measured yet"
+HEADER = ("what", "device", "wall time", "per epoch", "timed", "machine", "measured at")
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for a reader: "42.0 s", "12.5 min", "3.2 h"."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def device_kind(device: str) -> str:
+    """CPU or GPU (CUDA, MPS) from a recorded device ("cpu", "cuda:0 NVIDIA H100 …"); "unknown" when not recorded."""
+    d = device.strip().lower()
+    if d.startswith("cpu"):
+        return "CPU"
+    return "GPU" if d.startswith(("cuda", "mps")) else "unknown"
+
+
+def _number(path: Path, m: dict, key: str, positive: bool = False, optional: bool = False) -> float | None:
+    """``m[key]`` checked: a non-negative (``positive``: > 0) number, or None where ``optional``."""
+    v = m.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (positive and v == 0):
+        want = f"a {'positive' if positive else 'non-negative'} number{' or null' if optional else ''}"
+        raise ValueError(f"{path}: {key}={v!r}; expected {want}")
+    return float(v)
+
+
+def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
+    """Every ``<runs_dir>/<run>/seeds/<unit>/timing.json`` with ``run`` and ``system`` added (the run's
+    ``metrics.json``, else ``?``). ``train_seconds`` and ``epochs`` are null for a unit whose training was not
+    clocked (a closed-form fit); ValueError naming a file where either is something else than a number."""
+    from fraglib.results import read_json
+
+    out = []
+    for path in sorted(Path(runs_dir).glob("*/seeds/*/timing.json")):
+        m = read_json(path)
+        if not isinstance(m, dict):
+            raise ValueError(f"{path}: not a timing record (a JSON {type(m).__name__}, not an object)")
+        _number(path, m, "train_seconds", optional=True)
+        _number(path, m, "epochs", positive=True, optional=True)
+        run = path.parents[2]
+        summary = run / "metrics.json"
+        system = read_json(summary).get("system", "?") if summary.exists() else "?"
+        out.append({**m, "run": run.name, "system": system})
+    return out
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _machine(m: dict[str, Any]) -> str:
+    threads = f" ({m['threads']} threads)" if m.get("threads") else ""
+    return str(m.get("machine") or "not recorded") + threads
+
+
+def _when(m: dict[str, Any]) -> str:
+    return ", ".join(str(m[k]) for k in ("commit", "date") if m.get(k)) or "not recorded"
+
+
+def _eval(ts: list[dict[str, Any]]) -> str:
+    """ " + x s test evaluation" (the median over the units that recorded it), or ""."""
+    e = [t["eval_seconds"] for t in ts if isinstance(t.get("eval_seconds"), (int, float))]
+    return f" + {duration(statistics.median(e))} test evaluation" if e else ""
+
+
+def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Rows of one study: per system and device kind, the medians of its units' timings (the newest's machine and
+    date; "not clocked" where no unit's training was); one row saying "not measured yet" when the study has none."""
+    if not timings:
+        return [(f"one training: {title}", "—", NOT_MEASURED, "—", "—", "—", "—")]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in timings:
+        groups.setdefault((t["system"], device_kind(str(t.get("device", "")))), []).append(t)
+    rows = []
+    for (system, kind), ts in sorted(groups.items()):
+        newest = max(ts, key=lambda t: str(t.get("date", "")))
+        clocked = [t for t in ts if t.get("train_seconds") is not None]
+        per_epoch = [t["train_seconds"] / t["epochs"] for t in clocked if t.get("epochs")]
+        rows.append(
+            (
+                f"one training: {title}, `{system}`",
+                kind,
+                (duration(statistics.median(t["train_seconds"] for t in clocked)) if clocked else "not clocked")
+                + _eval(ts),
+                duration(statistics.median(per_epoch)) if per_epoch else "—",
+                _count(len(ts), "unit") + " of " + _count(len({t["run"] for t in ts}), "run"),
+                _machine(newest),
+                _when(newest),
+            )
+        )
+    return rows
+
+
+def read_costs(path: Path = COSTS) -> dict[str, dict[str, Any]]:
+    """Target -> its record in ``path`` ({} without the file); ValueError naming the file and a bad record."""
+    from fraglib.results import read_json
+
+    if not path.exists():
+        return {}
+    entries = read_json(path)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list of target records, got a {type(entries).__name__}")
+    out = {}
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("target"), str):
+            raise ValueError(f"{path}: record {i} has no 'target' string")
+        _number(path, e, "seconds")
+        out[e["target"]] = e
+    return out
+
+
+def target_rows(costs: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row per target of :data:`TARGETS` (then any other recorded one): its last wall time, or not measured."""
+    rows = []
+    for target in dict.fromkeys([*TARGETS, *costs]):
+        e = costs.get(target)
+        if e is None:
+            rows.append((f"`{target}` in all", "—", NOT_MEASURED, "—", "—", "—", "—"))
+        else:
+            rows.append(
+                (f"`{target}` in all", device_kind(str(e.get("device", ""))), duration(e["seconds"]), "—", "—")
+                + (_machine(e), _when(e))
+            )
+    return rows
+
+
+def cost_table(root: str | Path = ".") -> Table:
+    """The one cost table of the project at ``root``: one training of each system per study with timings, then
+    every ``make`` target's total (:data:`HEADER`)."""
+    from fraglib.studies import studies
+    from fraglib.tables import Table
+
+    root = Path(root)
+    rows = [r for s in studies(root) for r in training_rows(s.title, read_timings(root / s.runs))]
+    return Table(HEADER, tuple(rows + target_rows(read_costs(root / COSTS))))
+
+
+def cost_blocks(root: str | Path = ".") -> list[Block]:
+    """The index's section: a heading, what the numbers are and :func:`cost_table`."""
+    from fraglib.tables import Heading
+
+    return [
+        Heading(2, "What it costs"),
+        "One training: the median over a system's timed training units (`runs/<study>/<run>/seeds/*/timing.json`, "
+        "the trainer's clock) of its training time and of that time per epoch, by the device it ran on. A `make` "
+        "target in all: its wall time the last time it ran to the end (`benchmarks/costs.json`, the Makefile's "
+        "clock; after the environment is installed). Each with the machine, the commit and the date it was "
+        "measured at. Nothing here is estimated: what has no record says so.",
+        cost_table(root),
+    ]
+
+
+def start(clock: Path) -> None:
+    """Write the clock file: the time, the code's revision and the UTC date at a target's start."""
+    began = time.time()
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    write_text(clock, json.dumps({"start": began, "commit": git_revision(), "date": today}) + "\n")
+
+
+def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
+    """Record ``target``'s wall time since :func:`start` wrote ``clock`` into ``path`` (replacing its record) and
+    remove the clock; ValueError naming a missing or damaged clock."""
+    end = time.time()  # before the imports below: this module starts without torch (`make` times its targets)
+    from fraglib.device import hardware, select_device
+    from fraglib.results import read_json
+
+    if not clock.exists():
+        raise ValueError(f"{clock}: no clock file; `python -m fraglib.costs start {clock}` writes it")
+    began = read_json(clock)
+    if not isinstance(began, dict) or not isinstance(began.get("start"), (int, float)):
+        raise ValueError(f"{clock}: not a clock file (expected an object with a 'start' time)")
+    record = {
+        "target": target,
+        "seconds": round(end - began["start"], 1),
+        "commit": began.get("commit", "unknown"),
+        "date": began.get("date", "unknown"),
+        **hardware(select_device()[0]),
+    }
+    costs = read_costs(path)
+    costs[target] = record
+    write_text(path, json.dumps(list(costs.values()), indent=1) + "\n")
+    clock.unlink()
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("start", help="write the clock file").add_argument("clock", type=Path)
+    p = sub.add_parser("stop", help="record the wall time since start")
+    p.add_argument("clock", type=Path)
+    p.add_argument("target", help='the name in the table, e.g. "make pascal1k"')
+    p.add_argument("--out", type=Path, default=COSTS)
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "start":
+            start(args.clock)
+        else:
+            r = stop(args.clock, args.target, args.out)
+            print(f"{r['target']}: {duration(r['seconds'])} (recorded in {args.out})")
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
+if __name__ == "__main__":
+    main()

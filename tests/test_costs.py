@@ -1,0 +1,154 @@
+"""The cost table (fraglib/costs.py) on made files: per-unit timings beside the runs, make targets' records, and the
+clock the Makefile records them with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fraglib import costs
+from fraglib.tables import html
+
+TRAIN = "python -m fraglib.study --run ${{item}} {dataset} --dataset-dir data/x --out runs/{study}/${{item}}"
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def project(root: Path) -> Path:
+    """Two studies (synthetic: the root dvc.yaml; pascal1k), three timed units of a fragment run on the CPU (one
+    without its machine), one of a devise run on a GPU and on the CPU each, and nothing timed on Pascal1K."""
+    (root / "dvc.yaml").write_text(
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: " + TRAIN.format(dataset="", study="synthetic")
+    )
+    (root / "studies" / "pascal1k").mkdir(parents=True)
+    (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
+        + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
+    )
+    cpu = {"device": "cpu", "machine": "AMD EPYC; 2 cores", "threads": 2, "commit": "abc1234", "eval_seconds": 4.0}
+    runs = root / "runs" / "synthetic"
+    for run, system in (("full", "fragment"), ("fr_best", "fragment"), ("devise", "devise")):
+        write_json(runs / run / "metrics.json", {"system": system})
+    for unit, seconds, date in (("seed0", 100.0, "2026-11-20"), ("seed0r1", 300.0, "2026-11-25")):
+        write_json(
+            runs / "full" / "seeds" / unit / "timing.json", dict(cpu, train_seconds=seconds, epochs=10, date=date)
+        )
+    write_json(
+        runs / "fr_best" / "seeds" / "seed0" / "timing.json", {"device": "cpu", "train_seconds": 200.0, "epochs": 5}
+    )
+    gpu = {"device": "cuda:0 NVIDIA H100", "machine": "H100 box", "commit": "def5678", "date": "2026-11-26"}
+    write_json(runs / "devise" / "seeds" / "seed0" / "timing.json", dict(gpu, train_seconds=30.0, epochs=10))
+    write_json(runs / "devise" / "seeds" / "seed1" / "timing.json", dict(cpu, train_seconds=90.0, epochs=10))
+    write_json(root / "runs" / "pascal1k" / "full" / "metrics.json", {"system": "fragment"})  # trained before timings
+    write_json(runs / "kcca" / "metrics.json", {"system": "kcca"})  # a closed-form fit: the trainer's clock is not run
+    write_json(runs / "kcca" / "seeds" / "seed0" / "timing.json", dict(cpu, train_seconds=None, epochs=None))
+    return root
+
+
+def test_one_training_is_the_median_per_system_and_device_kind(tmp_path):
+    table = costs.cost_table(project(tmp_path))
+    assert table.header == costs.HEADER
+    rows = {r[0] + " " + r[1]: r for r in table.rows}
+    cpu = rows["one training: Synthetic benchmark, `fragment` CPU"]
+    # units 100, 300 (10 epochs) and 200 (5 epochs): median 200 s, per epoch median of 10, 30, 40 s
+    assert cpu[2:5] == ("3.3 min + 4.0 s test evaluation", "30.0 s", "3 units of 2 runs")
+    assert cpu[5:] == ("AMD EPYC; 2 cores (2 threads)", "abc1234, 2026-11-25")  # the newest unit's
+    assert rows["one training: Synthetic benchmark, `devise` GPU"][2:] == (
+        "30.0 s",
+        "3.0 s",
+        "1 unit of 1 run",
+        "H100 box",
+        "def5678, 2026-11-26",
+    )
+    assert rows["one training: Synthetic benchmark, `devise` CPU"][2] == "90.0 s + 4.0 s test evaluation"
+    assert rows["one training: Synthetic benchmark, `kcca` CPU"][2:4] == ("not clocked + 4.0 s test evaluation", "—")
+    assert rows["one training: Pascal1K, five stratified splits —"][2] == costs.NOT_MEASURED  # runs without timings
+
+
+def test_every_target_has_a_row_measured_or_not(tmp_path):
+    root = project(tmp_path)
+    record = {"target": "make pascal1k", "seconds": 9000.0, "commit": "abc1234", "date": "2026-11-27"}
+    record.update(device="cpu", machine="m", threads=2)
+    write_json(root / costs.COSTS, [record, {"target": "make bench", "seconds": 60.0}])
+    rows = {r[0]: r for r in costs.cost_table(root).rows if r[0].startswith("`")}
+    assert list(rows) == [f"`{t}` in all" for t in (*costs.TARGETS, "make bench")]
+    assert rows["`make pascal1k` in all"][1:] == ("CPU", "2.5 h", "—", "—", "m (2 threads)", "abc1234, 2026-11-27")
+    assert rows["`make bench` in all"][1:] == ("unknown", "60.0 s", "—", "—", "not recorded", "not recorded")
+    assert [r[2] for t, r in rows.items() if t not in ("`make pascal1k` in all", "`make bench` in all")] == [
+        costs.NOT_MEASURED
+    ] * 5
+    page = html(costs.cost_blocks(root))
+    assert page.startswith("<h2>What it costs</h2>") and "<td>not measured yet</td>" in page
+
+
+def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monkeypatch):
+    import fraglib.device
+
+    monkeypatch.setattr(
+        fraglib.device, "hardware", lambda d: {"device": "cpu", "machine": "this machine", "threads": 1}
+    )
+    out, clock = tmp_path / "costs.json", tmp_path / ".clock-make-test"
+    write_json(out, [{"target": "make", "seconds": 700.0}, {"target": "make test", "seconds": 1.0}])
+    costs.main(["start", str(clock)])
+    began = json.loads(clock.read_text())
+    assert {"start", "commit", "date"} <= set(began)
+    costs.main(["stop", str(clock), "make test", "--out", str(out)])
+    records = {e["target"]: e for e in json.loads(out.read_text())}
+    assert records["make"] == {"target": "make", "seconds": 700.0}
+    new = records["make test"]
+    assert 0 <= new["seconds"] < 60 and new["date"] == began["date"]
+    assert (new["device"], new["machine"], new["threads"]) == ("cpu", "this machine", 1)
+    assert not clock.exists()
+    with pytest.raises(SystemExit):  # stop without start: the clock file is named
+        costs.main(["stop", str(clock), "make test", "--out", str(out)])
+
+
+@pytest.mark.parametrize(
+    "timing,match",
+    [
+        ({"train_seconds": "slow", "epochs": 3}, r"train_seconds='slow'; expected a non-negative number or null"),
+        ({"train_seconds": 3.0, "epochs": 0}, r"timing.json: epochs=0; expected a positive number or null"),
+        ([1, 2], r"timing.json: not a timing record \(a JSON list"),
+    ],
+)
+def test_a_damaged_timing_is_named(tmp_path, timing, match):
+    write_json(tmp_path / "full" / "seeds" / "seed0" / "timing.json", timing)
+    with pytest.raises(ValueError, match=match):
+        costs.read_timings(tmp_path)
+
+
+def test_a_damaged_costs_file_is_named(tmp_path):
+    write_json(tmp_path / "costs.json", {"make": 3})
+    with pytest.raises(ValueError, match=r"costs.json: expected a JSON list of target records, got a dict"):
+        costs.read_costs(tmp_path / "costs.json")
+    write_json(tmp_path / "costs.json", [{"target": "make", "seconds": -1}])
+    with pytest.raises(ValueError, match=r"costs.json: seconds=-1; expected a non-negative number"):
+        costs.read_costs(tmp_path / "costs.json")
+
+
+def test_device_kinds_and_durations():
+    assert [costs.device_kind(d) for d in ("cpu", "cuda:1 A100", "mps", "")] == ["CPU", "GPU", "GPU", "unknown"]
+    assert [costs.duration(s) for s in (59.94, 150, 7300)] == ["59.9 s", "2.5 min", "2.0 h"]
+
+
+def test_the_makefile_clocks_every_target_of_the_table():
+    """Each target the table lists starts the clock before its work and stops it after (``make`` is ``repro``)."""
+    from conftest import ROOT
+
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line and not line[0].isspace() and ":" in line and "=" not in line.split(":")[0]:
+            target = line.split(":")[0].strip()
+            recipes[target] = []
+        elif line.startswith("\t") and target:
+            recipes[target].append(line.strip())
+    for name in costs.TARGETS:
+        lines = recipes["repro" if name == "make" else name.split()[1]]
+        assert lines[0] == f"$(call clock,start,{name})" and lines[-1] == f"$(call clock,stop,{name})", name
+        assert len(lines) == 3, f"{name}: one command between start and stop: {lines}"
