@@ -108,7 +108,7 @@ DOCS_MENTION = re.compile(r"(?<![\w/`\[.-])(?<!\]\()docs/([\w-]+\.md)(?![\w`\]])
 
 def lay_out(nb: Any, html: str | Path) -> None:
     """What every page gets around its notebook's cells, in place: the output displayed with metadata
-    ``{HEADER: true}`` (``fraglib.reports.start_page``) moved into a first Markdown cell; the page's
+    ``{HEADER: true}`` (``fraglib.studies.start_page``) moved into a first Markdown cell; the page's
     ``<title>`` = its first ``# `` heading; each ``docs/<name>.md`` named in Markdown (cells and outputs)
     a link relative to ``html``; stderr streams (warnings naming build paths) left out of the page (the
     executed notebook keeps them)."""
@@ -172,7 +172,7 @@ def run_notebook(
 ) -> Path:
     """Execute ``notebook`` with ``parameters`` (cwd = current directory) and write ``html``. ``at``: where the page
     will live when ``html`` is a staging path (default ``html``); it is passed to the notebook as parameter ``page``
-    (its header: ``fraglib.reports.start_page``) and its links are made relative to it.
+    (its header: ``fraglib.studies.start_page``) and its links are made relative to it.
 
     An earlier page at ``html`` is removed first; when a cell fails, the page written is the failed
     run (papermill's red "An Exception was encountered" banner on top, the traceback in place) and

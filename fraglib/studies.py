@@ -15,12 +15,14 @@ study. From the stages of its file come
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from fraglib.config import read_yaml
-from fraglib.notebook import executed_path, parameters, parser, project_root
+from fraglib.notebook import HEADER, executed_path, parameters, parser, project_root
 
 ROOT_PIPELINE = "dvc.yaml"
 TITLES = {  # study -> (title, its data in a few words); this order is the order of every page
@@ -213,3 +215,53 @@ def study_command(path: str | Path, root: str | Path | None = None) -> str:
             if parts[: len(Path(folder).parts)] == Path(folder).parts:
                 return s.repro
     return "dvc repro"
+
+
+# ----------------------------------------------------------------------------- every page's header
+INDEX = "reports/index.html"  # the entry page every page links back to
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
+    """The Markdown header of the page at ``page`` (a path; the registry's title for it, else ``title``): its
+    study, the commit and date it is rendered from (and whether the tree differs from it outside ``reports/``),
+    when its study's results were last committed, and links back to the index and to ``docs/``."""
+    root = Path(root).resolve()
+    where = Path(page).resolve() if page else None
+    found = [(s, p) for s in studies(root) for p in s.pages if where == (root / p.html).resolve()]
+    study, known = found[0] if found else (None, None)
+    head = known.title if known else (title, "")
+    here = where.parent if where else root / "notebooks"
+    rel = lambda path: os.path.relpath(root / path, here).replace(os.sep, "/")  # noqa: E731
+    commit = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)") or "unknown"
+    dirty = _git("-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
+    lines = [f"# {head[0]}", ""]
+    if study:
+        lines.append(f"**Study: {study.heading}**" + (f" — {head[1]}." if head[1] else ""))
+        lines.append("")
+    facts = [f"Rendered from commit {commit}" + (" with uncommitted changes" if dirty else "")]
+    if study:  # the run folders the page reads (the extended page: two; the data pages: none)
+        shown = known.parameters.get("runs_dir") or known.parameters.get("run_dir") or []
+        for folder in [shown] if isinstance(shown, str) else shown:
+            runs = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", folder)
+            facts.append(f"results in `{folder}/` last committed at {runs}" if runs else f"no results in `{folder}/`")
+    lines += ["; ".join(facts) + ".", ""]
+    lines.append(f"[← all reports]({rel(INDEX)}) · [the documentation]({rel('docs/README.md')})")
+    return "\n".join(lines)
+
+
+def start_page(page: str = "", title: str = "Report") -> None:
+    """Begin a report page, in its kernel: pandas shows every table cell whole (wrapped, never cut with "…") and
+    the page's header (:func:`page_header`) is displayed; the HTML export puts it at the top of the page
+    (:func:`fraglib.notebook.lay_out`)."""
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    pd.set_option("display.max_colwidth", None)
+    display(Markdown(page_header(page, title, project_root())), metadata={HEADER: True})

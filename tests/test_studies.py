@@ -117,8 +117,8 @@ def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
 
 def test_every_page_has_its_own_title_and_a_header_that_places_it():
     """Each page's title (its <title> and H1) is its own; its header names its study, the commit it is rendered
-    from and links back to the index (fraglib.reports.page_header)."""
-    from fraglib.reports import page_header
+    from and links back to the index (fraglib.studies.page_header)."""
+    from fraglib.studies import page_header
 
     pages = [p for s in studies(ROOT) for p in s.pages]
     titles = [p.title[0] for p in pages]
