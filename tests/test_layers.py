@@ -45,6 +45,7 @@ LAYERS = (
             "fraglib.captions",
             "fraglib.alignment",
             "fraglib.rerun",
+            "fraglib.explore",
         ),
     ),
     (
@@ -58,6 +59,7 @@ LAYERS = (
             "fraglib.index",
             "fraglib.reports",
             "fraglib.claims",
+            "fraglib.explorer_page",
         ),
     ),
     ("bench", ("fraglib.bench",)),
