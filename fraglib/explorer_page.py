@@ -23,7 +23,7 @@ TEMPLATE = "explorer.html.j2"  # in fraglib/templates
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line (``fraglib.studies`` reads dvc.yaml's explorer stages with it)."""
+    """The command line; DATA and HTML come first (``fraglib.studies`` reads them there in dvc.yaml's stages)."""
     ap = argparse.ArgumentParser(prog="python -m fraglib.explorer_page", description=__doc__.split("\n")[0])
     ap.add_argument("data", help="a folder written by python -m fraglib.explore (explorer.json, thumbs/)")
     ap.add_argument("html", help="the page to write; its data go beside it in <stem>_data.js")

@@ -348,6 +348,9 @@ def finding(study: Study, page: Page, params: dict) -> str:
         return _detector_recall(data / "features" / "features_stats.json")
     if kind == "training_report":
         return _training_line(Path(page.parameters["run_dir"]) / "metrics.json")
+    if kind == "explorer":
+        e = _json(Path(page.parameters["data"]) / "explorer.json")
+        return f"{len(e['runs'])} runs, {len(e['images'])} test images, top {e['k']} both ways" if e else ""
     runs = tables.retrieval_runs(Path(study.runs), params)
     if kind == "results_report":
         return best_runs_line(runs) + hubness_line(runs)

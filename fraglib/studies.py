@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraglib.config import read_yaml
-from fraglib.explorer_page import parser as explorer_parser
 from fraglib.notebook import executed_path, parameters, parser, project_root
 
 ROOT_PIPELINE = "dvc.yaml"
@@ -130,8 +129,7 @@ def page_of(stage: str, cmd: str) -> Page | None:
     ``python -m fraglib.explorer_page DATA HTML``: no notebook, its data folder the one parameter), else None."""
     words = shlex.split(cmd)
     if words[:3] == ["python", "-m", "fraglib.explorer_page"]:
-        args = explorer_parser().parse_args(words[3:])
-        return Page(stage, "", args.html, "", {"data": args.data})
+        return Page(stage, "", words[4], "", {"data": words[3]})
     if words[:3] != ["python", "-m", "fraglib.notebook"]:
         return None
     args = parser().parse_args(words[3:])
