@@ -116,3 +116,19 @@ def test_the_registry_lists_the_explorer_pages():
     pages = {p.html: p for s in studies(ROOT) for p in s.pages if p.kind == "explorer"}
     assert pages["reports/explorer.html"].parameters == {"data": "runs/synthetic/explorer"}
     assert pages["reports/pascal1k/explorer.html"].parameters == {"data": "runs/pascal1k/explorer"}
+
+
+def test_the_committed_explorers_are_small():
+    """Each study's explorer as git holds it: data and thumbnails (<= 160 px) at most 3 MB, the page under 1 MB."""
+    from PIL import Image
+
+    from test_dvc_deps import ROOT
+
+    folders = sorted(p.parent for p in ROOT.glob("runs/*/explorer/explorer.json"))
+    if not folders:
+        pytest.skip("no explorer data committed yet (python -m fraglib.explore: the explorer stages)")
+    for folder in folders:
+        assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) <= 3_000_000, folder
+        assert all(max(Image.open(p).size) <= 160 for p in folder.glob("thumbs/*.jpg")), folder
+    for page in ROOT.glob("reports/**/explorer.html"):
+        assert page.stat().st_size < 1_000_000 and (page.parent / "explorer_data.js").stat().st_size < 3_000_000
