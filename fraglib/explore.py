@@ -177,10 +177,10 @@ def build(
     for run, seed_dir in seed_dirs.items():
         system, ck, split = load_trained(seed_dir)
         info = ck["info"]
+        paths = DataPaths(info["dataset_dir"], info.get("features_dir"))  # the data it was trained on
         ids = (split.sentids.tolist(), split.sentence_image.tolist())
         if split_ids is None:
             split_ids = ids
-            paths = DataPaths(info["dataset_dir"], info.get("features_dir"))
             ds = read_karpathy_json(Path(info["dataset_dir"]) / "dataset.json")
             rows = [n for n, im in enumerate(ds.images) if im["split"] == "test"]
             data["images"] = thumbnails(ds, rows, out, cfg.thumb_px, cfg.quality)

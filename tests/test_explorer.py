@@ -132,3 +132,14 @@ def test_the_committed_explorers_are_small():
         assert all(max(Image.open(p).size) <= 160 for p in folder.glob("thumbs/*.jpg")), folder
     for page in ROOT.glob("reports/**/explorer.html"):
         assert page.stat().st_size < 1_000_000 and (page.parent / "explorer_data.js").stat().st_size < 3_000_000
+
+
+def test_the_index_row_of_an_explorer(explorer_data):
+    from fraglib.index import finding
+    from fraglib.studies import Page, Study
+
+    out, _ = explorer_data
+    page = Page("explorer_page", "", "reports/explorer.html", "", {"data": str(out)})
+    study = Study("synthetic", "dvc.yaml", "runs/synthetic", "synthetic", "seeds", None, (page,), "dvc repro", None)
+    assert page.kind == "explorer"
+    assert finding(study, page, {}) == "3 runs, 4 test images, top 3 both ways"
