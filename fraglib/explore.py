@@ -12,9 +12,10 @@ it was trained on: :func:`fraglib.evaluate.load_trained`), ``<out>/explorer.json
 * ``runs.<run>.label`` (``params.yaml: runs.<run>.label``), ``system``, ``image_top`` (n_images, k) and ``sentence_top`` (n_sentences, k): the positions of the top ``k``
   sentences of each image query and the top ``k`` images of each sentence query (ties by position), from
   :func:`fraglib.evaluate.score_matrix`;
-* ``alignments.<run>`` for the fragment runs of ``explorer.align_runs``: each test image's boxes (px of the
-  original), each sentence's fragments ``rel(w1, w2)``, and for every pair that run shows or that is correct,
-  per fragment the box it scores highest and that score (the paper's Figure 4: :func:`fraglib.alignment.align`);
+* ``aligned``: the fragment runs of ``explorer.align_runs``, each with its own ``alignments_<run>.json`` (a file
+  under 1 MB): each test image's boxes (px of the original), each sentence's fragments ``rel(w1, w2)``, and for
+  every pair that run lists or that is correct, per fragment the box it scores highest and that score (the paper's
+  Figure 4: :func:`fraglib.alignment.align`);
 * ``maps.<run>`` for the runs of ``explorer.map_runs``: a 2-D map of the test images and sentences in that run's
   joint space (:func:`embedding_map`) with their k-occurrence ``N_k`` (:func:`fraglib.hubness.k_occurrence`).
 """
@@ -35,6 +36,7 @@ from fraglib.config import ConfigError, check_range, from_dict
 from fraglib.evaluate import load_trained, score_matrix
 from fraglib.hubness import k_occurrence
 from fraglib.inputs import DataPaths
+from fraglib.outputs import write_text
 
 SOURCES = {  # dataset -> where its pictures come from, shown on the page beside them
     "synthetic": "Synthetic benchmark drawn by fraglib.data.synthetic (this project; params.yaml synthetic).",
@@ -65,6 +67,11 @@ class ExplorerConfig:
             if not isinstance(runs, (list, tuple)) or not all(isinstance(r, str) for r in runs):
                 raise ConfigError(f"explorer.{key}={getattr(self, key)!r}: expected a list of run names")
         return self
+
+
+def compact(data: Any) -> str:
+    """JSON without spaces, keys in insertion order (the study's run order)."""
+    return json.dumps(data, separators=(",", ":"))
 
 
 def top_k(S: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +112,7 @@ def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> li
 def alignments(system, paths: DataPaths, pairs: set[tuple[int, int]], sentids: np.ndarray) -> dict[str, Any]:
     """A fragment run's alignments of ``pairs`` (image position, sentence position): ``boxes`` per image
     ([x0, y0, x1, y1] px, rounded), ``fragments`` per sentence (``rel(w1, w2)``) and ``pairs``
-    ``{"i,j": [[box, score × 100 rounded], …] one per fragment}``."""
+    ``{"i,j": [box, score × 10 rounded, box, score, …] two numbers per fragment}``."""
     from fraglib.alignment import FragmentView, align, glove_words
 
     view = FragmentView(system, paths)
@@ -119,7 +126,7 @@ def alignments(system, paths: DataPaths, pairs: set[tuple[int, int]], sentids: n
     }
     for i, j in sorted(pairs):
         best, score = align(image_emb[i][0], sent[j][0])
-        out["pairs"][f"{i},{j}"] = [[int(b), round(float(s) * 100)] for b, s in zip(best, score)]
+        out["pairs"][f"{i},{j}"] = [x for b, s in zip(best, score) for x in (int(b), round(float(s) * 10))]
     return out
 
 
@@ -172,7 +179,7 @@ def build(
     cfg = cfg.validate()
     out = Path(out)
     data: dict[str, Any] = {"dataset": dataset_name, "seed": seed, "k": cfg.k, "source": SOURCES.get(dataset_name, "")}
-    data.update(runs={}, alignments={}, maps={})
+    data.update(runs={}, aligned=[], maps={})
     split_ids = None
     for run, seed_dir in seed_dirs.items():
         system, ck, split = load_trained(seed_dir)
@@ -205,7 +212,8 @@ def build(
             pairs = {(i, int(j)) for i, row in enumerate(image_top) for j in row}
             pairs |= {(int(i), j) for j, row in enumerate(sentence_top) for i in row}
             pairs |= {(int(i), j) for j, i in enumerate(split.sentence_image)}
-            data["alignments"][run] = alignments(system, paths, pairs, split.sentids)
+            data["aligned"].append(run)
+            write_text(out / f"alignments_{run}.json", compact(alignments(system, paths, pairs, split.sentids)))
         if run in cfg.map_runs:
             vec = joint_vectors(system, split)
             if vec is None:
@@ -218,9 +226,7 @@ def build(
                 "n_images": k_occurrence(S.T, cfg.k).tolist(),  # N_k of each image over the sentence queries
                 "n_sentences": k_occurrence(S, cfg.k).tolist(),
             }
-    from fraglib.outputs import write_text
-
-    write_text(out / "explorer.json", json.dumps(data, separators=(",", ":")))
+    write_text(out / "explorer.json", compact(data))
     return data
 
 
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         ap.error(f"no best.pt in {', '.join(missing[:3])}{' …' * (len(missing) > 3)}: train those runs first")
     out = Path(args.out)
-    family = [out / "explorer.json", *out.glob("thumbs/*.jpg")]
+    family = [out / "explorer.json", *out.glob("alignments_*.json"), *out.glob("thumbs/*.jpg")]
     claim_cli(ap, family, [], args.overwrite, "fraglib.explore")
     labels = {r: (params["runs"].get(r) or {}).get("label", r) for r in runs}
     data = build(seed_dirs, cfg, out, args.dataset, args.truth, args.seed, labels)

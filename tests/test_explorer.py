@@ -65,13 +65,15 @@ def test_thumbnails_categories_alignments_and_map(explorer_data):
         pic = Image.open(out / im["thumb"])
         assert pic.format == "JPEG" and max(pic.size) == 160 and im["w"] == im["h"] == 256
         assert im["category"] in scenes
-    A = data["alignments"]["full"]
+    assert data["aligned"] == ["full"] and sorted(p.name for p in out.glob("alignments_*")) == ["alignments_full.json"]
+    A = json.loads((out / "alignments_full.json").read_text())
     correct = {f"{s['image']},{j}" for j, s in enumerate(data["sentences"])}
-    assert correct <= set(A["pairs"]) and set(data["alignments"]) == {"full"}
-    for key, pair in A["pairs"].items():
+    listed = {f"{i},{j}" for i, top in enumerate(data["runs"]["full"]["image_top"]) for j in top}
+    assert correct | listed <= set(A["pairs"])
+    for key, flat in A["pairs"].items():
         i, j = map(int, key.split(","))
-        assert len(pair) == len(A["fragments"][str(j)]) > 0
-        assert all(0 <= b < len(A["boxes"][i]) for b, _ in pair)
+        assert len(flat) == 2 * len(A["fragments"][str(j)]) > 0  # (box, 10 × score) per fragment
+        assert all(0 <= b < len(A["boxes"][i]) for b in flat[::2])
         assert all(len(box) == 4 and box[0] <= box[2] and box[1] <= box[3] for box in A["boxes"][i])
     M = data["maps"]["devise"]
     assert np.shape(M["images"]) == (4, 2) and np.shape(M["sentences"]) == (20, 2)
@@ -91,9 +93,12 @@ def test_the_page_and_its_data_script(explorer_data, tmp_path):
 
     out, _ = explorer_data
     html, js = build(out, tmp_path / "reports" / "explorer.html")
-    assert js == data_file(html) == tmp_path / "reports" / "explorer_data.js"
+    assert js == data_file(html) == tmp_path / "reports" / "explorer_files" / "data.js"
     page = html.read_text()
-    assert '<script src="explorer_data.js"></script>' in page and "synthetic test split" in page
+    assert '<script src="explorer_files/data.js"></script>' in page and "synthetic test split" in page
+    assert '<script src="explorer_files/align_full.js"></script>' in page
+    align = (js.parent / "align_full.js").read_text()
+    assert align.startswith('(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {})["full"] = {"boxes":')
     text = js.read_text()
     assert text.startswith("window.EXPLORER = {") and text.endswith("};\n")
     data = json.loads(text[len("window.EXPLORER = ") : -2])
@@ -119,7 +124,8 @@ def test_the_registry_lists_the_explorer_pages():
 
 
 def test_the_committed_explorers_are_small():
-    """Each study's explorer as git holds it: data and thumbnails (<= 160 px) at most 3 MB, the page under 1 MB."""
+    """Each study's explorer as git holds it: data and thumbnails (<= 160 px) at most 3 MB, the page under 1 MB
+    (and every file under 1 MB: test_project)."""
     from PIL import Image
 
     from test_dvc_deps import ROOT
@@ -131,7 +137,8 @@ def test_the_committed_explorers_are_small():
         assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) <= 3_000_000, folder
         assert all(max(Image.open(p).size) <= 160 for p in folder.glob("thumbs/*.jpg")), folder
     for page in ROOT.glob("reports/**/explorer.html"):
-        assert page.stat().st_size < 1_000_000 and (page.parent / "explorer_data.js").stat().st_size < 3_000_000
+        scripts = list((page.parent / "explorer_files").glob("*.js"))
+        assert page.stat().st_size < 1_000_000 and sum(p.stat().st_size for p in scripts) < 3_000_000
 
 
 def test_the_index_row_of_an_explorer(explorer_data):
