@@ -18,7 +18,7 @@ empty :=
 space := $(empty) $(empty)
 clock = @$(BIN)/python -m fraglib.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
-.PHONY: all env repro pascal1k flickr8k synthetic-all test bench lab reports clean-env
+.PHONY: all env repro pascal1k flickr8k synthetic-all test browser bench lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -56,10 +56,18 @@ synthetic-all: env
 # one pytest worker per core (at most TEST_WORKERS), one thread each (tests/conftest.py); worksteal balances
 # the few minute-long tests (dvc repro, every report page) against the many short ones
 TEST_WORKERS ?= 4
-test: env
+test: env browser
 	$(call clock,start,make test)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist worksteal
 	$(call clock,stop,make test)
+
+# the browser tests (tests/test_browser.py) drive Debian's chromium: installed here when missing and apt-get is ours
+# to use (root); otherwise those tests skip, saying so
+CHROMIUM_APT := apt-get install -y -qq --no-install-recommends chromium >/dev/null
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ $(CHROMIUM_APT) 2>/dev/null || { apt-get update -qq && $(CHROMIUM_APT); }; }; } || \
+		echo "no chromium (not root, or no apt-get): tests/test_browser.py skips"
 
 bench: env
 	$(BIN)/python -m fraglib.bench

@@ -2,7 +2,7 @@
 
 * :func:`alignment_accuracy` — on the synthetic benchmark, how often a mention's fragments
   (triplets headed by its noun) score highest on a box overlapping the mentioned object;
-* :func:`fragment_boxes` — the best box of each fragment of one caption (the paper's Figure 4);
+* :func:`fragment_boxes` — the best box of each fragment of one caption (the paper's Figure 4; :func:`align`);
 * :func:`triplet_search` — image regions that score highest for a hand-written triplet (Figure 5).
 
 Every function takes a trained ``FragmentSystem`` (see :func:`fraglib.results.load_trained`) and
@@ -73,18 +73,25 @@ class FragmentView:
         ]
 
 
+def align(V: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(best (F,) int, score (F,)): for each sentence fragment of ``S`` (F, h) the image fragment of ``V`` (R, h)
+    it scores highest with, and that inner product; empty when either side has no fragment."""
+    if not len(V) or not len(S):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    M = V @ S.T
+    best = M.argmax(axis=0)
+    return best, M[best, np.arange(M.shape[1])]
+
+
 def fragment_boxes(view: FragmentView, k: int, sentid: int, vocab: list[str], top: int = 6):
     """(boxes, labels) — for each fragment of caption ``sentid`` (at most ``top``), the box of test
     image ``k`` it scores highest with, labelled ``rel(w1, w2) score``."""
     V, boxes = view.image_fragments(k)
     S, words = view.sentence_fragments(sentid)
-    if not len(words) or not len(V):
-        return [], []
-    M = V @ S.T
-    best = M.argmax(axis=0)
+    best, score = align(V, S)
     return (
-        [boxes[best[f]] for f in range(len(words))][:top],
-        [f"{r}({vocab[u]}, {vocab[v]}) {M[best[f], f]:.2f}" for f, (r, u, v) in enumerate(words)][:top],
+        [boxes[b] for b in best][:top],
+        [f"{r}({vocab[u]}, {vocab[v]}) {s:.2f}" for (r, u, v), s in zip(words, score)][:top],
     )
 
 

@@ -356,6 +356,9 @@ def finding(study: Study, page: Page, params: dict) -> str:
         return _detector_recall(data / "features" / "features_stats.json")
     if kind == "training_report":
         return _training_line(Path(page.parameters["run_dir"]) / "metrics.json")
+    if kind == "explorer":
+        e = _json(Path(page.parameters["data"]) / "explorer.json")
+        return f"{len(e['runs'])} runs, {len(e['images'])} test images, top {e['k']} both ways" if e else ""
     if kind == "results_report":  # over the runs the page shows: its runs folders' runs of params.yaml
         folders = page.parameters.get("runs_dir") or study.runs
         shown = run_folders(params, [folders] if isinstance(folders, str) else folders)

@@ -41,6 +41,7 @@ SECTIONS = (
     "fusion",
     "captions",
     "results_report",
+    "explorer",
     "bench",
 )
 
@@ -95,6 +96,7 @@ PLAIN_KEYS = {
         "systems",
     ),
     "captions": ("runs", "n_boot"),
+    "explorer": ("k", "thumb_px", "quality", "align_runs", "map_runs"),  # fraglib.explore.ExplorerConfig
     "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs"),
     **{ds: DATASET_KEYS for ds in DATASETS},
     **{f"{ds}.objectness": ("model", "hidden", "epochs") for ds in DATASETS},
@@ -115,6 +117,8 @@ RUN_LISTS = (
     "study.extended_runs",
     "study.captions",
     "study.extended_captions",
+    "explorer.align_runs",
+    "explorer.map_runs",
 )
 
 

@@ -31,7 +31,7 @@ STAGING = Path("build/reports")  # pages are rendered here first, moved into pla
 
 
 def report_pages(root: str | Path = ".") -> list[Page]:
-    """Every ``python -m fraglib.notebook`` stage of every dvc.yaml under ``root``, commands resolved by DVC
+    """Every ``python -m fraglib.notebook`` (and explorer) stage of every dvc.yaml under ``root``, commands resolved by DVC
     (``${…}`` from params.yaml), in dvc.yaml order. Raises ValueError for a report stage whose working folder
     is not the project root (its paths would mean something else here)."""
     from dvc.repo import Repo
@@ -58,7 +58,17 @@ class Outcome:
 
 
 def render(page: Page, staging: Path = STAGING) -> Outcome:
-    """Render ``page`` into ``staging``; on success move page and executed notebook into place."""
+    """Render ``page`` into ``staging``; on success move page and executed notebook into place. The explorer
+    (no notebook) is built in place from its committed data, or kept when a clone lacks them."""
+    if page.kind == "explorer":
+        from fraglib.explorer_page import build
+
+        t0 = time.perf_counter()
+        try:
+            build(page.parameters["data"], page.html)
+        except FileNotFoundError as exc:  # the data stage has not run in this copy
+            return Outcome(page, "kept", time.perf_counter() - t0, str(exc))
+        return Outcome(page, "rendered", time.perf_counter() - t0)
     from fraglib.notebook import run_notebook, skip_iri_grammars
 
     skip_iri_grammars()

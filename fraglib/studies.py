@@ -8,7 +8,8 @@ study. From the stages of its file come
 * its dataset (that stage's ``--dataset``, else ``synthetic``) and unit: ``splits`` when its ``--dataset-dir``
   holds ``{seed}`` (one split per seed), else ``seeds``;
 * its data folder: the ``--dataset-dir`` of its ``python -m fraglib.text fragments`` stage (None without one);
-* its pages: its ``python -m fraglib.notebook`` stages in file order, parameters as written (``${…}`` unresolved);
+* its pages: its ``python -m fraglib.notebook`` and ``fraglib.explorer_page`` stages in file order, parameters as
+  written (``${…}`` unresolved);
 * its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that.
 """
 
@@ -47,11 +48,19 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
         "Synthetic benchmark: default and extended studies together",
         "every run of params.yaml on the benchmark (make synthetic-all)",
     ),
+    "reports/explorer.html": (
+        "Synthetic benchmark: explorer",
+        "pick a test image or sentence: every run's top 10 side by side, alignments, a map of the joint space",
+    ),
     "reports/pascal1k/text_report.html": ("Pascal1K: sentence fragments", "relation inventory beside the paper's"),
     "reports/pascal1k/vision_report.html": ("Pascal1K: image fragments", "detections on real photographs"),
     "reports/pascal1k/results_report.html": (
         "Pascal1K: every run beside the papers' tables",
         "Karpathy et al.'s Table 2 layout, Socher et al.'s Tables 1–3, Peri's tables",
+    ),
+    "reports/pascal1k/explorer.html": (
+        "Pascal1K: explorer (split 0)",
+        "pick a test image or sentence: every run's top 10 side by side, alignments, a map of the joint space",
     ),
     "reports/pascal1k/fight_report.html": (
         "Pascal1K: fragments against tuned global baselines",
@@ -77,8 +86,8 @@ class Page:
 
     @property
     def kind(self) -> str:
-        """The notebook's name: ``results_report``, ``fight_report``, …"""
-        return Path(self.notebook).stem
+        """The notebook's name: ``results_report``, ``fight_report``, …; ``explorer`` for the explorer page."""
+        return Path(self.notebook).stem if self.notebook else "explorer"
 
     @property
     def title(self) -> tuple[str, str]:
@@ -121,8 +130,11 @@ def stage_address(pipeline: str, stage: str) -> str:
 
 
 def page_of(stage: str, cmd: str) -> Page | None:
-    """The page a stage command renders (``python -m fraglib.notebook NOTEBOOK HTML -p …``), else None."""
+    """The page a stage command renders (``python -m fraglib.notebook NOTEBOOK HTML -p …``, or the explorer's
+    ``python -m fraglib.explorer_page DATA HTML``: no notebook, its data folder the one parameter), else None."""
     words = shlex.split(cmd)
+    if words[:3] == ["python", "-m", "fraglib.explorer_page"]:
+        return Page(stage, "", words[4], "", {"data": words[3]})
     if words[:3] != ["python", "-m", "fraglib.notebook"]:
         return None
     args = parser().parse_args(words[3:])

@@ -165,3 +165,15 @@ def tiny_study(tiny_full, tmp_path_factory):
     table.write_text("lr,margin,val_rsum_best\n0.01,0.3,100.0\n")
     table.with_suffix(".json").write_text('{"trials": 1, "epochs": 1, "seed": 0, "space": {}}')
     return runs
+
+
+@pytest.fixture(scope="session")
+def explorer_data(tiny_study, tiny_full, tmp_path_factory):
+    """The explorer's data of the tiny study: three runs, k = 3 (the test split has 4 images)."""
+    from fraglib.explore import ExplorerConfig, build
+
+    out = tmp_path_factory.mktemp("explorer") / "explorer"
+    runs = {r: tiny_study / r / "seeds" / "seed0" for r in ("full", "devise", "random")}
+    cfg = ExplorerConfig(k=3, align_runs=("full",), map_runs=("devise",))
+    build(runs, cfg, out, "synthetic", tiny_full / "ground_truth.json", labels={"full": "Our model"})
+    return out, runs

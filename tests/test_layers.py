@@ -45,6 +45,7 @@ LAYERS = (
             "fraglib.captions",
             "fraglib.alignment",
             "fraglib.rerun",
+            "fraglib.explore",
         ),
     ),
     (
@@ -60,6 +61,7 @@ LAYERS = (
             "fraglib.claims",
             "fraglib.costs",
             "fraglib.facts",
+            "fraglib.explorer_page",
         ),
     ),
     ("bench", ("fraglib.bench",)),

@@ -46,6 +46,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["captions"]["runs"] = []  # no generating run here (tests/test_captions.py)
     params["bench"] = {}  # run lists must name runs that exist (fraglib.config)
     params["flickr8k"]["runs"] = []
+    params["explorer"].update(k=2, map_runs=[])  # k below the 3 test images; no joint-space run here
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -58,7 +59,15 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     run("git", "init", "-q")
     first = run("dvc", "repro")
     assert "Running stage 'synthetic'" in first and "Running stage 'data_report'" in first
-    for page in ("data_report", "text_report", "vision_report", "training_report", "results_report", "index"):
+    for page in (
+        "data_report",
+        "text_report",
+        "vision_report",
+        "training_report",
+        "results_report",
+        "explorer",
+        "index",
+    ):
         assert (tmp_path / "reports" / f"{page}.html").exists(), page
     second = run("dvc", "repro")
     assert "Running stage" not in second

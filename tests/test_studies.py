@@ -52,7 +52,13 @@ def test_the_committed_studies_and_what_they_are_derived_from():
         "make pascal1k",
     )
     assert pascal.heading == "Pascal1K, five stratified splits (`make pascal1k`)"
-    assert [p.kind for p in pascal.pages] == ["text_report", "vision_report", "results_report", "fight_report"]
+    assert [p.kind for p in pascal.pages] == [
+        "text_report",
+        "vision_report",
+        "results_report",
+        "fight_report",
+        "explorer",
+    ]
     assert found["synthetic_extended"].data is None and found["flickr8k"].dataset == "flickr8k"
 
 

@@ -1,0 +1,107 @@
+"""The explorer page: pick a test image or sentence and see what every run retrieves, and where the fragment run
+aligns each fragment; built from the committed ``runs/<study>/explorer/`` (:mod:`fraglib.explore`), no checkpoint.
+
+    python -m fraglib.explorer_page runs/synthetic/explorer reports/explorer.html [--overwrite]
+
+Writes the page (``templates/explorer.html.j2``: HTML and its JavaScript, no server, opens from ``file://``) and
+its scripts in ``<page stem>_files/`` beside it: ``data.js`` sets ``window.EXPLORER``, the explorer's JSON with
+thumbnail paths relative to the page (the thumbnails stay where the data stage wrote them), and ``align_<run>.js``
+per aligned run sets ``window.EXPLORER_ALIGN[run]`` (each file under 1 MB, as every committed file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fraglib.notebook import TEMPLATES
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+
+TEMPLATE = "explorer.html.j2"  # in fraglib/templates
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line; DATA and HTML come first (``fraglib.studies`` reads them there in dvc.yaml's stages)."""
+    ap = argparse.ArgumentParser(prog="python -m fraglib.explorer_page", description=__doc__.split("\n")[0])
+    ap.add_argument("data", help="a folder written by python -m fraglib.explore (explorer.json, thumbs/)")
+    ap.add_argument("html", help="the page to write; its scripts go beside it in <stem>_files/")
+    ap.add_argument("--title", default="", help="the page's title (default: from the data set's name)")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    return ap
+
+
+def data_file(html: str | Path) -> Path:
+    """The data script of a page: ``reports/explorer.html`` -> ``reports/explorer_files/data.js``."""
+    html = Path(html)
+    return html.with_name(f"{html.stem}_files") / "data.js"
+
+
+def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
+    """The explorer JSON of ``data_dir`` for a page at ``html``: thumbnails as paths from the page's folder.
+    Raises FileNotFoundError naming a missing ``explorer.json`` or thumbnail and the command that builds it."""
+    data_dir = Path(data_dir)
+    src = data_dir / "explorer.json"
+    how = "python -m fraglib.explore (the explorer stage of the study's dvc.yaml) writes it"
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: no explorer data; {how}")
+    data = json.loads(src.read_text(encoding="utf-8"))
+    folder = Path(html).resolve().parent
+    for im in data["images"]:
+        thumb = data_dir / im["thumb"]
+        if not thumb.is_file():
+            raise FileNotFoundError(f"{thumb}: thumbnail of image {im['id']} missing; {how}")
+        im["thumb"] = Path(os.path.relpath(thumb.resolve(), folder)).as_posix()
+    return data
+
+
+def build(data_dir: str | Path, html: str | Path, title: str = "") -> tuple[Path, Path]:
+    """Write the page ``html``, its data script (:func:`data_file`) and one alignment script per aligned run;
+    returns (page, data script). Raises FileNotFoundError as :func:`page_data`."""
+    import jinja2
+
+    html = Path(html)
+    data = page_data(data_dir, html)
+    aligns = {}
+    for run in data["aligned"]:
+        src = Path(data_dir) / f"alignments_{run}.json"
+        if not src.is_file():
+            raise FileNotFoundError(f"{src}: alignments of run {run} missing; python -m fraglib.explore writes them")
+        aligns[data_file(html).with_name(f"align_{run}.js")] = (run, src.read_text(encoding="utf-8"))
+    title = title or f"Explorer: {data['dataset']} test split (seed {data['seed']})"
+    js = data_file(html)
+    write_text(js, f"window.EXPLORER = {_script_json(json.dumps(data, separators=(',', ':')))};\n")
+    for old in set(js.parent.glob("align_*.js")) - set(aligns):  # a run no longer aligned
+        old.unlink()
+    for path, (run, text) in aligns.items():
+        head = f"(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {{}})[{json.dumps(run)}] = "
+        write_text(path, f"{head}{_script_json(text)};\n")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, keep_trailing_newline=True)
+    index = Path(os.path.relpath(Path("reports/index.html").resolve(), html.resolve().parent)).as_posix()
+    scripts = [p.relative_to(html.parent).as_posix() for p in (js, *aligns)]
+    write_text(html, env.get_template(TEMPLATE).render(title=title, scripts=scripts, index=index))
+    return html, js
+
+
+def _script_json(text: str) -> str:
+    """JSON text safe inside a script (no ``</``)."""
+    return text.replace("</", "<\\/")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
+    args = ap.parse_args(argv)
+    html = Path(args.html)
+    family = [html, data_file(html), *data_file(html).parent.glob("align_*.js")]
+    claim_cli(ap, family, family, args.overwrite, "fraglib.explorer_page")
+    try:
+        page, js = build(args.data, html, args.title)
+    except FileNotFoundError as exc:
+        ap.error(str(exc))
+    print(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB) and {js} ({js.stat().st_size / 1e3:.0f} kB)")
+
+
+if __name__ == "__main__":
+    main()
