@@ -181,7 +181,7 @@ def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monke
     monkeypatch.chdir(tmp_path)  # the names are relative, as in the pipeline
     run_study(DataPaths(tiny_full), "devise", tiny_params(), "runs/devise", models_dir="models/devise")
     seed = tmp_path / "runs" / "devise" / "seeds" / "seed0"
-    assert sorted(p.name for p in seed.iterdir()) == ["history.csv", "metrics.json", "ranks.json"]
+    assert sorted(p.name for p in seed.iterdir()) == ["history.csv", "metrics.json", "ranks.json", "timing.json"]
     assert sorted(p.name for p in (tmp_path / "models" / "devise" / "seed0").iterdir()) == [
         "best.pt",
         "last.pt",

@@ -98,6 +98,12 @@ COMMANDS = {
     ),
     "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
     "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
+    # the explorer's data of one run of tiny_study (its seed folder linked into t/m by the test)
+    "fraglib.explore": (
+        "fraglib.explore",
+        lambda t, d: ["--models-dir", str(t / "m"), "--out", str(t / "o"), "--runs", "full"],
+        "o/explorer.json",
+    ),
     # the fused run's folder (two trained runs of tiny_study, copied into t by the test)
     "fraglib.fusion": (
         "fraglib.fusion",
@@ -126,6 +132,11 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
             pytest.skip(java_missing())
     if command == "fraglib.evaluate --out":
         (tmp_path / "seed").mkdir()
+    if command == "fraglib.explore":
+        (tmp_path / "m" / "full").mkdir(parents=True)
+        (tmp_path / "m" / "full" / "seed0").symlink_to(
+            request.getfixturevalue("tiny_study") / "full" / "seeds" / "seed0"
+        )
     if command == "fraglib.fusion":
         runs = request.getfixturevalue("tiny_study")
         for r in ("full", "devise"):
@@ -183,6 +194,7 @@ KEEPS_ON_PURPOSE = {
     "fraglib.train": "resumes a run from its checkpoint (tests/test_train.py, resume tests)",
     "fraglib.study": "resumes every seed of a run (tests/test_train.py, study resume tests)",
     "fraglib.bench": "a register: updates this machine's entries (test_bench_never_replaces_another_machines_entries_silently)",
+    "fraglib.costs": "a register: a make target's next successful run replaces its record (tests/test_costs.py)",
     "fraglib.data.download": "resumes a download: keeps the images whose checksums verify (tests/test_download.py)",
 }
 OUT_FLAGS = ("--out", "--out-dir", "--parse-file")
