@@ -438,10 +438,10 @@ def dataset_order(
     sentence_ids: np.ndarray | None = None,
     rows: str = "images",
 ) -> np.ndarray:
-    """``S`` (rows x columns, columns = the split's sentences, or its images for a search bank: ``rows`` names
-    what its rows are: ``images``, or ``bank`` for a bank's training queries, which keep their order) in the
-    dataset's order: rows / columns re-ordered by their ids when ``image_ids`` / ``sentence_ids`` (the file's) are
-    given, else checked to have the split's sizes (a file with each image repeated per caption, as VSE++'s
+    """``S`` in the dataset's order. ``rows`` says what it holds: ``images`` (the split's images x its sentences),
+    ``annotation bank`` (training images, kept in their order, x the split's sentences) or ``search bank``
+    (training sentences x the split's images). The split's rows / columns are re-ordered by their ids when
+    ``image_ids`` / ``sentence_ids`` (the file's) are given, else checked to have the split's sizes (a file with each image repeated per caption, as VSE++'s
     evaluation writes it, is refused with the hint)."""
     cols = "images" if rows == "search bank" else "sentences"
     n_rows = len(index["imgid"]) if rows == "images" else S.shape[0]
