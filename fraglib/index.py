@@ -16,7 +16,6 @@ import hashlib
 import html
 import os
 import platform
-import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
 from fraglib.params import read_params
 from fraglib.results import DIRECTIONS, read_json, read_register, run_folders, run_labels
-from fraglib.studies import Page, Study, studies
+from fraglib.studies import Page, Study, git, studies
 
 TEMPLATE = "index_page.html.j2"  # in fraglib/templates
 
@@ -45,13 +44,6 @@ PACKAGES = [
     "dvc",
     "papermill",
 ]
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _version(p: str) -> str:
@@ -413,7 +405,13 @@ def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
         blocks: list[tables.Block] = [tables.retrieval(runs, labels)] if runs else []
         blocks += [b for _, part in tables.papers(folder, s.dataset, params) for b in part]
         blocks += ["Generated sentences (pycocoevalcap, × 100):", caps] if caps else []
-        out.append({"title": s.title, "when": _git("log", "-1", "--format=%h, %cs", "--", s.runs), "blocks": blocks})
+        out.append(
+            {
+                "title": s.title,
+                "when": git("log", "-1", "--format=%h, %cs", "--", s.runs) or "unknown",
+                "blocks": blocks,
+            }
+        )
     return out
 
 
@@ -423,10 +421,10 @@ def provenance() -> dict[str, str]:
 
     lock = Path("dvc.lock")
     prov = {
-        "rendered from commit": _git("log", "-1", "--format=%h (%cs)")
+        "rendered from commit": (git("log", "-1", "--format=%h (%cs)") or "unknown")
         + (
             ", with uncommitted changes"
-            if _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
+            if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
             else ""
         ),
         "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",

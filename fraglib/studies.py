@@ -233,7 +233,8 @@ def study_command(path: str | Path, root: str | Path | None = None) -> str:
 INDEX = "reports/index.html"  # the entry page every page links back to
 
 
-def _git(*args: str) -> str:
+def git(*args: str) -> str:
+    """The output of ``git *args`` (stripped), or "" when git fails or is absent."""
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -251,8 +252,8 @@ def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
     head = known.title if known else (title, "")
     here = where.parent if where else root / "notebooks"
     rel = lambda path: os.path.relpath(root / path, here).replace(os.sep, "/")  # noqa: E731
-    commit = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)") or "unknown"
-    dirty = _git("-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
+    commit = git("-C", str(root), "log", "-1", "--format=`%h` (%cs)") or "unknown"
+    dirty = git("-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
     lines = [f"# {head[0]}", ""]
     if study:
         lines.append(f"**Study: {study.heading}**" + (f" — {head[1]}." if head[1] else ""))
@@ -261,7 +262,7 @@ def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
     if study:  # the run folders the page reads (the extended page: two; the data pages: none)
         shown = known.parameters.get("runs_dir") or known.parameters.get("run_dir") or []
         for folder in [shown] if isinstance(shown, str) else shown:
-            runs = _git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", folder)
+            runs = git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", folder)
             facts.append(f"results in `{folder}/` last committed at {runs}" if runs else f"no results in `{folder}/`")
     lines += ["; ".join(facts) + ".", ""]
     lines.append(f"[← all reports]({rel(INDEX)}) · [the documentation]({rel('docs/README.md')})")
