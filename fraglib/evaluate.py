@@ -51,8 +51,17 @@ def score_matrix(
     0.5 GB; measured per system by ``python -m fraglib.bench coco_eval``). Images or sentences without rows
     in the system's views score -inf (they rank last). ``image_items`` / ``sentence_items`` (positions)
     score only those items; ``sentences`` (another split's :class:`fraglib.inputs.Ragged`) replaces the
-    split's sentences (a hubness bank: :func:`hubness_banks`)."""
+    split's sentences (a hubness bank: :func:`hubness_banks`). A split with ``galleries`` (scored whole) is
+    scored gallery by gallery: pairs across galleries score -inf, so each query ranks only its own gallery's
+    items and the cost grows linearly with the number of galleries."""
     system.eval()
+    if split.galleries is not None and image_items is None and sentence_items is None and sentences is None:
+        S = torch.full((split.n_images, split.n_sentences), float("-inf"))
+        for g in np.unique(split.galleries):
+            rows = np.flatnonzero(split.galleries == g)
+            cols = np.flatnonzero(split.galleries[split.sentence_image] == g)
+            S[np.ix_(rows, cols)] = score_matrix(system, split, chunk, sent_chunk, rows, None, cols)
+        return S
     items = np.arange(split.n_images) if image_items is None else np.asarray(image_items, np.int64)
     sent = split.sentences if sentences is None else sentences
     cols = np.arange(sent.n) if sentence_items is None else np.asarray(sentence_items, np.int64)
@@ -175,6 +184,9 @@ def similarity_matrix(system, split) -> torch.Tensor | None:
     sim = system.sentence_scores(enc, enc).float().cpu()
     empty = torch.from_numpy(split.sentences.counts() == 0)
     sim[:, empty] = float("-inf")
+    if split.galleries is not None:  # a sentence queries its own gallery's sentences only
+        g = torch.from_numpy(split.galleries[split.sentence_image])
+        sim[g[:, None] != g[None, :]] = float("-inf")
     return sim
 
 

@@ -8,7 +8,8 @@ For one seed (split) of every run of ``study.runs`` (``<models-dir>/<run>/seed<s
 it was trained on: :func:`fraglib.evaluate.load_trained`), ``<out>/explorer.json`` holds
 
 * ``images`` (id, thumbnail, original width / height in px, category) and ``sentences`` (id, image position,
-  text) of the test split, in split order; ``thumbs/<imgid>.jpg``: each test image, longer side ``thumb_px``;
+  text) of the test split (of its first gallery where it has galleries: the synthetic benchmark's first 100
+  test images, ranked among each other as in the metrics), in split order; ``test_images``: the split's size; ``thumbs/<imgid>.jpg``: each test image, longer side ``thumb_px``;
 * ``runs.<run>.label`` (``params.yaml: runs.<run>.label``), ``system``, ``image_top`` (n_images, k) and ``sentence_top`` (n_sentences, k): the positions of the top ``k``
   sentences of each image query and the top ``k`` images of each sentence query (ties by position), from
   :func:`fraglib.evaluate.score_matrix`;
@@ -109,15 +110,18 @@ def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> li
     return recs
 
 
-def alignments(system, paths: DataPaths, pairs: set[tuple[int, int]], sentids: np.ndarray) -> dict[str, Any]:
-    """A fragment run's alignments of ``pairs`` (image position, sentence position): ``boxes`` per image
+def alignments(
+    system, paths: DataPaths, pairs: set[tuple[int, int]], sentids: np.ndarray, image_pos: np.ndarray
+) -> dict[str, Any]:
+    """A fragment run's alignments of ``pairs`` (image, sentence), positions in the shown images
+    ``image_pos`` (their positions in the test split) and sentences ``sentids``: ``boxes`` per shown image
     ([x0, y0, x1, y1] px, rounded), ``fragments`` per sentence (``rel(w1, w2)``) and ``pairs``
     ``{"i,j": [box, score × 10 rounded, box, score, …] two numbers per fragment}``."""
     from fraglib.alignment import FragmentView, align, glove_words
 
     view = FragmentView(system, paths)
     vocab = glove_words()
-    image_emb = [view.image_fragments(i) for i in range(len(view.images))]
+    image_emb = [view.image_fragments(int(i)) for i in image_pos]
     sent = {j: view.sentence_fragments(int(sentids[j])) for j in sorted({j for _, j in pairs})}
     out = {
         "boxes": [np.round(b).astype(int).tolist() for _, b in image_emb],
@@ -128,6 +132,13 @@ def alignments(system, paths: DataPaths, pairs: set[tuple[int, int]], sentids: n
         best, score = align(image_emb[i][0], sent[j][0])
         out["pairs"][f"{i},{j}"] = [x for b, s in zip(best, score) for x in (int(b), round(float(s) * 10))]
     return out
+
+
+def first_gallery(split) -> tuple[np.ndarray, np.ndarray]:
+    """(image positions, sentence positions) of the items the explorer shows: a split with ``galleries``
+    (the synthetic test split: ``synthetic.gallery``), its first gallery; else the whole split."""
+    keep = np.ones(split.n_images, bool) if split.galleries is None else split.galleries == split.galleries.min()
+    return np.flatnonzero(keep), np.flatnonzero(keep[split.sentence_image])
 
 
 MAP_METHOD = "t-SNE of the L2-normalised vectors"
@@ -186,19 +197,26 @@ def build(
         info = ck["info"]
         paths = DataPaths(info["dataset_dir"], info.get("features_dir"))  # the data it was trained on
         ids = (split.sentids.tolist(), split.sentence_image.tolist())
+        shown, cols = first_gallery(split)
         if split_ids is None:
             split_ids = ids
             ds = read_karpathy_json(Path(info["dataset_dir"]) / "dataset.json")
             rows = [n for n, im in enumerate(ds.images) if im["split"] == "test"]
+            rows = [rows[i] for i in shown]
             data["images"] = thumbnails(ds, rows, out, cfg.thumb_px, cfg.quality)
+            data["test_images"] = split.n_images
             truth = {r["imgid"]: r for r in json.loads(Path(truth_file).read_text())["images"]} if truth_file else {}
             for rec, r in zip(data["images"], rows):
                 rec["category"] = ds.images[r].get("category") or truth.get(rec["id"], {}).get("scene", "")
             text = {s["sentid"]: s["raw"] for s in ds.sentences}
-            data["sentences"] = [{"id": s, "image": i, "text": text[s]} for s, i in zip(*ids)]
+            at = {int(i): n for n, i in enumerate(shown)}
+            data["sentences"] = [
+                {"id": int(split.sentids[j]), "image": at[int(split.sentence_image[j])], "text": text[split.sentids[j]]}
+                for j in cols
+            ]
         elif ids != split_ids:
             raise ValueError(f"{seed_dir}: run {run} was tested on another split than {next(iter(seed_dirs))}")
-        S = score_matrix(system, split)
+        S = score_matrix(system, split)[np.ix_(shown, cols)]
         image_top, sentence_top = top_k(S, cfg.k)
         data["runs"][run] = {
             "label": (labels or {}).get(run, run),
@@ -211,18 +229,19 @@ def build(
                 raise ConfigError(f"explorer.align_runs: run {run} is no fragment run (it has no image fragments)")
             pairs = {(i, int(j)) for i, row in enumerate(image_top) for j in row}
             pairs |= {(int(i), j) for j, row in enumerate(sentence_top) for i in row}
-            pairs |= {(int(i), j) for j, i in enumerate(split.sentence_image)}
+            pairs |= {(s["image"], j) for j, s in enumerate(data["sentences"])}
             data["aligned"].append(run)
-            write_text(out / f"alignments_{run}.json", compact(alignments(system, paths, pairs, split.sentids)))
+            found = alignments(system, paths, pairs, split.sentids[cols], shown)
+            write_text(out / f"alignments_{run}.json", compact(found))
         if run in cfg.map_runs:
             vec = joint_vectors(system, split)
             if vec is None:
                 raise ConfigError(f"explorer.map_runs: run {run} has no joint space (one vector per item)")
-            xy = embedding_map(*vec, seed=seed)
+            xy = embedding_map(vec[0][shown], vec[1][cols], seed=seed)
             data["maps"][run] = {
                 "method": MAP_METHOD,
-                "images": np.round(xy[: split.n_images], 4).tolist(),
-                "sentences": np.round(xy[split.n_images :], 4).tolist(),
+                "images": np.round(xy[: len(shown)], 4).tolist(),
+                "sentences": np.round(xy[len(shown) :], 4).tolist(),
                 "n_images": k_occurrence(S.T, cfg.k).tolist(),  # N_k of each image over the sentence queries
                 "n_sentences": k_occurrence(S, cfg.k).tolist(),
             }

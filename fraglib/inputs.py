@@ -71,7 +71,9 @@ class Split:
     the image position of each sentence, ``sentids``, the compact ``words`` table (n_words, 50), and
     ``image_group`` (n_images,) int: each image's category id where the data set has categories
     (Pascal1K; ids from the sorted category names), else None. Read by training diagnostics only.
-    ``row_moments``: see :meth:`image_moments`."""
+    ``galleries`` (n_images,) int: each image's gallery where the data set has them (the synthetic test split:
+    ``synthetic.gallery``), else None: an image and its sentences are ranked only among their gallery's
+    (:func:`fraglib.evaluate.score_matrix`). ``row_moments``: see :meth:`image_moments`."""
 
     name: str
     images: Ragged
@@ -80,6 +82,7 @@ class Split:
     sentids: np.ndarray
     words: torch.Tensor
     image_group: np.ndarray | None = None
+    galleries: np.ndarray | None = None
     row_moments: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def image_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,6 +272,7 @@ def load_splits(
             np.array([ds.sentences[j]["sentid"] for j in sents], np.int64),
             words,
             np.array([cat_id[cats[n]] for n in imgs], np.int64) if cat_id else None,
+            _galleries([ds.images[n] for n in imgs]),
         )
         if views.pooled:
             splits[split] = pool_images(splits[split])
@@ -291,6 +295,20 @@ def load_splits(
         "words_used": len(used),
     }
     return splits, dims, info
+
+
+def _galleries(images: list[dict[str, Any]]) -> np.ndarray | None:
+    """(n_images,) int galleries of a split's images, or None where none names one."""
+    named = sum("gallery" in im for im in images)
+    if not named:
+        return None
+    if named < len(images):
+        raise ValueError(
+            f"{len(images) - named} of the {len(images)} images of split {images[0].get('split')!r} (e.g. "
+            f"{next(im['filename'] for im in images if 'gallery' not in im)}) name no gallery while the others "
+            "do; give every image of the split one, or none"
+        )
+    return np.array([im["gallery"] for im in images], np.int64)
 
 
 def pixel_rows(cache: Any, ds: Any, rows: list[int], device: torch.device) -> Ragged:

@@ -66,9 +66,11 @@ def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | N
 REPLICATE_STRIDE = 1000  # replicate r of seed s trains with seed s + 1000 r
 
 
-def study_replicates(params: dict[str, Any], run: str | None = None) -> int:
-    """``runs.<run>.replicates``, else ``study.replicates``, else 1: training runs per seed (split)."""
-    where, r = "study.replicates", (params.get("study") or {}).get("replicates", 1)
+def study_replicates(params: dict[str, Any], run: str | None = None, dataset: str | None = None) -> int:
+    """``runs.<run>.replicates``, else ``<dataset>.replicates`` (a dataset's study) or ``study.replicates``
+    (the synthetic study), else 1: training runs per seed (split)."""
+    where = f"{dataset}.replicates" if dataset else "study.replicates"
+    r = (params.get(dataset or "study") or {}).get("replicates", 1)
     own = ((params.get("runs") or {}).get(run) or {}).get("replicates") if run else None
     if own is not None:
         where, r = f"runs.{run}.replicates", own
@@ -169,7 +171,7 @@ def run_study(
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    units = [(s, r) for s in seeds for r in range(study_replicates(params, run))]
+    units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset))]
     keys = [unit_key(s, r) for s, r in units]
     work = [
         (paths, spec, ec, s, r, str(out), t, models_dir)

@@ -76,6 +76,8 @@ def test_missing_file_and_bad_split(tmp_path):
             lambda d: d["images"][0].update(sentences="a dog"),
             r"images\[0\]: expected an object with a 'sentences' list",
         ),
+        (lambda d: d["images"][1].update(gallery=-1), r"images\[1\]\.gallery=-1: expected a non-negative integer"),
+        (lambda d: d["images"][0].update(gallery="0"), r"images\[0\]\.gallery='0'"),
     ],
 )
 def test_malformed_dataset_json_names_the_field(tmp_path, mutate, message):

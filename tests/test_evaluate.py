@@ -313,3 +313,78 @@ def test_bad_score_files_are_refused_naming_the_cause(made, tmp_path, capsys, ma
     with pytest.raises(SystemExit) as e:
         main(["--scores", str(tmp_path / "s.npy"), "--dataset-dir", str(made), "--params", "none.yaml", *flags])
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def galleried(tiny_full, tmp_path_factory):
+    """A copy of the tiny benchmark whose 4 test images form two galleries of 2."""
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("galleries") / "synth"
+    shutil.copytree(tiny_full, out)
+    ds = json.loads((out / "dataset.json").read_text())
+    tests = [im for im in ds["images"] if im["split"] == "test"]
+    for n, im in enumerate(tests):
+        im["gallery"] = n // 2
+    (out / "dataset.json").write_text(json.dumps(ds))
+    return out
+
+
+@pytest.mark.parametrize("run", ["full", "dtrnn"])
+def test_a_galleried_test_split_is_scored_and_ranked_gallery_by_gallery(tiny_study, galleried, run):
+    """Test images with galleries: each gallery's block of the score matrix is the whole split's (to float
+    rounding: other tiles), pairs across
+    galleries score -inf, so every query's rank is the rank within its own gallery (by hand, per gallery);
+    sentence similarity (DT-RNN) likewise stays inside the gallery."""
+    import dataclasses
+
+    import torch
+
+    from fraglib.checkpoint import best_of, load_system
+    from fraglib.evaluate import score_matrix, similarity_matrix
+    from fraglib.inputs import load_splits
+    from fraglib.metrics import annotation_ranks, search_ranks
+
+    system, _ = load_system(best_of(tiny_study / run / "seeds" / "seed0"))
+    views = system.views(system.cfg)
+    split = load_splits(DataPaths(galleried), views, torch.device("cpu"), names=("test",))[0]["test"]
+    assert split.galleries.tolist() == [0, 0, 1, 1]
+    S = score_matrix(system, split)
+    plain = score_matrix(system, dataclasses.replace(split, galleries=None))
+    g, si = split.galleries, split.sentence_image
+    same = g[:, None] == g[si][None, :]
+    # other tiles, other float order (DT-RNN composes its trees level by level over the tile: ~1e-4 relative)
+    torch.testing.assert_close(S[torch.from_numpy(same)], plain[torch.from_numpy(same)], rtol=1e-3, atol=1e-3)
+    assert torch.isneginf(S[torch.from_numpy(~same)]).all()
+    for b in (0, 1):
+        rows, cols = np.flatnonzero(g == b), np.flatnonzero(g[si] == b)
+        block = S[np.ix_(rows, cols)]
+        local = si[cols] - rows[0]
+        assert np.array_equal(annotation_ranks(S, si)[rows], annotation_ranks(block, local))
+        assert np.array_equal(search_ranks(S, si)[cols], search_ranks(block, local))
+    sim = similarity_matrix(system, split)
+    if run == "dtrnn":
+        across = torch.from_numpy(g[si][:, None] != g[si][None, :])
+        assert torch.isneginf(sim[across]).all() and torch.isfinite(sim[~across]).any()
+    else:
+        assert sim is None
+
+
+def test_a_split_half_in_galleries_is_refused_naming_an_image(galleried, tmp_path):
+    import json
+    import shutil
+
+    import torch
+
+    from fraglib.batches import Views
+    from fraglib.inputs import load_splits
+
+    out = tmp_path / "synth"
+    shutil.copytree(galleried, out)
+    ds = json.loads((out / "dataset.json").read_text())
+    first = next(im for im in ds["images"] if im["split"] == "test")
+    del first["gallery"]
+    (out / "dataset.json").write_text(json.dumps(ds))
+    with pytest.raises(ValueError, match=rf"1 of the 4 images of split 'test' \(e\.g\. {first['filename']}\)"):
+        load_splits(DataPaths(out), Views("rcnn", "dependency"), torch.device("cpu"), names=("test",))

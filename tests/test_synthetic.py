@@ -167,3 +167,25 @@ def test_an_interrupted_benchmark_leaves_no_cut_picture(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "images").iterdir()) == ["000000.png", "000001.png"]
+
+
+def test_test_galleries_are_written_and_no_twin_opens_one(tmp_path):
+    """``synthetic.gallery``: the test images carry their gallery (consecutive blocks), the other splits none,
+    and the first image of each gallery is never a twin (a twin's pair is always ranked in its gallery)."""
+    cfg = SynthConfig(n_train=4, n_val=2, n_test=6, gallery=2, seed=5, twin_fraction=0.5)
+    write_benchmark(cfg, tmp_path, progress=False)
+    images = json.loads((tmp_path / "dataset.json").read_text())["images"]
+    assert [im.get("gallery") for im in images] == [None] * 6 + [0, 0, 1, 1, 2, 2]
+    gt = json.loads((tmp_path / "ground_truth.json").read_text())["images"]
+    assert all(gt[i]["twin_of"] is None for i in (6, 8, 10))
+    twins = [r for r in gt[6:] if r["twin_of"] is not None]
+    assert all(images[t["twin_of"]]["gallery"] == images[t["imgid"]]["gallery"] for t in twins)
+    one = SynthConfig(n_train=4, n_val=2, n_test=6, seed=5, twin_fraction=0.5)  # gallery 0: no field
+    write_benchmark(one, tmp_path / "one", progress=False)
+    assert all("gallery" not in im for im in json.loads((tmp_path / "one" / "dataset.json").read_text())["images"])
+
+
+@pytest.mark.parametrize("gallery", [4, -1, 7])
+def test_galleries_that_do_not_cut_the_test_split_are_refused(gallery):
+    with pytest.raises(ConfigError, match=r"synthetic\.gallery"):
+        SynthConfig(n_test=6, gallery=gallery).validate()

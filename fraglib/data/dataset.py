@@ -136,6 +136,15 @@ def _inside(name: str) -> bool:
     return not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts
 
 
+def _gallery(im: dict[str, Any], path: Any, n: int) -> int:
+    """An image's ``gallery``: a non-negative integer; test images of one gallery are ranked among each other
+    only (docs/formats.md)."""
+    g = im["gallery"]
+    if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+        raise ValueError(f"{path}: images[{n}].gallery={g!r}: expected a non-negative integer")
+    return g
+
+
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
     """Read a Karpathy-format ``dataset.json`` (ours, or Karpathy's ``dataset_{flickr8k,flickr30k,coco}.json``);
     images are looked up in ``image_dir`` (default: ``image_root`` of the file, else ``images/`` beside it),
@@ -173,6 +182,7 @@ def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) ->
                 "filename": name,
                 "split": split,
                 **({"category": im["category"]} if "category" in im else {}),
+                **({"gallery": _gallery(im, path, n)} if "gallery" in im else {}),
             }
         )
         for k, s in enumerate(im["sentences"]):

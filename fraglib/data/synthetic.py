@@ -98,6 +98,7 @@ class SynthConfig:
     n_train: int = 800
     n_val: int = 100
     n_test: int = 100
+    gallery: int = 0  # > 0: test images ranked in consecutive galleries of this many (0: one gallery)
     image_size: int = 256  # px, square
     min_objects: int = 2
     max_objects: int = 4
@@ -114,6 +115,12 @@ class SynthConfig:
         for name in ("n_train", "n_val", "n_test"):
             check_range(f"{p}.{name}", getattr(self, name), 1, 1_000_000, int)
         check_range(f"{p}.seed", self.seed, 0, 2**32 - 1, int)
+        check_range(f"{p}.gallery", self.gallery, 0, self.n_test, int)
+        if self.gallery and self.n_test % self.gallery:
+            raise ConfigError(
+                f"{p}.gallery={self.gallery}: the {self.n_test} test images (synthetic.n_test) do not cut into "
+                "galleries of that size (choose a divisor of n_test, or 0 for one gallery)"
+            )
         check_range(f"{p}.image_size", self.image_size, 64, 1024, int)
         check_range(f"{p}.min_objects", self.min_objects, 1, self.max_fit(), int)
         check_range(f"{p}.max_objects", self.max_objects, self.min_objects, self.max_fit(), int)
@@ -576,20 +583,31 @@ def _split_of(cfg: SynthConfig, index: int) -> str:
     return "val" if index < cfg.n_train + cfg.n_val else "test"
 
 
+def _gallery_of(cfg: SynthConfig, index: int) -> int | None:
+    """The test gallery of image ``index`` (None: not a test image, or ``cfg.gallery`` 0)."""
+    if not cfg.gallery or _split_of(cfg, index) != "test":
+        return None
+    return (index - cfg.n_train - cfg.n_val) // cfg.gallery
+
+
 def generate(cfg: SynthConfig, progress: bool = True):
     """Yield ``(filename, PIL image, ground-truth record)`` for every image, in order.
 
-    A twin never crosses a split boundary: the first image of each split is never a twin.
+    A twin never crosses a split or gallery boundary: the first image of each split and of each test
+    gallery is never a twin.
     """
     from tqdm.auto import tqdm
 
     cfg.validate()
     previous = None
     for index in tqdm(range(cfg.n_images), desc="synthetic images", disable=not progress):
-        if previous is not None and _split_of(cfg, index) != _split_of(cfg, index - 1):
+        block = (_split_of(cfg, index), _gallery_of(cfg, index))
+        if previous is not None and block != (_split_of(cfg, index - 1), _gallery_of(cfg, index - 1)):
             previous = None
         image, record = generate_image_record(cfg, index, previous)
         record["split"] = _split_of(cfg, index)
+        if block[1] is not None:
+            record["gallery"] = block[1]
         record["filename"] = f"{index:06d}.png"
         record["width"] = record["height"] = cfg.image_size
         previous = record
@@ -673,6 +691,7 @@ def write_benchmark(
                 "imgid": record["imgid"],
                 "filename": filename,
                 "split": record["split"],
+                **({"gallery": record["gallery"]} if "gallery" in record else {}),
                 "sentids": [s["sentid"] for s in sents],
                 "sentences": sents,
             }
