@@ -20,7 +20,7 @@ import numpy as np
 from fraglib.config import read_yaml
 from fraglib.metrics import KS, bootstrap_draws
 from fraglib.reference import published
-from fraglib.results import PAPER_TASKS, load_run, read_json, read_summary, run_folders
+from fraglib.results import PAPER_TASKS, load_run, other_test_sets, read_json, read_summary, run_folders
 from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
@@ -258,7 +258,8 @@ def our_difference(
 ) -> dict[str, float]:
     """Run folder ``a`` minus ``b`` in ``metric`` on ``task`` over the training runs both have
     (:func:`paired_mean_difference`): diff, lo, hi and ``units`` (the training runs paired). Untestable when
-    they share none; ValueError when their test sets differ in size."""
+    they share none or were tested on test splits of different sizes (one of them is from an older benchmark:
+    its study needs a re-run)."""
     cache = {} if cache is None else cache
     (ua, ga, xa), (ub, _, xb) = _side(a, task, metric, cache), _side(b, task, metric, cache)
     common = [u for u in ua if u in ub]
@@ -266,7 +267,10 @@ def our_difference(
         raise Untestable(f"`{a.name}` and `{b.name}` share no training run")
     ia, ib = [ua.index(u) for u in common], [ub.index(u) for u in common]
     if xa.shape[1] != xb.shape[1]:
-        raise ValueError(f"{a} and {b}: {xa.shape[1]} against {xb.shape[1]} {task} queries: not one test set")
+        raise Untestable(
+            f"`{a.name}` has {xa.shape[1]} {task} queries, `{b.name}` {xb.shape[1]}: not one test set (the study of "
+            f"the smaller is from an older benchmark; its `make` target re-runs it: docs/runs.md)"
+        )
     return {**paired_mean_difference(xa[ia], xb[ib], [ga[i] for i in ia], n_boot), "units": len(common)}
 
 
@@ -311,7 +315,11 @@ def claim_rows(
             for data in c["tested_on"]:
                 found = run_folders(params, folders.get(data, []))
                 missing = [c["runs"][s] for s in ("a", "b") if c["runs"][s] not in found]
+                stale = other_test_sets(params, folders.get(data, []))
                 try:
+                    for folder, why in stale.items():
+                        if any((Path(folder) / r / "metrics.json").exists() for r in missing):
+                            raise Untestable(why)
                     if missing:
                         raise Untestable("no run " + " or ".join(f"`{r}`" for r in missing) + " in this study")
                     a, b = found[c["runs"]["a"]], found[c["runs"]["b"]]

@@ -12,6 +12,12 @@ sd that metric's standard deviation over training runs pooled over the runs trai
 A run passes when every |z| <= ``z_max`` (3 by default). Measured: the synthetic results committed
 from one 2-core AMD EPYC machine (2fb4ad0) against a re-run on another (5630995): largest |z| 2.66
 over 60 comparisons (10 runs x R@1/5/10 x both directions), none above 3.
+
+The claims too (``--claims``, on by default where ``params.yaml`` is found): every claim of
+``fraglib/reference/claims.yaml`` that both result sets test gets its verdict from each
+(:func:`fraglib.claims.claim_rows`), and a verdict that differs is reported (:func:`verdict_agreement`).
+``--units 0`` / ``--units 0r1`` (with ``--reference-units``) keep one training run of each run on either side:
+two training seeds of one ``make`` stand in for two machines (a run trained once keeps its one run on both).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import json
 import math
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -105,18 +112,93 @@ def read_runs(runs_dir: str | Path, ref: str | None = None) -> dict[str, dict[st
     return out
 
 
+def committed_copy(runs_dir: str | Path, ref: str, dest: Path) -> Path:
+    """``runs_dir`` as git revision ``ref`` holds it (summaries and per-query ranks), extracted under ``dest``."""
+    runs_dir = Path(runs_dir).resolve()
+    top = Path(
+        subprocess.run(
+            ["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    ).resolve()
+    rel = runs_dir.relative_to(top).as_posix()
+    tar = subprocess.run(["git", "-C", str(top), "archive", ref, rel], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest / rel
+
+
+def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
+    """A copy of ``runs_dir`` under ``dest`` where each run keeps only training run ``unit`` (a run without it:
+    its first), its summary's ``units`` and ``groups`` cut to match."""
+    out = dest / Path(runs_dir).name
+    for p in sorted(Path(runs_dir).glob("*/metrics.json")):
+        m = json.loads(p.read_text())
+        units = m.get("units") or [str(x) for x in m["seeds"]]
+        keep = unit if unit in units else units[0]
+        groups = m.get("groups") or m["seeds"]
+        m.update(units=[keep], groups=[groups[units.index(keep)]])
+        seed = out / p.parent.name / "seeds" / f"seed{keep}"
+        seed.mkdir(parents=True)
+        (out / p.parent.name / "metrics.json").write_text(json.dumps(m))
+        for f in (p.parent / "seeds" / f"seed{keep}").glob("*.json"):
+            (seed / f.name).write_bytes(f.read_bytes())
+    return out
+
+
+def verdict_agreement(
+    params: dict[str, Any], reference: Path, fresh: Path, dataset: str = "synthetic", n_boot: int = 1000
+) -> list[dict[str, Any]]:
+    """One row per claim and task that both ``reference`` and ``fresh`` (two folders of one study's runs) test:
+    claim id, task, the two verdicts and ``same``."""
+    from fraglib.claims import NOT_TESTABLE, claim_rows
+
+    def verdicts(folder: Path) -> dict[tuple[str, str], str]:
+        rows = claim_rows(params, {dataset: [folder]}, n_boot=n_boot)
+        return {(r.claim["id"], r.task): r.verdict for r in rows if r.study == dataset and r.verdict != NOT_TESTABLE}
+
+    a, b = verdicts(reference), verdicts(fresh)
+    return [
+        {"claim": c, "task": t, "committed": a[c, t], "new": b[c, t], "same": a[c, t] == b[c, t]}
+        for c, t in sorted(set(a) & set(b))
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs_dir", help="e.g. runs/synthetic (a path from the current folder, or absolute)")
     ap.add_argument("--reference", default="HEAD", help="git revision holding the committed results (default HEAD)")
     ap.add_argument("--reference-dir", help="compare with a folder of runs instead of a git revision")
     ap.add_argument("--z-max", type=float, default=3.0)
+    ap.add_argument(
+        "--claims",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also compare the claims' verdicts (default: where params.yaml is found)",
+    )
+    ap.add_argument("--params", default="params.yaml", help="the settings naming the claims' runs")
+    ap.add_argument("--units", help="keep this training run of each run (e.g. 0r1) in the new results")
+    ap.add_argument("--reference-units", help="likewise in the reference (e.g. 0)")
     args = ap.parse_args(argv)
-    try:
-        ref = read_runs(args.reference_dir) if args.reference_dir else read_runs(args.runs_dir, args.reference)
-        rows = agreement(ref, read_runs(args.runs_dir), args.z_max)
-    except (ValueError, FileNotFoundError) as exc:
-        ap.error(str(exc))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            tmp_dir = Path(tmp)
+            ref_dir = Path(args.reference_dir) if args.reference_dir else None
+            if ref_dir is None and (args.claims is not False or args.reference_units):
+                (tmp_dir / "ref").mkdir()
+                ref_dir = committed_copy(args.runs_dir, args.reference, tmp_dir / "ref")
+            new_dir = Path(args.runs_dir)
+            if args.units:
+                new_dir = one_unit(new_dir, args.units, tmp_dir / "new")
+            if args.reference_units:
+                ref_dir = one_unit(ref_dir, args.reference_units, tmp_dir / "reference")
+            ref = read_runs(ref_dir) if ref_dir else read_runs(args.runs_dir, args.reference)
+            rows = agreement(ref, read_runs(new_dir), args.z_max)
+            flips = None
+            if args.claims or (args.claims is None and Path(args.params).is_file()):
+                from fraglib.params import read_params
+
+                flips = verdict_agreement(read_params(args.params), ref_dir, new_dir)
+        except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
+            ap.error(str(exc))
     bad = [r for r in rows if not r["ok"]]
     worst = max(rows, key=lambda r: abs(r["z"]))
     for r in bad or [worst]:
@@ -125,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
             f"committed {r['committed']:.2f} new {r['new']:.2f} (z {r['z']:+.2f}, pooled seed sd {r['pooled_sd']:.2f})"
         )
     print(f"{len(rows) - len(bad)} of {len(rows)} metrics within |z| <= {args.z_max}")
-    raise SystemExit(1 if bad else 0)
+    if flips is not None:
+        for f in flips:
+            if not f["same"]:
+                print(f"VERDICT CHANGED: {f['claim']} ({f['task']}): committed {f['committed']}, new {f['new']}")
+        print(f"{sum(f['same'] for f in flips)} of {len(flips)} claims' verdicts the same")
+    raise SystemExit(1 if bad or (flips and not all(f["same"] for f in flips)) else 0)
 
 
 if __name__ == "__main__":

@@ -45,12 +45,38 @@ def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> lis
 
 def run_folders(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, Path]:
     """Run -> its folder, for the trained retrieval runs in ``runs_dirs`` (study folders: the default synthetic
-    study and the extended one, say), in ``params.yaml`` order; the first folder holding a run wins."""
+    study and the extended one, say), in ``params.yaml`` order; the first folder holding a run wins. A folder
+    tested on another test split than the first (:func:`other_test_sets`: a study not re-run since its benchmark
+    changed) is left out: its runs cannot be paired with the others."""
     out: dict[str, Path] = {}
+    stale = other_test_sets(params, runs_dirs)
     for d in runs_dirs:
-        for r in run_names(params, d):
+        for r in run_names(params, d) if str(d) not in stale else []:
             out.setdefault(r, Path(d) / r)
     return {r: out[r] for r in run_names(params) if r in out}
+
+
+def test_queries(params: dict[str, Any], runs_dir: str | Path) -> int | None:
+    """The image queries of the test split the runs of ``runs_dir`` were scored on (the first trained run's first
+    unit's ``ranks.json``), or None when it holds none."""
+    for r in run_names(params, runs_dir):
+        for f in sorted((Path(runs_dir) / r / "seeds").glob("*/ranks.json")):
+            return len(read_json(f)["annotation"])
+    return None
+
+
+def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, str]:
+    """Folder -> why it is left out, for each of ``runs_dirs`` whose runs were scored on a test split of another
+    size than the first folder's (say the extended synthetic study, trained before the benchmark's test split
+    grew: its `make` target re-runs it)."""
+    sizes = {str(d): test_queries(params, d) for d in runs_dirs}
+    first = next((n for n in sizes.values() if n is not None), None)
+    return {
+        d: f"`{d}/` was scored on {n} test images, `{next(iter(sizes))}/` on {first}: not one test set, so its runs "
+        "are left out until its study is re-run (docs/runs.md)"
+        for d, n in sizes.items()
+        if n is not None and n != first
+    }
 
 
 def _folder(runs_dir: str | Path | dict[str, Path], r: str) -> Path:

@@ -26,8 +26,9 @@ from fraglib.config import read_yaml
 from fraglib.notebook import HEADER, executed_path, parameters, parser, project_root
 
 ROOT_PIPELINE = "dvc.yaml"
-TITLES = {  # study -> (title, its data in a few words); this order is the order of every page
-    "synthetic": ("Synthetic benchmark", "800 / 100 / 100 images"),
+TITLES = {  # study -> (title, its data in a few words, filled from its dataset's params.yaml section); the order
+    # of every page
+    "synthetic": ("Synthetic benchmark", "{n_train} / {n_val} / {n_test} images, test galleries of {gallery}"),
     "synthetic_extended": ("Synthetic benchmark, extended study", ""),
     "pascal1k": ("Pascal1K, five stratified splits", ""),
     "flickr8k": ("Flickr8K, text only", ""),
@@ -108,6 +109,7 @@ class Study:
     pages: tuple[Page, ...]
     repro: str  # the dvc command that builds it
     make: str | None  # the Makefile target that runs ``repro``
+    detail: str = ""  # its data in a few words (:data:`TITLES`)
 
     @property
     def title(self) -> str:
@@ -116,8 +118,7 @@ class Study:
     @property
     def heading(self) -> str:
         """Title, its data and the command that builds it: "Pascal1K, five stratified splits (`make pascal1k`)"."""
-        detail = TITLES.get(self.name, (self.name, ""))[1]
-        return f"{self.title} ({detail + ', ' if detail else ''}`{self.make or self.repro}`)"
+        return f"{self.title} ({self.detail + ', ' if self.detail else ''}`{self.make or self.repro}`)"
 
     def page(self, kind: str) -> Page | None:
         """Its first page of notebook ``kind``, or None."""
@@ -200,7 +201,21 @@ def read_study(root: Path, pipeline: str) -> Study | None:
         pages,
         repro,
         None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro),
+        _detail(root, Path(train.out).parent.name, train.dataset or "synthetic"),
     )
+
+
+def _detail(root: Path, name: str, dataset: str) -> str:
+    """:data:`TITLES`' few words on study ``name``'s data, its dataset's ``params.yaml`` section filled in."""
+    detail = TITLES.get(name, (name, ""))[1]
+    params = root / "params.yaml"
+    section = (read_yaml(params).get(dataset) or {}) if params.is_file() else {}
+    if not section:  # no settings to fill it with (a copy of the pipelines alone)
+        return "" if "{" in detail else detail
+    try:
+        return detail.format(**section)
+    except KeyError as key:
+        raise ValueError(f"{params}: section {dataset} has no {key}, which the {name} study's title names") from None
 
 
 def studies(root: str | Path = ".") -> list[Study]:

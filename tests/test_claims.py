@@ -236,6 +236,9 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
     c = put_run(tmp_path / "c", {"annotation": r, "search": r}, ["1"], [1])
     with pytest.raises(C.Untestable, match="share no training run"):
         C.our_difference(a, c, "annotation", "mean_rank", 200)
+    older = put_run(tmp_path / "older", {"annotation": r[:, :5], "search": r[:, :5]}, ["0"], [0])  # a smaller test
+    with pytest.raises(C.Untestable, match="`a` has 20 annotation queries, `older` 5: not one test set"):
+        C.our_difference(a, older, "annotation", "mean_rank", 200)
 
 
 def test_claim_rows_and_the_table_by_hand(tmp_path):

@@ -1007,3 +1007,67 @@ def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path
             json.dumps({**ranks, "hubness": {"corrected": corrected, "occurrence": {"annotation": [1], "search": [1]}}})
         )
     assert list(load_run(d)["corrected"]) == ["csls_inductive"]
+
+
+def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
+    """run_folders over two study folders: the second, scored on a test split of another size (a study not re-run
+    since the benchmark grew), gives none of its runs, and other_test_sets says why; same sizes merge."""
+    import json
+
+    from fraglib.results import other_test_sets, run_folders
+
+    def put(folder, run, n):
+        seed = tmp_path / folder / run / "seeds" / "seed0"
+        seed.mkdir(parents=True)
+        (seed.parent.parent / "metrics.json").write_text("{}")
+        (seed / "ranks.json").write_text(json.dumps({"annotation": [1] * n, "search": [1] * (5 * n)}))
+
+    params = {"runs": {"full": {"system": "fragment"}, "bow": {"system": "fragment"}}}
+    put("new", "full", 500)
+    put("old", "bow", 100)
+    dirs = [tmp_path / "new", tmp_path / "old"]
+    assert run_folders(params, dirs) == {"full": tmp_path / "new" / "full"}
+    (why,) = other_test_sets(params, dirs).values()
+    assert "scored on 100 test images" in why and "on 500" in why
+    put("same", "bow", 500)
+    assert run_folders(params, [tmp_path / "new", tmp_path / "same"]) == {
+        "full": tmp_path / "new" / "full",
+        "bow": tmp_path / "same" / "bow",
+    }
+    assert other_test_sets(params, [tmp_path / "new", tmp_path / "same"]) == {}
+
+
+def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_path, capsys):
+    """``fraglib.rerun --claims``: the claims both result sets test get a verdict from each; a re-run whose `bow`
+    overtakes `full` changes the bag-of-words claims' verdicts, reported and failing; ``--units`` keeps one
+    training run per run (a run trained once keeps its one)."""
+    from test_claims import put_run
+
+    from fraglib.params import read_params
+    from fraglib.rerun import main, one_unit, verdict_agreement
+
+    params = read_params(ROOT / "params.yaml")
+    rng = np.random.default_rng(0)
+    good = rng.integers(1, 4, size=(2, 200))
+    bad = rng.integers(3, 30, size=(2, 200))
+
+    def study(folder, full, bow):
+        for name, r in (("full", full), ("bow", bow)):
+            run = put_run(tmp_path / folder / name, {"annotation": r, "search": r}, ["0", "0r1"], [0, 0])
+            m = json.loads((run / "metrics.json").read_text())  # the spread fraglib.study adds
+            m.update({f"{d}_sd": {k: 1.0 for k in m[d]} for d in ("annotation", "search")})
+            (run / "metrics.json").write_text(json.dumps(m))
+        return tmp_path / folder
+
+    ref, same, flipped = study("ref", good, bad), study("same", good, bad), study("flip", bad, good)
+    rows = verdict_agreement(params, ref, same, n_boot=200)
+    assert rows and all(r["same"] for r in rows) and {r["claim"] for r in rows} >= {"karpathy_t2_dependencies_vs_bow"}
+    flips = verdict_agreement(params, ref, flipped, n_boot=200)
+    assert flips and not any(r["same"] for r in flips if r["claim"] == "karpathy_t2_dependencies_vs_bow")
+    with pytest.raises(SystemExit) as out:
+        main([str(flipped), "--reference-dir", str(ref), "--params", str(ROOT / "params.yaml")])
+    assert out.value.code == 1 and "VERDICT CHANGED: karpathy_t2_dependencies_vs_bow" in capsys.readouterr().out
+    cut = one_unit(ref, "0r1", tmp_path / "cut")
+    m = json.loads((cut / "full" / "metrics.json").read_text())
+    assert m["units"] == ["0r1"] and (cut / "full" / "seeds" / "seed0r1" / "ranks.json").exists()
+    assert not (cut / "full" / "seeds" / "seed0").exists()
