@@ -219,3 +219,19 @@ def test_the_study_refuses_folds_without_a_dataset_or_fold_folders(tmp_path):
         run_study(DataPaths(tmp_path), "random", params, tmp_path / "r", folds=True)
     with pytest.raises(ConfigError, match=r"needs \{seed\}"):
         run_study(DataPaths(tmp_path), "random", params, tmp_path / "r", "pascal1k", folds=True)
+
+
+def test_a_k_fold_summary_holds_the_pooled_metrics_not_the_mean_over_folds(tmp_path):
+    """Folds of 2 and 4 sentences: R@1 of the pooled 6 queries (3 hits: 50 %) is not the mean of the folds' R@1
+    (100 % and 25 %: 62.5 %); fold_head names the protocol and its partition."""
+    from fraglib.study import fold_head, pool_fold_metrics
+
+    folds = [{"annotation": [1, 1], "search": [1, 1]}, {"annotation": [1, 3, 4, 9], "search": [1, 3, 4, 9]}]
+    for f, r in enumerate(folds):
+        (tmp_path / "seeds" / f"seed{f}").mkdir(parents=True)
+        (tmp_path / "seeds" / f"seed{f}" / "ranks.json").write_text(json.dumps(r))
+    summary = {"per_seed": {"0": {}, "1": {}}, "annotation": {"r1": 62.5}, "search": {"r1": 62.5}}
+    pool_fold_metrics(summary, tmp_path)
+    assert summary["search"]["r1"] == 50.0 and summary["annotation"]["mean_rank"] == pytest.approx(19 / 6)
+    params = {"pascal1k": {"folds": 10, "partition": 7}}
+    assert fold_head(params, "pascal1k") == {"protocol": "folds", "folds": 10, "partition": 7}

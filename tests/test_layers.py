@@ -46,6 +46,7 @@ LAYERS = (
             "fraglib.alignment",
             "fraglib.rerun",
             "fraglib.explore",
+            "fraglib.confirm",
         ),
     ),
     (
