@@ -235,3 +235,47 @@ def test_a_k_fold_summary_holds_the_pooled_metrics_not_the_mean_over_folds(tmp_p
     assert summary["search"]["r1"] == 50.0 and summary["annotation"]["mean_rank"] == pytest.approx(19 / 6)
     params = {"pascal1k": {"folds": 10, "partition": 7}}
     assert fold_head(params, "pascal1k") == {"protocol": "folds", "folds": 10, "partition": 7}
+
+
+def test_a_k_fold_study_trains_each_fold_once_and_its_claims_read_it_pooled(tiny_full, tmp_path):
+    """The tiny benchmark's 24 images dealt into 3 folds of 8 (fold f tests on f, validates on f + 1): the study
+    with --folds trains folds 0-2 once each (replicates asked for are not made), writes the protocol and the
+    pooled metrics, and load_run reads the run as every test image once."""
+    import shutil
+
+    from conftest import tiny_params
+
+    from fraglib.inputs import DataPaths
+    from fraglib.study import run_study
+
+    ds = json.loads((tiny_full / "dataset.json").read_text())
+    fold_of = [im["imgid"] * 3 // len(ds["images"]) for im in ds["images"]]
+    for f in range(3):
+        d = tmp_path / "data" / f"fold{f}"
+        d.mkdir(parents=True)
+        for im, s in zip(ds["images"], fold_split(fold_of, f, 3)):
+            im["split"] = s
+        (d / "dataset.json").write_text(json.dumps(ds))
+        for sub in ("fragments", "parse.conllu"):
+            (d / sub).symlink_to(tiny_full / sub)
+    params = {**tiny_params(), "pascal1k": {"folds": 3, "partition": 0}}
+    params["runs"] = {"random": {"system": "random", "replicates": 2}}
+    out = tmp_path / "runs" / "random"
+    s = run_study(
+        DataPaths(tmp_path / "data" / "fold{seed}", tiny_full / "features"),
+        "random",
+        params,
+        out,
+        "pascal1k",
+        folds=True,
+    )
+    assert (
+        s["seeds"] == [0, 1, 2] and "units" not in s and (s["protocol"], s["folds"], s["partition"]) == ("folds", 3, 0)
+    )
+    assert sorted(p.name for p in (out / "seeds").iterdir()) == ["seed0", "seed1", "seed2"]
+    run = load_run(out)
+    assert (
+        run["ranks"]["annotation"].shape == (1, 24)
+        and run["strata"]["annotation"].tolist() == [0] * 8 + [1] * 8 + [2] * 8
+    )
+    assert s["annotation"]["r1"] == pytest.approx(recall_table(run["ranks"]["annotation"][0])["r1"])
