@@ -241,12 +241,11 @@ def test_a_k_fold_study_trains_each_fold_once_and_its_claims_read_it_pooled(tiny
     """The tiny benchmark's 24 images dealt into 3 folds of 8 (fold f tests on f, validates on f + 1): the study
     with --folds trains folds 0-2 once each (replicates asked for are not made), writes the protocol and the
     pooled metrics, and load_run reads the run as every test image once."""
-    import shutil
-
-    from conftest import tiny_params
 
     from fraglib.inputs import DataPaths
     from fraglib.study import run_study
+
+    from conftest import tiny_params
 
     ds = json.loads((tiny_full / "dataset.json").read_text())
     fold_of = [im["imgid"] * 3 // len(ds["images"]) for im in ds["images"]]
