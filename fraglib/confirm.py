@@ -104,6 +104,19 @@ def run_commands(cmds: list[str], root: Path) -> None:
             raise SystemExit(f"fraglib.confirm: failed: {cmd}")
 
 
+def captions(root: Path, run_dir: Path, params: dict[str, Any]) -> None:
+    """The captions of a generating run (the ``captions`` stages' command), or a line saying why not (no Java:
+    its captioning claims stay "—")."""
+    from fraglib.captions import java_missing
+
+    why = java_missing()
+    if why:
+        print(f"fraglib.confirm: no captions of {run_dir}: {why}", flush=True)
+        return
+    n_boot = (params.get("captions") or {}).get("n_boot", 200)
+    run_commands([f"python -m fraglib.captions --run-dir {run_dir} --n-boot {n_boot} --overwrite"], root)
+
+
 def confirm(
     root: str | Path,
     dataset: str,
@@ -133,8 +146,7 @@ def confirm(
     for r in runs:
         run_study(paths, r, params, root / results / r, dataset if folds else None, None, str(root / models / r), folds)
         if params["runs"][r].get("system") == "stt" and params["runs"][r].get("images") != "none":
-            n_boot = str((params.get("captions") or {}).get("n_boot", 200))
-            run_commands([f"python -m fraglib.captions --run-dir {results / r} --n-boot {n_boot} --overwrite"], root)
+            captions(root, results / r, params)
     record = {"dataset": dataset, "partition": partition, "runs": runs, "params": params_file}
     write_text(root / results / "confirm.json", json.dumps(record, indent=1) + "\n")
     return root / results

@@ -93,3 +93,13 @@ def test_the_claims_runs_are_both_sides_of_every_claim_tested_there():
     assert set(claim_runs("synthetic")) == {
         r for c in C.read_claims() if "synthetic" in c["tested_on"] for r in c["runs"].values()
     }
+
+
+def test_without_java_a_generating_run_is_confirmed_without_captions(tmp_path, monkeypatch, capsys):
+    import fraglib.captions
+    from fraglib.confirm import captions
+
+    monkeypatch.setattr(fraglib.captions, "java_missing", lambda: "no Java runtime (java not on PATH)")
+    monkeypatch.setattr("fraglib.confirm.run_commands", lambda *a: pytest.fail("ran a command"))
+    captions(tmp_path, tmp_path / "runs" / "stt", {})
+    assert "no captions of" in capsys.readouterr().out
