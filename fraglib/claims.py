@@ -264,7 +264,7 @@ def _side(
 
 def our_difference(
     a: Path, b: Path, task: str, metric: str, n_boot: int = N_BOOT, cache: dict[Path, Any] | None = None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Run folder ``a`` minus ``b`` in ``metric`` on ``task`` over the training runs both have
     (:func:`paired_mean_difference`): diff, lo, hi, ``units`` (the training runs paired) and ``protocol`` ("5
     splits", "10 folds": the test sets). Untestable when they share none; ValueError when their test sets differ."""
