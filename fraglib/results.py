@@ -22,7 +22,7 @@ import pandas as pd
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
-from fraglib.study import unit_seed
+from fraglib.study import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
 # against sentences (systems with a sentence space only)
@@ -172,8 +172,8 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Summary and per-unit per-query ranks (arrays, units x queries) of one run (``fraglib.study``):
     ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space;
     ``units`` (names: seed, or seed + replicate) and ``groups`` (the test set of each unit; a summary
-    written before replicates existed: one group per seed). Every file is checked (:func:`read_summary`,
-    :func:`read_ranks`): a damaged one is a ValueError naming it."""
+    written before replicates existed: one group per seed); a k-fold run is pooled (:func:`pool_folds`). Every
+    file is checked (:func:`read_summary`, :func:`read_ranks`): a damaged one is a ValueError naming it."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir / "metrics.json")
     summary.setdefault("units", [str(s) for s in summary["seeds"]])
@@ -188,6 +188,10 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         )
     files = [run_dir / "seeds" / f"seed{u}" / "ranks.json" for u in summary["units"]]
     per_seed = [read_ranks(f, figures[u]) for f, u in zip(files, summary["units"])]
+    tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
+    hub = [r["hubness"] for r in per_seed] if all("hubness" in r for r in per_seed) else None
+    if summary.get("protocol") == "folds":
+        return pool_folds(summary, per_seed, tasks, hub)
     for d in DIRECTIONS:
         n = [len(r[d]) for r in per_seed]
         if len(set(n)) > 1:
@@ -196,17 +200,63 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
                 + ", ".join(f"{f.parent.name} {k}" for f, k in zip(files, n))
                 + "); a table over training runs needs one test set size"
             )
-    tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
-    if all("hubness" in r for r in per_seed):  # fraglib.hubness: k-occurrence, corrected ranks
-        h = [r["hubness"] for r in per_seed]
+    if hub:  # fraglib.hubness: k-occurrence, corrected ranks
         summary["corrected"] = {
-            key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
-            for key in h[0]["corrected"]
-            if all(key in x["corrected"] for x in h)  # a unit written before a correction existed lacks it
+            key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in hub]) for d in DIRECTIONS}
+            for key in hub[0]["corrected"]
+            if all(key in x["corrected"] for x in hub)  # a unit written before a correction existed lacks it
         }
-        summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
+        summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in hub] for d in DIRECTIONS}
     return summary
+
+
+def pool_folds(
+    summary: dict[str, Any], per_unit: list[dict[str, Any]], tasks, hub: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A k-fold run (``protocol: folds``, ``fraglib.study --folds``) read as one test set: per replicate its folds'
+    per-query ranks end to end in fold order (every test query once, ranked in its own fold's gallery by its own
+    fold's model; ``per_unit``: each unit's ``ranks.json``, ``hub`` their hubness records). Units become the
+    replicates (``r0``, …: one group), ``strata[d]`` the fold of each query: the bootstrap draws queries within
+    their fold and never draws folds (:func:`fraglib.metrics.bootstrap_draws`). ValueError when a replicate lacks
+    a fold."""
+    units = summary["units"]
+    folds = sorted({unit_seed(u) for u in units})
+    reps = sorted({unit_replicate(u) for u in units})
+    missing = [unit_key(f, r) for r in reps for f in folds if unit_key(f, r) not in units]
+    if missing:
+        raise ValueError(f"run {summary.get('run')}: k-fold run without training run(s) {', '.join(missing)}; {RERUN}")
+    order = [[units.index(unit_key(f, r)) for f in folds] for r in reps]
+
+    def pooled(rows: list[Any]) -> np.ndarray:  # per-unit lists -> (replicates, pooled queries)
+        return np.stack([np.concatenate([np.asarray(rows[i]) for i in o]) for o in order])
+
+    summary["ranks"] = {d: pooled([r[d] for r in per_unit]) for d in tasks}
+    summary["strata"] = {
+        d: np.concatenate([np.full(len(per_unit[i][d]), f) for i, f in zip(order[0], folds)]) for d in tasks
+    }
+    summary["units"], summary["groups"] = [f"r{r}" for r in reps], [0] * len(reps)
+    if hub:
+        keys = [k for k in hub[0]["corrected"] if all(k in x["corrected"] for x in hub)]
+        summary["corrected"] = {k: {d: pooled([x["corrected"][k][d] for x in hub]) for d in DIRECTIONS} for k in keys}
+        summary["occurrence"] = {d: list(pooled([x["occurrence"][d] for x in hub])) for d in DIRECTIONS}
+    return summary
+
+
+def shared_strata(runs: list[dict[str, Any]], task: str) -> np.ndarray | None:
+    """The query strata (folds, :func:`pool_folds`) of ``task`` the loaded ``runs`` share, None where none has
+    any; ValueError when they differ (k-fold runs of two partitions, or one beside a split run): not one test set."""
+    found = [(r.get("strata") or {}).get(task) for r in runs]
+    if all(x is None for x in found):
+        return None
+    if (
+        any(x is None for x in found)
+        or len({r.get("partition") for r in runs}) > 1
+        or any(not np.array_equal(found[0], x) for x in found)
+    ):
+        names = ", ".join(f"{r.get('run')} ({r.get('protocol', 'splits')} {r.get('partition', '')})" for r in runs)
+        raise ValueError(f"{names}: not the same folds of one partition, so not one set of {task} queries")
+    return found[0]
 
 
 def metric_label(name: str) -> str:
@@ -349,7 +399,7 @@ def results_table(
         row = {}
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
-                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"])
+                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"], strata=shared_strata([s], d))
                 per_seed = _metric(s["ranks"][d], m)  # metrics.json holds the trainer's metrics only
                 mean, sd = (
                     (s[d][m], s[d + "_sd"][m])
@@ -439,8 +489,11 @@ def paired_differences(
         for d in tasks:
             if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
                 continue
+            strata = shared_strata([study[a], study[b]], d)
             for m in metrics:
-                r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups)
+                r = paired_difference(
+                    study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups, strata=strata
+                )
                 rows.append(
                     {
                         "run": (labels or {}).get(a, a),

@@ -45,6 +45,7 @@ LAYERS = (
             "fraglib.captions",
             "fraglib.alignment",
             "fraglib.explore",
+            "fraglib.confirm",
         ),
     ),
     (

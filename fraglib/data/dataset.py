@@ -244,10 +244,37 @@ def stratified_split(categories: list[str], seed: int, n_val: int = 5, n_test: i
     return split
 
 
-def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
+def stratified_folds(categories: list[str], folds: int, seed: int) -> list[int]:
+    """The fold (0 … ``folds`` − 1) of each item: within each category (sorted by position) a permutation drawn
+    with ``seed`` dealt out in equal shares (Pascal1K, ten folds: 5 images of each category per fold). A category
+    whose size is not a multiple of ``folds`` is refused: the folds' galleries would differ in size."""
+    if not isinstance(folds, int) or folds < 3:
+        raise ValueError(f"folds={folds!r}: expected an integer of at least 3 (a test, a val and a train fold)")
+    rng = np.random.default_rng(seed)
+    fold = [0] * len(categories)
+    for cat in sorted(set(categories)):
+        idx = [i for i, c in enumerate(categories) if c == cat]
+        if len(idx) % folds:
+            raise ValueError(f"category {cat!r} has {len(idx)} images, not a multiple of folds={folds}")
+        for j, i in enumerate(rng.permutation(idx)):
+            fold[int(i)] = j % folds
+    return fold
+
+
+def fold_split(fold_of: list[int], fold: int, folds: int) -> list[str]:
+    """Split labels of fold ``fold``'s data folder: its fold the test set, the next (mod ``folds``) the
+    validation set, the others the training set; so every item is tested once and validates once."""
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold={fold}: expected 0 ≤ fold < folds={folds}")
+    return ["test" if f == fold else "val" if f == (fold + 1) % folds else "train" for f in fold_of]
+
+
+def read_pascal1k(root: str | Path, split_seed: int = 0, fold: int | None = None, folds: int = 10) -> Dataset:
     """Pascal1K from ``root/sentences.json`` (``{file: {"category", "sentences"}}``) and
     ``root/images/``; split 800/100/100 stratified by category from ``split_seed`` (the paper's
-    split was never published). Images are sorted by file name; sentids follow that order."""
+    split was never published), or with ``fold``: fold ``fold`` of the ``folds`` stratified folds drawn
+    from partition seed ``split_seed`` (:func:`stratified_folds`, :func:`fold_split`). Images are sorted by
+    file name; sentids follow that order."""
     root = Path(root)
     path = root / "sentences.json"
     if not path.exists():
@@ -264,7 +291,12 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
         if not isinstance(entry.get("sentences"), list) or not all(isinstance(t, str) for t in entry["sentences"]):
             raise ValueError(f"{path}: entry {f!r}: 'sentences' must be a list of strings")
     files = sorted(raw)
-    split = stratified_split([raw[f]["category"] for f in files], split_seed)
+    cats = [raw[f]["category"] for f in files]
+    split = (
+        stratified_split(cats, split_seed)
+        if fold is None
+        else fold_split(stratified_folds(cats, folds, split_seed), fold, folds)
+    )
     images, sentences = [], []
     for imgid, (f, sp) in enumerate(zip(files, split)):
         images.append({"imgid": imgid, "filename": f, "split": sp, "category": raw[f]["category"]})
