@@ -65,7 +65,7 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
 
         t0 = time.perf_counter()
         try:
-            build(page.parameters["data"], page.html)
+            build(page.parameters["data"], page.html, page.parameters.get("title", ""))
         except FileNotFoundError as exc:  # the data stage has not run in this copy
             return Outcome(page, "kept", time.perf_counter() - t0, str(exc))
         return Outcome(page, "rendered", time.perf_counter() - t0)
