@@ -62,6 +62,7 @@ LAYERS = (
             "fraglib.costs",
             "fraglib.facts",
             "fraglib.explorer_page",
+            "fraglib.figures",
         ),
     ),
     ("bench", ("fraglib.bench",)),
