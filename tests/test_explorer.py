@@ -156,6 +156,8 @@ def test_the_index_row_of_an_explorer(explorer_data):
 def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
     """--runs, --align-runs and --map-runs (a study that keeps some runs' checkpoints: Pascal1K's explorer stage)
     replace params.yaml's study.runs and explorer.align_runs / map_runs; a run that cannot be aligned is refused."""
+    import yaml
+
     from fraglib.explore import main
 
     from conftest import ROOT
@@ -164,7 +166,10 @@ def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
     for run in ("full", "devise"):
         (models / run).mkdir(parents=True)
         (models / run / "seed0").symlink_to(tiny_study / run / "seeds" / "seed0")
-    common = ["--models-dir", str(models), "--runs", "full,devise", "--params", str(ROOT / "params.yaml")]
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3  # the tiny split has 4 test images
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    common = ["--models-dir", str(models), "--runs", "full,devise", "--params", str(tmp_path / "params.yaml")]
     main([*common, "--out", str(tmp_path / "a"), "--align-runs", "full", "--map-runs", ""])
     data = json.loads((tmp_path / "a" / "explorer.json").read_text())
     assert list(data["runs"]) == ["full", "devise"] and data["aligned"] == ["full"] and data["maps"] == {}
