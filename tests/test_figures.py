@@ -148,3 +148,36 @@ def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explore
     assert panels[0]["lines"][1:3] == [f"paraphrase: {t} → p" for t in own]
     with pytest.raises(ValueError, match="split 0, the gallery split 1"):
         explorer_gallery(tmp_path, 1, explorer)
+
+
+def test_the_command_writes_every_split_s_queries_and_refuses_a_run_without_checkpoint(tmp_path, capsys):
+    from fraglib.data import Dataset, write_karpathy_json
+    from fraglib.figures import main, run_name
+
+    images = [
+        {"imgid": k, "filename": f"{k}.jpg", "split": s, "category": c}
+        for k, (s, c) in enumerate([("train", "dog"), ("test", "cat"), ("test", "dog")])
+    ]
+    sentences = [{"sentid": k, "imgid": k // 2, "raw": "", "tokens": ["w"] * (k + 3)} for k in range(6)]
+    for seed in (0, 1):
+        write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
+    out = tmp_path / "figures"
+    main(["--dataset-dir", str(tmp_path / "s{seed}"), "--splits", "0,1", "--out", str(out)])
+    queries = json.loads((out / "queries.json").read_text())
+    want = {"category": ["cat", "dog"], "image": [0, 0, 1, 1], "length": [5, 6, 7, 8]}
+    assert queries == {"0": want, "1": want} and not (out / "triplets.json").exists()
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--dataset-dir",
+                str(tmp_path / "s{seed}"),
+                "--out",
+                str(out),
+                "--overwrite",
+                "--triplet-run",
+                str(tmp_path / "models" / "fr" / "seed0"),
+            ]
+        )
+    assert "no best.pt in" in capsys.readouterr().err
+    assert run_name(tmp_path / "models" / "fr" / "seed0") == "fr"
+    assert run_name(tmp_path / "runs" / "fr" / "seeds" / "seed0") == "fr"
