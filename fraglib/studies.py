@@ -135,10 +135,15 @@ def stage_address(pipeline: str, stage: str) -> str:
 
 def page_of(stage: str, cmd: str) -> Page | None:
     """The page a stage command renders (``python -m fraglib.notebook NOTEBOOK HTML -p …``, or the explorer's
-    ``python -m fraglib.explorer_page DATA HTML``: no notebook, its data folder the one parameter), else None."""
+    ``python -m fraglib.explorer_page DATA HTML [--title T]``: no notebook, its data folder and title the parameters), else
+    None."""
     words = shlex.split(cmd)
     if words[:3] == ["python", "-m", "fraglib.explorer_page"]:
-        return Page(stage, "", words[4], "", {"data": words[3]})
+        ap = argparse.ArgumentParser(add_help=False)  # fraglib.explorer_page's DATA HTML --title, read here
+        for arg in ("data", "html", "--title"):
+            ap.add_argument(arg, default="")
+        args = ap.parse_known_args(words[3:])[0]
+        return Page(stage, "", args.html, "", {"data": args.data, **({"title": args.title} if args.title else {})})
     if words[:3] != ["python", "-m", "fraglib.notebook"]:
         return None
     args = parser().parse_args(words[3:])

@@ -63,6 +63,7 @@ LAYERS = (
             "fraglib.facts",
             "fraglib.explorer_page",
             "fraglib.rerun",
+            "fraglib.figures",
         ),
     ),
     ("bench", ("fraglib.bench",)),
