@@ -6,13 +6,14 @@ explicit sentence -> image index that every evaluation uses (never a positional 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 
 import numpy as np
 
@@ -123,11 +124,121 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
         raise ValueError(f"{path}: its 'meta' is not valid JSON ({exc}); re-run what writes it ({missing})") from None
 
 
+BLOCK_BYTES = 64 << 20  # about this many bytes per block a stream reads or writes
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+    """An array too large to hold, as its ``shape``, ``dtype`` and ``blocks``: a function returning a fresh
+    iterator over row blocks ``(r_i, *shape[1:])`` whose rows, stacked, are the array (Σ r_i = shape[0]).
+    Iterating it twice reads it twice; :func:`save_npz` writes one block at a time."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    blocks: Callable[[], Iterator[np.ndarray]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self.blocks()
+
+    def map(self, fn: Callable[[np.ndarray], np.ndarray], shape: tuple[int, ...], dtype: Any) -> "Chunks":
+        """The array whose blocks are ``fn`` of this one's (``fn`` acts on each block alone)."""
+        return Chunks(tuple(shape), np.dtype(dtype), lambda: map(fn, self.blocks()))
+
+
+def nonfinite_rows(a: np.ndarray | Chunks) -> np.ndarray:
+    """Indices of the rows of ``a`` (N, ...) holding a NaN or an Inf, block by block for :class:`Chunks`."""
+    found, start = [], 0
+    for block in [a] if isinstance(a, np.ndarray) else a:
+        found.append(start + np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1)))
+        start += len(block)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def read_rows(f: BinaryIO, shape: tuple[int, ...], dtype: Any, name: Any) -> Iterator[np.ndarray]:
+    """Row blocks of the C-order array ``shape`` of ``dtype`` whose bytes follow in ``f`` from where it
+    stands, by plain reads of about :data:`BLOCK_BYTES` (no memory map: the reader's resident memory stays
+    one block whatever the array's size). Fewer bytes than the shape needs is a ValueError naming ``name``."""
+    dtype = np.dtype(dtype)
+    row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    per = max(1, BLOCK_BYTES // max(row, 1))
+    for a in range(0, shape[0], per):
+        n = min(per, shape[0] - a)
+        data = f.read(n * row)
+        if len(data) != n * row:
+            raise ValueError(f"{name}: cut short (it ends within rows {a}..{a + n} of {shape[0]})")
+        yield np.frombuffer(data, dtype).reshape((n, *shape[1:]))
+
+
+def npy_chunks(open_stream: Callable[[], ContextManager[BinaryIO]], name: Any) -> Chunks:
+    """The array of a ``.npy`` stream as :class:`Chunks` read by :func:`read_rows`; ``open_stream`` opens
+    the stream afresh at its start (a file, or an ``.npz`` member: :func:`npz_chunks`). A Fortran-order
+    array (not in row blocks) is a ValueError naming ``name``."""
+    with open_stream() as f:
+        shape, fortran, dtype = _npy_header(f)
+    if fortran and len(shape) > 1:
+        raise ValueError(f"{name}: a Fortran-order array; expected C order (np.save(np.ascontiguousarray(x)))")
+
+    def blocks() -> Iterator[np.ndarray]:
+        with open_stream() as f:
+            _npy_header(f)
+            yield from read_rows(f, shape, dtype, name)
+
+    return Chunks(tuple(shape), dtype, blocks)
+
+
+def npz_chunks(path: str | Path, key: str) -> Chunks:
+    """Array ``key`` of the ``.npz`` file ``path`` as :class:`Chunks` (:func:`npy_chunks`)."""
+
+    @contextlib.contextmanager
+    def member() -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(path) as z, z.open(f"{key}.npy") as f:
+            yield f
+
+    return npy_chunks(member, f"{path}: array {key!r}")
+
+
+def _npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    return (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)
+
+
+def write_npy(f: BinaryIO, a: Chunks, name: str) -> None:
+    """``a`` as a ``.npy`` stream into ``f``, block by block: the bytes ``np.save`` writes of the stacked
+    array. Blocks of another dtype or row shape, or too few or too many rows, are a ValueError naming ``name``."""
+    fmt = np.lib.format
+    header = fmt.header_data_from_array_1_0(np.empty((0, *a.shape[1:]), a.dtype))
+    fmt.write_array_header_1_0(f, {**header, "shape": tuple(a.shape)})
+    rows = 0
+    for block in a:
+        if block.dtype != a.dtype or block.shape[1:] != tuple(a.shape[1:]):
+            raise ValueError(f"{name}: a block of {block.dtype} {block.shape}; expected {a.dtype} (r, *{a.shape[1:]})")
+        rows += len(block)
+        if rows > a.shape[0]:
+            break
+        f.write(np.ascontiguousarray(block).tobytes())
+    if rows != a.shape[0]:
+        raise ValueError(
+            f"{name}: the blocks hold {rows}{'+' if rows > a.shape[0] else ''} rows; expected {a.shape[0]}"
+        )
+
+
 def save_npz(path: str | Path, **arrays: Any) -> None:
     """Write ``arrays`` as the uncompressed ``.npz`` file ``path`` atomically (:func:`fraglib.outputs.atomic`),
-    under the name as given (``np.savez`` on a name would add ``.npz`` to one without it)."""
+    under the name as given (``np.savez`` on a name would add ``.npz`` to one without it). An array given
+    as :class:`Chunks` is written one block at a time, never whole in memory; the file is the one
+    ``np.savez`` writes of the stacked arrays."""
     with atomic(path) as tmp, tmp.open("wb") as f:
-        np.savez(f, **arrays)
+        if not any(isinstance(a, Chunks) for a in arrays.values()):
+            np.savez(f, **arrays)
+            return
+        with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+            for key, a in arrays.items():  # as np.savez does, member by member
+                with z.open(f"{key}.npy", "w", force_zip64=True) as member:
+                    if isinstance(a, Chunks):
+                        write_npy(member, a, f"{path}: array {key!r}")
+                    else:
+                        np.lib.format.write_array(member, np.asanyarray(a), allow_pickle=False)
 
 
 def _inside(name: str) -> bool:
