@@ -137,10 +137,10 @@ def confirm(
     results, models = Path("runs") / "confirm" / dataset / tag, Path("models") / "confirm" / dataset / tag
     (root / data).mkdir(parents=True, exist_ok=True)
     frozen = root / data / "params.yaml"
-    frozen.write_text(yaml.safe_dump(params, sort_keys=False))
+    write_text(frozen, yaml.safe_dump(params, sort_keys=False))
     if not (root / data / "done").exists():
         run_commands(data_commands(root, dataset, params, data, frozen.relative_to(root)), root)
-        (root / data / "done").write_text("")
+        write_text(root / data / "done", "")
     folds = dataset == "pascal1k"
     paths = DataPaths(root / data / "fold{seed}", root / "data/pascal1k/features") if folds else DataPaths(root / data)
     for r in runs:

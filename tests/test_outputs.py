@@ -53,6 +53,11 @@ COMMANDS = {
         lambda t, d: ["pascal1k", "--root", str(t / "src"), "--out", str(t / "o"), "--folds", "10"],
         "o/fold3/dataset.json",
     ),
+    "fraglib.figures": (
+        "fraglib.figures",
+        lambda t, d: ["--dataset-dir", str(d), "--dataset", "synthetic", "--out", str(t / "o")],
+        "o/queries.json",
+    ),
     "fraglib.data.synthetic": ("fraglib.data.synthetic", lambda t, d: ["--out", str(t / "o")], "o/stats.json"),
     "fraglib.text parse": (
         "fraglib.text.build",

@@ -1061,6 +1061,7 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     training run per run (a run trained once keeps its one)."""
     from test_claims import put_run
 
+    from fraglib.metrics import recall_table
     from fraglib.params import read_params
     from fraglib.rerun import main, one_unit, verdict_agreement
 
@@ -1088,4 +1089,5 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     cut = one_unit(ref, "0r1", tmp_path / "cut")
     m = json.loads((cut / "full" / "metrics.json").read_text())
     assert m["units"] == ["0r1"] and (cut / "full" / "seeds" / "seed0r1" / "ranks.json").exists()
+    assert m["annotation"] == recall_table(good[1])  # the kept training run's figures, not the mean
     assert not (cut / "full" / "seeds" / "seed0").exists()
