@@ -4,6 +4,7 @@
 #   make bench    benchmarks -> benchmarks/results.json
 #   make reports  every report page, docs/results.md and reports/index.html from the committed results (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
+#   make pascal1k-folds  only its k-fold runs (pascal1k.fold_runs; the claims' and the fight's runs, ten folds)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
 #   make synthetic-all  the extended synthetic study (every other run; after `make`) and its results page
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -18,7 +19,7 @@ empty :=
 space := $(empty) $(empty)
 clock = @$(BIN)/python -m fraglib.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
-.PHONY: all env repro pascal1k flickr8k synthetic-all test browser bench lab reports clean-env
+.PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -42,6 +43,11 @@ pascal1k: env
 	$(call clock,start,make pascal1k)
 	$(BIN)/dvc repro studies/pascal1k/dvc.yaml
 	$(call clock,stop,make pascal1k)
+
+pascal1k-folds: env
+	$(call clock,start,make pascal1k-folds)
+	$(BIN)/dvc repro studies/pascal1k/dvc.yaml:train_folds studies/pascal1k/dvc.yaml:captions_folds
+	$(call clock,stop,make pascal1k-folds)
 
 flickr8k: env
 	$(call clock,start,make flickr8k)

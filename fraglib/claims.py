@@ -11,7 +11,7 @@ is the table docs/results.md and the index render.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from fraglib.config import read_yaml
 from fraglib.metrics import KS, bootstrap_draws
 from fraglib.reference import published
-from fraglib.results import PAPER_TASKS, load_run, other_test_sets, read_json, read_summary, run_folders
+from fraglib.results import PAPER_TASKS, load_run, other_test_sets, read_json, read_summary, run_folders, shared_strata
 from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
@@ -205,22 +205,25 @@ def query_values(ranks: np.ndarray, metric: str) -> np.ndarray:
 
 
 def paired_mean_difference(
-    a: np.ndarray, b: np.ndarray, groups, n_boot: int = N_BOOT, seed: int = 0
+    a: np.ndarray, b: np.ndarray, groups, n_boot: int = N_BOOT, seed: int = 0, strata=None
 ) -> dict[str, float]:
     """Mean over units (rows) and queries of a − b (per-query values of the same units and queries), with the
     95 % percentile CI of the three-level bootstrap (:func:`fraglib.metrics.bootstrap_draws`, the same draws for
-    both; for a metric that is a mean over queries this is :func:`fraglib.metrics.paired_difference`)."""
+    both; ``strata``: the queries' folds; for a metric that is a mean over queries this is
+    :func:`fraglib.metrics.paired_difference`)."""
     if a.shape != b.shape:
         raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
     d = a - b
-    units, queries = bootstrap_draws(groups, d.shape[1], n_boot, seed)
+    units, queries = bootstrap_draws(groups, d.shape[1], n_boot, seed, strata)
     draws = d[units[..., None], queries[:, :, None, :]].mean(axis=(1, 2, 3))
     return {"diff": float(d.mean()), "lo": float(np.percentile(draws, 2.5)), "hi": float(np.percentile(draws, 97.5))}
 
 
-def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, list[int]]:
-    """(units, groups, CIDEr-D × 100 per test image (units × images), the images) of a generating run."""
+def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, dict[str, Any]]:
+    """(units, groups, CIDEr-D × 100 per test image (units × images), the run) of a generating run; a k-fold
+    run's folds are pooled end to end into one unit, ``r0``, its run holding the images' folds (``strata``)."""
     m = read_summary(folder / "metrics.json")
+    folds = m.get("protocol") == "folds"
     group = dict(zip(m.get("units") or [str(s) for s in m["seeds"]], m.get("groups") or m["seeds"]))
     units, rows, images = [], [], None
     for s in m["seeds"]:
@@ -231,37 +234,43 @@ def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, list[int]
         if not caps or any(c.get("cider") is None for c in caps):
             raise Untestable(f"`{folder.name}`: {f.name} has no per-image CIDEr-D for every test image")
         seen = [c["image"] for c in caps]
-        if images is not None and seen != images:
+        if images is not None and seen != images and not folds:
             raise Untestable(f"`{folder.name}`: its training runs captioned different test images")
         images = seen
         units.append(str(s))
-        rows.append([100 * c["cider"] for c in caps])
-    return units, [group.get(u, u) for u in units], np.asarray(rows, dtype=float), images or []
+        rows.append(np.array([100 * c["cider"] for c in caps], dtype=float))
+    if not folds:
+        return units, [group.get(u, u) for u in units], np.asarray(rows), {}
+    strata = np.concatenate([np.full(len(r), int(s)) for r, s in zip(rows, m["seeds"])])
+    run = {"run": m["run"], "protocol": "folds", "partition": m.get("partition"), "strata": {"captioning": strata}}
+    return ["r0"], [0], np.concatenate(rows)[None], run
 
 
-def _side(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> tuple[list[str], list[Any], np.ndarray]:
-    """(units, groups, per-query values) of one run for ``task`` in ``metric`` (runs loaded once per ``cache``)."""
+def _side(
+    folder: Path, task: str, metric: str, cache: dict[Path, Any]
+) -> tuple[list[str], list[Any], np.ndarray, dict[str, Any]]:
+    """(units, groups, per-query values, the loaded run) of one run for ``task`` in ``metric`` (runs loaded once
+    per ``cache``)."""
     key = folder if task in RETRIEVAL else folder / "captions"
     if key not in cache:
         cache[key] = load_run(folder) if task in RETRIEVAL else _captions(folder)
     if task not in RETRIEVAL:
-        units, groups, values, _ = cache[key]
-        return units, groups, values
+        return cache[key]
     run = cache[key]
     if task not in run["ranks"]:
         raise Untestable(f"`{folder.name}` ranks no {task} queries")
-    return list(run["units"]), list(run["groups"]), query_values(run["ranks"][task], metric)
+    return list(run["units"]), list(run["groups"]), query_values(run["ranks"][task], metric), run
 
 
 def our_difference(
     a: Path, b: Path, task: str, metric: str, n_boot: int = N_BOOT, cache: dict[Path, Any] | None = None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Run folder ``a`` minus ``b`` in ``metric`` on ``task`` over the training runs both have
-    (:func:`paired_mean_difference`): diff, lo, hi and ``units`` (the training runs paired). Untestable when
-    they share none or were tested on test splits of different sizes (one of them is from an older benchmark:
-    its study needs a re-run)."""
+    (:func:`paired_mean_difference`): diff, lo, hi, ``units`` (the training runs paired) and ``protocol`` ("5
+    splits", "10 folds": the test sets). Untestable when they share none or were tested on test splits of
+    different sizes (one of them is from an older benchmark: its study needs a re-run)."""
     cache = {} if cache is None else cache
-    (ua, ga, xa), (ub, _, xb) = _side(a, task, metric, cache), _side(b, task, metric, cache)
+    (ua, ga, xa, ra), (ub, _, xb, rb) = _side(a, task, metric, cache), _side(b, task, metric, cache)
     common = [u for u in ua if u in ub]
     if not common:
         raise Untestable(f"`{a.name}` and `{b.name}` share no training run")
@@ -271,7 +280,11 @@ def our_difference(
             f"`{a.name}` has {xa.shape[1]} {task} queries, `{b.name}` {xb.shape[1]}: not one test set (the study of "
             f"the smaller is from an older benchmark; its `make` target re-runs it: docs/runs.md)"
         )
-    return {**paired_mean_difference(xa[ia], xb[ib], [ga[i] for i in ia], n_boot), "units": len(common)}
+    strata, groups = shared_strata([ra, rb], task), [ga[i] for i in ia]
+    n = len(np.unique(strata)) if strata is not None else len(set(groups))
+    protocol = f"{n} folds" if strata is not None else f"{n} split{'s' * (n > 1)}"
+    ours = paired_mean_difference(xa[ia], xb[ib], groups, n_boot, strata=strata)
+    return {**ours, "units": len(common), "protocol": protocol}
 
 
 # ----------------------------------------------------------------------------- the verdicts
@@ -283,18 +296,44 @@ class Row:
     task: str
     study: str
     paper: float
-    ours: dict[str, float] | None
+    ours: dict[str, Any] | None
     verdict: str
     why: str = ""
+    confirmed: dict[int, str] = field(default_factory=dict)  # partition N -> the verdict on it, or "—"
 
 
-def dataset_folders(root: str | Path = ".") -> dict[str, list[Path]]:
+def dataset_folders(root: str | Path = ".", folds: bool = False) -> dict[str, list[Path]]:
     """Dataset -> the run folders of its studies (:func:`fraglib.studies.studies`, in their order): a run is looked
-    up in each in turn (the default synthetic study, then the extended one)."""
+    up in each in turn (the default synthetic study, then the extended one); ``folds``: their k-fold runs folders."""
     out: dict[str, list[Path]] = {}
     for s in studies(root):
-        out.setdefault(s.dataset, []).append(Path(root) / s.runs)
+        if not folds or s.folds:
+            out.setdefault(s.dataset, []).append(Path(root) / (s.folds if folds else s.runs))
     return out
+
+
+CONFIRM = Path("runs") / "confirm"  # runs/confirm/<dataset>/p<N>/<run>: python -m fraglib.confirm
+
+
+def confirmations(root: str | Path = ".") -> dict[str, dict[int, Path]]:
+    """Dataset -> partition N -> its folder of confirmation runs (``runs/confirm/<dataset>/p<N>``), N ascending."""
+    out: dict[str, dict[int, Path]] = {}
+    for d in sorted((Path(root) / CONFIRM).glob("*/p*")):
+        if d.is_dir() and d.name[1:].isdigit():
+            out.setdefault(d.parent.name, {})[int(d.name[1:])] = d
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def _pair(params: dict[str, Any], folders: list[Path], c: dict[str, Any]) -> tuple[Path, Path]:
+    """The folders of claim ``c``'s runs a and b, looked up in ``folders``; Untestable naming a missing one."""
+    found = run_folders(params, folders)
+    missing = [c["runs"][s] for s in ("a", "b") if c["runs"][s] not in found]
+    for folder, why in other_test_sets(params, folders).items():  # a study scored on an older test split
+        if any((Path(folder) / r / "metrics.json").exists() for r in missing):
+            raise Untestable(why)
+    if missing:
+        raise Untestable("no run " + " or ".join(f"`{r}`" for r in missing) + " in this study")
+    return found[c["runs"]["a"]], found[c["runs"]["b"]]
 
 
 def claim_rows(
@@ -302,9 +341,13 @@ def claim_rows(
     folders: dict[str, list[Path]],
     claims: list[dict[str, Any]] | None = None,
     n_boot: int = N_BOOT,
+    folds: dict[str, list[Path]] | None = None,
+    confirmed: dict[str, dict[int, Path]] | None = None,
 ) -> list[Row]:
     """A :class:`Row` per claim (default: :func:`read_claims`), task and dataset it is tested on, its runs looked up
-    in ``folders`` (:func:`dataset_folders`); a claim not tested here: one row per task, study ""."""
+    in ``folds`` (k-fold runs folders, :func:`dataset_folders`) where both are there, else in ``folders``; with
+    ``confirmed`` (:func:`confirmations`) the verdict, by the same rule, on each partition's runs ("—" where they
+    are not there). A claim not tested here: one row per task, study ""."""
     cache: dict[Path, Any] = {}
     rows = []
     for c in read_claims() if claims is None else claims:
@@ -313,23 +356,42 @@ def claim_rows(
             if not c["tested_on"]:
                 rows.append(Row(c, task, "", paper, None, NOT_TESTABLE, c["not_testable"]["why"]))
             for data in c["tested_on"]:
-                found = run_folders(params, folders.get(data, []))
-                missing = [c["runs"][s] for s in ("a", "b") if c["runs"][s] not in found]
-                stale = other_test_sets(params, folders.get(data, []))
+                on = comparable(c, data)
+                again = {
+                    n: _confirmation(params, f, c, task, paper, on, n_boot, cache)
+                    for n, f in ((confirmed or {}).get(data) or {}).items()
+                }
                 try:
-                    for folder, why in stale.items():
-                        if any((Path(folder) / r / "metrics.json").exists() for r in missing):
-                            raise Untestable(why)
-                    if missing:
-                        raise Untestable("no run " + " or ".join(f"`{r}`" for r in missing) + " in this study")
-                    a, b = found[c["runs"]["a"]], found[c["runs"]["b"]]
+                    try:  # the k-fold runs where both are there
+                        a, b = _pair(params, (folds or {}).get(data, []), c)
+                    except Untestable:
+                        a, b = _pair(params, folders.get(data, []), c)
                     ours = our_difference(a, b, task, c["metric"], n_boot, cache)
                 except Untestable as why:
-                    rows.append(Row(c, task, data, paper, None, NOT_TESTABLE, str(why)))
+                    rows.append(Row(c, task, data, paper, None, NOT_TESTABLE, str(why), again))
                     continue
-                v = verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), comparable(c, data))
-                rows.append(Row(c, task, data, paper, ours, v))
+                v = verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
+                rows.append(Row(c, task, data, paper, ours, v, "", again))
     return rows
+
+
+def _confirmation(
+    params: dict[str, Any],
+    folder: Path,
+    c: dict[str, Any],
+    task: str,
+    paper: float,
+    on: bool,
+    n_boot: int,
+    cache: dict[Path, Any],
+) -> str:
+    """The verdict on claim ``c`` and ``task`` from the confirmation runs in ``folder`` by the same rule, "—" where
+    its runs or their results are not there."""
+    try:
+        ours = our_difference(*_pair(params, [folder], c), task, c["metric"], n_boot, cache)
+    except Untestable:
+        return "—"
+    return verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -345,7 +407,9 @@ def _paper_cell(r: Row) -> str:
 
 
 def claims_table(rows: list[Row]) -> Table:
-    """Claim, measure, source, study, the paper's difference, ours [95 % CI], training runs paired, verdict."""
+    """Claim, measure, source, study, the paper's difference, ours [95 % CI], training runs paired, their test sets
+    ("5 splits", "10 folds"), verdict, and a column "confirmed on partition N" per partition any row has."""
+    again = sorted({n for r in rows for n in r.confirmed})
     return Table(
         (
             "claim (a − b)",
@@ -355,7 +419,9 @@ def claims_table(rows: list[Row]) -> Table:
             "paper's difference",
             "ours [95 % CI]",
             "runs paired",
+            "test sets",
             "verdict",
+            *(f"confirmed on partition {n}" for n in again),
         ),
         tuple(
             (
@@ -366,7 +432,9 @@ def claims_table(rows: list[Row]) -> Table:
                 _paper_cell(r),
                 "—" if r.ours is None else f"{r.ours['diff']:+.1f} [{r.ours['lo']:+.1f}, {r.ours['hi']:+.1f}]",
                 "—" if r.ours is None else str(int(r.ours["units"])),
+                "—" if r.ours is None else r.ours["protocol"],
                 r.verdict + (f": {r.why}" if r.why else ""),
+                *(r.confirmed.get(n, "—") for n in again),
             )
             for r in rows
         ),
@@ -398,7 +466,13 @@ def counts(rows: list[Row]) -> str:
 def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Block]:
     """The verdicts of every claim (:func:`claim_rows`): a paragraph on the rule, the counts, per dataset tested
     a heading, what its CIs cover, its counts and its table, then the claims not testable here (read from ``root``)."""
-    rows = claim_rows(params, dataset_folders(root), n_boot=n_boot)
+    rows = claim_rows(
+        params,
+        dataset_folders(root),
+        n_boot=n_boot,
+        folds=dataset_folders(root, folds=True),
+        confirmed=confirmations(root),
+    )
     if not rows:
         return []
     found = {s.dataset: s for s in reversed(studies(root))}  # a dataset's first study
@@ -424,6 +498,17 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
             f"{sum(r.ours is not None for r in part)} rows pair a single training run per side: their CIs come "
             "from the test queries alone)."
         )
+        if any(r.ours is not None and "folds" in r.ours["protocol"] for r in part):
+            scope += (
+                ' Rows on folds (column "test sets") pool the k-fold runs: every test query once, ranked in its own '
+                "fold by its fold's model; a CI draws queries within each fold and never draws folds."
+            )
+        if any(r.confirmed for r in part):
+            scope += (
+                ' A column "confirmed on partition N" holds the verdict, by the same rule, on the claim\'s runs '
+                "re-run on fresh data N after every choice was frozen (`python -m fraglib.confirm --partition N`, "
+                "docs/claims.md); — where they are not there."
+            )
         title = study.title if study is not None else data
         out += [Heading(3, f"Tested on `{data}`: {title}"), scope, f"Verdicts: {counts(part)}.", claims_table(part)]
     untested = [r for r in rows if not r.study]

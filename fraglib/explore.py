@@ -3,6 +3,7 @@ run looks, from the checkpoints; small enough for git, so the page needs no chec
 
     python -m fraglib.explore --models-dir models/synthetic --out runs/synthetic/explorer \
         [--truth data/synthetic/ground_truth.json] [--seed 0] [--runs full,devise] [--overwrite]
+        [--align-runs full] [--map-runs devise]     # default: params.yaml explorer
 
 For one seed (split) of every run of ``study.runs`` (``<models-dir>/<run>/seed<seed>/best.pt``, scored on the data
 it was trained on: :func:`fraglib.evaluate.load_trained`), ``<out>/explorer.json`` holds
@@ -260,11 +261,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--truth", help="the synthetic benchmark's ground_truth.json (each image's scene: its category)")
     ap.add_argument("--seed", type=int, default=0, help="the seed (split) shown")
     ap.add_argument("--runs", help="comma-separated runs (default: params.yaml study.runs)")
+    ap.add_argument(
+        "--align-runs", help="comma-separated runs whose alignments are kept (default: explorer.align_runs)"
+    )
+    ap.add_argument("--map-runs", help="comma-separated runs whose 2-D map is kept (default: explorer.map_runs)")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     params = read_params(args.params)
     cfg = from_dict("explorer", params.get("explorer"), ExplorerConfig)
+    for key in ("align_runs", "map_runs"):  # a study whose runs are not the synthetic study's names its own
+        if getattr(args, key) is not None:
+            cfg = dataclasses.replace(cfg, **{key: tuple(r for r in getattr(args, key).split(",") if r)})
     runs = args.runs.split(",") if args.runs else list(params["study"]["runs"])
     seed_dirs = {r: Path(args.models_dir) / r / f"seed{args.seed}" for r in runs}
     missing = [str(d) for d in seed_dirs.values() if not (d / "best.pt").is_file()]

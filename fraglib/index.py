@@ -58,11 +58,15 @@ def growth_slope(points: list[tuple[float, float]]) -> float | None:
     scales or a non-positive time."""
     import math
 
-    pts = [(math.log(x), math.log(y)) for x, y in points if y and y > 0]
-    if len({x for x, _ in pts}) < 2:
+    return least_squares_slope([(math.log(x), math.log(y)) for x, y in points if y and y > 0])
+
+
+def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares b of ``y = a + b·x`` over (x, y) points; None for fewer than two distinct x."""
+    if len({x for x, _ in points}) < 2:
         return None
-    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
 def _scale_sections(entries: list[dict]) -> list[str]:

@@ -258,10 +258,13 @@ def rank_metric(r: np.ndarray, name: str) -> np.ndarray:
     return np.median(r, axis=-1) if name == "median_rank" else r.mean(axis=-1)
 
 
-def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0, strata=None) -> tuple[np.ndarray, np.ndarray]:
     """The resamples of the three-level bootstrap for units in ``groups`` (U,): ``units`` (n_boot, G, K)
     unit indices (G groups drawn with replacement, then K units within each, K = the largest group's
-    size) and ``queries`` (n_boot, G, n_queries) query indices (one draw per drawn group)."""
+    size) and ``queries`` (n_boot, G, n_queries) query indices (one draw per drawn group). ``strata``
+    (n_queries,): each query's stratum, e.g. its fold of a k-fold protocol (fixed disjoint test sets, each
+    ranked by its own model): queries are then drawn within their stratum, which keeps its size and its
+    positions, and strata are never drawn (stratified bootstrap)."""
     groups = np.asarray(groups)
     names = np.unique(groups)
     members = [np.flatnonzero(groups == g) for g in names]
@@ -272,7 +275,15 @@ def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0) -> tuple
     g = rng.integers(0, len(names), size=(n_boot, len(names)))
     k = (rng.random((n_boot, len(names), K)) * sizes[g][..., None]).astype(int)
     units = table[g[..., None], k]
-    queries = rng.integers(0, n_queries, size=(n_boot, len(names), n_queries))
+    if strata is None:
+        return units, rng.integers(0, n_queries, size=(n_boot, len(names), n_queries))
+    strata = np.asarray(strata)
+    if strata.shape != (n_queries,):
+        raise ValueError(f"bootstrap: strata must give one stratum per query ({n_queries}), got shape {strata.shape}")
+    queries = np.empty((n_boot, len(names), n_queries), np.int64)
+    for s in np.unique(strata):
+        idx = np.flatnonzero(strata == s)
+        queries[..., idx] = idx[rng.integers(0, len(idx), size=(n_boot, len(names), len(idx)))]
     return units, queries
 
 
@@ -282,25 +293,27 @@ def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.nd
 
 
 def bootstrap_seed_mean(
-    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None, strata=None
 ) -> tuple[float, float]:
     """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
-    queries (module docstring); ``groups`` default: every unit its own group."""
+    queries (module docstring); ``groups`` default: every unit its own group; ``strata``: of the queries
+    (:func:`bootstrap_draws`)."""
     groups = np.arange(len(ranks)) if groups is None else groups
-    units, queries = bootstrap_draws(groups, ranks.shape[1], n_boot, seed)
+    units, queries = bootstrap_draws(groups, ranks.shape[1], n_boot, seed, strata)
     vals = _boot_values(ranks, name, units, queries)
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
 def paired_difference(
-    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None
+    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None, strata=None
 ) -> dict[str, float]:
     """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
-    draws of groups, units and queries for both); ``groups`` default: every unit its own group."""
+    draws of groups, units and queries for both); ``groups`` default: every unit its own group; ``strata``:
+    of the queries (:func:`bootstrap_draws`)."""
     if a.shape != b.shape:
         raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
     groups = np.arange(len(a)) if groups is None else groups
-    units, queries = bootstrap_draws(groups, a.shape[1], n_boot, seed)
+    units, queries = bootstrap_draws(groups, a.shape[1], n_boot, seed, strata)
     d = _boot_values(a, name, units, queries) - _boot_values(b, name, units, queries)
     point = float((rank_metric(a, name) - rank_metric(b, name)).mean())
     lo, hi = float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))

@@ -3,8 +3,9 @@
     python -m fraglib.notebook notebooks/data_report.ipynb reports/data_report.html \
         -p data_dir data/synthetic -p n_show 12
 
-The executed notebook is written beside the HTML (``reports/executed/<name>.ipynb``); both are
-terminal outputs: no stage may depend on them (papermill stamps timings into them).
+The executed notebook is written beside the HTML (``reports/executed/<name>.ipynb``), the page's figures as
+files in ``<page>_files/`` (``fig01.jpg``, ``fig02.png``, …: :func:`figures_of`), so no page carries its images
+inside it; all are terminal outputs: no stage may depend on them (papermill stamps timings into them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_bytes, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 TEMPLATES = Path(__file__).parent / "templates"
@@ -49,54 +50,98 @@ def skip_iri_grammars() -> None:
         sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: ``import`` raises ImportError
 
 
-PNG_KEEP = 30_000  # bytes (line art included: the results page must stay under 1 MB): a figure above this is re-encoded for the page (the executed notebook keeps it)
+FIGURE_QUALITY = 80  # JPEG quality of a figure that is a photograph (or holds photographs) on a page
+PHOTO_GAIN = 2  # a figure goes out as JPEG when that is at least this many times smaller than its PNG
+IMG_SRC = re.compile(r'src="data:image/(png|jpeg);base64,([A-Za-z0-9+/=\s]+)"')
+FIGURE_FILE = re.compile(r"fig\d+\.(?:png|jpg)")  # the names figures_of writes (nothing else in the folder is touched)
 
 
-def shrink_images(nb: Any, keep: int = PNG_KEEP, width: int = 1000, quality: int = 70) -> int:
-    """Re-encode every PNG output over ``keep`` bytes as a JPEG at most ``width`` px wide, in place, so a page
-    with photographs stays under 1 MB: measured on the synthetic pages, results 4.7 MB -> 985 KB and data
-    3.0 MB -> 709 KB (a 256 px thumbnail grid is 1.8 MB as PNG). Returns bytes saved."""
-    import base64
+def figures_folder(html: str | Path) -> Path:
+    """Where a page's figures go: ``reports/x.html`` -> ``reports/x_files/`` (the explorer keeps its scripts there)."""
+    html = Path(html)
+    return html.with_name(f"{html.stem}_files")
+
+
+def page_image(raw: bytes, mime: str, quality: int = FIGURE_QUALITY) -> tuple[str, bytes]:
+    """A figure's file for the page: (extension, bytes). A JPEG stays as it is; a PNG is re-encoded both ways,
+    optimised PNG (line art: exact) and JPEG at ``quality`` (alpha on white), and goes out as JPEG only when that
+    is :data:`PHOTO_GAIN` times smaller (photographs), else as the smaller of its own and the optimised PNG."""
     import io
 
     from PIL import Image
 
-    saved = 0
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            png = data.get("image/png")
-            if not png or len(png) * 3 // 4 <= keep:
-                continue
-            img = Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB")
-            if img.width > width:
-                img = img.resize((width, round(img.height * width / img.width)), Image.LANCZOS)
-            buf = io.BytesIO()
-            img.save(buf, format="JPEG", quality=quality, optimize=True)
-            jpg = base64.b64encode(buf.getvalue()).decode()
-            if len(jpg) < len(png):
-                saved += (len(png) - len(jpg)) * 3 // 4
-                del data["image/png"]
-                data["image/jpeg"] = jpg
-    return saved
+    if mime == "jpeg":
+        return "jpg", raw
+    img = Image.open(io.BytesIO(raw))
+    png = io.BytesIO()
+    img.save(png, format="PNG", optimize=True)
+    png_bytes = min(raw, png.getvalue(), key=len)
+    rgb = img.convert("RGBA")
+    flat = Image.new("RGB", rgb.size, "white")
+    flat.paste(rgb, mask=rgb.getchannel("A"))
+    jpg = io.BytesIO()
+    flat.save(jpg, format="JPEG", quality=quality, optimize=True)
+    if PHOTO_GAIN * len(jpg.getvalue()) <= len(png_bytes):
+        return "jpg", jpg.getvalue()
+    return "png", png_bytes
+
+
+def figures_of(body: str, html: str | Path) -> tuple[str, dict[str, bytes]]:
+    """``body`` with every embedded image (``src="data:image/…;base64,…"``) replaced by a file in
+    :func:`figures_folder` (``fig01.jpg``, ``fig02.png``, … in page order; :func:`page_image`), and those files
+    (name -> bytes): a page stays small however many photographs it shows, and the same body gives the same files."""
+    import base64
+
+    folder = figures_folder(html).name
+    files: dict[str, bytes] = {}
+
+    def swap(m: re.Match) -> str:
+        ext, data = page_image(base64.b64decode(m[2]), m[1])
+        name = f"fig{len(files) + 1:02d}.{ext}"
+        files[name] = data
+        return f'src="{folder}/{name}"'
+
+    return IMG_SRC.sub(swap, body), files
+
+
+def figure_files(html: str | Path) -> list[Path]:
+    """The figure files of the page ``html`` now on disk (:func:`figures_of`'s names), sorted."""
+    folder = figures_folder(html)
+    return sorted(p for p in folder.glob("fig*") if FIGURE_FILE.fullmatch(p.name)) if folder.is_dir() else []
+
+
+def write_figures(html: str | Path, files: dict[str, bytes]) -> None:
+    """Put ``files`` (:func:`figures_of`) in the figures folder of ``html``, each written atomically; the page's
+    earlier figures that are not among them are removed, and the folder too when it is left empty."""
+
+    folder = figures_folder(html)
+    for old in figure_files(html):
+        if old.name not in files:
+            old.unlink()
+    for name, data in files.items():
+        write_bytes(folder / name, data)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def render_html(executed: str | Path, html: str | Path, at: str | Path | None = None) -> Path:
-    """Render an executed notebook to a self-contained HTML page with code folded, large figures as JPEG
-    (:func:`shrink_images`), laid out (:func:`lay_out`) for where the page will live, ``at`` (default ``html``);
-    the same executed notebook gives the same bytes."""
+    """Render an executed notebook to an HTML page with code folded, its figures as files beside it
+    (:func:`figures_of`, :func:`write_figures`), laid out (:func:`lay_out`) for where the page will live, ``at``
+    (default ``html``; the figures' paths are relative, so they move with the page's folder); the same executed
+    notebook gives the same bytes."""
     skip_iri_grammars()
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
-    shrink_images(nb)
     for cell in nb.cells:  # papermill draws this cell's id at random: fixed, a re-run renders the same bytes
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             cell["id"] = "injected-parameters"
     lay_out(nb, at or html)
     exporter = HTMLExporter(template_name="fraglib_html", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
+    body, files = figures_of(body, html)
+    write_figures(html, files)
     write_text(html, contents(body))
     return Path(html)
 

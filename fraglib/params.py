@@ -79,6 +79,10 @@ DATASET_KEYS = (
     "train",
     "systems",
     "runs",
+    "folds",
+    "partition",
+    "fold_runs",
+    "fold_captions",
 )
 PLAIN_KEYS = {
     "data_report": ("n_show", "sample_seed"),
@@ -113,6 +117,8 @@ RUN_LISTS = (
     "bench.profile_runs",
     "bench.amp_runs",
     *(f"{ds}.runs" for ds in DATASETS),
+    *(f"{ds}.fold_runs" for ds in DATASETS),
+    *(f"{ds}.fold_captions" for ds in DATASETS),
     "study.runs",
     "study.extended_runs",
     "study.captions",
@@ -171,6 +177,9 @@ def check_params(data: dict[str, Any]) -> None:
                 f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: {', '.join(SYSTEMS)}"
             )
         _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
+    for ds in DATASETS:
+        if isinstance(data.get(ds), dict) and "folds" in data[ds]:
+            dataset_folds(data, ds)
     for ds in ("study", *DATASETS):
         if isinstance(data.get(ds), dict):
             _keys(f"{ds}.train", data[ds].get("train"), trainer)
@@ -188,3 +197,16 @@ def check_params(data: dict[str, Any]) -> None:
         for r in listed:
             if r not in runs:
                 raise ConfigError(f"{where}: unknown run {r!r}{did_you_mean(r, runs)}")
+
+
+def dataset_folds(data: dict[str, Any], dataset: str) -> tuple[int, int]:
+    """(k, partition) of ``<dataset>.folds`` and ``<dataset>.partition`` (default 0), the k-fold protocol
+    (``python -m fraglib.study --folds``): ConfigError naming the key unless k is an integer ≥ 3 and the partition
+    seed an integer ≥ 0."""
+    section = data.get(dataset) or {}
+    k, partition = section.get("folds"), section.get("partition", 0)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 3:
+        raise ConfigError(f"{dataset}.folds={k!r}: expected an integer of at least 3 (a test, a val and a train fold)")
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise ConfigError(f"{dataset}.partition={partition!r}: expected a non-negative integer (the partition seed)")
+    return k, partition

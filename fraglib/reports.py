@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fraglib.notebook import project_root
+from fraglib.notebook import figure_files, project_root, write_figures
 from fraglib.outputs import write_bytes
 from fraglib.studies import INDEX, Page, page_of
 
@@ -65,7 +65,7 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
 
         t0 = time.perf_counter()
         try:
-            build(page.parameters["data"], page.html)
+            build(page.parameters["data"], page.html, page.parameters.get("title", ""))
         except FileNotFoundError as exc:  # the data stage has not run in this copy
             return Outcome(page, "kept", time.perf_counter() - t0, str(exc))
         return Outcome(page, "rendered", time.perf_counter() - t0)
@@ -83,11 +83,15 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
         if e.ename == "MissingResults":  # nothing to show: no stopped page is left behind
             tmp_html.unlink(missing_ok=True)
             tmp_exec.unlink(missing_ok=True)
+            write_figures(tmp_html, {})
             return Outcome(page, "kept", time.perf_counter() - t0, e.evalue)
         return Outcome(page, "failed", time.perf_counter() - t0, f"{e.ename}: {e.evalue} (page: {tmp_html})")
+    figures = figure_files(tmp_html)
+    write_figures(page.html, {f.name: f.read_bytes() for f in figures})  # the earlier render's others removed
     for src, dst in ((tmp_html, Path(page.html)), (tmp_exec, Path(page.executed))):
         write_bytes(dst, src.read_bytes())  # atomic: a full disk never leaves a cut page in place
         src.unlink()
+    write_figures(tmp_html, {})  # the staged figures, now in place
     return Outcome(page, "rendered", time.perf_counter() - t0)
 
 

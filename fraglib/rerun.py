@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.metrics import DIRECTIONS, KS
+from fraglib.outputs import write_bytes, write_text
 
 METRICS = [(t, f"r{k}") for t in DIRECTIONS for k in KS]
 
@@ -128,7 +129,8 @@ def committed_copy(runs_dir: str | Path, ref: str, dest: Path) -> Path:
 
 def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
     """A copy of ``runs_dir`` under ``dest`` where each run keeps only training run ``unit`` (a run without it:
-    its first), its summary's ``units`` and ``groups`` cut to match."""
+    its first): its summary's ``units``, ``groups`` and figures are that run's (the spread ``*_sd`` stays the
+    run's over all its training runs, the contract's yardstick)."""
     out = dest / Path(runs_dir).name
     for p in sorted(Path(runs_dir).glob("*/metrics.json")):
         m = json.loads(p.read_text())
@@ -136,11 +138,12 @@ def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
         keep = unit if unit in units else units[0]
         groups = m.get("groups") or m["seeds"]
         m.update(units=[keep], groups=[groups[units.index(keep)]])
+        m.update({d: (m.get("per_seed") or {}).get(keep, {}).get(d, m[d]) for d in ("annotation", "search")})
         seed = out / p.parent.name / "seeds" / f"seed{keep}"
         seed.mkdir(parents=True)
-        (out / p.parent.name / "metrics.json").write_text(json.dumps(m))
+        write_text(out / p.parent.name / "metrics.json", json.dumps(m))
         for f in (p.parent / "seeds" / f"seed{keep}").glob("*.json"):
-            (seed / f.name).write_bytes(f.read_bytes())
+            write_bytes(seed / f.name, f.read_bytes())
     return out
 
 

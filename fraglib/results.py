@@ -22,7 +22,7 @@ import pandas as pd
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
-from fraglib.study import unit_seed
+from fraglib.study import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
 # against sentences (systems with a sentence space only)
@@ -172,8 +172,8 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Summary and per-unit per-query ranks (arrays, units x queries) of one run (``fraglib.study``):
     ``ranks[d]`` for both directions, and ``ranks["similarity"]`` for systems with a sentence space;
     ``units`` (names: seed, or seed + replicate) and ``groups`` (the test set of each unit; a summary
-    written before replicates existed: one group per seed). Every file is checked (:func:`read_summary`,
-    :func:`read_ranks`): a damaged one is a ValueError naming it."""
+    written before replicates existed: one group per seed); a k-fold run is pooled (:func:`pool_folds`). Every
+    file is checked (:func:`read_summary`, :func:`read_ranks`): a damaged one is a ValueError naming it."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir / "metrics.json")
     summary.setdefault("units", [str(s) for s in summary["seeds"]])
@@ -188,6 +188,10 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         )
     files = [run_dir / "seeds" / f"seed{u}" / "ranks.json" for u in summary["units"]]
     per_seed = [read_ranks(f, figures[u]) for f, u in zip(files, summary["units"])]
+    tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
+    hub = [r["hubness"] for r in per_seed] if all("hubness" in r for r in per_seed) else None
+    if summary.get("protocol") == "folds":
+        return pool_folds(summary, per_seed, tasks, hub)
     for d in DIRECTIONS:
         n = [len(r[d]) for r in per_seed]
         if len(set(n)) > 1:
@@ -196,17 +200,63 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
                 + ", ".join(f"{f.parent.name} {k}" for f, k in zip(files, n))
                 + "); a table over training runs needs one test set size"
             )
-    tasks = DIRECTIONS + (("similarity",) if all("similarity" in r for r in per_seed) else ())
     summary["ranks"] = {d: np.stack([np.asarray(r[d]) for r in per_seed]) for d in tasks}
-    if all("hubness" in r for r in per_seed):  # fraglib.hubness: k-occurrence, corrected ranks
-        h = [r["hubness"] for r in per_seed]
+    if hub:  # fraglib.hubness: k-occurrence, corrected ranks
         summary["corrected"] = {
-            key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in h]) for d in DIRECTIONS}
-            for key in h[0]["corrected"]
-            if all(key in x["corrected"] for x in h)  # a unit written before a correction existed lacks it
+            key: {d: np.stack([np.asarray(x["corrected"][key][d]) for x in hub]) for d in DIRECTIONS}
+            for key in hub[0]["corrected"]
+            if all(key in x["corrected"] for x in hub)  # a unit written before a correction existed lacks it
         }
-        summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in h] for d in DIRECTIONS}
+        summary["occurrence"] = {d: [np.asarray(x["occurrence"][d]) for x in hub] for d in DIRECTIONS}
     return summary
+
+
+def pool_folds(
+    summary: dict[str, Any], per_unit: list[dict[str, Any]], tasks, hub: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A k-fold run (``protocol: folds``, ``fraglib.study --folds``) read as one test set: per replicate its folds'
+    per-query ranks end to end in fold order (every test query once, ranked in its own fold's gallery by its own
+    fold's model; ``per_unit``: each unit's ``ranks.json``, ``hub`` their hubness records). Units become the
+    replicates (``r0``, …: one group), ``strata[d]`` the fold of each query: the bootstrap draws queries within
+    their fold and never draws folds (:func:`fraglib.metrics.bootstrap_draws`). ValueError when a replicate lacks
+    a fold."""
+    units = summary["units"]
+    folds = sorted({unit_seed(u) for u in units})
+    reps = sorted({unit_replicate(u) for u in units})
+    missing = [unit_key(f, r) for r in reps for f in folds if unit_key(f, r) not in units]
+    if missing:
+        raise ValueError(f"run {summary.get('run')}: k-fold run without training run(s) {', '.join(missing)}; {RERUN}")
+    order = [[units.index(unit_key(f, r)) for f in folds] for r in reps]
+
+    def pooled(rows: list[Any]) -> np.ndarray:  # per-unit lists -> (replicates, pooled queries)
+        return np.stack([np.concatenate([np.asarray(rows[i]) for i in o]) for o in order])
+
+    summary["ranks"] = {d: pooled([r[d] for r in per_unit]) for d in tasks}
+    summary["strata"] = {
+        d: np.concatenate([np.full(len(per_unit[i][d]), f) for i, f in zip(order[0], folds)]) for d in tasks
+    }
+    summary["units"], summary["groups"] = [f"r{r}" for r in reps], [0] * len(reps)
+    if hub:
+        keys = [k for k in hub[0]["corrected"] if all(k in x["corrected"] for x in hub)]
+        summary["corrected"] = {k: {d: pooled([x["corrected"][k][d] for x in hub]) for d in DIRECTIONS} for k in keys}
+        summary["occurrence"] = {d: list(pooled([x["occurrence"][d] for x in hub])) for d in DIRECTIONS}
+    return summary
+
+
+def shared_strata(runs: list[dict[str, Any]], task: str) -> np.ndarray | None:
+    """The query strata (folds, :func:`pool_folds`) of ``task`` the loaded ``runs`` share, None where none has
+    any; ValueError when they differ (k-fold runs of two partitions, or one beside a split run): not one test set."""
+    found = [(r.get("strata") or {}).get(task) for r in runs]
+    if all(x is None for x in found):
+        return None
+    if (
+        any(x is None for x in found)
+        or len({r.get("partition") for r in runs}) > 1
+        or any(not np.array_equal(found[0], x) for x in found)
+    ):
+        names = ", ".join(f"{r.get('run')} ({r.get('protocol', 'splits')} {r.get('partition', '')})" for r in runs)
+        raise ValueError(f"{names}: not the same folds of one partition, so not one set of {task} queries")
+    return found[0]
 
 
 def metric_label(name: str) -> str:
@@ -349,7 +399,7 @@ def results_table(
         row = {}
         for d in DIRECTIONS:
             for m in [f"r{k}" for k in KS] + [rank]:
-                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"])
+                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"], strata=shared_strata([s], d))
                 per_seed = _metric(s["ranks"][d], m)  # metrics.json holds the trainer's metrics only
                 mean, sd = (
                     (s[d][m], s[d + "_sd"][m])
@@ -439,8 +489,11 @@ def paired_differences(
         for d in tasks:
             if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
                 continue
+            strata = shared_strata([study[a], study[b]], d)
             for m in metrics:
-                r = paired_difference(study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups)
+                r = paired_difference(
+                    study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups, strata=strata
+                )
                 rows.append(
                     {
                         "run": (labels or {}).get(a, a),
@@ -526,24 +579,22 @@ def verb_groups(has_verb: np.ndarray, image: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -> dict[str, np.ndarray]:
-    """Per-query group labels of one split's test queries, in the order of ``ranks.json``:
-    ``annotation_category`` (one per test image; its dataset ``category`` or "-"),
-    ``search_category`` (one per test sentence: its image's category) and ``search_length``
-    (one per test sentence: token-count bin, e.g. "9-10 words"); with the parse
-    (``parse_file``, CoNLL-U) also ``similarity_verb`` (:func:`verb_groups`, :func:`has_verb`)."""
+def query_record(dataset_dir: str | Path, parse_file: str | Path | None = None) -> dict[str, list]:
+    """One split's test queries, in the order of ``ranks.json``: ``category`` per test image (its dataset
+    ``category`` or "-"), and per test sentence ``image`` (its image's position among the test images),
+    ``length`` (tokens) and, with ``parse_file`` (CoNLL-U), ``verb`` (:func:`has_verb`, 0/1): what the
+    breakdowns need, small enough for git (``python -m fraglib.figures``). Raises ValueError when a test
+    sentence is not in the parse."""
     from fraglib.data import read_karpathy_json
 
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     test = [im for im in ds.images if im["split"] == "test"]
-    cat = {im["imgid"]: im.get("category", "-") for im in test}
-    sents = [s for s in ds.sentences if s["imgid"] in cat]
-    lengths = np.array([len(s["tokens"]) for s in sents])
-    bins = np.clip(np.searchsorted(np.array(LENGTH_BINS), lengths, side="left") - 1, 0, len(LENGTH_NAMES) - 1)
-    out = {
-        "annotation_category": np.array([cat[im["imgid"]] for im in test]),
-        "search_category": np.array([cat[s["imgid"]] for s in sents]),
-        "search_length": np.array([LENGTH_NAMES[b] for b in bins]),
+    position = {im["imgid"]: k for k, im in enumerate(test)}
+    sents = [s for s in ds.sentences if s["imgid"] in position]
+    out: dict[str, list] = {
+        "category": [im.get("category", "-") for im in test],
+        "image": [position[s["imgid"]] for s in sents],
+        "length": [len(s["tokens"]) for s in sents],
     }
     if parse_file:
         from fraglib.text.parse import read_conllu
@@ -555,10 +606,68 @@ def test_groups(dataset_dir: str | Path, parse_file: str | Path | None = None) -
                 f"{parse_file}: {len(missing)} test sentences of {dataset_dir} are not in the parse "
                 f"(e.g. sentid {missing[0]}); re-run the parse stage"
             )
-        out["similarity_verb"] = verb_groups(
-            np.array([verb[s["sentid"]] for s in sents]), np.array([s["imgid"] for s in sents])
-        )
+        out["verb"] = [int(verb[s["sentid"]]) for s in sents]
     return out
+
+
+def groups_of(record: dict[str, list]) -> dict[str, np.ndarray]:
+    """Per-query group labels of one split's test queries (a :func:`query_record`), in the order of
+    ``ranks.json``: ``annotation_category`` (one per test image), ``search_category`` (one per test sentence:
+    its image's category), ``search_length`` (one per test sentence: token-count bin, e.g. "9-10 words") and,
+    when the record has the verbs, ``similarity_verb`` (:func:`verb_groups`)."""
+    category, image = np.array(record["category"]), np.array(record["image"], dtype=int)
+    lengths = np.array(record["length"])
+    bins = np.clip(np.searchsorted(np.array(LENGTH_BINS), lengths, side="left") - 1, 0, len(LENGTH_NAMES) - 1)
+    out = {
+        "annotation_category": category,
+        "search_category": category[image],
+        "search_length": np.array([LENGTH_NAMES[b] for b in bins]),
+    }
+    if "verb" in record:
+        out["similarity_verb"] = verb_groups(np.array(record["verb"], dtype=bool), image)
+    return out
+
+
+def test_groups(
+    dataset_dir: str | Path, parse_file: str | Path | None = None, queries_file: str | Path | None = None, seed=None
+) -> dict[str, np.ndarray]:
+    """:func:`groups_of` one split's test queries: from its data (``dataset_dir``, with ``parse_file`` the verb
+    split) when they are here, else from the committed record of split ``seed`` in ``queries_file`` (written by
+    ``python -m fraglib.figures``; its verbs only with ``parse_file`` named). Raises FileNotFoundError when
+    neither is."""
+    live = (Path(dataset_dir) / "dataset.json").is_file()
+    if live and (not parse_file or Path(parse_file).is_file()):
+        return groups_of(query_record(dataset_dir, parse_file))
+    record = _query_records(queries_file).get(str(seed))
+    if record is None:
+        raise FileNotFoundError(
+            f"{Path(dataset_dir) / 'dataset.json'}{' or ' + str(parse_file) if live else ''}: absent, and split "
+            f"{seed} is not in {queries_file or 'a queries file'} (python -m fraglib.figures writes it)"
+        )
+    return groups_of(record if parse_file else {k: v for k, v in record.items() if k != "verb"})
+
+
+def _query_records(queries_file: str | Path | None) -> dict[str, dict[str, list]]:
+    """Split seed -> :func:`query_record` of a committed ``queries.json`` ({} without one)."""
+    if not queries_file or not Path(queries_file).is_file():
+        return {}
+    return json.loads(Path(queries_file).read_text(encoding="utf-8"))
+
+
+def have_groups(
+    dataset_dir: str, seeds, queries_file: str | Path | None = None, parse_file: str | Path | None = None
+) -> bool:
+    """Whether :func:`test_groups` can label every split of ``seeds``, with ``parse_file`` named the verb split
+    too: the data (and the parse) here, or the split's committed record (with its verbs)."""
+    records = _query_records(queries_file)
+
+    def ok(s) -> bool:
+        live = (Path(str(dataset_dir).format(seed=s)) / "dataset.json").is_file()
+        if live and (not parse_file or Path(parse_file).is_file()):
+            return True
+        return str(s) in records and (not parse_file or "verb" in records[str(s)])
+
+    return all(ok(s) for s in seeds)
 
 
 def breakdown(
@@ -568,16 +677,17 @@ def breakdown(
     metric: str = "r5",
     labels: dict[str, str] | None = None,
     parse_file: str | Path | None = None,
+    queries_file: str | Path | None = None,
 ) -> pd.DataFrame:
     """``metric`` of each run per group of test queries (:func:`test_groups`: image category,
     caption length, with ``parse_file`` the verb split of sentence similarity), averaged over seeds
-    (= splits; ``dataset_dir`` may hold ``{seed}``). Long format: run, direction, by, group,
-    value, queries (per split, mean)."""
+    (= splits; ``dataset_dir`` may hold ``{seed}``; a split whose data are absent is read from
+    ``queries_file``). Long format: run, direction, by, group, value, queries (per split, mean)."""
     rows = []
     for v in runs:
         s = study[v]
         for k, seed in enumerate(unit_seed(u) for u in s["units"]):
-            groups = test_groups(str(dataset_dir).format(seed=seed), parse_file)
+            groups = test_groups(str(dataset_dir).format(seed=seed), parse_file, queries_file, seed)
             for key, group_of in groups.items():
                 d, by = key.split("_")
                 if d not in s["ranks"]:
@@ -844,10 +954,8 @@ def caption_gallery(
     n_bad: int = 2,
     k: int = 3,
 ) -> list[dict[str, Any]]:
-    """Panels (:func:`fraglib.plots.retrieval_figure`) in the layout of Peri's figures: a test image,
-    its generated caption, two paraphrases (of its first two captions), the top-``k`` retrieved
-    captions (✓ = its own) and the ground truth. Chosen by rule: the ``n_good`` images with the highest
-    and the ``n_bad`` with the lowest CIDEr-D of their caption (ties: lower index)."""
+    """Panels (:func:`fraglib.plots.retrieval_figure`) in the layout of Peri's figures from the run's checkpoint
+    and the data (:func:`gallery_panels`, with the top-``k`` retrieved captions)."""
     from fraglib.captions import read_record
     from fraglib.data import read_karpathy_json
     from fraglib.evaluate import load_trained, score_matrix
@@ -858,28 +966,135 @@ def caption_gallery(
     S = score_matrix(system, split).numpy()
     ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
     rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
+
+    def picture(i: int) -> tuple[np.ndarray, str]:
+        return load_image(ds.image_path(rows[i]))[0], ds.images[rows[i]]["filename"]
+
+    return gallery_panels(rec, picture, split.sentence_image, S, n_good, n_bad, k)
+
+
+def gallery_panels(
+    rec: dict[str, Any],
+    picture,
+    sentence_image: np.ndarray,
+    S: np.ndarray | None = None,
+    n_good: int = 2,
+    n_bad: int = 2,
+    k: int = 3,
+) -> list[dict[str, Any]]:
+    """Panels in the layout of Peri's figures from a captions record (``captions/seed<seed>.json``): a test image
+    (``picture(i)`` -> (array, title)), its generated caption, two paraphrases (of its first two captions), with
+    the scores ``S`` (n_images, n_sentences) the top-``k`` retrieved captions (✓ = its own), and the ground truth.
+    Chosen by rule: the ``n_good`` images with the highest and the ``n_bad`` with the lowest CIDEr-D of their
+    caption (ties: lower index). ``sentence_image``: each test sentence's image position."""
     scored = sorted((c for c in rec["captioning"] if c["cider"] is not None), key=lambda c: (-c["cider"], c["image"]))
     pick = [(c, "good") for c in scored[:n_good]] + [
         (c, "bad") for c in scored[::-1][:n_bad] if c not in scored[:n_good]
     ]
+    sentence_image = np.asarray(sentence_image)
     para = {}
     for p in rec["paraphrasing"]:
-        para.setdefault(int(split.sentence_image[p["sentence"]]), []).append(p)
+        para.setdefault(int(sentence_image[p["sentence"]]), []).append(p)
     panels = []
     for c, kind in pick:
         i = c["image"]
-        top = top_sentences(S, split.sentence_image, i, k)
         lines = [f"caption: {c['caption']}  (CIDEr-D {100 * c['cider']:.0f}, {kind})"]
         lines += [f"paraphrase: {p['input']} → {p['paraphrase']}" for p in para.get(i, [])[:2]]
-        lines += [
-            f"{'✓' if ok else '✗'} retrieved {r + 1}: {rec['paraphrasing'][j]['input']}"
-            for r, (j, ok) in enumerate(top)
-        ]
+        if S is not None:
+            lines += [
+                f"{'✓' if ok else '✗'} retrieved {r + 1}: {rec['paraphrasing'][j]['input']}"
+                for r, (j, ok) in enumerate(top_sentences(S, sentence_image, i, k))
+            ]
         lines += [f"truth: {t}" for t in c["references"]]
-        panels.append(
-            {"image": load_image(ds.image_path(rows[i]))[0], "title": ds.images[rows[i]]["filename"], "lines": lines}
-        )
+        image, title = picture(i)
+        panels.append({"image": image, "title": title, "lines": lines})
     return panels
+
+
+def read_explorer(explorer_dir: str | Path) -> dict[str, Any]:
+    """The explorer's data of a study (``explorer.json``, :mod:`fraglib.explore`) with each test image's
+    ``picture``: its thumbnail as an array. Raises FileNotFoundError naming a missing file."""
+    from PIL import Image
+
+    folder = Path(explorer_dir)
+    data = json.loads((folder / "explorer.json").read_text(encoding="utf-8"))
+    for im in data["images"]:
+        im["picture"] = np.asarray(Image.open(folder / im["thumb"]).convert("RGB"))
+    return data
+
+
+def explorer_title(im: dict[str, Any]) -> str:
+    """A thumbnail's title on a figure: the image id and its category."""
+    return f"test image {im['id']}" + (f" ({im['category']})" if im.get("category") else "")
+
+
+def explorer_gallery(run_dir: str | Path, seed: int, explorer: dict[str, Any], **kw) -> list[dict[str, Any]]:
+    """:func:`gallery_panels` of a captioning run's split ``seed`` from committed files alone: its captions
+    record and the explorer's thumbnails of that split (:func:`read_explorer`); no retrieved captions (they
+    need the run's checkpoint). Raises ValueError when the explorer shows another split."""
+    from fraglib.captions import read_record
+
+    if explorer["seed"] != seed:
+        raise ValueError(f"the explorer shows split {explorer['seed']}, the gallery split {seed}")
+    rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
+    images = explorer["images"]
+    sentence_image = np.array([s["image"] for s in explorer["sentences"]])
+    return gallery_panels(rec, lambda i: (images[i]["picture"], explorer_title(images[i])), sentence_image, **kw)
+
+
+def explorer_panels(
+    explorer_dir: str | Path, explorer: dict[str, Any], run: str, n: int, seed: int, k: int = 5, top: int = 6
+) -> list[dict[str, Any]]:
+    """The paper's Figure 4 from committed files alone: for ``n`` test images drawn with ``seed`` (the draw of
+    :func:`retrieval_panels`), ``run``'s top-``k`` sentences from the explorer's lists (✓ = the image's own) and,
+    for the top one, the best box of each of its fragments (at most ``top``) with its score, from
+    ``alignments_<run>.json``, on the thumbnail. Raises ValueError for a run the explorer does not hold."""
+    images, sentences = explorer["images"], explorer["sentences"]
+    if run not in explorer["runs"]:
+        raise ValueError(f"run {run} is not in the explorer's data ({', '.join(explorer['runs'])})")
+    align = None
+    if run in explorer["aligned"]:
+        align = json.loads((Path(explorer_dir) / f"alignments_{run}.json").read_text(encoding="utf-8"))
+    pick = sorted(np.random.default_rng(seed).choice(len(images), size=min(n, len(images)), replace=False).tolist())
+    panels = []
+    for img in pick:
+        im = images[img]
+        top_k = explorer["runs"][run]["image_top"][img][:k]
+        p = {
+            "image": im["picture"],
+            "title": explorer_title(im),
+            "lines": [
+                f"{'✓' if sentences[j]['image'] == img else '✗'} {r + 1}. {sentences[j]['text']}"
+                for r, j in enumerate(top_k)
+            ],
+        }
+        if align is not None and top_k:
+            j = top_k[0]
+            pair = align["pairs"][f"{img},{j}"]
+            scale = im["picture"].shape[1] / im["w"]
+            boxes = align["boxes"][img]
+            p["boxes"] = [np.array(boxes[b]) * scale for b in pair[0::2]][:top]
+            p["labels"] = [f"{f} {s / 10:.1f}" for f, s in zip(align["fragments"][str(j)], pair[1::2])][:top]
+        panels.append(p)
+    return panels
+
+
+def read_triplets(folder: str | Path) -> tuple[dict[str, Any], list[tuple[str, list[tuple[np.ndarray, str]] | str]]]:
+    """(``triplets.json``, [(title, [(crop, score label)]) or (title, reason)]) of a folder written by
+    ``python -m fraglib.figures``: the shape :func:`fraglib.alignment.triplet_crops` gives, from committed files
+    alone. Raises FileNotFoundError naming a missing file."""
+    from PIL import Image
+
+    folder = Path(folder)
+    record = json.loads((folder / "triplets.json").read_text(encoding="utf-8"))
+    out = []
+    for e in record["queries"]:
+        if "reason" in e:
+            out.append((e["query"], e["reason"]))
+            continue
+        crops = [(np.asarray(Image.open(folder / h["crop"]).convert("RGB")), f"{h['score']:.2f}") for h in e["hits"]]
+        out.append((e["query"], crops))
+    return record, out
 
 
 # ----------------------------------------------------------------------------- hubness (fraglib.hubness)

@@ -7,6 +7,8 @@ study. From the stages of its file come
 * its name and runs folder: that stage's ``--out runs/<name>/<run>``;
 * its dataset (that stage's ``--dataset``, else ``synthetic``) and unit: ``splits`` when its ``--dataset-dir``
   holds ``{seed}`` (one split per seed), else ``seeds``;
+* its k-fold runs folder: the ``--out runs/<folds>/<run>`` of a ``python -m fraglib.study --folds`` stage (the
+  k-fold protocol beside the splits; None without one);
 * its data folder: the ``--dataset-dir`` of its ``python -m fraglib.text fragments`` stage (None without one);
 * its pages: its ``python -m fraglib.notebook`` and ``fraglib.explorer_page`` stages in file order, parameters as
   written (``${…}`` unresolved);
@@ -110,6 +112,7 @@ class Study:
     repro: str  # the dvc command that builds it
     make: str | None  # the Makefile target that runs ``repro``
     detail: str = ""  # its data in a few words (:data:`TITLES`)
+    folds: str | None = None  # runs/<name>_folds: its runs under the k-fold protocol
 
     @property
     def title(self) -> str:
@@ -132,10 +135,15 @@ def stage_address(pipeline: str, stage: str) -> str:
 
 def page_of(stage: str, cmd: str) -> Page | None:
     """The page a stage command renders (``python -m fraglib.notebook NOTEBOOK HTML -p …``, or the explorer's
-    ``python -m fraglib.explorer_page DATA HTML``: no notebook, its data folder the one parameter), else None."""
+    ``python -m fraglib.explorer_page DATA HTML [--title T]``: no notebook, its data folder and title the parameters), else
+    None."""
     words = shlex.split(cmd)
     if words[:3] == ["python", "-m", "fraglib.explorer_page"]:
-        return Page(stage, "", words[4], "", {"data": words[3]})
+        ap = argparse.ArgumentParser(add_help=False)  # fraglib.explorer_page's DATA HTML --title, read here
+        for arg in ("data", "html", "--title"):
+            ap.add_argument(arg, default="")
+        args = ap.parse_known_args(words[3:])[0]
+        return Page(stage, "", args.html, "", {"data": args.data, **({"title": args.title} if args.title else {})})
     if words[:3] != ["python", "-m", "fraglib.notebook"]:
         return None
     args = parser().parse_args(words[3:])
@@ -159,13 +167,14 @@ def _commands(pipeline: Path) -> dict[str, str]:
 
 
 def _options(cmd: str, *program: str) -> argparse.Namespace | None:
-    """``--out`` / ``--dataset`` / ``--dataset-dir`` of a ``python -m <program…>`` command, else None."""
+    """``--out`` / ``--dataset`` / ``--dataset-dir`` / ``--folds`` of a ``python -m <program…>`` command, else None."""
     words, head = shlex.split(cmd), ["python", "-m", *program]
     if words[: len(head)] != head:
         return None
     ap = argparse.ArgumentParser(add_help=False)
     for opt in ("--out", "--dataset", "--dataset-dir"):
         ap.add_argument(opt)
+    ap.add_argument("--folds", action="store_true")
     return ap.parse_known_args(words[len(head) :])[0]
 
 
@@ -185,7 +194,9 @@ def make_target(makefile: Path, command: str) -> str | None:
 def read_study(root: Path, pipeline: str) -> Study | None:
     """The study of ``root / pipeline``, or None for a pipeline that trains no run."""
     cmds = _commands(root / pipeline)
-    train = next((o for o in (_options(c, "fraglib.study") for c in cmds.values()) if o and o.out), None)
+    trains = [o for o in (_options(c, "fraglib.study") for c in cmds.values()) if o and o.out]
+    train = next((o for o in trains if not o.folds), None)
+    folds = next((Path(o.out).parent.as_posix() for o in trains if o.folds), None)
     if train is None:
         return None
     data = next((o.dataset_dir for o in (_options(c, "fraglib.text", "fragments") for c in cmds.values()) if o), None)
@@ -201,7 +212,8 @@ def read_study(root: Path, pipeline: str) -> Study | None:
         pages,
         repro,
         None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro),
-        _detail(root, Path(train.out).parent.name, train.dataset or "synthetic"),
+        detail=_detail(root, Path(train.out).parent.name, train.dataset or "synthetic"),
+        folds=folds,
     )
 
 

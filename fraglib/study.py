@@ -10,7 +10,10 @@ dataset's ``splits`` (one data split per seed; ``{seed}`` in ``--dataset-dir``; 
 also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. ``runs.<run>.replicates``
 (default ``study.replicates``, else 1) trains each seed R times: replicate r of seed s trains with
 training seed ``s + 1000 r`` on the same data, in ``seeds/seed<s>`` (r = 0) or ``seeds/seed<s>r<r>``;
-training noise is then measured within a split (:mod:`fraglib.results`). Every seed trains in its own process (``study.jobs`` at a time, one
+training noise is then measured within a split (:mod:`fraglib.results`). With ``--folds`` (the k-fold
+protocol of ``<dataset>.folds``, ``--dataset-dir`` holding ``{seed}`` for ``fold{seed}``) the seeds are the folds
+0 … k − 1, each trained once (no replicates), and the summary's metrics are over the pooled test queries (every
+image tested once, in its own fold by its own fold's model). Every seed trains in its own process (``study.jobs`` at a time, one
 thread each — under ``torchrun`` one seed after another, each on all processes, rank 0 writing: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
@@ -34,9 +37,9 @@ from fraglib import hubness
 from fraglib.config import ConfigError
 from fraglib.evaluate import eval_config
 from fraglib.inputs import DataPaths
-from fraglib.metrics import DIRECTIONS, KS
+from fraglib.metrics import DIRECTIONS, KS, recall_table
 from fraglib.outputs import write_text
-from fraglib.params import read_params
+from fraglib.params import dataset_folds, read_params
 from fraglib.train import resolve_run, train
 
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
@@ -95,6 +98,29 @@ def unit_key(seed: int, replicate: int) -> str:
 def unit_seed(unit: str) -> int:
     """The seed (split) of a unit name, the inverse of :func:`unit_key`: ``"3r1"`` -> 3."""
     return int(str(unit).split("r")[0])
+
+
+def unit_replicate(unit: str) -> int:
+    """The replicate of a unit name (:func:`unit_key`): ``"3r1"`` -> 1, ``"3"`` -> 0."""
+    return int(str(unit).split("r")[1]) if "r" in str(unit) else 0
+
+
+def fold_head(params: dict[str, Any], dataset: str | None) -> dict[str, Any]:
+    """The summary keys of a k-fold run of ``dataset`` (:func:`fraglib.params.dataset_folds`): protocol, folds,
+    partition. ConfigError without a dataset."""
+    if not dataset:
+        raise ConfigError("--folds: the k-fold protocol needs --dataset (its <dataset>.folds and .partition)")
+    k, partition = dataset_folds(params, dataset)
+    return {"protocol": "folds", "folds": k, "partition": partition}
+
+
+def pool_fold_metrics(summary: dict[str, Any], out: Path) -> None:
+    """Replace the per-direction means of a k-fold run's ``summary`` by the metrics of the pooled test queries
+    (each fold's ranks, ``out/seeds/seed<f>/ranks.json``, end to end)."""
+    ranks = [json.loads((out / "seeds" / f"seed{u}" / "ranks.json").read_text()) for u in summary["per_seed"]]
+    for d in DIRECTIONS + (("similarity",) if "similarity" in summary else ()):
+        pooled = recall_table(np.concatenate([np.asarray(r[d]) for r in ranks]))
+        summary[d] = {m: pooled[m] for m in METRICS}
 
 
 def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None]) -> dict[str, Any]:
@@ -157,12 +183,18 @@ def run_study(
     dataset: str | None = None,
     seeds: list[int] | None = None,
     models_dir: str | None = None,
+    folds: bool = False,
 ) -> dict[str, Any]:
     """Train run ``run`` for every seed and summarise; ``paths`` may hold ``{seed}``; ``models_dir``:
-    checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git)."""
+    checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git); ``folds``:
+    the k-fold protocol (module docstring; ``seeds`` default: every fold)."""
     spec = resolve_run(params, run, dataset)  # fails before any work
     ec = eval_config(params)
-    seeds = seeds if seeds is not None else study_seeds(params, dataset, run)
+    head = fold_head(params, dataset) if folds else {}
+    if folds and not paths.per_seed:
+        raise ConfigError(f"--folds: --dataset-dir {paths.dataset} needs {{seed}} (one folder per fold)")
+    default = list(range(head["folds"])) if folds else study_seeds(params, dataset, run)
+    seeds = seeds if seeds is not None else default
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
     jobs = study_jobs(params)
@@ -171,7 +203,7 @@ def run_study(
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset))]
+    units = [(s, r) for s in seeds for r in range(1 if folds else study_replicates(params, run, dataset))]
     keys = [unit_key(s, r) for s, r in units]
     work = [
         (paths, spec, ec, s, r, str(out), t, models_dir)
@@ -189,11 +221,13 @@ def run_study(
     # units on one test set share queries: the splits when the data is split per seed, else all one group
     groups = [s if paths.per_seed else 0 for s, _ in units]
     summary = summarise(
-        {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides},
+        {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides, **head},
         keys,
         groups,
         [r["test"] for r in results],
     )
+    if folds:
+        pool_fold_metrics(summary, out)
     if all("hubness" in r["test"] for r in results):  # mean over units (per unit: seeds/seed<N>/metrics.json)
         summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
     summary["best_epoch"] = {k: r["best_epoch"] for k, r in zip(keys, results)}
@@ -226,6 +260,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default <dataset-dir>/features")
     ap.add_argument("--seeds", help="comma-separated seeds (default study.seeds or <dataset>.splits)")
     ap.add_argument(
+        "--folds",
+        action="store_true",
+        help="the k-fold protocol of <dataset>.folds: one training per fold (seeds 0 … k − 1, no replicates), "
+        "metrics over the pooled test queries",
+    )
+    ap.add_argument(
         "--models-dir",
         help="checkpoints under <models-dir>/seed<N>/ (a DVC output) instead of beside "
         "the per-seed results in <out>/seeds/ (kept in git)",
@@ -237,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     paths = DataPaths(args.dataset_dir, args.features_dir)
-    s = run_study(paths, args.run, params, args.out, args.dataset, seeds, args.models_dir)
+    s = run_study(paths, args.run, params, args.out, args.dataset, seeds, args.models_dir, args.folds)
     print(
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
         f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"

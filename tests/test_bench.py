@@ -4,6 +4,7 @@ asserts a time — benchmarks measure, tests check what is reported)."""
 import json
 import re
 
+import numpy as np
 import pytest
 
 from fraglib.bench import BENCHMARKS, OPT_IN
@@ -166,3 +167,18 @@ def test_a_full_disk_leaves_the_register_as_it_was(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         merge([dict(THEIRS, value=9.0)], path)
     assert path.read_bytes() == before
+
+
+def test_made_precomp_files_are_the_scan_layout_of_the_size_asked(tmp_path):
+    """bench memory's made input: (n, regions, dim) float16 that np.load reads, five captions per image; and
+    the importer takes it (the rows it writes are the made rows and their mean)."""
+    from fraglib.bench.scale import _made_precomp
+    from fraglib.data.precomp import read_precomp
+
+    size = _made_precomp(tmp_path, 70, regions=2, dim=3)
+    x = np.load(tmp_path / "train_ims.npy")
+    assert x.shape == (70, 2, 3) and x.dtype == np.float16 and size == (tmp_path / "train_ims.npy").stat().st_size
+    np.testing.assert_array_equal(x[64:], x[:6])  # one block of 64 images, repeated
+    assert len((tmp_path / "train_caps.txt").read_text().splitlines()) == 350
+    ds, rows, counts = read_precomp(tmp_path, ["train"])
+    assert len(ds.sentences) == 350 and counts.tolist() == [3] * 70 and rows.shape == (210, 3)

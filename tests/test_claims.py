@@ -226,7 +226,13 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
     )
     b = put_run(tmp_path / "b", {"annotation": r + 1, "search": r * 0 + 11}, ["0"], [0], cider=[[0.25, 0.25, 0.5]])
     got = C.our_difference(a, b, "annotation", "mean_rank", 200)
-    assert got == {"diff": pytest.approx(-1.0), "lo": pytest.approx(-1.0), "hi": pytest.approx(-1.0), "units": 1}
+    assert got == {
+        "diff": pytest.approx(-1.0),
+        "lo": pytest.approx(-1.0),
+        "hi": pytest.approx(-1.0),
+        "units": 1,
+        "protocol": "1 split",
+    }
     # search: b ranks everything 11th (no hit); a's R@1 / R@5 / R@10 over ranks 1..12 (20 queries)
     hits = sum(np.mean(r <= k) for k in (1, 5, 10))
     assert C.our_difference(a, b, "search", "rsum", 200)["diff"] == pytest.approx(100 * hits)
@@ -265,10 +271,11 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     assert rows[0].ours["diff"] == pytest.approx(-2.0) and rows[4].why == "no run `kcca` in this study"
     tested = C.claims_table([r for r in rows if r.study])
     # Socher et al.: SDT-RNN image search mean rank 12.5 (Table 1), 15.8 (Table 2)
-    assert tested.rows[0][3:] == ("`synthetic`", "-3.3", "-2.0 [-2.0, -2.0]", "1", C.REPRODUCED)
+    assert tested.rows[0][3:] == ("`synthetic`", "-3.3", "-2.0 [-2.0, -2.0]", "1", "1 split", C.REPRODUCED)
     assert tested.rows[1][3:] == (
         "`pascal1k`",
         "-3.3 †",
+        "—",
         "—",
         "—",
         "not testable here: no run `sdtrnn` or `dtrnn` in this study",

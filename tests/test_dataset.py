@@ -200,3 +200,74 @@ def test_save_npz_is_atomic_keeps_the_name_and_the_bytes(tmp_path, monkeypatch):
         save_npz(tmp_path / "new.npz", **arrays)
     assert (tmp_path / "new.npz").read_bytes() == (tmp_path / "ref.npz").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "new.npz", "ref.npz"]
+
+
+# ------------------------------------------------------------------ arrays too large to hold (Chunks)
+def _blocks_of(x, sizes):
+    from fraglib.data.dataset import Chunks
+
+    cuts = np.cumsum([0, *sizes])
+    return Chunks(x.shape, x.dtype, lambda: (x[a:b] for a, b in zip(cuts[:-1], cuts[1:])))
+
+
+def test_save_npz_of_chunks_writes_np_savez_of_the_stacked_array(tmp_path):
+    import zipfile
+
+    from fraglib.data.dataset import save_npz
+
+    x = np.random.default_rng(0).standard_normal((10, 3, 4)).astype(np.float32)
+    small = {"names": np.array(["a", "bc"]), "meta": np.array("{}")}
+    np.savez(tmp_path / "ref.npz", features=x, **small)
+    save_npz(tmp_path / "new.npz", features=_blocks_of(x, [4, 0, 5, 1]), **small)
+    with zipfile.ZipFile(tmp_path / "ref.npz") as ref, zipfile.ZipFile(tmp_path / "new.npz") as new:
+        assert ref.namelist() == new.namelist()
+        for name in ref.namelist():
+            assert ref.read(name) == new.read(name), name  # the .npy bytes: header and data
+            assert ref.getinfo(name).compress_type == new.getinfo(name).compress_type == zipfile.ZIP_STORED
+
+
+@pytest.mark.parametrize(
+    "sizes, dtype, match",
+    [
+        ([4, 5], np.float32, r"the blocks hold 9 rows; expected 10"),
+        ([4, 7], np.float32, r"the blocks hold 11\+ rows; expected 10"),
+        ([10], np.float64, r"a block of float64 \(10, 3, 4\); expected float32"),
+    ],
+)
+def test_save_npz_refuses_blocks_that_are_not_the_array_and_leaves_no_file(tmp_path, sizes, dtype, match):
+    from fraglib.data.dataset import Chunks, save_npz
+
+    x = np.zeros((11, 3, 4), dtype)
+    stream = _blocks_of(x, sizes)
+    with pytest.raises(ValueError, match=rf"new.npz: array 'features': {match}"):
+        save_npz(tmp_path / "new.npz", features=Chunks((10, 3, 4), np.dtype(np.float32), stream.blocks))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_npy_and_npz_chunks_read_every_row_in_blocks(tmp_path, monkeypatch):
+    import fraglib.data.dataset as dataset
+    from fraglib.data.dataset import npy_chunks, npz_chunks
+
+    monkeypatch.setattr(dataset, "BLOCK_BYTES", 100)  # 3 rows of 32 bytes per block
+    x = np.arange(10 * 8, dtype=np.float32).reshape(10, 2, 4)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "x.npz", other=np.ones(3), x=x)
+    for stream in (npy_chunks(lambda: (tmp_path / "x.npy").open("rb"), "x.npy"), npz_chunks(tmp_path / "x.npz", "x")):
+        blocks = list(stream)
+        assert [len(b) for b in blocks] == [3, 3, 3, 1] and stream.shape == x.shape and stream.dtype == x.dtype
+        np.testing.assert_array_equal(np.concatenate(blocks), x)
+        assert np.concatenate(list(stream)).tobytes() == x.tobytes()  # iterated again: read again
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "x.npy").read_bytes()[:-40])
+    with pytest.raises(ValueError, match=r"cut.npy: cut short \(it ends within rows 6..9 of 10\)"):
+        list(npy_chunks(lambda: (tmp_path / "cut.npy").open("rb"), "cut.npy"))
+    np.save(tmp_path / "f.npy", np.asfortranarray(x))
+    with pytest.raises(ValueError, match="f.npy: a Fortran-order array; expected C order"):
+        npy_chunks(lambda: (tmp_path / "f.npy").open("rb"), "f.npy")
+
+
+def test_nonfinite_rows_of_an_array_and_of_its_blocks_agree():
+    from fraglib.data.dataset import nonfinite_rows
+
+    x = np.ones((9, 2, 3), np.float32)
+    x[[1, 7], 1, 2] = [np.nan, -np.inf]
+    assert nonfinite_rows(x).tolist() == nonfinite_rows(_blocks_of(x, [2, 5, 2])).tolist() == [1, 7]

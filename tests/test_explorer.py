@@ -120,7 +120,8 @@ def test_the_registry_lists_the_explorer_pages():
 
     pages = {p.html: p for s in studies(ROOT) for p in s.pages if p.kind == "explorer"}
     assert pages["reports/explorer.html"].parameters == {"data": "runs/synthetic/explorer"}
-    assert pages["reports/pascal1k/explorer.html"].parameters == {"data": "runs/pascal1k/explorer"}
+    pascal = pages["reports/pascal1k/explorer.html"].parameters
+    assert pascal["data"] == "runs/pascal1k/explorer" and "the runs whose checkpoints" in pascal["title"]
 
 
 def test_the_committed_explorers_are_small():
@@ -150,3 +151,31 @@ def test_the_index_row_of_an_explorer(explorer_data):
     study = Study("synthetic", "dvc.yaml", "runs/synthetic", "synthetic", "seeds", None, (page,), "dvc repro", None)
     assert page.kind == "explorer"
     assert finding(study, page, {}) == "3 runs, 4 test images, top 3 both ways"
+
+
+def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
+    """--runs, --align-runs and --map-runs (a study that keeps some runs' checkpoints: Pascal1K's explorer stage)
+    replace params.yaml's study.runs and explorer.align_runs / map_runs; a run that cannot be aligned is refused."""
+    import yaml
+
+    from fraglib.explore import main
+
+    from conftest import ROOT
+
+    models = tmp_path / "models"
+    for run in ("full", "devise"):
+        (models / run).mkdir(parents=True)
+        (models / run / "seed0").symlink_to(tiny_study / run / "seeds" / "seed0")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3  # the tiny split has 4 test images
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    common = ["--models-dir", str(models), "--runs", "full,devise", "--params", str(tmp_path / "params.yaml")]
+    main([*common, "--out", str(tmp_path / "a"), "--align-runs", "full", "--map-runs", ""])
+    data = json.loads((tmp_path / "a" / "explorer.json").read_text())
+    assert list(data["runs"]) == ["full", "devise"] and data["aligned"] == ["full"] and data["maps"] == {}
+    main([*common, "--out", str(tmp_path / "b"), "--align-runs", "", "--map-runs", "devise"])
+    data = json.loads((tmp_path / "b" / "explorer.json").read_text())
+    assert data["aligned"] == [] and list(data["maps"]) == ["devise"]
+    assert not list((tmp_path / "b").glob("alignments_*.json"))
+    with pytest.raises(ConfigError, match="run devise is no fragment run"):
+        main([*common, "--out", str(tmp_path / "c"), "--align-runs", "devise"])

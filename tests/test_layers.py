@@ -45,6 +45,7 @@ LAYERS = (
             "fraglib.captions",
             "fraglib.alignment",
             "fraglib.explore",
+            "fraglib.confirm",
         ),
     ),
     (
@@ -62,6 +63,7 @@ LAYERS = (
             "fraglib.facts",
             "fraglib.explorer_page",
             "fraglib.rerun",
+            "fraglib.figures",
         ),
     ),
     ("bench", ("fraglib.bench",)),

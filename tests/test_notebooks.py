@@ -239,36 +239,87 @@ def test_every_notebook_names_the_command_that_builds_its_inputs():
         ), name
 
 
-def test_large_figures_are_reencoded_for_the_page():
+def _png(img) -> str:
     import base64
     import io
 
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _figures_notebook(n_photos: int):
+    """A notebook with ``n_photos`` noise pictures (photograph-like) and one line plot, as PNG outputs."""
     import nbformat
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(0)
+    photos = [Image.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)) for _ in range(n_photos)]
+    plot = Image.new("RGBA", (600, 300), (255, 255, 255, 255))
+    ImageDraw.Draw(plot).line([(0, 290), (300, 10), (599, 200)], fill=(31, 119, 180, 255), width=3)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# figures")] + [
+        nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output("display_data", data={"image/png": _png(img)})])
+        for img in [*photos, plot]
+    ]
+    return nb
+
+
+def test_figures_go_beside_the_page_as_files_the_same_bytes_each_time(tmp_path):
+    """No figure is embedded: photographs become JPEG, line art stays PNG, in ``<page>_files/figNN``; rendering
+    again gives the same page and files, and a re-render with fewer figures removes the ones it no longer shows."""
+    import nbformat
+    from PIL import Image
+
+    from fraglib.notebook import figure_files, figures_folder, render_html
+
+    nbformat.write(_figures_notebook(2), tmp_path / "n.ipynb")
+    html = tmp_path / "out" / "n.html"
+    page = render_html(tmp_path / "n.ipynb", html).read_text()
+    folder = figures_folder(html)
+    assert folder == tmp_path / "out" / "n_files"
+    assert page.count("<img") == 3 and 'src="data:image' not in page
+    assert [p.name for p in figure_files(html)] == ["fig01.jpg", "fig02.jpg", "fig03.png"]
+    for p in figure_files(html):
+        assert f'src="n_files/{p.name}"' in page
+    assert Image.open(folder / "fig01.jpg").format == "JPEG" and Image.open(folder / "fig03.png").size == (600, 300)
+    first = {p.name: p.read_bytes() for p in figure_files(html)}
+    (folder / "data.js").write_text("kept")  # not a figure (the explorer's scripts live in such a folder)
+    assert render_html(tmp_path / "n.ipynb", html).read_text() == page
+    assert {p.name: p.read_bytes() for p in figure_files(html)} == first
+    nbformat.write(_figures_notebook(0), tmp_path / "n.ipynb")
+    page = render_html(tmp_path / "n.ipynb", html).read_text()
+    assert [p.name for p in figure_files(html)] == ["fig01.png"] and 'src="n_files/fig01.png"' in page
+    assert (folder / "data.js").read_text() == "kept"
+
+
+def test_a_page_image_is_jpeg_only_when_that_is_much_smaller():
+    import base64
+    import io
+
     import numpy as np
     from PIL import Image
 
-    from fraglib.notebook import shrink_images
+    from fraglib.notebook import page_image
 
-    noise = Image.fromarray(np.random.default_rng(0).integers(0, 255, (600, 2000, 3), dtype=np.uint8))
-    buf = io.BytesIO()
-    noise.save(buf, format="PNG")
-    small = io.BytesIO()
-    noise.resize((40, 12)).save(small, format="PNG")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(
-            "x",
-            outputs=[
-                nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(b.getvalue()).decode()})
-            ],
-        )
-        for b in (buf, small)
-    ]
-    saved = shrink_images(nb)
-    big, tiny = (c.outputs[0]["data"] for c in nb.cells)
-    assert "image/jpeg" in big and "image/png" not in big and "image/png" in tiny  # small figures stay PNG
-    out = Image.open(io.BytesIO(base64.b64decode(big["image/jpeg"])))
-    assert out.width == 1000 and saved > 0
+    assert page_image(b"\xff\xd8 any jpeg", "jpeg") == ("jpg", b"\xff\xd8 any jpeg")  # kept as it is
+    flat = base64.b64decode(_png(Image.new("RGB", (500, 200), (240, 240, 240))))
+    ext, data = page_image(flat, "png")
+    assert ext == "png" and len(data) <= len(flat)
+    noise = base64.b64decode(_png(Image.fromarray(np.random.default_rng(1).integers(0, 255, (200, 300, 3), np.uint8))))
+    ext, data = page_image(noise, "png", quality=80)
+    assert ext == "jpg" and 2 * len(data) <= len(noise) and Image.open(io.BytesIO(data)).size == (300, 200)
+
+
+def test_a_page_without_figures_leaves_no_folder(tmp_path):
+    from fraglib.notebook import figures_folder, write_figures
+
+    html = tmp_path / "p.html"
+    write_figures(html, {"fig01.png": b"x"})
+    assert (figures_folder(html) / "fig01.png").read_bytes() == b"x"
+    write_figures(html, {})
+    assert not figures_folder(html).exists()
 
 
 def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():

@@ -47,6 +47,17 @@ COMMANDS = {
         ],
         "o/dataset.json",
     ),
+    # the k-fold partition of Pascal1K (a two-category sentences.json written into t/src by the test)
+    "fraglib.data pascal1k --folds": (
+        "fraglib.data.__main__",
+        lambda t, d: ["pascal1k", "--root", str(t / "src"), "--out", str(t / "o"), "--folds", "10"],
+        "o/fold3/dataset.json",
+    ),
+    "fraglib.figures": (
+        "fraglib.figures",
+        lambda t, d: ["--dataset-dir", str(d), "--dataset", "synthetic", "--out", str(t / "o")],
+        "o/queries.json",
+    ),
     "fraglib.data.synthetic": ("fraglib.data.synthetic", lambda t, d: ["--out", str(t / "o")], "o/stats.json"),
     "fraglib.text parse": (
         "fraglib.text.build",
@@ -132,6 +143,10 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
             pytest.skip(java_missing())
     if command == "fraglib.evaluate --out":
         (tmp_path / "seed").mkdir()
+    if command == "fraglib.data pascal1k --folds":
+        from test_folds import pascal_fixture
+
+        pascal_fixture(tmp_path / "src")
     if command == "fraglib.explore":
         (tmp_path / "m" / "full").mkdir(parents=True)
         (tmp_path / "m" / "full" / "seed0").symlink_to(

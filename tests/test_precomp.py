@@ -74,8 +74,10 @@ def test_region_precomp_keeps_regions_and_adds_their_mean_as_the_frame(tmp_path)
     root = tmp_path / "coco_precomp"
     ims = rng.standard_normal((3, 4, 5)).astype(np.float32)
     write_precomp(root, "testall", ims, [f"caption {k}" for k in range(3)])  # one caption per image
-    ds, feats, counts = read_precomp(root, ["testall"])
+    ds, stream, counts = read_precomp(root, ["testall"])
     assert counts.tolist() == [5, 5, 5] and [im["split"] for im in ds.images] == ["test"] * 3
+    feats = np.concatenate(list(stream))
+    assert stream.shape == feats.shape == (15, 5)
     np.testing.assert_allclose(feats[4], ims[0].mean(0), rtol=1e-6)
     np.testing.assert_array_equal(feats[5:9], ims[1])
 
@@ -190,3 +192,57 @@ def test_precomp_refuses_what_is_not_an_array_of_numbers(tmp_path, capsys, ims, 
         convert(["precomp", "--root", str(root), "--splits", "train", "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2 and "train_ims.npy: " in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _held_reference(root, splits):
+    """The cache rows as the importer made them before it streamed: every split whole in memory."""
+    whole = []
+    for s in splits:
+        x = np.load(root / f"{s}_ims.npy").astype(np.float32)
+        if x.ndim == 3:
+            x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
+        whole.append(x.reshape(-1, x.shape[-1]))
+    return np.concatenate(whole)
+
+
+def test_streamed_precomp_import_equals_the_whole_array_import(tmp_path, monkeypatch):
+    """float16 regions (SCAN's release) of two splits, read and written in blocks of 2 images: the caches
+    hold exactly the rows of the in-memory import (regions, then their float32 mean), in both views."""
+    import fraglib.data.dataset as dataset
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "coco_precomp"
+    write_precomp(root, "train", rng.standard_normal((5, 3, 8)).astype(np.float16), [f"t {k}" for k in range(10)])
+    write_precomp(root, "testall", rng.standard_normal((3, 3, 8)).astype(np.float16), [f"c {k}" for k in range(3)])
+    monkeypatch.setattr(dataset, "BLOCK_BYTES", 2 * 3 * 8 * 2)  # 2 images of the float16 input per block
+    convert(["precomp", "--root", str(root), "--splits", "train,testall", "--out", str(tmp_path / "out")])
+    want = _held_reference(root, ["train", "testall"])
+    ds = read_karpathy_json(tmp_path / "out" / "dataset.json")
+    for view in ("rcnn", "top36"):
+        c = FeatureCache.load(tmp_path / "out" / "features" / f"{view}.npz", ds)
+        assert c.features.dtype == np.float32 and c.features.tobytes() == want.tobytes()
+        assert c.offsets.tolist() == list(range(0, 33, 4)) and c.is_full.nonzero()[0].tolist() == list(range(3, 32, 4))
+
+
+def test_precomp_import_memory_does_not_grow_with_the_array(tmp_path):
+    """A fresh process imports a 88 MB float16 region file (182 MB of float32 rows per cache) in 4 MB
+    blocks: its peak resident memory grows by far less than one copy of the array (the whole-array import
+    held three: the float32 copy, the rows with the means, their concatenation)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "p"
+    write_precomp(root, "train", np.ones((600, 36, 2048), np.float16), [f"c {k}" for k in range(600)])
+    code = (
+        "import resource, sys\n"
+        "import fraglib.data.dataset as d\n"
+        "from fraglib.data.__main__ import main\n"
+        "d.BLOCK_BYTES = 4 << 20\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"main(['precomp', '--root', {str(root)!r}, '--splits', 'train', '--out', {str(tmp_path / 'out')!r}])\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    grown_mb = float(out.strip().splitlines()[-1])
+    assert (tmp_path / "out" / "features" / "top36.npz").stat().st_size > 600 * 37 * 2048 * 4
+    assert grown_mb < 60, f"peak RSS grew {grown_mb:.0f} MB during the import"

@@ -194,6 +194,14 @@ def test_growth_slope_is_the_log_log_least_squares_exponent():
     assert growth_slope([(1, 3.0)]) is None and growth_slope([(1, 0.0), (4, 1.0)]) is None
 
 
+def test_least_squares_slope_is_the_fitted_line_s_slope():
+    from fraglib.index import least_squares_slope
+
+    assert least_squares_slope([(50, 880.0), (100, 890.0), (200, 910.0)]) == pytest.approx(0.2)
+    assert least_squares_slope([(0, 1.0), (1, 0.0), (2, 1.0)]) == pytest.approx(0.0)
+    assert least_squares_slope([(5, 1.0), (5, 2.0)]) is None
+
+
 def test_every_run_is_in_exactly_one_synthetic_study():
     """The default study (dvc.yaml) and the extended one (studies/synthetic/dvc.yaml) split params.yaml `runs`:
     a run in both would be two stages writing one folder, a run in neither would never train on the benchmark."""

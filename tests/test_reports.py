@@ -148,3 +148,45 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     assert Path("reports/x.html").read_text() == "<html>new page</html>\n"
     assert Path("reports/executed/x.ipynb").read_text() == '{"cells": []}\n'
     assert not any(p.is_file() for p in Path("build/reports").rglob("*"))
+
+
+def test_a_rendered_page_brings_its_figures_and_drops_the_old_ones(tmp_path, monkeypatch):
+    """The staged figures (``<page>_files/figNN``) go into place with the page; the earlier render's figures that
+    the new page does not show are removed, the folder's other files kept, the staging folder left empty."""
+    import fraglib.notebook
+    from fraglib.reports import render
+    from fraglib.studies import Page
+
+    def fake_run(notebook, html, parameters, executed, at=None):
+        Path(executed).parent.mkdir(parents=True, exist_ok=True)
+        Path(executed).write_text('{"cells": []}\n')
+        fraglib.notebook.write_figures(html, {"fig01.jpg": b"new picture"})
+        Path(html).write_text('<img src="x_files/fig01.jpg">\n')
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(fraglib.notebook, "run_notebook", fake_run)
+    page = Page("dvc.yaml:x", "notebooks/x.ipynb", "reports/x.html", "reports/executed/x.ipynb", {})
+    old = Path("reports/x_files")
+    old.mkdir(parents=True)
+    for name in ("fig01.jpg", "fig02.png", "data.js"):
+        (old / name).write_text("old")
+    assert render(page, Path("build/reports")).status == "rendered"
+    assert sorted(p.name for p in old.iterdir()) == ["data.js", "fig01.jpg"]
+    assert (old / "fig01.jpg").read_bytes() == b"new picture" and (old / "data.js").read_text() == "old"
+    assert not any(p.is_file() for p in Path("build/reports").rglob("*"))
+
+
+def test_every_committed_page_is_under_1_mb_with_its_figures_under_3_mb():
+    """The limits a page keeps (its figures are files beside it: fraglib.notebook.figures_of): the HTML under
+    1 MB, the figures it shows together under 3 MB, each figure it names present and none left over."""
+    from fraglib.notebook import figure_files, figures_folder
+
+    pages = sorted((ROOT / "reports").rglob("*.html"))
+    assert pages
+    for html in pages:
+        text = html.read_text(encoding="utf-8")
+        assert html.stat().st_size < 1_000_000, html
+        named = set(re.findall(rf'src="{re.escape(figures_folder(html).name)}/(fig\d+\.(?:png|jpg))"', text))
+        files = figure_files(html)
+        assert named == {p.name for p in files}, html
+        assert sum(p.stat().st_size for p in files) < 3_000_000, html

@@ -112,8 +112,10 @@ def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
 
 
 def test_breakdown_by_category_and_length_by_hand(tmp_path):
+    import pandas as pd
+
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib.results import breakdown
+    from fraglib.results import breakdown, have_groups, query_record
 
     images = [
         {"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
@@ -147,6 +149,19 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     assert df.loc[("search", "length", "<= 8 words"), "value"] == 75.0  # (100 + 50) / 2
     assert df.loc[("search", "length", "> 15 words"), "value"] == 0.0
     assert df.loc[("search", "category", "dog"), "queries"] == 2
+    # without the data, the committed record of each split (fraglib.figures' queries.json) gives the same table
+    records = {str(s): query_record(tmp_path / f"s{s}") for s in (0, 1)}
+    assert records["0"] == {"category": ["dog", "cat"], "image": [0, 0, 1], "length": [5, 20, 7]}
+    (tmp_path / "queries.json").write_text(json.dumps({"0": records["0"]}))
+    gone = str(tmp_path / "gone{seed}")
+    assert have_groups(str(tmp_path / "s{seed}"), [0, 1]) and not have_groups(gone, [0, 1], tmp_path / "queries.json")
+    with pytest.raises(FileNotFoundError, match="split 1 is not in"):
+        breakdown(study, gone, ["full"], metric="r1", queries_file=tmp_path / "queries.json")
+    (tmp_path / "queries.json").write_text(json.dumps(records))
+    assert have_groups(gone, [0, 1], tmp_path / "queries.json")
+    assert not have_groups(gone, [0, 1], tmp_path / "queries.json", parse_file="p.conllu")  # no verbs recorded
+    committed = breakdown(study, gone, ["full"], metric="r1", queries_file=tmp_path / "queries.json")
+    pd.testing.assert_frame_equal(committed.set_index(["direction", "by", "group"]), df)
     study["full"]["ranks"]["search"] = study["full"]["ranks"]["search"][:, :2]
     with pytest.raises(ValueError, match="test queries"):
         breakdown(study, str(tmp_path / "s{seed}"), ["full"])
@@ -234,7 +249,7 @@ def test_rerun_agreement_by_hand():
 
 
 def test_verb_groups_by_hand():
-    from fraglib.results import has_verb, verb_groups
+    from fraglib.results import groups_of, has_verb, verb_groups
     from fraglib.text.parse import Token
 
     tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")  # noqa: E731
@@ -244,6 +259,9 @@ def test_verb_groups_by_hand():
     has_verb = np.array([1, 1, 1, 0, 0, 0, 0, 1, 1, 0], bool)
     image = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
     got = verb_groups(has_verb, image).tolist()
+    record = {"category": ["a", "b", "c"], "image": image.tolist(), "length": [9] * 10, "verb": has_verb.tolist()}
+    assert groups_of(record)["similarity_verb"].tolist() == got  # the committed record's verbs: the same split
+    assert groups_of(record)["search_category"].tolist() == ["a"] * 4 + ["b"] * 4 + ["c"] * 2
     assert got == ["verb, like the others"] * 3 + ["no verb, unlike the others"] + ["no verb, like the others"] * 3 + [
         "verb, unlike the others"
     ] + ["verb, unlike the others", "no verb, unlike the others"]
@@ -1043,6 +1061,7 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     training run per run (a run trained once keeps its one)."""
     from test_claims import put_run
 
+    from fraglib.metrics import recall_table
     from fraglib.params import read_params
     from fraglib.rerun import main, one_unit, verdict_agreement
 
@@ -1070,4 +1089,5 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     cut = one_unit(ref, "0r1", tmp_path / "cut")
     m = json.loads((cut / "full" / "metrics.json").read_text())
     assert m["units"] == ["0r1"] and (cut / "full" / "seeds" / "seed0r1" / "ranks.json").exists()
+    assert m["annotation"] == recall_table(good[1])  # the kept training run's figures, not the mean
     assert not (cut / "full" / "seeds" / "seed0").exists()

@@ -206,6 +206,32 @@ def test_same_input_same_bytes(tiny_features, tmp_path):
     # possibly the boxes kept: byte identity holds for the same settings, which is what is promised)
 
 
+def test_streamed_descriptors_are_the_held_ones_and_leave_no_file(tiny_features, tmp_path, monkeypatch):
+    """The stage spools each detector's descriptors to an unnamed file and writes the cache from it in blocks:
+    read back one row per block, the caches hold the same arrays as read back in one block, and the output
+    folder holds only the caches and the stats (the spool files are gone)."""
+    import fraglib.data.dataset as dataset
+    from fraglib.data import Dataset
+    from fraglib.vision.features import extract
+
+    root, ds, cfg, _ = tiny_features
+    small = Dataset(ds.name, ds.image_dir, ds.images[:3], [])
+    extract(small, cfg, tmp_path / "whole", progress=False, region_views=True)
+    monkeypatch.setattr(dataset, "BLOCK_BYTES", 1)  # one 1280-float row per block
+    extract(small, cfg, tmp_path / "rows", progress=False, region_views=True)
+    assert sorted(p.name for p in (tmp_path / "rows").iterdir()) == [
+        "features_stats.json",
+        "grid.npz",
+        "rcnn.npz",
+        "top36.npz",
+    ]
+    for view in ("rcnn", "top36", "grid"):
+        a, b = np.load(tmp_path / "whole" / f"{view}.npz"), np.load(tmp_path / "rows" / f"{view}.npz")
+        assert a.files == b.files and a["features"].shape[0] > 3
+        for key in a.files:
+            assert a[key].tobytes() == b[key].tobytes(), (view, key)
+
+
 def test_region_views_of_the_attention_model(tiny_features, tmp_path):
     """top36: the full frame + up to 36 proposals, the rcnn detections first (same score, same NMS);
     grid: the full frame + 6 x 6 cells tiling the image."""

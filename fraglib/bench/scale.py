@@ -299,14 +299,114 @@ def bench_socher_growth(
             print(
                 f"[socher_growth] x{scale} negatives={n}: {epoch:.1f} s ({steps} steps), peak {peak:.0f} MB", flush=True
             )
+        note = "least-squares b of epoch seconds ∝ size^b"
         slope = growth_slope(points)
-        out.append(
-            entry(
-                f"socher_growth_slope_{run}_neg{n}",
-                None if slope is None else round(slope, 2),
-                "exponent",
-                scales=[s for s, _ in points],
-                note="least-squares b of epoch seconds ∝ size^b",
+        out.append(_slope_entry(f"socher_growth_slope_{run}_neg{n}", slope, "exponent", [s for s, _ in points], note))
+    return out
+
+
+def _memory_features(data: str, n: int, out: str) -> None:
+    """The features stage (every view, true boxes) on the first ``n`` images of the synthetic set ``data``."""
+    from fraglib.data import Dataset, read_karpathy_json
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.params import read_params
+    from fraglib.vision.features import extract
+    from fraglib.vision.rcnn import VisionConfig
+
+    ds = read_karpathy_json(Path(data) / "dataset.json")
+    keep = {im["imgid"] for im in ds.images[:n]}
+    ds = Dataset(ds.name, ds.image_dir, ds.images[:n], [s for s in ds.sentences if s["imgid"] in keep])
+    cfg = VisionConfig(**read_params("params.yaml")["vision"])
+    extract(ds, cfg, out, synthetic_truth(Path(data) / "ground_truth.json"), progress=False, region_views=True)
+
+
+def _memory_precomp(root: str, out: str) -> None:
+    from fraglib.data.__main__ import main as convert
+
+    convert(["precomp", "--root", root, "--splits", "train", "--out", out])
+
+
+def _made_precomp(root: Path, n: int, regions: int = 36, dim: int = 2048) -> int:
+    """``train_ims.npy`` (n, regions, dim) float16 (SCAN's layout; one random block of images repeated) and
+    five captions per image under ``root``; returns the array file's bytes."""
+    import numpy as np
+
+    from fraglib.data.dataset import Chunks, write_npy
+
+    root.mkdir(parents=True, exist_ok=True)
+    tile = np.random.default_rng(0).standard_normal((64, regions, dim)).astype(np.float16)
+    blocks = lambda: (tile[: min(64, n - a)] for a in range(0, n, 64))  # noqa: E731
+    with (root / "train_ims.npy").open("wb") as f:
+        write_npy(f, Chunks((n, regions, dim), tile.dtype, blocks), "made precomp")
+    with (root / "train_caps.txt").open("w") as f:
+        f.writelines(f"a made caption number {k} of image {k // 5} .\n" for k in range(5 * n))
+    return (root / "train_ims.npy").stat().st_size
+
+
+def _slope_entry(name: str, slope: float | None, unit: str, xs: list[int], note: str) -> dict[str, Any]:
+    return entry(name, None if slope is None else round(slope, 4), unit, scales=xs, note=note)
+
+
+def bench_memory() -> list[dict[str, Any]]:
+    """Peak memory against data size of the two stages that read every image (issue #61, item 3), each run
+    in a fresh process: the features stage on the first n images of a synthetic benchmark
+    (``FRAGLIB_MEMORY_FEATURE_IMAGES``, default 250,500,1000; ``FRAGLIB_MEMORY_DATASET`` names a made one, else
+    ``params.yaml: synthetic`` is generated), and the precomp import of made SCAN-layout files, n images × 36
+    regions × 2,048 float16 (``FRAGLIB_MEMORY_PRECOMP_IMAGES``, default 7,700,15,400,30,800: 1/16 to 1/4 of
+    COCO's 123,287; the full size needs ≈ 18 GB in and 2 × 37 GB out on disk), written under
+    ``FRAGLIB_MEMORY_DIR`` (default the system's temporary folder) and removed after. Entries
+    ``memory_<stage>_n<n>_mb`` (peak RSS, seconds) and ``memory_<stage>_mb_per_image`` (the fitted slope)."""
+    import shutil
+
+    from fraglib.index import least_squares_slope
+    from fraglib.params import read_params
+
+    env = os.environ.get
+    feature_ns = [int(x) for x in env("FRAGLIB_MEMORY_FEATURE_IMAGES", "250,500,1000").split(",") if x]
+    precomp_ns = [int(x) for x in env("FRAGLIB_MEMORY_PRECOMP_IMAGES", "7700,15400,30800").split(",") if x]
+    out: list[dict[str, Any]] = []
+
+    def record(stage: str, points: list[tuple[int, float]]) -> None:
+        if not points:
+            return
+        slope = least_squares_slope(points)
+        note = "least-squares slope of peak RSS against images (scales: images)"
+        out.append(_slope_entry(f"memory_{stage}_mb_per_image", slope, "MB/image", [n for n, _ in points], note))
+
+    with tempfile.TemporaryDirectory(dir=env("FRAGLIB_MEMORY_DIR")) as tmp:
+        data = env("FRAGLIB_MEMORY_DATASET")
+        if feature_ns and not data:
+            data = str(Path(tmp) / "synth")
+            fresh(_growth_data, read_params("params.yaml"), 1, data)
+        points = []
+        for n in feature_ns:
+            t, peak, _ = fresh(_memory_features, data, n, str(Path(tmp) / f"features{n}"))
+            shutil.rmtree(Path(tmp) / f"features{n}")
+            points.append((n, peak))
+            out.append(entry(f"memory_features_n{n}_mb", round(peak), "MB", images=n, seconds=round(t, 1)))
+            print(f"[memory] features, {n} images: peak {peak:.0f} MB, {t:.0f} s", flush=True)
+        record("features", points)
+        points = []
+        for n in precomp_ns:
+            root, dest = Path(tmp) / f"precomp{n}", Path(tmp) / f"imported{n}"
+            size = _made_precomp(root, n)
+            t, peak, _ = fresh(_memory_precomp, str(root), str(dest))
+            written = sum(p.stat().st_size for p in (dest / "features").glob("*.npz"))
+            shutil.rmtree(root)
+            shutil.rmtree(dest)
+            points.append((n, peak))
+            out.append(
+                entry(
+                    f"memory_precomp_n{n}_mb",
+                    round(peak),
+                    "MB",
+                    images=n,
+                    seconds=round(t, 1),
+                    input_gb=round(size / 1e9, 2),
+                    written_gb=round(written / 1e9, 2),
+                    note="made train_ims.npy (n, 36, 2048) float16 + 5 captions per image; fresh process's peak RSS",
+                )
             )
-        )
+            print(f"[memory] precomp, {n} images ({size / 1e9:.1f} GB): peak {peak:.0f} MB, {t:.0f} s", flush=True)
+        record("precomp", points)
     return out

@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> None:
     """Convert a dataset to the internal (Karpathy) format::
 
     python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
+    python -m fraglib.data pascal1k  --root DIR --out data/pascal1k/folds --folds 10 --partition P   # fold0 … fold9
     python -m fraglib.data flickr8k  --root TEXT_DIR --images DIR --out data/flickr8k
     python -m fraglib.data flickr8k  --root TEXT_DIR --text-only --out data/flickr8k   # captions only
     python -m fraglib.data flickr30k --token results_20130124.token --images DIR --out data/flickr30k
@@ -35,6 +36,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", required=True)
     ap.add_argument("--split-seed", type=int, default=0)
+    ap.add_argument(
+        "--folds",
+        type=int,
+        help="pascal1k: k stratified folds instead of one split: <out>/fold<f>/ for f < k, fold f the test set, "
+        "f + 1 (mod k) the validation set, the others the training set",
+    )
+    ap.add_argument("--partition", type=int, default=0, help="pascal1k with --folds: the seed of the fold partition")
     ap.add_argument("--n-val", type=int, default=1000, help="flickr30k from the token file: val images")
     ap.add_argument("--n-test", type=int, default=1000, help="flickr30k from the token file: test images")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP + " (precomp: its feature caches too)")
@@ -51,6 +59,11 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"{args.dataset} needs --{n}")
     if args.text_only and (args.dataset != "flickr8k" or args.images):
         ap.error("--text-only: flickr8k only, without --images")
+    if args.folds is not None:
+        if args.dataset != "pascal1k":
+            ap.error("--folds: pascal1k only")
+        write_folds(ap, args)
+        return
     report: dict[str, Any] = {}
     out = Path(args.out)
     family = [out / "dataset.json", out / "conversion.json"]
@@ -100,6 +113,23 @@ def main(argv: list[str] | None = None) -> None:
         write_text(Path(args.out) / "conversion.json", json.dumps(report, indent=1) + "\n")
         print("skipped/counted: " + ", ".join(f"{k}={v}" for k, v in report.items()))
     print(f"wrote {ds} to {args.out}/dataset.json")
+
+
+def write_folds(ap: Any, args: Any) -> None:
+    """``pascal1k --folds K --partition P``: one data folder per fold (``<out>/fold<f>/dataset.json``) and
+    ``<out>/folds.json`` naming the partition."""
+    out = Path(args.out)
+    try:
+        folds = [read_pascal1k(args.root, args.partition, f, args.folds) for f in range(args.folds)]
+    except ValueError as exc:
+        ap.error(f"--folds {args.folds}: {exc}")
+    files = [out / f"fold{f}" / "dataset.json" for f in range(args.folds)] + [out / "folds.json"]
+    claim_cli(ap, files, files, args.overwrite, f"python -m fraglib.data pascal1k --folds {args.folds} --out {out}")
+    image_root = Path(args.root).resolve() / "images"
+    for f, ds in enumerate(folds):
+        write_karpathy_json(ds, files[f], image_root=image_root)
+    write_text(out / "folds.json", json.dumps({"folds": args.folds, "partition": args.partition}) + "\n")
+    print(f"wrote {args.folds} folds of {folds[0]} (partition {args.partition}) to {out}/fold0 … fold{args.folds - 1}")
 
 
 if __name__ == "__main__":

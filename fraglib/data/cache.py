@@ -32,14 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from fraglib.data.dataset import Dataset, open_npz, save_npz
+from fraglib.data.dataset import Chunks, Dataset, nonfinite_rows, npz_chunks, open_npz, save_npz
 
 
 @dataclasses.dataclass
 class FeatureCache:
-    """Fragments of N images (see the module docstring for every field)."""
+    """Fragments of N images (see the module docstring for every field). ``features`` may be
+    :class:`~fraglib.data.dataset.Chunks` (a stream too large to hold: ``load(..., stream=True)``, the
+    features stage): such a cache is checked and saved block by block, not indexed."""
 
-    features: np.ndarray
+    features: np.ndarray | Chunks
     boxes: np.ndarray
     scores: np.ndarray
     is_full: np.ndarray
@@ -65,11 +67,12 @@ class FeatureCache:
         )
 
     @classmethod
-    def load(cls, path: str | Path, dataset: Dataset | None = None) -> "FeatureCache":
-        """Load; with ``dataset``, check that the cache's image order is the dataset's."""
+    def load(cls, path: str | Path, dataset: Dataset | None = None, stream: bool = False) -> "FeatureCache":
+        """Load; with ``dataset``, check that the cache's image order is the dataset's. ``stream``: the
+        features as :class:`~fraglib.data.dataset.Chunks` read from the file when iterated."""
         z, meta = open_npz(path, "feature cache not found (run the features stage)")
         c = cls(
-            z["features"],
+            npz_chunks(path, "features") if stream else z["features"],
             z["boxes"],
             z["scores"],
             z["is_full"],
@@ -94,11 +97,11 @@ class FeatureCache:
                     f"{name}: row order differs from dataset {dataset.name} at image {n}: "
                     f"cache has {fa} (imgid {a}), dataset has {fb} (imgid {b})"
                 )
-        bad = ~np.isfinite(self.features).all(axis=1)
-        if bad.any():
-            img = int(np.searchsorted(self.offsets, np.flatnonzero(bad)[0], side="right") - 1)
+        bad = nonfinite_rows(self.features)
+        if len(bad):
+            img = int(np.searchsorted(self.offsets, bad[0], side="right") - 1)
             raise ValueError(
-                f"{name}: {int(bad.sum())} feature row(s) hold NaN or Inf (first in image "
+                f"{name}: {len(bad)} feature row(s) hold NaN or Inf (first in image "
                 f"{self.filenames[img]}); re-run the features stage"
             )
 

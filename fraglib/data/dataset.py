@@ -6,13 +6,14 @@ explicit sentence -> image index that every evaluation uses (never a positional 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 
 import numpy as np
 
@@ -123,11 +124,121 @@ def open_npz(path: str | Path, missing: str) -> tuple[NpzArrays, dict[str, Any]]
         raise ValueError(f"{path}: its 'meta' is not valid JSON ({exc}); re-run what writes it ({missing})") from None
 
 
+BLOCK_BYTES = 64 << 20  # about this many bytes per block a stream reads or writes
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+    """An array too large to hold, as its ``shape``, ``dtype`` and ``blocks``: a function returning a fresh
+    iterator over row blocks ``(r_i, *shape[1:])`` whose rows, stacked, are the array (Σ r_i = shape[0]).
+    Iterating it twice reads it twice; :func:`save_npz` writes one block at a time."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    blocks: Callable[[], Iterator[np.ndarray]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self.blocks()
+
+    def map(self, fn: Callable[[np.ndarray], np.ndarray], shape: tuple[int, ...], dtype: Any) -> "Chunks":
+        """The array whose blocks are ``fn`` of this one's (``fn`` acts on each block alone)."""
+        return Chunks(tuple(shape), np.dtype(dtype), lambda: map(fn, self.blocks()))
+
+
+def nonfinite_rows(a: np.ndarray | Chunks) -> np.ndarray:
+    """Indices of the rows of ``a`` (N, ...) holding a NaN or an Inf, block by block for :class:`Chunks`."""
+    found, start = [], 0
+    for block in [a] if isinstance(a, np.ndarray) else a:
+        found.append(start + np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1)))
+        start += len(block)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def read_rows(f: BinaryIO, shape: tuple[int, ...], dtype: Any, name: Any) -> Iterator[np.ndarray]:
+    """Row blocks of the C-order array ``shape`` of ``dtype`` whose bytes follow in ``f`` from where it
+    stands, by plain reads of about :data:`BLOCK_BYTES` (no memory map: the reader's resident memory stays
+    one block whatever the array's size). Fewer bytes than the shape needs is a ValueError naming ``name``."""
+    dtype = np.dtype(dtype)
+    row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    per = max(1, BLOCK_BYTES // max(row, 1))
+    for a in range(0, shape[0], per):
+        n = min(per, shape[0] - a)
+        data = f.read(n * row)
+        if len(data) != n * row:
+            raise ValueError(f"{name}: cut short (it ends within rows {a}..{a + n} of {shape[0]})")
+        yield np.frombuffer(data, dtype).reshape((n, *shape[1:]))
+
+
+def npy_chunks(open_stream: Callable[[], ContextManager[BinaryIO]], name: Any) -> Chunks:
+    """The array of a ``.npy`` stream as :class:`Chunks` read by :func:`read_rows`; ``open_stream`` opens
+    the stream afresh at its start (a file, or an ``.npz`` member: :func:`npz_chunks`). A Fortran-order
+    array (not in row blocks) is a ValueError naming ``name``."""
+    with open_stream() as f:
+        shape, fortran, dtype = _npy_header(f)
+    if fortran and len(shape) > 1:
+        raise ValueError(f"{name}: a Fortran-order array; expected C order (np.save(np.ascontiguousarray(x)))")
+
+    def blocks() -> Iterator[np.ndarray]:
+        with open_stream() as f:
+            _npy_header(f)
+            yield from read_rows(f, shape, dtype, name)
+
+    return Chunks(tuple(shape), dtype, blocks)
+
+
+def npz_chunks(path: str | Path, key: str) -> Chunks:
+    """Array ``key`` of the ``.npz`` file ``path`` as :class:`Chunks` (:func:`npy_chunks`)."""
+
+    @contextlib.contextmanager
+    def member() -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(path) as z, z.open(f"{key}.npy") as f:
+            yield f
+
+    return npy_chunks(member, f"{path}: array {key!r}")
+
+
+def _npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    return (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)
+
+
+def write_npy(f: BinaryIO, a: Chunks, name: str) -> None:
+    """``a`` as a ``.npy`` stream into ``f``, block by block: the bytes ``np.save`` writes of the stacked
+    array. Blocks of another dtype or row shape, or too few or too many rows, are a ValueError naming ``name``."""
+    fmt = np.lib.format
+    header = fmt.header_data_from_array_1_0(np.empty((0, *a.shape[1:]), a.dtype))
+    fmt.write_array_header_1_0(f, {**header, "shape": tuple(a.shape)})
+    rows = 0
+    for block in a:
+        if block.dtype != a.dtype or block.shape[1:] != tuple(a.shape[1:]):
+            raise ValueError(f"{name}: a block of {block.dtype} {block.shape}; expected {a.dtype} (r, *{a.shape[1:]})")
+        rows += len(block)
+        if rows > a.shape[0]:
+            break
+        f.write(np.ascontiguousarray(block).tobytes())
+    if rows != a.shape[0]:
+        raise ValueError(
+            f"{name}: the blocks hold {rows}{'+' if rows > a.shape[0] else ''} rows; expected {a.shape[0]}"
+        )
+
+
 def save_npz(path: str | Path, **arrays: Any) -> None:
     """Write ``arrays`` as the uncompressed ``.npz`` file ``path`` atomically (:func:`fraglib.outputs.atomic`),
-    under the name as given (``np.savez`` on a name would add ``.npz`` to one without it)."""
+    under the name as given (``np.savez`` on a name would add ``.npz`` to one without it). An array given
+    as :class:`Chunks` is written one block at a time, never whole in memory; the file is the one
+    ``np.savez`` writes of the stacked arrays."""
     with atomic(path) as tmp, tmp.open("wb") as f:
-        np.savez(f, **arrays)
+        if not any(isinstance(a, Chunks) for a in arrays.values()):
+            np.savez(f, **arrays)
+            return
+        with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+            for key, a in arrays.items():  # as np.savez does, member by member
+                with z.open(f"{key}.npy", "w", force_zip64=True) as member:
+                    if isinstance(a, Chunks):
+                        write_npy(member, a, f"{path}: array {key!r}")
+                    else:
+                        np.lib.format.write_array(member, np.asanyarray(a), allow_pickle=False)
 
 
 def _inside(name: str) -> bool:
@@ -244,10 +355,37 @@ def stratified_split(categories: list[str], seed: int, n_val: int = 5, n_test: i
     return split
 
 
-def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
+def stratified_folds(categories: list[str], folds: int, seed: int) -> list[int]:
+    """The fold (0 … ``folds`` − 1) of each item: within each category (sorted by position) a permutation drawn
+    with ``seed`` dealt out in equal shares (Pascal1K, ten folds: 5 images of each category per fold). A category
+    whose size is not a multiple of ``folds`` is refused: the folds' galleries would differ in size."""
+    if not isinstance(folds, int) or folds < 3:
+        raise ValueError(f"folds={folds!r}: expected an integer of at least 3 (a test, a val and a train fold)")
+    rng = np.random.default_rng(seed)
+    fold = [0] * len(categories)
+    for cat in sorted(set(categories)):
+        idx = [i for i, c in enumerate(categories) if c == cat]
+        if len(idx) % folds:
+            raise ValueError(f"category {cat!r} has {len(idx)} images, not a multiple of folds={folds}")
+        for j, i in enumerate(rng.permutation(idx)):
+            fold[int(i)] = j % folds
+    return fold
+
+
+def fold_split(fold_of: list[int], fold: int, folds: int) -> list[str]:
+    """Split labels of fold ``fold``'s data folder: its fold the test set, the next (mod ``folds``) the
+    validation set, the others the training set; so every item is tested once and validates once."""
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold={fold}: expected 0 ≤ fold < folds={folds}")
+    return ["test" if f == fold else "val" if f == (fold + 1) % folds else "train" for f in fold_of]
+
+
+def read_pascal1k(root: str | Path, split_seed: int = 0, fold: int | None = None, folds: int = 10) -> Dataset:
     """Pascal1K from ``root/sentences.json`` (``{file: {"category", "sentences"}}``) and
     ``root/images/``; split 800/100/100 stratified by category from ``split_seed`` (the paper's
-    split was never published). Images are sorted by file name; sentids follow that order."""
+    split was never published), or with ``fold``: fold ``fold`` of the ``folds`` stratified folds drawn
+    from partition seed ``split_seed`` (:func:`stratified_folds`, :func:`fold_split`). Images are sorted by
+    file name; sentids follow that order."""
     root = Path(root)
     path = root / "sentences.json"
     if not path.exists():
@@ -264,7 +402,12 @@ def read_pascal1k(root: str | Path, split_seed: int = 0) -> Dataset:
         if not isinstance(entry.get("sentences"), list) or not all(isinstance(t, str) for t in entry["sentences"]):
             raise ValueError(f"{path}: entry {f!r}: 'sentences' must be a list of strings")
     files = sorted(raw)
-    split = stratified_split([raw[f]["category"] for f in files], split_seed)
+    cats = [raw[f]["category"] for f in files]
+    split = (
+        stratified_split(cats, split_seed)
+        if fold is None
+        else fold_split(stratified_folds(cats, folds, split_seed), fold, folds)
+    )
     images, sentences = [], []
     for imgid, (f, sp) in enumerate(zip(files, split)):
         images.append({"imgid": imgid, "filename": f, "split": sp, "category": raw[f]["category"]})

@@ -10,18 +10,23 @@ row per caption). Split names: ``train`` → train, ``dev`` → val, ``test`` an
 pictures) and the feature cache the systems read — global descriptors as ``features/rcnn.npz``, one
 whole-image row per image (views ``fullframe`` and ``rcnn``); regions as ``features/top36.npz`` and
 ``features/rcnn.npz``, the R regions plus a whole-image row that is their mean (SCAN's features have
-no whole-image descriptor; views ``top36``, ``rcnn``, ``fullframe``). The cache is held in memory:
-SCAN's COCO regions (≈ 33 GB as float32) need a machine with that much; global descriptors do not.
+no whole-image descriptor; views ``top36``, ``rcnn``, ``fullframe``). Nothing is held whole: the
+``.npy`` files are read in blocks (:func:`fraglib.data.dataset.npy_chunks`, plain reads, no map) once to
+check them and once to write the cache block by block, so the import of SCAN's COCO regions (123,287 ×
+36 × 2,048 float16, ≈ 18 GB; ≈ 37 GB per cache as float32) holds a few hundred MB whatever the size.
 """
 
 from __future__ import annotations
 
+import itertools
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fraglib.data.dataset import Dataset, tokenize
+from fraglib.data.dataset import Chunks, Dataset, nonfinite_rows, npy_chunks, tokenize
+from fraglib.outputs import atomic
 
 SPLIT_OF = {"train": "train", "dev": "val", "test": "test", "testall": "test"}
 
@@ -29,25 +34,24 @@ SPLIT_OF = {"train": "train", "dev": "val", "test": "test", "testall": "test"}
 EXPECTED = "expected image features saved with numpy.save: a float16/float32 array (N, D) or (N, R, D)"
 
 
-def load_features(path: Path) -> np.ndarray:
-    """The memory-mapped array of a ``{split}_ims.npy`` file. Its header is read first: a file that is
-    not a .npy array, or one whose dtype is not numbers (text, Python objects: pickles), is refused
-    without loading it (ValueError naming the file and its dtype)."""
-    fmt = np.lib.format
+def load_features(path: Path) -> Chunks:
+    """The array of a ``{split}_ims.npy`` file as :class:`~fraglib.data.dataset.Chunks` (read when
+    iterated). Its header is read first: a file that is not a .npy array, or one whose dtype is not numbers
+    (text, Python objects: pickles), is refused without loading it (ValueError naming the file and its dtype)."""
     try:
-        with path.open("rb") as f:
-            version = fmt.read_magic(f)
-            dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)[2]
-        if dtype.kind in "fiu":
-            return np.load(path, mmap_mode="r", allow_pickle=False)
+        ims = npy_chunks(lambda: path.open("rb"), path)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{path}: not a readable .npy array ({exc}); {EXPECTED}") from None
+    dtype = ims.dtype
+    if dtype.kind in "fiu":
+        return ims
     held = " (it holds Python objects)" if dtype.hasobject else ""
     raise ValueError(f"{path}: dtype {dtype}: not a plain numeric array{held}, so it is not loaded; {EXPECTED}")
 
 
-def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarray, np.ndarray]:
-    """(dataset, features (rows, D) float32, rows per image (n_images,)) of the splits named."""
+def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, Chunks, np.ndarray]:
+    """(dataset, features (rows, D) float32 as :class:`~fraglib.data.dataset.Chunks`, rows per image
+    (n_images,)) of the splits named; every file is checked here (one pass over the arrays)."""
     root = Path(root)
     unknown = [s for s in splits if s not in SPLIT_OF]
     if unknown:
@@ -63,17 +67,16 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
             if not f.exists():
                 raise FileNotFoundError(f"{f}: not found (the precomp layout has {s}_ims.npy and {s}_caps.txt)")
         ims = load_features(ims_file)
-        if not isinstance(ims, np.ndarray) or ims.ndim not in (2, 3) or ims.shape[0] == 0:
+        ndim = len(ims.shape)
+        if ndim not in (2, 3) or ims.shape[0] == 0:
+            raise ValueError(f"{ims_file}: shape {ims.shape}; expected (N, D) or (N, R, D) with N > 0")
+        if ndims and ndim not in ndims:
             raise ValueError(
-                f"{ims_file}: shape {getattr(ims, 'shape', None)}; expected (N, D) or (N, R, D) with N > 0"
-            )
-        if ndims and ims.ndim not in ndims:
-            raise ValueError(
-                f"{ims_file}: shape {ims.shape} ({'regions' if ims.ndim == 3 else 'one descriptor'} per "
+                f"{ims_file}: shape {ims.shape} ({'regions' if ndim == 3 else 'one descriptor'} per "
                 f"image) but {first}: {'regions' if 3 in ndims else 'one descriptor'} per image; "
                 "every split must have the same layout"
             )
-        ndims.add(ims.ndim)
+        ndims.add(ndim)
         first = first or ims_file.name
         caps = caps_file.read_text(encoding="utf-8").splitlines()
         while caps and not caps[-1].strip():
@@ -93,23 +96,34 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, np.ndarr
             images.append({"imgid": imgid, "filename": f"{s}/{k}", "split": SPLIT_OF[s]})
             for c in caps[k * per : (k + 1) * per]:
                 sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": c.strip(), "tokens": tokenize(c)})
-        x = np.asarray(ims, dtype=np.float32)
-        bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
-        if bad.any():
-            rows = np.flatnonzero(bad)
+        rows = nonfinite_rows(ims)
+        if len(rows):
             raise ValueError(
                 f"{ims_file}: {len(rows)} image row(s) hold NaN or Inf (first: row "
                 f"{', '.join(map(str, rows[:5]))}); the features are unusable"
             )
-        if x.ndim == 3:  # regions + their mean as the whole-image row
-            x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
-        counts.append(np.full(x.shape[0], x.shape[1] if x.ndim == 3 else 1, np.int64))
-        feats.append(x.reshape(-1, x.shape[-1]))
+        per_image = ims.shape[1] + 1 if ndim == 3 else 1  # regions + their mean as the whole-image row
+        counts.append(np.full(ims.shape[0], per_image, np.int64))
+        feats.append(ims.map(_cache_rows, (ims.shape[0] * per_image, ims.shape[-1]), np.float32))
     if len(dims) > 1:
         raise ValueError(
             f"{root}: the splits' descriptors differ in size: " + ", ".join(f"{f} has {d}" for d, f in dims.items())
         )
-    return Dataset(f"precomp:{root.name}", root, images, sentences), np.concatenate(feats), np.concatenate(counts)
+    stream = Chunks(
+        (sum(f.shape[0] for f in feats), feats[0].shape[1]),
+        np.dtype(np.float32),
+        lambda: itertools.chain.from_iterable(feats),
+    )
+    return Dataset(f"precomp:{root.name}", root, images, sentences), stream, np.concatenate(counts)
+
+
+def _cache_rows(block: np.ndarray) -> np.ndarray:
+    """A block of ``{split}_ims.npy`` (n, D) or (n, R, D) as the cache's float32 rows: (n, D), or (n·(R+1), D)
+    with each image's regions then their mean."""
+    x = block.astype(np.float32)
+    if x.ndim == 3:
+        x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
+    return x.reshape(-1, x.shape[-1])
 
 
 def cache_paths(counts: np.ndarray, out: str | Path) -> list[Path]:
@@ -118,18 +132,19 @@ def cache_paths(counts: np.ndarray, out: str | Path) -> list[Path]:
     return [d / "rcnn.npz"] + ([d / "top36.npz"] if bool((counts > 1).any()) else [])
 
 
-def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str | Path) -> list[Path]:
-    """The feature cache(s) of :func:`read_precomp`'s output under ``out/features``."""
+def write_cache(ds: Dataset, features: np.ndarray | Chunks, counts: np.ndarray, out: str | Path) -> list[Path]:
+    """The feature cache(s) of :func:`read_precomp`'s output under ``out/features`` (streamed when
+    ``features`` is :class:`~fraglib.data.dataset.Chunks`; ``top36.npz`` is a copy of ``rcnn.npz``)."""
     from fraglib.data.cache import FeatureCache
 
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    is_full = np.zeros(len(features), bool)
+    is_full = np.zeros(features.shape[0], bool)
     is_full[offsets[1:] - 1] = True  # the last row of each image: global, or the regions' mean
     regions = bool((counts > 1).any())
     cache = FeatureCache(
         features,
-        np.zeros((len(features), 4), np.float32),
-        np.ones(len(features), np.float32),
+        np.zeros((features.shape[0], 4), np.float32),
+        np.ones(features.shape[0], np.float32),
         is_full,
         offsets,
         np.array([im["imgid"] for im in ds.images]),
@@ -142,6 +157,8 @@ def write_cache(ds: Dataset, features: np.ndarray, counts: np.ndarray, out: str 
         },
     )
     paths = cache_paths(counts, out)
-    for p in paths:
-        cache.save(p)
+    cache.save(paths[0])
+    for p in paths[1:]:  # the same cache under another view's name
+        with atomic(p) as tmp:
+            shutil.copyfile(paths[0], tmp)
     return paths

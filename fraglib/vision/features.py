@@ -18,10 +18,13 @@ The file format is :mod:`fraglib.data.cache` (:class:`~fraglib.data.cache.Featur
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
 import os
 import resource
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,6 +36,7 @@ import torch
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
 from fraglib.data.cache import FeatureCache, cache_family
+from fraglib.data.dataset import Chunks, read_rows
 from fraglib.outputs import OVERWRITE_HELP, claim, write_text
 from fraglib.vision.rcnn import (
     Backbone,
@@ -62,6 +66,16 @@ def _to_np(t: torch.Tensor) -> np.ndarray:
     return t.float().cpu().numpy().astype(np.float32)
 
 
+def _spooled(f: Any, rows: int, dim: int) -> Chunks:
+    """The (rows, dim) float32 array written to the binary file ``f``, read from its start in blocks."""
+
+    def blocks():
+        f.seek(0)
+        return read_rows(f, (rows, dim), np.float32, f"features spool {f.name}")
+
+    return Chunks((rows, dim), np.dtype(np.float32), blocks)
+
+
 def extract(
     dataset: Dataset,
     cfg: VisionConfig,
@@ -78,9 +92,8 @@ def extract(
     ``out_dir``. Returns the stats.
     ``regions``: a :class:`fraglib.vision.regions.Regions` cache of the same images (no CNN pass here).
     Caches already in ``out_dir`` are an error unless ``overwrite`` (then a ``groundtruth.npz`` this
-    run does not rewrite is removed rather than left stale)."""
-    from tqdm.auto import tqdm
-
+    run does not rewrite is removed rather than left stale). Descriptors are streamed to disk: the
+    memory held does not grow with the number of images beyond boxes, scores and counts."""
     from fraglib.device import select_device
 
     cfg.validate()
@@ -102,9 +115,27 @@ def extract(
             f"{out_dir}: not a folder (a file, or a link to a missing folder); "
             "checked before the work so that no result is lost"
         )
-    acc: dict[str, dict[str, list]] = {
-        d: {k: [] for k in ("features", "boxes", "scores", "is_full", "counts")} for d in detectors
-    }
+    made = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:  # each detector's descriptors go to disk as they come (an unnamed file, gone when closed)
+        with contextlib.ExitStack() as stack:
+            spool = {d: stack.enter_context(tempfile.TemporaryFile(dir=out_dir)) for d in detectors}
+            return _extract(
+                dataset, cfg, out_dir, truth, device, progress, regions, region_views, backbone, objectness, spool
+            )
+    except BaseException:
+        if made and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # a failed run leaves no folder it made
+        raise
+
+
+def _extract(dataset, cfg, out_dir, truth, device, progress, regions, region_views, backbone, objectness, spool):
+    """:func:`extract`'s work (same arguments), each detector's descriptor rows (float32, backbone.dim)
+    appended to the binary file ``spool[detector]`` as each image is done, the small arrays kept."""
+    from tqdm.auto import tqdm
+
+    detectors = list(spool)
+    acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("boxes", "scores", "is_full", "counts")} for d in detectors}
     status = [""] * len(dataset.images)
     notes: Counter = Counter()
     times: dict[str, list[float]] = {k: [] for k in ("load", "proposals", "backbone", "scoring", "features", "total")}
@@ -123,7 +154,7 @@ def extract(
                 raise BadImage(dataset.image_path(n), item["error"], item["detail"])
             status[n] = item["error"]
             for d in detectors:
-                for k in ("features", "boxes", "scores", "is_full"):
+                for k in ("boxes", "scores", "is_full"):
                     acc[d][k].append(None)
                 acc[d]["counts"].append(0)
             continue
@@ -158,7 +189,7 @@ def extract(
                 desc = roi_descriptors(fmap, boxes, scale)
             else:
                 desc = crop_descriptors(backbone, item["arr"], boxes, cfg.crop_size, device)
-            acc[d]["features"].append(np.concatenate([_to_np(full), _to_np(desc)]))
+            spool[d].write(np.concatenate([_to_np(full), _to_np(desc)]).tobytes())
             acc[d]["boxes"].append(np.concatenate([[[0, 0, w, h]], boxes]).astype(np.float32))
             acc[d]["scores"].append(np.concatenate([[np.inf], sc]).astype(np.float32))
             acc[d]["is_full"].append(np.arange(len(boxes) + 1) == 0)
@@ -173,7 +204,6 @@ def extract(
         times["total"].append(sum(pre) + t3 - t1)
     wall = time.perf_counter() - t_start
     check_images_usable(status, dataset)
-    out_dir.mkdir(parents=True, exist_ok=True)
     dim = backbone.dim
     meta_base = {"cnn": backbone.name, "weights": backbone.weights, "dim": dim, "settings": describe_detector(cfg)}
     imgids = np.array([im["imgid"] for im in dataset.images], np.int64)
@@ -187,7 +217,7 @@ def extract(
             else np.zeros(shape, dt)
         )
         cache = FeatureCache(
-            cat("features", (0, dim), np.float32),
+            _spooled(spool[d], int(np.sum(a["counts"])), dim),
             cat("boxes", (0, 4), np.float32),
             cat("scores", (0,), np.float32),
             cat("is_full", (0,), bool),
@@ -262,7 +292,8 @@ def merge_shards(
 ) -> dict[str, Any]:
     """Join the caches that ``--shard i/N`` wrote under ``out_dir/shards/iofN`` into the caches one process
     writes (the same arrays: every image's arithmetic is its own), and ``features_stats.json``. Refuses a
-    missing shard, a shard of other images, and shards made with other settings, naming them."""
+    missing shard, a shard of other images, and shards made with other settings, naming them. The
+    descriptors are streamed from the shards' files to the output, never held whole."""
     dirs = [shard_dir(out_dir, i, n_shards) for i in range(n_shards)]
     missing = [str(d) for d in dirs if not (d / "features_stats.json").exists()]
     if missing:
@@ -291,15 +322,21 @@ def merge_shards(
         for i, d in enumerate(dirs):
             if not (d / f"{det}.npz").exists():
                 raise FileNotFoundError(f"{d / f'{det}.npz'}: shard {i} lacks the {det} cache that shard 0 has")
-            parts.append(FeatureCache.load(d / f"{det}.npz", shard_dataset(dataset, i, n_shards)))
+            parts.append(FeatureCache.load(d / f"{det}.npz", shard_dataset(dataset, i, n_shards), stream=True))
             if parts[-1].meta != parts[0].meta:
                 raise ValueError(
                     f"{d / f'{det}.npz'}: made with other settings than shard 0 "
                     f"({parts[-1].meta} vs {parts[0].meta}); re-run that shard"
                 )
         counts = np.concatenate([np.diff(c.offsets) for c in parts])
+        stream = [c.features for c in parts]
         cache = FeatureCache(
-            *(np.concatenate([getattr(c, k) for c in parts]) for k in ("features", "boxes", "scores", "is_full")),
+            Chunks(
+                (sum(f.shape[0] for f in stream), *stream[0].shape[1:]),
+                stream[0].dtype,
+                lambda stream=stream: itertools.chain.from_iterable(stream),
+            ),
+            *(np.concatenate([getattr(c, k) for c in parts]) for k in ("boxes", "scores", "is_full")),
             np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             *(np.concatenate([getattr(c, k) for c in parts]) for k in ("imgids", "filenames", "status")),
             parts[0].meta,

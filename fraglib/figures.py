@@ -1,0 +1,168 @@
+"""The data of a study's figures, small enough for git, so its results page draws them with no data or checkpoint:
+
+    python -m fraglib.figures --dataset-dir "data/pascal1k/split{seed}" --splits 0,1,2,3,4 \
+        --parse data/pascal1k/parse.conllu --triplet-run models/pascal1k/fr_lr01/seed0 \
+        --triplets "amod dog black;prep_on cat sofa;nsubj flying airplane" --out runs/pascal1k/figures
+
+* ``queries.json``: per split (``{seed}`` of ``--dataset-dir``), its test queries in the order of ``ranks.json``
+  (:func:`fraglib.results.query_record`): each test image's category, each test sentence's image (position among the test
+  images), token count and, with the parse, whether it has a verb: what the breakdowns by category, caption length
+  and verb need;
+* ``triplets.json`` and ``crops/``: the paper's Figure 5 for one fragment run (:func:`triplet_record`): for each
+  triplet its ``top`` highest-scoring boxes (test image id, box in px of the original, score) and each box's crop,
+  a JPEG whose longer side is at most ``px``.
+
+The photographs (Pascal1K: :data:`fraglib.explore.SOURCES`) are named in ``triplets.json``'s ``source``. The results
+page reads both (:func:`fraglib.results.test_groups`, :func:`fraglib.results.read_triplets`) where the data or the
+checkpoint are absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fraglib.explore import SOURCES, compact
+from fraglib.outputs import write_bytes, write_text
+from fraglib.results import query_record
+
+
+def crop_jpeg(image: np.ndarray, box, px: int, quality: int) -> bytes:
+    """The region ``box`` ([x0, y0, x1, y1] px) of ``image`` (H, W, 3) as a JPEG, longer side at most ``px``."""
+    from PIL import Image
+
+    x0, y0, x1, y1 = np.round(np.asarray(box, dtype=float)).astype(int)
+    crop = image[max(0, y0) : max(y0 + 1, y1), max(0, x0) : max(x0 + 1, x1)]
+    pic = Image.fromarray(np.ascontiguousarray(crop))
+    pic.thumbnail((px, px), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    pic.save(buf, "JPEG", quality=quality, optimize=True)
+    return buf.getvalue()
+
+
+def triplet_record(
+    seed_dir: str | Path,
+    dataset_dir: str | Path,
+    features_dir: str | Path | None,
+    queries: str,
+    out: str | Path,
+    top: int = 6,
+    px: int = 160,
+    quality: int = 80,
+) -> list[dict[str, Any]]:
+    """Figure 5 of one fragment run: for each query ``"rel w1 w2"`` of ``queries`` (";"-separated), its ``top``
+    hits (:func:`fraglib.alignment.triplet_search`) as ``{"image": test image id, "box", "score", "crop"}`` with
+    the crop written to ``out/crops/<rel>_<w1>_<w2>_<n>.jpg`` (:func:`crop_jpeg`), or ``{"reason"}`` when the
+    run cannot express it. Returns the list, one entry per query (``query``: ``rel(w1, w2)``)."""
+    from fraglib.alignment import FragmentView, glove_words, triplet_search
+    from fraglib.evaluate import load_trained
+    from fraglib.inputs import DataPaths
+    from fraglib.vision.rcnn import load_image
+
+    paths = DataPaths(dataset_dir, features_dir)
+    system, _, _ = load_trained(seed_dir, paths)
+    view = FragmentView(system, paths)
+    index = {w: i for i, w in enumerate(glove_words())}
+    out = Path(out)
+    entries = []
+    for q in [t.split() for t in queries.split(";") if t.strip()]:
+        if len(q) != 3:
+            raise ValueError(f"triplet {' '.join(q)!r}: expected 'relation word1 word2'")
+        title = f"{q[0]}({q[1]}, {q[2]})"
+        hits = triplet_search(view, *q, index, top)
+        if isinstance(hits, str):
+            entries.append({"query": title, "reason": hits})
+            continue
+        rows = []
+        for n, (k, box, score) in enumerate(hits, 1):
+            name = f"crops/{'_'.join(q)}_{n}.jpg"
+            image = load_image(view.dataset.image_path(view.image_rows[k]))[0]
+            write_bytes(out / name, crop_jpeg(image, box, px, quality))
+            rows.append(
+                {
+                    "image": view.images[k]["imgid"],
+                    "box": np.round(np.asarray(box, dtype=float)).astype(int).tolist(),
+                    "score": round(float(score), 3),
+                    "crop": name,
+                }
+            )
+        entries.append({"query": title, "hits": rows})
+    return entries
+
+
+def run_name(seed_dir: str | Path) -> str:
+    """The run of a seed folder: ``models/<study>/<run>/seed0`` or ``runs/<study>/<run>/seeds/seed0``."""
+    parent = Path(seed_dir).resolve().parent
+    return parent.parent.name if parent.name == "seeds" else parent.name
+
+
+def build(
+    out: str | Path,
+    dataset_dir: str,
+    splits: list[int],
+    parse_file: str | Path | None = None,
+    triplet_run: str | Path | None = None,
+    triplets: str = "",
+    features_dir: str | Path | None = None,
+    dataset: str = "pascal1k",
+    top: int = 6,
+    px: int = 160,
+    quality: int = 80,
+) -> dict[str, Any]:
+    """Write ``out/queries.json`` (every split of ``splits``) and, with ``triplet_run`` (a seed folder of a
+    fragment run, trained on split ``splits[0]``), ``out/triplets.json`` and its crops; returns what was written
+    (``queries``, ``triplets``). Earlier crops are removed first."""
+    out = Path(out)
+    queries = {str(s): query_record(dataset_dir.format(seed=s), parse_file) for s in splits}
+    write_text(out / "queries.json", compact(queries))
+    written: dict[str, Any] = {"queries": queries}
+    for old in (out / "crops").glob("*.jpg"):
+        old.unlink()
+    if triplet_run:
+        seed = splits[0]
+        entries = triplet_record(
+            triplet_run, dataset_dir.format(seed=seed), features_dir, triplets, out, top, px, quality
+        )
+        record = {
+            "run": run_name(triplet_run),
+            "seed": seed,
+            "source": SOURCES.get(dataset, ""),
+            "queries": entries,
+        }
+        write_text(out / "triplets.json", json.dumps(record, indent=1) + "\n")
+        written["triplets"] = record
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    from fraglib.outputs import OVERWRITE_HELP, claim_cli
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset-dir", required=True, help='one split per seed, e.g. "data/pascal1k/split{seed}"')
+    ap.add_argument("--splits", default="0", help="comma-separated split seeds (the first: the triplet run's)")
+    ap.add_argument("--parse", help="CoNLL-U parse of the captions (the verb split)")
+    ap.add_argument("--features-dir", help="default <dataset-dir>/features (as the run was trained)")
+    ap.add_argument("--triplet-run", help="a fragment run's seed folder (best.pt) for the triplet search")
+    ap.add_argument("--triplets", default="", help='"rel w1 w2;..." (the results page\'s query_triplets)')
+    ap.add_argument("--dataset", default="pascal1k", choices=tuple(SOURCES), help="names the pictures' source")
+    ap.add_argument("--out", required=True, help="folder of queries.json, triplets.json and crops/")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    family = [out / "queries.json", out / "triplets.json", *out.glob("crops/*.jpg")]
+    claim_cli(ap, family, [], args.overwrite, "fraglib.figures")
+    if args.triplet_run and not (Path(args.triplet_run) / "best.pt").is_file():
+        ap.error(f"no best.pt in {args.triplet_run}: train that run first")
+    splits = [int(s) for s in args.splits.split(",") if s]
+    build(out, args.dataset_dir, splits, args.parse, args.triplet_run, args.triplets, args.features_dir, args.dataset)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"wrote {out}: {len(splits)} splits' queries, {size / 1e3:.0f} kB")
+
+
+if __name__ == "__main__":
+    main()

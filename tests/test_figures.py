@@ -1,0 +1,183 @@
+"""The figures of a results page from committed files alone (fraglib.figures writes them; fraglib.results reads
+them): the same figures the checkpoints and the data give, small, with the crops' source named."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def figure_data(tiny_study, tiny_full, tmp_path_factory):
+    """fraglib.figures' output for the tiny study's fragment run: one split's queries, two triplets (one the run
+    cannot express)."""
+    from fraglib.figures import build
+
+    out = tmp_path_factory.mktemp("figures") / "figures"
+    (out / "crops").mkdir(parents=True)
+    (out / "crops" / "stale_1.jpg").write_bytes(b"from an earlier build")
+    seed_dir = tiny_study / "full" / "seeds" / "seed0"
+    written = build(
+        out,
+        str(tiny_full),
+        [0],
+        triplet_run=seed_dir,
+        triplets="amod circle red;amod zebra red",
+        dataset="synthetic",
+        top=3,
+    )
+    return out, seed_dir, written
+
+
+def test_the_queries_record_is_the_split_s_test_queries(figure_data, tiny_full):
+    from fraglib.data import read_karpathy_json
+    from fraglib.results import query_record
+
+    out, _, written = figure_data
+    queries = json.loads((out / "queries.json").read_text())
+    assert queries == written["queries"] == {"0": query_record(tiny_full)}
+    ds = read_karpathy_json(tiny_full / "dataset.json")
+    test = [im for im in ds.images if im["split"] == "test"]
+    rec = queries["0"]
+    assert len(rec["category"]) == len(test) and len(rec["image"]) == len(rec["length"]) == 5 * len(test)
+    assert sorted(set(rec["image"])) == list(range(len(test))) and "verb" not in rec  # no parse named
+
+
+def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full):
+    """read_triplets gives what triplet_crops computes from the checkpoint: the same queries, scores and
+    reasons, each crop a JPEG of at most 160 px; an earlier build's crops are gone."""
+    from PIL import Image
+
+    from fraglib.alignment import triplet_crops
+    from fraglib.results import read_triplets
+
+    out, seed_dir, written = figure_data
+    record, found = read_triplets(out)
+    live = triplet_crops(seed_dir, tiny_full, None, "amod circle red;amod zebra red", top=3)
+    assert record == written["triplets"] and record["run"] == "full" and "synthetic" in record["source"].lower()
+    assert [t for t, _ in found] == [t for t, _ in live] == ["amod(circle, red)", "amod(zebra, red)"]
+    assert found[1][1] == live[1][1] and isinstance(found[1][1], str)  # the run cannot express it: its reason
+    assert [s for _, s in found[0][1]] == [s for _, s in live[0][1]] and len(found[0][1]) == 3
+    for (crop, _), (full, _) in zip(found[0][1], live[0][1]):
+        assert max(crop.shape[:2]) <= 160 and crop.shape[2] == 3
+        assert abs(crop.shape[0] / crop.shape[1] - full.shape[0] / full.shape[1]) < 0.1  # the same region
+    names = sorted(p.name for p in (out / "crops").iterdir())
+    assert names == ["amod_circle_red_1.jpg", "amod_circle_red_2.jpg", "amod_circle_red_3.jpg"]
+    assert Image.open(out / "crops" / names[0]).format == "JPEG"
+
+
+def test_figure_4_from_the_explorer_is_the_live_one(explorer_data, tiny_full):
+    """explorer_panels draws the images retrieval_panels draws, with the same top sentences, fragments and boxes
+    (scaled to the thumbnail; scores to the explorer's 0.1)."""
+    from fraglib.results import explorer_panels, read_explorer, retrieval_panels
+
+    out, runs = explorer_data
+    explorer = read_explorer(out)
+    got = explorer_panels(out, explorer, "full", 2, 0, k=3)
+    want = retrieval_panels(runs["full"], tiny_full, None, 2, 0, k=3)
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want):
+        assert g["lines"] == w["lines"] and g["image"].shape[:2] == (160, 160)
+        assert g["title"].startswith("test image ")
+        assert [lab.rsplit(" ", 1)[0] for lab in g["labels"]] == [lab.rsplit(" ", 1)[0] for lab in w["labels"]]
+        for a, b in zip(g["labels"], w["labels"]):
+            assert abs(float(a.rsplit(" ", 1)[1]) - float(b.rsplit(" ", 1)[1])) <= 0.051
+        np.testing.assert_allclose(np.array(g["boxes"]), np.array(w["boxes"]) * 160 / 256, atol=1.0)
+    none = explorer_panels(out, explorer, "devise", 2, 0, k=3)  # a run without alignments: lists only
+    assert all("boxes" not in p for p in none) and [len(p["lines"]) for p in none] == [3, 3]
+    with pytest.raises(ValueError, match="not in the explorer"):
+        explorer_panels(out, explorer, "vse", 1, 0)
+
+
+def _captions(n_images: int = 3) -> dict:
+    """A captions record by hand: image i's caption has CIDEr-D i / 10; sentence j belongs to image j // 2."""
+    return {
+        "split": "test",
+        "captioning": [
+            {"image": i, "caption": f"cap {i}", "references": [f"ref {i}"], "cider": i / 10} for i in range(n_images)
+        ],
+        "paraphrasing": [
+            {"sentence": j, "input": f"in {j}", "paraphrase": f"para {j}", "references": []}
+            for j in range(2 * n_images)
+        ],
+    }
+
+
+def test_a_gallery_shows_the_best_and_worst_captions_with_retrievals_only_from_scores():
+    from fraglib.results import gallery_panels
+
+    rec = _captions()
+    owner = np.array([0, 0, 1, 1, 2, 2])
+    pic = lambda i: (np.full((2, 2, 3), i, np.uint8), f"image {i}")  # noqa: E731
+    panels = gallery_panels(rec, pic, owner, n_good=1, n_bad=1)
+    assert [p["title"] for p in panels] == ["image 2", "image 0"]  # highest CIDEr-D, then lowest
+    assert panels[0]["lines"] == [
+        "caption: cap 2  (CIDEr-D 20, good)",
+        "paraphrase: in 4 → para 4",
+        "paraphrase: in 5 → para 5",
+        "truth: ref 2",
+    ]
+    S = np.zeros((3, 6))
+    S[2, [0, 5]] = [2.0, 1.0]
+    scored = gallery_panels(rec, pic, owner, S, n_good=1, n_bad=0, k=2)
+    assert scored[0]["lines"][3:5] == ["✗ retrieved 1: in 0", "✓ retrieved 2: in 5"]
+
+
+def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explorer_data, tmp_path):
+    from fraglib.results import explorer_gallery, read_explorer
+
+    out, _ = explorer_data
+    explorer = read_explorer(out)
+    n = len(explorer["images"])
+    rec = _captions(n)
+    rec["paraphrasing"] = [
+        {"sentence": j, "input": s["text"], "paraphrase": "p", "references": []}
+        for j, s in enumerate(explorer["sentences"])
+    ]
+    (tmp_path / "captions").mkdir()
+    (tmp_path / "captions" / "seed0.json").write_text(json.dumps(rec))
+    panels = explorer_gallery(tmp_path, 0, explorer, n_good=1, n_bad=1)
+    assert [p["title"].split(" (")[0] for p in panels] == [
+        f"test image {explorer['images'][i]['id']}" for i in (n - 1, 0)
+    ]
+    assert panels[0]["image"] is explorer["images"][n - 1]["picture"]
+    assert not any("retrieved" in line for p in panels for line in p["lines"])
+    own = [s["text"] for s in explorer["sentences"] if s["image"] == n - 1][:2]
+    assert panels[0]["lines"][1:3] == [f"paraphrase: {t} → p" for t in own]
+    with pytest.raises(ValueError, match="split 0, the gallery split 1"):
+        explorer_gallery(tmp_path, 1, explorer)
+
+
+def test_the_command_writes_every_split_s_queries_and_refuses_a_run_without_checkpoint(tmp_path, capsys):
+    from fraglib.data import Dataset, write_karpathy_json
+    from fraglib.figures import main, run_name
+
+    images = [
+        {"imgid": k, "filename": f"{k}.jpg", "split": s, "category": c}
+        for k, (s, c) in enumerate([("train", "dog"), ("test", "cat"), ("test", "dog")])
+    ]
+    sentences = [{"sentid": k, "imgid": k // 2, "raw": "", "tokens": ["w"] * (k + 3)} for k in range(6)]
+    for seed in (0, 1):
+        write_karpathy_json(Dataset("t", tmp_path, images, sentences), tmp_path / f"s{seed}" / "dataset.json")
+    out = tmp_path / "figures"
+    main(["--dataset-dir", str(tmp_path / "s{seed}"), "--splits", "0,1", "--out", str(out)])
+    queries = json.loads((out / "queries.json").read_text())
+    want = {"category": ["cat", "dog"], "image": [0, 0, 1, 1], "length": [5, 6, 7, 8]}
+    assert queries == {"0": want, "1": want} and not (out / "triplets.json").exists()
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--dataset-dir",
+                str(tmp_path / "s{seed}"),
+                "--out",
+                str(out),
+                "--overwrite",
+                "--triplet-run",
+                str(tmp_path / "models" / "fr" / "seed0"),
+            ]
+        )
+    assert "no best.pt in" in capsys.readouterr().err
+    assert run_name(tmp_path / "models" / "fr" / "seed0") == "fr"
+    assert run_name(tmp_path / "runs" / "fr" / "seeds" / "seed0") == "fr"
