@@ -65,6 +65,11 @@ def test_queries(params: dict[str, Any], runs_dir: str | Path) -> int | None:
     return None
 
 
+def _short(folder: str) -> str:
+    """``runs/<study>`` of a study folder, however it was given (relative or absolute)."""
+    return "/".join(Path(folder).parts[-2:])
+
+
 def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, str]:
     """Folder -> why it is left out, for each of ``runs_dirs`` whose runs were scored on a test split of another
     size than the first folder's (say the extended synthetic study, trained before the benchmark's test split
@@ -72,7 +77,7 @@ def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict
     sizes = {str(d): test_queries(params, d) for d in runs_dirs}
     first = next((n for n in sizes.values() if n is not None), None)
     return {
-        d: f"`{d}/` was scored on {n} test images, `{next(iter(sizes))}/` on {first}: not one test set, so its runs "
+        d: f"`{_short(d)}/` was scored on {n} test images, `{_short(next(iter(sizes)))}/` on {first}: not one test set, so its runs "
         "are left out until its study is re-run (docs/runs.md)"
         for d, n in sizes.items()
         if n is not None and n != first

@@ -218,16 +218,15 @@ def read_study(root: Path, pipeline: str) -> Study | None:
 
 
 def _detail(root: Path, name: str, dataset: str) -> str:
-    """:data:`TITLES`' few words on study ``name``'s data, its dataset's ``params.yaml`` section filled in."""
+    """:data:`TITLES`' few words on study ``name``'s data, its dataset's ``params.yaml`` section filled in ("" when
+    that section leaves a key to its default: the heading then names no size rather than a wrong one)."""
     detail = TITLES.get(name, (name, ""))[1]
     params = root / "params.yaml"
     section = (read_yaml(params).get(dataset) or {}) if params.is_file() else {}
-    if not section:  # no settings to fill it with (a copy of the pipelines alone)
-        return "" if "{" in detail else detail
     try:
         return detail.format(**section)
-    except KeyError as key:
-        raise ValueError(f"{params}: section {dataset} has no {key}, which the {name} study's title names") from None
+    except KeyError:
+        return ""
 
 
 def studies(root: str | Path = ".") -> list[Study]:

@@ -23,7 +23,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
             (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, tmp_path / f)
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["synthetic"].update(n_train=12, n_val=3, n_test=3)
+    params["synthetic"].update(n_train=12, n_val=3, n_test=3, gallery=0)  # one gallery of 3
     params["data_report"]["n_show"] = 2
     params["vision"].update(max_proposals=60, num_workers=0)
     params["train"].update(epochs=2, batch_size=10, lr_drop_epochs=1)
@@ -46,6 +46,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["captions"]["runs"] = []  # no generating run here (tests/test_captions.py)
     params["bench"] = {}  # run lists must name runs that exist (fraglib.config)
     params["flickr8k"]["runs"] = []
+    params["pascal1k"].update(fold_runs=[], fold_captions=[])  # the k-fold study's runs are not here
     params["explorer"].update(k=2, map_runs=[])  # k below the 3 test images; no joint-space run here
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # stages call `python`: the interpreter running the tests (the project's venv) comes first
