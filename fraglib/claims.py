@@ -20,7 +20,16 @@ import numpy as np
 from fraglib.config import read_yaml
 from fraglib.metrics import KS, bootstrap_draws
 from fraglib.reference import published
-from fraglib.results import PAPER_TASKS, load_run, other_test_sets, read_json, read_summary, run_folders, shared_strata
+from fraglib.results import (
+    PAPER_TASKS,
+    left_out_runs,
+    load_run,
+    other_test_sets,
+    read_json,
+    read_summary,
+    run_folders,
+    shared_strata,
+)
 from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
@@ -328,9 +337,10 @@ def _pair(params: dict[str, Any], folders: list[Path], c: dict[str, Any]) -> tup
     """The folders of claim ``c``'s runs a and b, looked up in ``folders``; Untestable naming a missing one."""
     found = run_folders(params, folders)
     missing = [c["runs"][s] for s in ("a", "b") if c["runs"][s] not in found]
-    for folder, why in other_test_sets(params, folders).items():  # a study scored on an older test split
-        if any((Path(folder) / r / "metrics.json").exists() for r in missing):
-            raise Untestable(why)
+    why = other_test_sets(params, folders)
+    for folder, runs in left_out_runs(params, folders).items():  # runs scored on an older test split
+        if any(r in runs for r in missing):
+            raise Untestable(why[folder])
     if missing:
         raise Untestable("no run " + " or ".join(f"`{r}`" for r in missing) + " in this study")
     return found[c["runs"]["a"]], found[c["runs"]["b"]]

@@ -45,24 +45,29 @@ def run_names(params: dict[str, Any], runs_dir: str | Path | None = None) -> lis
 
 def run_folders(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, Path]:
     """Run -> its folder, for the trained retrieval runs in ``runs_dirs`` (study folders: the default synthetic
-    study and the extended one, say), in ``params.yaml`` order; the first folder holding a run wins. A folder
-    tested on another test split than the first (:func:`other_test_sets`: a study not re-run since its benchmark
-    changed) is left out: its runs cannot be paired with the others."""
+    study and the extended one, say), in ``params.yaml`` order; the first folder holding a run wins. A run
+    tested on another test split than the first folder's (:func:`left_out_runs`: not re-run since its benchmark
+    changed) is left out: it cannot be paired with the others."""
     out: dict[str, Path] = {}
-    stale = other_test_sets(params, runs_dirs)
+    stale = left_out_runs(params, runs_dirs)
     for d in runs_dirs:
-        for r in run_names(params, d) if str(d) not in stale else []:
-            out.setdefault(r, Path(d) / r)
+        for r in run_names(params, d):
+            if r not in stale.get(str(d), ()):
+                out.setdefault(r, Path(d) / r)
     return {r: out[r] for r in run_names(params) if r in out}
+
+
+def _queries(run: Path) -> int | None:
+    """The image queries of the test split ``run`` was scored on (its first unit's ``ranks.json``), or None."""
+    for f in sorted((run / "seeds").glob("*/ranks.json")):
+        return len(read_json(f)["annotation"])
+    return None
 
 
 def test_queries(params: dict[str, Any], runs_dir: str | Path) -> int | None:
     """The image queries of the test split the runs of ``runs_dir`` were scored on (the first trained run's first
     unit's ``ranks.json``), or None when it holds none."""
-    for r in run_names(params, runs_dir):
-        for f in sorted((Path(runs_dir) / r / "seeds").glob("*/ranks.json")):
-            return len(read_json(f)["annotation"])
-    return None
+    return next((n for r in run_names(params, runs_dir) if (n := _queries(Path(runs_dir) / r)) is not None), None)
 
 
 def _short(folder: str) -> str:
@@ -70,18 +75,37 @@ def _short(folder: str) -> str:
     return "/".join(Path(folder).parts[-2:])
 
 
+def _sizes(params: dict[str, Any], runs_dirs: list[str | Path]) -> tuple[int | None, dict[str, dict[str, int]]]:
+    """(the first folder's test size, folder -> {run: its test size} for every run scored on another size)."""
+    first = next((n for d in runs_dirs if (n := test_queries(params, d)) is not None), None)
+    other: dict[str, dict[str, int]] = {}
+    for d in runs_dirs:
+        for r in run_names(params, d):
+            n = _queries(Path(d) / r)
+            if n is not None and n != first:
+                other.setdefault(str(d), {})[r] = n
+    return first, other
+
+
+def left_out_runs(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, list[str]]:
+    """Folder -> its runs scored on a test split of another size than the first folder's (say runs of the
+    extended synthetic study trained before the benchmark's test split grew: its `make` target re-runs them)."""
+    return {d: list(runs) for d, runs in _sizes(params, runs_dirs)[1].items()}
+
+
 def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, str]:
-    """Folder -> why it is left out, for each of ``runs_dirs`` whose runs were scored on a test split of another
-    size than the first folder's (say the extended synthetic study, trained before the benchmark's test split
-    grew: its `make` target re-runs it)."""
-    sizes = {str(d): test_queries(params, d) for d in runs_dirs}
-    first = next((n for n in sizes.values() if n is not None), None)
-    return {
-        d: f"`{_short(d)}/` was scored on {n} test images, `{_short(next(iter(sizes)))}/` on {first}: not one test set, so its runs "
-        "are left out until its study is re-run (docs/runs.md)"
-        for d, n in sizes.items()
-        if n is not None and n != first
-    }
+    """Folder -> why some of its runs are left out (:func:`left_out_runs`), naming them and the sizes."""
+    first, other = _sizes(params, runs_dirs)
+    out = {}
+    for d, runs in other.items():
+        ref = _short(next(str(f) for f in runs_dirs if test_queries(params, f) == first))
+        sizes = sorted(set(runs.values()))
+        out[d] = (
+            f"{len(runs)} run(s) of `{_short(d)}/` ({', '.join(runs)}) were scored on "
+            f"{' or '.join(map(str, sizes))} test images, `{ref}/` on {first}: not one test set, so they are left out "
+            "until re-run (docs/runs.md)"
+        )
+    return out
 
 
 def _folder(runs_dir: str | Path | dict[str, Path], r: str) -> Path:

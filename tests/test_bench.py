@@ -81,14 +81,14 @@ def _exits_silently(q) -> None:
 def test_a_benchmark_process_that_dies_is_named_not_waited_for():
     import multiprocessing as mp
 
-    from fraglib.bench.systems import _result_of
+    from fraglib.bench.common import result_of
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_exits_silently, args=(q,))
     p.start()
     with pytest.raises(RuntimeError, match="epoch att_top36: .* code 3"):
-        _result_of(p, q, "epoch att_top36")
+        result_of(p, q, "epoch att_top36")
 
 
 def test_the_default_list_holds_the_epoch_table_and_names_are_unique():
@@ -182,3 +182,68 @@ def test_made_precomp_files_are_the_scan_layout_of_the_size_asked(tmp_path):
     assert len((tmp_path / "train_caps.txt").read_text().splitlines()) == 350
     ds, rows, counts = read_precomp(tmp_path, ["train"])
     assert len(ds.sentences) == 350 and counts.tolist() == [3] * 70 and rows.shape == (210, 3)
+
+
+def test_rehearsal_data_is_the_precomp_layout_and_its_regions_carry_the_captions_objects(tmp_path):
+    """bench rehearsal's made data: SCAN's layout at the sizes asked (float16, 36 × 2,048, five captions per image,
+    the same images whatever the block size), and an image's first regions are its objects' codes (so that a
+    system can learn from them), the rest noise."""
+    from fraglib.bench.rehearsal import DIM, REGIONS, _codes, _scenes, made_sizes, make_precomp
+    from fraglib.data.synthetic import SynthConfig
+    from fraglib.params import read_params
+
+    syn = read_params("params.yaml")["synthetic"]
+    sizes = {"train": 12, "dev": 10, "test": 10}
+    total = make_precomp(tmp_path / "a", sizes, syn, block=5)
+    make_precomp(tmp_path / "b", sizes, syn, block=256)
+    x = np.load(tmp_path / "a" / "train_ims.npy")
+    assert x.shape == (12, REGIONS, DIM) and x.dtype == np.float16
+    assert total == sum((tmp_path / "a" / f"{s}_ims.npy").stat().st_size for s in sizes)
+    caps = (tmp_path / "a" / "train_caps.txt").read_text().splitlines()
+    assert len(caps) == 60 and caps == (tmp_path / "b" / "train_caps.txt").read_text().splitlines()
+    assert made_sizes(1.0) == {"train": 29_000, "dev": 1_014, "test": 1_000} and made_sizes(1e-6)["test"] == 10
+    codes = _codes(0)
+    scenes = _scenes(SynthConfig(**syn), "train", 0, 12, 0)
+    for i, (img, (scene, objects, five)) in enumerate(zip(x.astype(np.float32), scenes)):
+        assert caps[5 * i : 5 * i + 5] == five
+        for j, o in enumerate(objects):
+            code = codes[o["shape"]] + codes[o["colour"]] + 0.5 * codes[o["pattern"]]
+            own = float(img[j] @ code) / float(code @ code)
+            assert 0.9 < own < 1.1, (j, own)  # the region is its object's code plus noise orthogonal-ish to it
+        noise = img[len(objects) + 2 :]
+        assert np.abs(noise @ code / float(code @ code)).max() < 0.15
+    assert all(c.endswith(".") for c in caps)
+
+
+@pytest.mark.slow
+def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path):
+    """bench rehearsal on a tiny made set: one entry per stage (make, import, parse, fragments, each run's training
+    and re-scoring) with seconds and peak RSS, a training's epochs and test R@1, and kCCA above chance."""
+    from fraglib.bench.rehearsal import rehearse
+    from fraglib.params import read_params
+
+    from conftest import TINY_EVALUATION
+
+    params = read_params("params.yaml")
+    params["evaluation"].update(TINY_EVALUATION, n_boot=20)
+    params["systems"]["devise"].update(embed_dim=16)
+    entries = rehearse(tmp_path / "w", {"train": 60, "dev": 20, "test": 20}, ("devise", "kcca"), 1, params)
+    stages = [e["stage"] for e in entries]
+    assert stages == [
+        "make",
+        "import",
+        "parse",
+        "fragments",
+        "train_devise",
+        "rescore_devise",
+        "train_kcca",
+        "rescore_kcca",
+    ]
+    assert all(
+        e["name"] == f"rehearsal_{e['stage']}_n100_s" and e["value"] >= 0 and e["peak_rss_mb"] > 0 for e in entries
+    )
+    by = {e["stage"]: e for e in entries}
+    assert by["train_devise"]["epochs"] == 1 and by["train_devise"]["epoch_s"] > 0
+    assert by["train_kcca"]["test_r1"][0] > 3 * 5.0  # chance: 1 of 20 images
+    assert not (tmp_path / "w" / "precomp").exists()  # the made input is removed once imported
+    assert json.loads((tmp_path / "w" / "kcca.json").read_text())["test"]["annotation"]

@@ -1028,11 +1028,11 @@ def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path
 
 
 def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
-    """run_folders over two study folders: the second, scored on a test split of another size (a study not re-run
-    since the benchmark grew), gives none of its runs, and other_test_sets says why; same sizes merge."""
+    """run_folders over two study folders: runs of the second scored on a test split of another size (not re-run
+    since the benchmark grew) are left out, and other_test_sets says which and why; same sizes merge."""
     import json
 
-    from fraglib.results import other_test_sets, run_folders
+    from fraglib.results import left_out_runs, other_test_sets, run_folders
 
     def put(folder, run, n):
         seed = tmp_path / folder / run / "seeds" / "seed0"
@@ -1053,6 +1053,13 @@ def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
         "bow": tmp_path / "same" / "bow",
     }
     assert other_test_sets(params, [tmp_path / "new", tmp_path / "same"]) == {}
+    # a study part re-run: its re-run runs join, the others stay out, named
+    params["runs"]["no_mil"] = {"system": "fragment"}
+    put("old", "no_mil", 500)
+    assert run_folders(params, dirs) == {"full": tmp_path / "new" / "full", "no_mil": tmp_path / "old" / "no_mil"}
+    assert left_out_runs(params, dirs) == {str(tmp_path / "old"): ["bow"]}
+    (why,) = other_test_sets(params, dirs).values()
+    assert "1 run(s)" in why and "(bow)" in why
 
 
 def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_path, capsys):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.outputs import write_text
+from fraglib.outputs import git_revision, write_text
 from fraglib.results import read_register
 
 RESULTS = Path("benchmarks/results.json")
@@ -41,6 +41,8 @@ def machine() -> str:
 def entry(
     name: str, value: float, unit: str, reference: float | None = None, ratio: float | None = None, **extra: Any
 ) -> dict[str, Any]:
+    from datetime import datetime, timezone
+
     return {
         "name": name,
         "value": value,
@@ -48,6 +50,8 @@ def entry(
         "reference": reference,
         "ratio": ratio,
         "machine": machine(),
+        "commit": git_revision(),  # the code measured, and when (an entry of an older study says so by itself)
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         **extra,
     }
 
@@ -97,15 +101,35 @@ def measured(q, fn: Callable, args: tuple) -> None:  # a fresh process: fn's sec
 
 
 def fresh(fn: Callable, *args: Any) -> tuple[float, float, Any]:
+    """``fn(*args)`` in a fresh (spawned) process: (its seconds, the process's peak RSS in MB, what it returned);
+    a RuntimeError naming ``fn`` when the process dies before reporting."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=measured, args=(q, fn, args))
     p.start()
-    out = q.get()
-    p.join()
-    return out
+    return result_of(
+        p, q, getattr(fn, "__name__", str(fn)) + (f" {args[0]}" if args and isinstance(args[0], str) else "")
+    )
+
+
+def result_of(p: Any, q: Any, what: str) -> Any:
+    """What process ``p`` puts on ``q``; a RuntimeError naming ``what`` if it exits without (its traceback is
+    on stderr) instead of waiting for ever."""
+    import queue
+
+    while True:
+        try:
+            r = q.get(timeout=5)
+            p.join()
+            return r
+        except queue.Empty:
+            if not p.is_alive():
+                raise RuntimeError(
+                    f"{what}: the benchmark process exited with code {p.exitcode} before reporting "
+                    "(its error is printed above)"
+                ) from None
 
 
 def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from fraglib.bench.common import (
     in_fresh_processes,
     matmul_gflops,
     random_split,
+    result_of,
     token_split,
 )
 
@@ -733,24 +734,6 @@ def _epoch_child(q, run: str, repeats: int, threads: int) -> None:
     q.put(out)
 
 
-def _result_of(p: Any, q: Any, what: str) -> Any:
-    """What process ``p`` puts on ``q``; a RuntimeError naming ``what`` if it exits without (its traceback is
-    on stderr) instead of waiting for ever."""
-    import queue
-
-    while True:
-        try:
-            r = q.get(timeout=5)
-            p.join()
-            return r
-        except queue.Empty:
-            if not p.is_alive():
-                raise RuntimeError(
-                    f"{what}: the benchmark process exited with code {p.exitcode} before reporting "
-                    "(its error is printed above)"
-                ) from None
-
-
 def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[str, Any]]:
     """One training epoch of every run in ``params.yaml: bench.epoch_runs`` (one per system and view), as the
     trainer runs it, at Pascal1K's size (800 images / 4,000 captions training, 100 / 500 validation) on random
@@ -771,7 +754,7 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
         q = ctx.Queue()
         p = ctx.Process(target=_epoch_child, args=(q, run, repeats, threads))
         p.start()
-        r = _result_of(p, q, f"epoch {run}")
+        r = result_of(p, q, f"epoch {run}")
         seconds = [a + b for a, b in zip(r["train_s"], r["val_s"])]
         sec = statistics.median(seconds)
         flops = r["flops_train"] + r["flops_val"]
