@@ -257,7 +257,16 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     sizes = sorted({e["images"] for e in rows})
-    stages = list(dict.fromkeys(e["stage"] for e in rows))
+    first = ("make", "import", "parse", "fragments")  # the pipeline's order, then each run's training and re-scoring
+    runs = list(dict.fromkeys(e["stage"].split("_", 1)[1] for e in rows if e["stage"] not in first))
+    stages = sorted(
+        {e["stage"] for e in rows},
+        key=lambda st: (
+            (first.index(st), 0, 0)
+            if st in first
+            else (len(first), runs.index(st.split("_", 1)[1]), st.startswith("rescore"))
+        ),
+    )
     cell = {(e["stage"], e["images"]): e for e in rows}
     top = sizes[-1]
     out = [
@@ -268,14 +277,20 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
         + " images (Flickr30K: 29,000 / 1,014 / 1,000), through docs/own_data.md's commands, each stage a fresh "
         f"process ({html.escape(rows[0]['machine'])}, {rows[0].get('threads')} thread(s); "
         "<code>python -m fraglib.bench rehearsal</code>). Training: "
-        f"{next((e['epochs'] for e in rows if e.get('epochs')), '?')} epoch(s) per run, "
-        "seconds with loading, validation and the test evaluation. Slope: b of seconds ∝ images<sup>b</sup>.</p>"
+        + ", ".join(
+            f"{n:,} images: {', '.join(sorted({str(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
+            for n in sizes
+        )
+        + " epoch(s) per run, "
+        "seconds with loading, validation and the test evaluation. Slope: b of seconds ∝ images<sup>b</sup> (a "
+        "training's: of its seconds per epoch, the epochs differing between sizes).</p>"
         "<table><tr><th>stage</th>"
         + "".join(f"<th>{n:,} images</th>" for n in sizes)
         + f"<th>slope</th><th>epoch at {top:,}</th><th>test R@1 at {top:,} (annotation / search)</th></tr>"
     ]
     for st in stages:
-        slope = growth_slope([(n, cell[st, n]["value"]) for n in sizes if (st, n) in cell])
+        per = "epoch_s" if all(cell[st, n].get("epoch_s") for n in sizes if (st, n) in cell) else "value"
+        slope = growth_slope([(n, cell[st, n][per]) for n in sizes if (st, n) in cell])
         big = cell.get((st, top), {})
         timed = [
             f"<td>{cell[st, n]['value']:,} s, {cell[st, n]['peak_rss_mb']:,} MB</td>"

@@ -1098,3 +1098,29 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     assert m["units"] == ["0r1"] and (cut / "full" / "seeds" / "seed0r1" / "ranks.json").exists()
     assert m["annotation"] == recall_table(good[1])  # the kept training run's figures, not the mean
     assert not (cut / "full" / "seeds" / "seed0").exists()
+
+
+def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch():
+    """The rehearsal's table: make → import → parse → fragments, then each run's training and re-scoring; a stage's
+    slope from its seconds, a training's from its seconds per epoch (2 epochs at one size, 1 at the other)."""
+    from fraglib.index import _rehearsal_section
+
+    def e(stage, n, v, **kw):
+        return {"name": f"rehearsal_{stage}_n{n}_s", "stage": stage, "images": n, "value": v, "peak_rss_mb": 10,
+                "machine": "m", "threads": "1", **kw}  # fmt: skip
+
+    rows = [
+        e("fragments", 100, 1.0), e("fragments", 400, 4.0), e("import", 100, 2.0), e("import", 400, 4.0),
+        e("train_x", 100, 50.0, epochs=2, epoch_s=20.0, test_r1=[5.0, 4.0]),
+        e("train_x", 400, 90.0, epochs=1, epoch_s=80.0, test_r1=[9.5, 7.25]),
+        e("rescore_x", 100, 1.0), e("make", 100, 1.0),
+    ]  # fmt: skip
+    html = "".join(_rehearsal_section(rows))
+    order = [html.index(f"<td>{s}</td>") for s in ("make", "import", "fragments", "train_x", "rescore_x")]
+    assert order == sorted(order)
+    assert "<td>import</td><td>2.0 s, 10 MB</td><td>4.0 s, 10 MB</td><td>0.50</td>" in html  # 2× for 4×: b = 0.5
+    assert (
+        "<td>train_x</td><td>50.0 s, 10 MB</td><td>90.0 s, 10 MB</td><td>1.00</td><td>80.0 s</td><td>9.5 / 7.25</td>"
+        in html
+    )
+    assert "100 images: 2, 400 images: 1 epoch(s)" in html
