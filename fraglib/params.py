@@ -101,7 +101,7 @@ PLAIN_KEYS = {
     ),
     "captions": ("runs", "n_boot"),
     "explorer": ("k", "thumb_px", "quality", "align_runs", "map_runs"),  # fraglib.explore.ExplorerConfig
-    "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs"),
+    "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs", "rehearsal_runs"),
     **{ds: DATASET_KEYS for ds in DATASETS},
     **{f"{ds}.objectness": ("model", "hidden", "epochs") for ds in DATASETS},
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
@@ -116,6 +116,7 @@ RUN_LISTS = (
     "bench.epoch_runs",
     "bench.profile_runs",
     "bench.amp_runs",
+    "bench.rehearsal_runs",
     *(f"{ds}.runs" for ds in DATASETS),
     *(f"{ds}.fold_runs" for ds in DATASETS),
     *(f"{ds}.fold_captions" for ds in DATASETS),

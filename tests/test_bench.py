@@ -254,7 +254,9 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
         e["name"] == f"rehearsal_{e['stage']}_n100_s" and e["value"] >= 0 and e["peak_rss_mb"] > 0 for e in entries
     )
     by = {e["stage"]: e for e in entries}
-    assert by["train_devise"]["epochs"] == 1 and by["train_devise"]["epoch_s"] > 0
+    assert (
+        by["train_devise"]["epochs"] == 1 and by["train_devise"]["epoch_s"] == by["train_devise"]["train_seconds"] > 0
+    )
     assert by["train_kcca"]["test_r1"][0] > 3 * 5.0  # chance: 1 of 20 images
     assert not (tmp_path / "w" / "precomp").exists()  # the made input is removed once imported
     rescored = json.loads((tmp_path / "w" / "kcca.json").read_text())  # the 1K test and its 5 folds

@@ -29,7 +29,6 @@ from fraglib.outputs import write_text
 
 SIZES = {"train": 29_000, "dev": 1_014, "test": 1_000}  # Flickr30K's Karpathy split, as SCAN's precomp files
 REGIONS, DIM = 36, 2048
-RUNS = ("fullframe", "devise", "vse0", "kcca", "full", "att_top36")
 NOISE = 1.5  # sd of each region's noise, against codes of sd 1 per dimension
 
 
@@ -131,7 +130,7 @@ def _cli(module: str, argv: list[str]) -> None:
 def rehearse(
     work: Path,
     sizes: dict[str, int],
-    runs: tuple[str, ...] = RUNS,
+    runs: tuple[str, ...],
     epochs: int = 2,
     params: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
@@ -186,7 +185,7 @@ def rehearse(
             m,
             epochs=ep,
             train_seconds=timing.get("train_seconds"),
-            epoch_s=round(timing["train_seconds"] / ep, 1) if ep else None,
+            epoch_s=round(timing["train_seconds"] / ep, 3) if ep else None,
             test_r1=[round(test["annotation"]["r1"], 1), round(test["search"]["r1"], 1)],
             note="fraglib.study: loading, training, validation each epoch, the test evaluation (1,000 resamples, "
             "hubness); epoch_s = the training loop's seconds per epoch; test_r1 = annotation, search R@1",
@@ -198,11 +197,14 @@ def rehearse(
 
 def bench_rehearsal() -> list[dict[str, Any]]:
     """The rehearsal at ``FRAGLIB_REHEARSAL_FRACTIONS`` of Flickr30K's sizes (default 1/16, 1/4, 1), runs
-    ``FRAGLIB_REHEARSAL_RUNS`` (default :data:`RUNS`), ``FRAGLIB_REHEARSAL_EPOCHS`` epochs (default 2), under
+    ``FRAGLIB_REHEARSAL_RUNS`` (default ``params.yaml: bench.rehearsal_runs``), ``FRAGLIB_REHEARSAL_EPOCHS`` epochs (default 2), under
     ``FRAGLIB_REHEARSAL_DIR`` (default the system's temporary folder; ≈ 24 GB at full size), removed after."""
     env = os.environ.get
     fractions = [float(x) for x in env("FRAGLIB_REHEARSAL_FRACTIONS", "0.0625,0.25,1").split(",") if x]
-    runs = tuple(x for x in env("FRAGLIB_REHEARSAL_RUNS", ",".join(RUNS)).split(",") if x)
+    from fraglib.params import read_params
+
+    default = ",".join((read_params("params.yaml").get("bench") or {}).get("rehearsal_runs") or [])
+    runs = tuple(x for x in env("FRAGLIB_REHEARSAL_RUNS", default).split(",") if x)
     epochs = int(env("FRAGLIB_REHEARSAL_EPOCHS", "2"))
     out: list[dict[str, Any]] = []
     for f in fractions:
