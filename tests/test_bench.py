@@ -186,7 +186,7 @@ def test_made_precomp_files_are_the_scan_layout_of_the_size_asked(tmp_path):
 
 def test_rehearsal_data_is_the_precomp_layout_and_its_regions_carry_the_captions_objects(tmp_path):
     """bench rehearsal's made data: SCAN's layout at the sizes asked (float16, 36 × 2,048, five captions per image,
-    the same images whatever the block size), and an image's first regions are its objects' codes (so that a
+    the same layouts and captions whatever the block size; the noise is drawn per block), and an image's first regions are its objects' codes (so that a
     system can learn from them), the rest noise."""
     from fraglib.bench.rehearsal import DIM, REGIONS, _codes, _scenes, made_sizes, make_precomp
     from fraglib.data.synthetic import SynthConfig
