@@ -2,7 +2,8 @@
 
     python -m fraglib.figures --dataset-dir "data/pascal1k/split{seed}" --splits 0,1,2,3,4 \
         --parse data/pascal1k/parse.conllu --triplet-run models/pascal1k/fr_lr01/seed0 \
-        --triplets "amod dog black;prep_on cat sofa;nsubj flying airplane" --out runs/pascal1k/figures
+        --triplets "amod dog black;prep_on cat sofa;nsubj flying airplane" \
+        --relation-run "models/pascal1k/sdtrnn/seed{seed}" --out runs/pascal1k/figures
 
 * ``queries.json``: per split (``{seed}`` of ``--dataset-dir``), its test queries in the order of ``ranks.json``
   (:func:`fraglib.results.query_record`): each test image's category, each test sentence's image (position among the test
@@ -10,11 +11,14 @@
   and verb need;
 * ``triplets.json`` and ``crops/``: the paper's Figure 5 for one fragment run (:func:`triplet_record`): for each
   triplet its ``top`` highest-scoring boxes (test image id, box in px of the original, score) and each box's crop,
-  a JPEG whose longer side is at most ``px``.
+  a JPEG whose longer side is at most ``px``;
+* ``relation_norms.csv``: with ``--relation-run`` (an SDT-RNN's seed folders, ``{seed}`` for the split), Socher et
+  al. §6.7's table (:func:`fraglib.results.relation_norms`): each relation matrix's Frobenius norm, mean and sd over
+  ``--splits``, with its count among the training tree edges.
 
 The photographs (Pascal1K: :data:`fraglib.explore.SOURCES`) are named in ``triplets.json``'s ``source``. The results
-page reads both (:func:`fraglib.results.test_groups`, :func:`fraglib.results.read_triplets`) where the data or the
-checkpoint are absent.
+page reads them (:func:`fraglib.results.test_groups`, :func:`fraglib.results.read_triplets`, ``relation_norms.csv``)
+where the data or the checkpoints are absent.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 from fraglib.explore import SOURCES, compact
 from fraglib.outputs import write_bytes, write_text
-from fraglib.results import query_record
+from fraglib.results import query_record, relation_norms
 
 
 def crop_jpeg(image: np.ndarray, box, px: int, quality: int) -> bytes:
@@ -113,10 +117,12 @@ def build(
     top: int = 6,
     px: int = 160,
     quality: int = 80,
+    relation_run: str = "",
 ) -> dict[str, Any]:
-    """Write ``out/queries.json`` (every split of ``splits``) and, with ``triplet_run`` (a seed folder of a
-    fragment run, trained on split ``splits[0]``), ``out/triplets.json`` and its crops; returns what was written
-    (``queries``, ``triplets``). Earlier crops are removed first."""
+    """Write ``out/queries.json`` (every split of ``splits``); with ``triplet_run`` (a seed folder of a
+    fragment run, trained on split ``splits[0]``), ``out/triplets.json`` and its crops; with ``relation_run`` (an
+    SDT-RNN's seed folder per split, ``{seed}`` for the split), ``out/relation_norms.csv``. Returns what was
+    written (``queries``, ``triplets``, ``relation_norms``). Earlier crops are removed first."""
     out = Path(out)
     queries = {str(s): query_record(dataset_dir.format(seed=s), parse_file) for s in splits}
     write_text(out / "queries.json", compact(queries))
@@ -136,6 +142,12 @@ def build(
         }
         write_text(out / "triplets.json", json.dumps(record, indent=1) + "\n")
         written["triplets"] = record
+    if relation_run:
+        norms = relation_norms(
+            [relation_run.format(seed=s) for s in splits], [dataset_dir.format(seed=s) for s in splits], features_dir
+        )
+        write_text(out / "relation_norms.csv", norms.round(4).to_csv(index=False))
+        written["relation_norms"] = norms
     return written
 
 
@@ -149,17 +161,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-dir", help="default <dataset-dir>/features (as the run was trained)")
     ap.add_argument("--triplet-run", help="a fragment run's seed folder (best.pt) for the triplet search")
     ap.add_argument("--triplets", default="", help='"rel w1 w2;..." (the results page\'s query_triplets)')
+    ap.add_argument(
+        "--relation-run", default="", help='an SDT-RNN\'s seed folders, e.g. "models/pascal1k/sdtrnn/seed{seed}"'
+    )
     ap.add_argument("--dataset", default="pascal1k", choices=tuple(SOURCES), help="names the pictures' source")
     ap.add_argument("--out", required=True, help="folder of queries.json, triplets.json and crops/")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     out = Path(args.out)
-    family = [out / "queries.json", out / "triplets.json", *out.glob("crops/*.jpg")]
+    family = [out / "queries.json", out / "triplets.json", out / "relation_norms.csv", *out.glob("crops/*.jpg")]
     claim_cli(ap, family, [], args.overwrite, "fraglib.figures")
     if args.triplet_run and not (Path(args.triplet_run) / "best.pt").is_file():
         ap.error(f"no best.pt in {args.triplet_run}: train that run first")
     splits = [int(s) for s in args.splits.split(",") if s]
-    build(out, args.dataset_dir, splits, args.parse, args.triplet_run, args.triplets, args.features_dir, args.dataset)
+    for s in splits if args.relation_run else []:
+        if not (Path(args.relation_run.format(seed=s)) / "best.pt").is_file():
+            ap.error(f"no best.pt in {args.relation_run.format(seed=s)}: train that run first")
+    build(
+        out,
+        args.dataset_dir,
+        splits,
+        args.parse,
+        args.triplet_run,
+        args.triplets,
+        args.features_dir,
+        args.dataset,
+        relation_run=args.relation_run,
+    )
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out}: {len(splits)} splits' queries, {size / 1e3:.0f} kB")
 

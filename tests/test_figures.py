@@ -181,3 +181,28 @@ def test_the_command_writes_every_split_s_queries_and_refuses_a_run_without_chec
     assert "no best.pt in" in capsys.readouterr().err
     assert run_name(tmp_path / "models" / "fr" / "seed0") == "fr"
     assert run_name(tmp_path / "runs" / "fr" / "seeds" / "seed0") == "fr"
+
+
+def test_the_committed_relation_norms_are_the_checkpoints(tiny_full, tmp_path):
+    """build(relation_run=...) writes relation_norms.csv: Socher et al.'s §6.7 table of the SDT-RNN's checkpoints
+    ({seed} per split), the numbers relation_norms computes live, to 4 decimals."""
+    import pandas as pd
+    import torch
+
+    from fraglib.figures import build
+    from fraglib.inputs import DataPaths
+    from fraglib.results import relation_norms
+    from fraglib.train import resolve_run, train
+
+    from conftest import tiny_eval, tiny_params
+
+    spec = resolve_run(tiny_params(r={"system": "socher", "encoder": "sdtrnn"}), "r", extra={"epochs": 1})
+    train(
+        DataPaths(tiny_full), tmp_path / "sdt" / "seed0", spec, tiny_eval(), device=torch.device("cpu"), progress=False
+    )
+    written = build(tmp_path / "fig", str(tiny_full), [0], relation_run=str(tmp_path / "sdt" / "seed{seed}"))
+    got = pd.read_csv(tmp_path / "fig" / "relation_norms.csv")
+    want = relation_norms([tmp_path / "sdt" / "seed0"], [tiny_full])
+    assert got.relation.tolist() == want.relation.tolist() == written["relation_norms"].relation.tolist()
+    assert np.allclose(got.norm, want.norm, atol=1e-4) and (got.train_edges == want.train_edges).all()
+    assert len(got) > 3 and got.norm.is_monotonic_decreasing
