@@ -196,10 +196,11 @@ def constant_images(ds: Any) -> Any:
 
 
 def image_cache(files: dict[str, Path], ds: Any, views: Views) -> Any:
-    """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :meth:`DataPaths.files`)."""
+    """The ``FeatureCache`` of ``views`` for dataset ``ds`` (files from :meth:`DataPaths.files`), its features a
+    stream (:meth:`FeatureCache.subset` reads one split's rows: a reader never holds the whole file)."""
     from fraglib.data.cache import FeatureCache
 
-    cache = FeatureCache.load(files["images"], ds) if "images" in files else constant_images(ds)
+    cache = FeatureCache.load(files["images"], ds, stream=True) if "images" in files else constant_images(ds)
     if views.images == "fullframe":
         return cache.fullframe()
     return cache.top(views.detections) if views.detections else cache

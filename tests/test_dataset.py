@@ -271,3 +271,22 @@ def test_nonfinite_rows_of_an_array_and_of_its_blocks_agree():
     x = np.ones((9, 2, 3), np.float32)
     x[[1, 7], 1, 2] = [np.nan, -np.inf]
     assert nonfinite_rows(x).tolist() == nonfinite_rows(_blocks_of(x, [2, 5, 2])).tolist() == [1, 7]
+
+
+def test_select_and_take_of_a_stream_are_numpy_indexing():
+    """select keeps a stream (nothing read until iterated) of increasing rows; take reads any rows in one pass: both
+    are x[rows], whatever the blocks; rows out of order or out of range are refused by select."""
+    x = np.random.default_rng(1).standard_normal((12, 2, 3)).astype(np.float32)
+    stream = _blocks_of(x, [5, 0, 4, 3])
+    picked = np.array([0, 4, 5, 9, 11])
+    sel = stream.select(picked)
+    assert sel.shape == (5, 2, 3) and sel.dtype == x.dtype
+    np.testing.assert_array_equal(np.concatenate(list(sel)), x[picked])
+    for rows in ([11, 0, 3, 3, 8], [], [6]):
+        got = stream.take(np.array(rows, np.int64))
+        np.testing.assert_array_equal(got, x[rows])
+        assert got.shape == (len(rows), 2, 3) and got.flags.writeable
+    np.testing.assert_array_equal(sel.take(np.array([4, 1])), x[[11, 4]])  # a selection taken from again
+    for bad in ([3, 2], [1, 1], [12]):
+        with pytest.raises(ValueError, match="rows must increase within 0..11"):
+            stream.select(np.array(bad))

@@ -181,6 +181,25 @@ def test_cache_top_keeps_the_frame_and_the_first_detections():
     assert c.top(50).features.shape == c.features.shape
 
 
+def test_a_streamed_cache_gives_the_loaded_cache_s_views_and_splits(tiny_features):
+    """load(stream=True), then top/fullframe and subset (how training reads a cache, never holding the whole file):
+    the very rows, boxes and offsets of the cache loaded whole."""
+    from fraglib.data.cache import FeatureCache
+    from fraglib.data.dataset import Chunks
+
+    root, ds, _, _ = tiny_features
+    whole = FeatureCache.load(root / "features" / "rcnn.npz", ds)
+    stream = FeatureCache.load(root / "features" / "rcnn.npz", ds, stream=True)
+    imgs = [n for n, im in enumerate(ds.images) if im["split"] == "train"] + [3, 5]  # two skipped images too
+    for view in (lambda c: c, lambda c: c.top(2), lambda c: c.fullframe()):
+        a, b = view(whole), view(stream)
+        assert isinstance(b.features, Chunks) and b.features.shape == a.features.shape
+        sa, sb = a.subset(imgs), b.subset(imgs)
+        assert isinstance(sb.features, np.ndarray) and sb.features.tobytes() == sa.features.tobytes()
+        for k in ("boxes", "scores", "is_full", "offsets", "imgids"):
+            np.testing.assert_array_equal(getattr(sa, k), getattr(sb, k))
+
+
 def test_cache_refuses_other_row_order(tiny_features):
     from fraglib.data import Dataset
     from fraglib.data.cache import FeatureCache

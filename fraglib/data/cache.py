@@ -38,8 +38,9 @@ from fraglib.data.dataset import Chunks, Dataset, nonfinite_rows, npz_chunks, op
 @dataclasses.dataclass
 class FeatureCache:
     """Fragments of N images (see the module docstring for every field). ``features`` may be
-    :class:`~fraglib.data.dataset.Chunks` (a stream too large to hold: ``load(..., stream=True)``, the
-    features stage): such a cache is checked and saved block by block, not indexed."""
+    :class:`~fraglib.data.dataset.Chunks` (a stream too large to hold: ``load(..., stream=True)``): such a cache
+    is checked and saved block by block, :meth:`top` keeps it a stream and :meth:`subset` reads only the rows of
+    its images, so a reader holds what it uses, never the whole file."""
 
     features: np.ndarray | Chunks
     boxes: np.ndarray
@@ -122,7 +123,7 @@ class FeatureCache:
             keep[r[~self.is_full[r]][:k]] = True
         counts = np.array([keep[self.rows(n)].sum() for n in range(len(self.imgids))])
         return FeatureCache(
-            self.features[keep],
+            self.features.select(np.flatnonzero(keep)) if isinstance(self.features, Chunks) else self.features[keep],
             self.boxes[keep],
             self.scores[keep],
             self.is_full[keep],
@@ -134,12 +135,12 @@ class FeatureCache:
         )
 
     def subset(self, rows: list[int]) -> "FeatureCache":
-        """Images ``rows`` (positions in this cache), e.g. one split."""
+        """Images ``rows`` (positions in this cache), e.g. one split; its features an array (read from a stream)."""
         sl = [self.rows(n) for n in rows]
         idx = np.concatenate([np.arange(s.start, s.stop) for s in sl]) if sl else np.zeros(0, np.int64)
         counts = [s.stop - s.start for s in sl]
         return FeatureCache(
-            self.features[idx],
+            self.features.take(idx) if isinstance(self.features, Chunks) else self.features[idx],
             self.boxes[idx],
             self.scores[idx],
             self.is_full[idx],

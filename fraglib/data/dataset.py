@@ -144,6 +144,37 @@ class Chunks:
         """The array whose blocks are ``fn`` of this one's (``fn`` acts on each block alone)."""
         return Chunks(tuple(shape), np.dtype(dtype), lambda: map(fn, self.blocks()))
 
+    def select(self, rows: np.ndarray) -> "Chunks":
+        """The rows ``rows`` (increasing positions) of this array, still a stream: nothing is read until it is."""
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (np.any(np.diff(rows) <= 0) or rows[0] < 0 or rows[-1] >= self.shape[0]):
+            raise ValueError(f"select: rows must increase within 0..{self.shape[0] - 1}")
+
+        def blocks() -> Iterator[np.ndarray]:
+            start = 0
+            for block in self.blocks():
+                a, b = np.searchsorted(rows, [start, start + len(block)])
+                yield block[rows[a:b] - start]
+                start += len(block)
+
+        return Chunks((len(rows), *self.shape[1:]), self.dtype, blocks)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """``a[rows]`` of the array ``a`` this streams (any order, repeats allowed), read in one pass: the resident
+        memory is the result and one block, never the whole array."""
+        rows = np.asarray(rows, np.int64)
+        out = np.empty((len(rows), *self.shape[1:]), self.dtype)
+        order = np.argsort(rows, kind="stable")
+        wanted = rows[order]
+        start = 0
+        for block in self.blocks():
+            a, b = np.searchsorted(wanted, [start, start + len(block)])
+            out[order[a:b]] = block[wanted[a:b] - start]
+            start += len(block)
+        if start != self.shape[0]:
+            raise ValueError(f"stream of {self.shape[0]} rows gave {start}")
+        return out
+
 
 def nonfinite_rows(a: np.ndarray | Chunks) -> np.ndarray:
     """Indices of the rows of ``a`` (N, ...) holding a NaN or an Inf, block by block for :class:`Chunks`."""
