@@ -286,7 +286,8 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
         "training's: of its seconds per epoch, the epochs differing between sizes).</p>"
         "<table><tr><th>stage</th>"
         + "".join(f"<th>{n:,} images</th>" for n in sizes)
-        + f"<th>slope</th><th>epoch at {top:,}</th><th>test R@1 at {top:,} (annotation / search)</th></tr>"
+        + f"<th>slope</th><th>epoch at {top:,}</th><th>test R@1 at {top:,} (annotation / search)</th>"
+        f"<th>measured at {top:,} (commit, date)</th></tr>"
     ]
     for st in stages:
         per = "epoch_s" if all(cell[st, n].get("epoch_s") for n in sizes if (st, n) in cell) else "value"
@@ -300,9 +301,10 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
         ]
         epoch = f"{big['epoch_s']} s" if big.get("epoch_s") else "—"
         r1 = " / ".join(map(str, big["test_r1"])) if big.get("test_r1") else "—"
+        when = f"{html.escape(str(big['commit']))}, {big.get('date', '')}" if big.get("commit") else "—"
         out.append(
             f"<tr><td>{html.escape(st)}</td>{''.join(timed)}<td>{'—' if slope is None else f'{slope:.2f}'}</td>"
-            f"<td>{epoch}</td><td>{r1}</td></tr>"
+            f"<td>{epoch}</td><td>{r1}</td><td>{when}</td></tr>"
         )
     out.append("</table>")
     return out

@@ -1,8 +1,11 @@
 """Confirmation as data (fraglib/confirm.py): a claim's runs re-run end to end on a freshly drawn tiny synthetic
 benchmark, and the claims table's column "confirmed on partition N"."""
 
+import glob
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -79,7 +82,13 @@ def test_the_data_commands_are_the_pipelines_with_the_partition_and_its_folder(t
     assert all("data/synthetic" not in c for c in cmds) and len(cmds) == 4
     pascal = {**params, "pascal1k": {"root": "R", "folds": 10, "partition": 0}}
     (cmd,) = data_commands(tmp_path, "pascal1k", frozen_params(pascal, "pascal1k", 9), tmp_path / "f", tmp_path / "p")
-    assert f"--out {tmp_path}/f --folds 10 --partition 9" in cmd and f"for d in {tmp_path}/f/fold*" in cmd
+    assert f"--out {tmp_path}/f --folds 10 --partition 9" in cmd
+    # the loop over the folds visits the fold folders, not folds.json beside them (it names the partition)
+    for f in ("fold0", "fold1"):
+        (tmp_path / "f" / f).mkdir(parents=True)
+    (tmp_path / "f" / "folds.json").write_text("{}")
+    (pattern,) = re.findall(r"for d in (\S+); do", cmd)
+    assert sorted(Path(p).name for p in glob.glob(pattern)) == ["fold0", "fold1"]
     with pytest.raises(KeyError, match=r"\$\{pascal1k.nope\}"):
         resolve("x ${pascal1k.nope}", pascal)
     with pytest.raises(ConfigError, match="pascal1k.partition=-1"):

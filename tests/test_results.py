@@ -1112,7 +1112,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     rows = [
         e("fragments", 100, 1.0), e("fragments", 400, 4.0), e("import", 100, 2.0), e("import", 400, 4.0),
         e("train_x", 100, 50.0, epochs=2, epoch_s=20.0, test_r1=[5.0, 4.0]),
-        e("train_x", 400, 90.0, epochs=1, epoch_s=80.0, test_r1=[9.5, 7.25]),
+        e("train_x", 400, 90.0, epochs=1, epoch_s=80.0, test_r1=[9.5, 7.25], commit="abc1234", date="2026-11-28"),
         e("rescore_x", 100, 1.0), e("make", 100, 1.0),
     ]  # fmt: skip
     html = "".join(_rehearsal_section(rows))
@@ -1121,6 +1121,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     assert "<td>import</td><td>2.0 s, 10 MB</td><td>4.0 s, 10 MB</td><td>0.50</td>" in html  # 2× for 4×: b = 0.5
     assert (
         "<td>train_x</td><td>50.0 s, 10 MB</td><td>90.0 s, 10 MB</td><td>1.00</td><td>80.0 s</td><td>9.5 / 7.25</td>"
-        in html
+        "<td>abc1234, 2026-11-28</td>" in html
     )
+    assert "<td>import</td>" in html and html.split("<td>import</td>")[1].split("</tr>")[0].endswith("<td>—</td>")
     assert "100 images: 2, 400 images: 1 epoch(s)" in html
