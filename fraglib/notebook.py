@@ -21,6 +21,7 @@ import yaml
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_bytes, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
+IOPUB_TIMEOUT = 120  # s a finished cell may wait for its last output (papermill: 4 s, too short on a busy machine)
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -244,6 +245,7 @@ def run_notebook(
                 kernel_name=check_kernel(kernel or KERNEL),
                 cwd=os.getcwd(),
                 progress_bar=progress,
+                iopub_timeout=IOPUB_TIMEOUT,
             )
         except pm.PapermillExecutionError as exc:  # the failed run is kept (and rendered), then raised
             failed = exc

@@ -189,6 +189,25 @@ def test_a_failed_notebook_never_leaves_a_page_that_looks_current(tmp_path):
     assert "yesterday" not in page and "An Exception was encountered" in page and "no usable data, x=7" in page
 
 
+def test_a_busy_machine_gives_a_finished_cell_time_for_its_last_output(tmp_path, monkeypatch):
+    """papermill fails a cell whose last output comes over 4 s after it finished ("Timeout waiting for IOPub
+    output"), as on a loaded machine: pages are rendered with a longer wait."""
+    import papermill as pm
+
+    from fraglib.notebook import run_notebook
+
+    seen = {}
+
+    def execute(*args, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("not run")
+
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    with pytest.raises(RuntimeError, match="not run"):
+        run_notebook(tmp_path / "n.ipynb", tmp_path / "n.html")
+    assert seen["iopub_timeout"] >= 60
+
+
 def test_report_template_loads_nothing_remote():
     """The HTML template is offline: the lab template's CDN scripts (require.js, MathJax, Mermaid)."""
     import nbformat
