@@ -301,7 +301,12 @@ def _direct_writes(tree):
             if not (isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")):
                 continue
         elif isinstance(f, ast.Attribute) and f.attr in METHODS:
-            pass
+            if (
+                f.attr in ("to_csv", "to_json")
+                and not node.args
+                and not any(k.arg == "path_or_buf" for k in node.keywords)
+            ):
+                continue  # df.to_csv(index=False) returns text
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in FUNCTIONS:
             if "dump" in f.attr and not node.args[1:] and not any(k.arg in ("fp", "stream") for k in node.keywords):
                 continue  # yaml.dump(obj) returns text
@@ -332,13 +337,14 @@ def test_the_write_scan_finds_a_direct_write_and_accepts_the_helpers():
 
     bad = ast.parse(
         "def f(p, S):\n    p.write_text('x')\n    np.savez(p, S=S)\n    torch.save(S, p)\n"
-        "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n"
+        "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n    df.to_csv(p)\n    df.to_json(path_or_buf=p)\n"
     )
-    assert [line for line, _ in _direct_writes(bad)] == [2, 3, 4, 5, 6]
+    assert sorted(line for line, _ in _direct_writes(bad)) == [2, 3, 4, 5, 6, 7, 8]
     good = ast.parse(
         "def f(p, S):\n    with atomic(p) as tmp:\n        np.savez(tmp, S=S)\n"
         "    with atomic(p) as t2, open(t2, 'w') as fh:\n        json.dump(S, fh)\n"
         "    with appending(p) as j:\n        j.write('x')\n    open(p).read()\n    yaml.dump(S)\n"
+        "    text = df.to_csv(index=False)\n"
     )
     assert _direct_writes(good) == []
 
