@@ -90,7 +90,7 @@ def _count(n: int, what: str) -> str:
 
 
 def _machine(m: dict[str, Any]) -> str:
-    threads = f" ({m['threads']} threads)" if m.get("threads") else ""
+    threads = f" ({m['threads']} thread{'' if m['threads'] == 1 else 's'})" if m.get("threads") else ""
     return str(m.get("machine") or "not recorded") + threads
 
 

@@ -299,7 +299,7 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
             else "<td>—</td>"
             for n in sizes
         ]
-        epoch = f"{big['epoch_s']} s" if big.get("epoch_s") else "—"
+        epoch = f"{big['epoch_s']:.1f} s" if big.get("epoch_s") else "—"
         r1 = " / ".join(map(str, big["test_r1"])) if big.get("test_r1") else "—"
         when = f"{html.escape(str(big['commit']))}, {big.get('date', '')}" if big.get("commit") else "—"
         out.append(
