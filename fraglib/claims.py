@@ -473,6 +473,42 @@ def counts(rows: list[Row]) -> str:
     return ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in VERDICTS)
 
 
+PAPERS = {"Karpathy": "Karpathy et al. 2014", "Socher": "Socher et al. 2014", "Peri": "Peri 2018"}
+VERDICT_WORDS = dict(zip(("reproduced", "same", "not", "reversed", "untestable"), VERDICTS))  # short names (facts)
+
+
+def paper_of(c: dict[str, Any]) -> str:
+    """The paper of claim ``c``: its source's first word, a key of :data:`PAPERS`."""
+    first = str(c.get("source", "")).split()[0] if c.get("source") else ""
+    if first not in PAPERS:
+        raise ValueError(f"claim {c.get('id')}: source {c.get('source')!r} names none of {list(PAPERS)}")
+    return first
+
+
+def paper_counts(rows: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
+    """Paper -> study (its dataset; "" for the claims not testable here) -> verdict -> rows, every verdict named."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for r in rows:
+        per = out.setdefault(paper_of(r.claim), {}).setdefault(r.study, dict.fromkeys(VERDICTS, 0))
+        per[r.verdict] += 1
+    return out
+
+
+def by_paper(rows: list[Row]) -> list[str]:
+    """One line per paper: its verdicts per study, then its claims not testable here."""
+    lines = []
+    for paper, per in paper_counts(rows).items():
+        parts = [
+            f"on `{s}`: " + ", ".join(f"{n} {v}" for v, n in c.items() if v != NOT_TESTABLE or n)
+            for s, c in per.items()
+            if s
+        ]
+        if "" in per:
+            parts.append(f"not testable here: {per[''][NOT_TESTABLE]}")
+        lines.append(f"**{PAPERS[paper]}** — " + "; ".join(parts) + ".")
+    return lines
+
+
 def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Block]:
     """The verdicts of every claim (:func:`claim_rows`): a paragraph on the rule, the counts, per dataset tested
     a heading, what its CIs cover, its counts and its table, then the claims not testable here (read from ``root``)."""
@@ -496,6 +532,7 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
         "the paper's difference where that is comparable: † marks a difference printed on this study's data). "
         "↑: higher is better, ↓: lower is better.",
         f"All studies: {counts(rows)} (claim × task × study rows).",
+        *by_paper(rows),
     ]
     for data in dict.fromkeys(r.study for r in rows if r.study):
         part = [r for r in rows if r.study == data]

@@ -4,7 +4,7 @@
 
 * ``pascal1k``: the ``pascal1k.folds`` stratified folds of partition seed N (``pascal1k.partition = N``), built
   by the ``folds`` stage's command of ``studies/pascal1k/dvc.yaml`` into ``data/confirm/pascal1k/p<N>/``, each
-  run trained once per fold (``fraglib.study --folds``; the features and the parse are the study's);
+  run trained per fold as often as per split (``fraglib.study --folds``; the features and the parse are the study's);
 * ``synthetic``: the benchmark regenerated with ``synthetic.seed = N`` by the data stages of ``dvc.yaml``
   (generation, parse, fragments, features) into ``data/confirm/synthetic/p<N>/``, each run trained as the default
   study trains it (``study.seeds``, its replicates).

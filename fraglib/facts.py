@@ -10,6 +10,12 @@ A number in prose names its source with an HTML comment right after it (invisibl
 
 * ``fact: FILE KEY``: the value at dotted ``KEY`` of the JSON ``FILE`` (a path from the project root; ``STUDY/RUN``
   for ``runs/STUDY/RUN/metrics.json``);
+* ``fact: claims PAPER STUDY VERDICT``: how many of the paper's claim rows tested on ``STUDY`` (a dataset) got
+  ``VERDICT`` (reproduced, same, not, reversed; :data:`fraglib.claims.VERDICT_WORDS`; ``all``: every row), as
+  docs/results.md counts them
+  (:func:`fraglib.claims.paper_counts`; PAPER: Karpathy, Socher or Peri; STUDY ``none``: not testable here);
+* ``fact: cost TARGET``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json`` (``cost make test``;
+  :mod:`fraglib.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
   CI (:func:`fraglib.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
   correction (:data:`fraglib.results.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
@@ -65,7 +71,7 @@ def _decimals(text: str) -> int:
 def _show(x: float, like: str) -> str:
     """``x`` printed as ``like`` is: its decimals, thousands commas, a sign when ``like`` has one (− when it uses −)."""
     body = f"{abs(x):,.{_decimals(like)}f}" if "," in like else f"{abs(x):.{_decimals(like)}f}"
-    negative = x < 0 and float(body.replace(",", "")) != 0
+    negative = x < 0  # −0.0: below zero by less than the last digit (a CI bound just under zero keeps its side)
     minus = "−" if "−" in like else "-"
     return (minus if negative else "+" if like[0] in "+−-" else "") + body
 
@@ -111,6 +117,48 @@ def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
     return float(row["diff"].iloc[0]), float(row["lo"].iloc[0]), float(row["hi"].iloc[0])
 
 
+@lru_cache(maxsize=4)
+def _paper_counts(root: Path) -> dict[str, dict[str, dict[str, int]]]:
+    from fraglib import claims
+    from fraglib.params import read_params
+
+    params = read_params(root / "params.yaml")
+    rows = claims.claim_rows(
+        params,
+        claims.dataset_folders(root),
+        n_boot=N_BOOT,
+        folds=claims.dataset_folders(root, folds=True),
+        confirmed=claims.confirmations(root),
+    )
+    return claims.paper_counts(rows)
+
+
+def _claims(root: Path, words: list[str]) -> float:
+    from fraglib.claims import PAPERS, VERDICT_WORDS
+
+    if len(words) != 3 or words[0] not in PAPERS or words[2] not in (*VERDICT_WORDS, "all"):
+        raise ValueError(
+            f"fact claims {' '.join(words)}: expected PAPER ({', '.join(PAPERS)}) STUDY VERDICT "
+            f"({', '.join(VERDICT_WORDS)}, or all)"
+        )
+    paper, study, verdict = words
+    study = "" if study == "none" else study  # the claims no study here tests
+    per = _paper_counts(root).get(paper, {})
+    if study not in per:
+        raise ValueError(f"fact claims {' '.join(words)}: no claim of {paper} is tested on {study!r}")
+    return float(sum(per[study].values()) if verdict == "all" else per[study][VERDICT_WORDS[verdict]])
+
+
+def _cost(root: Path, words: list[str]) -> float:
+    target = " ".join(words)
+    f = root / "benchmarks" / "costs.json"
+    records = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else []
+    found = [r["seconds"] for r in records if r.get("target") == target]
+    if not found:
+        raise ValueError(f"fact cost {target}: {f.name} has no record of target {target!r}")
+    return found[-1] / 60.0
+
+
 def check(match: re.Match, root: Path) -> str:
     """The committed value of one marker, printed as its quoted number is (and its CI, when one is quoted)."""
     words = match["key"].split()
@@ -118,6 +166,10 @@ def check(match: re.Match, root: Path) -> str:
         raise ValueError("an empty fact marker")
     if words[0] == "diff":
         diff, lo, hi = _difference(root, words[1:])
+    elif words[0] == "cost":
+        diff, lo, hi = _cost(root, words[1:]), None, None
+    elif words[0] == "claims":
+        diff, lo, hi = _claims(root, words[1:]), None, None
     else:
         if len(words) != 2:
             raise ValueError(f"fact {match['key']}: expected FILE KEY or diff …")

@@ -388,15 +388,19 @@ def _training_line(path: Path) -> str:
     )
 
 
-def fight_line(runs: dict[str, dict], params: dict) -> str:
-    """The verdict pair's R@1 differences (:func:`fraglib.tables.verdict_difference`), or ''."""
+def fight_line(runs: dict[str, dict], params: dict, fold_runs: dict[str, dict] | None = None) -> str:
+    """The verdict pair's R@1 differences (:func:`fraglib.tables.verdict_difference`) on the ten folds where
+    ``fold_runs`` hold the pair, then on the five splits; or ''."""
     pair = tables.verdict_pair(params)
-    d = tables.verdict_difference(runs, pair)
-    if d is None:
+    d, f = tables.verdict_difference(runs, pair), tables.verdict_difference(fold_runs or {}, pair)
+    if d is None and f is None:
         return ""
-    return (
-        f"{pair[0]} − {pair[1]}: annotation R@1 {d['annotation']:+.1f}, search {d['search']:+.1f}. {tables.UNCONFIRMED}"
-    )
+    parts = [
+        f"{name}: annotation R@1 {x['annotation']:+.1f}, search {x['search']:+.1f}"
+        for name, x in (("ten folds", f), ("five splits", d))
+        if x is not None
+    ]
+    return f"{pair[0]} − {pair[1]}, " + "; ".join(parts) + f". {tables.UNCONFIRMED}"
 
 
 def finding(study: Study, page: Page, params: dict) -> str:
@@ -425,7 +429,10 @@ def finding(study: Study, page: Page, params: dict) -> str:
         }
         runs = {r: runs[r] for r in shown if r in runs}
         return best_runs_line(runs) + hubness_line(runs)
-    return fight_line(tables.retrieval_runs(Path(study.runs), params), params) if kind == "fight_report" else ""
+    if kind != "fight_report":
+        return ""
+    folds = tables.retrieval_runs(Path(study.folds), params) if study.folds else {}
+    return fight_line(tables.retrieval_runs(Path(study.runs), params), params, folds)
 
 
 def report_rows(found: list[Study], params: dict, folder: Path) -> list[dict[str, str]]:
@@ -452,7 +459,8 @@ def verdict_blocks(found: list[Study], params: dict) -> list[tables.Block]:
     for s in found:
         page = s.page("fight_report")
         if page:
-            return tables.verdict(tables.study_runs(Path(s.runs)), tables.verdict_pair(params), page.html)
+            folds = tables.study_runs(Path(s.folds)) if s.folds else {}
+            return tables.verdict(tables.study_runs(Path(s.runs)), tables.verdict_pair(params), page.html, folds)
     return []
 
 

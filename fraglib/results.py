@@ -495,6 +495,28 @@ def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
     return wide[list(dict.fromkeys(zip(d["direction"], d["metric"])))]  # columns as computed: R@1, R@5, R@10
 
 
+def lead_word(lo: float, hi: float) -> str:
+    """A fragment run − baseline difference in R@K (higher is better) read by its 95 % CI ``[lo, hi]``."""
+    return "fragments ahead" if lo > 0 else "fragments behind" if hi < 0 else "not distinguishable"
+
+
+def lead_summary(diffs: pd.DataFrame, by: str = "direction") -> str:
+    """Rows of :func:`paired_differences` (fragment run − baseline, an R@K metric), one per baseline and ``by``
+    (a column: the direction, or a correction): the counts first ("ahead of 1, behind 3, not distinguishable
+    from 14 of 18"), then each row as "base / by: diff [lo, hi] — word"."""
+    words = [lead_word(lo, hi) for lo, hi in zip(diffs["lo"], diffs["hi"])]
+    counts = {w: words.count(w) for w in ("fragments ahead", "fragments behind", "not distinguishable")}
+    head = (
+        f"fragments ahead in {counts['fragments ahead']}, behind in {counts['fragments behind']}, "
+        f"not distinguishable in {counts['not distinguishable']} of {len(words)}"
+    )
+    rows = [
+        f"{r.base} / {r[by]}: {r['diff']:+.1f} [{r.lo:+.1f}, {r.hi:+.1f}] — {w}"
+        for (_, r), w in zip(diffs.iterrows(), words)
+    ]
+    return head + ". " + "; ".join(rows)
+
+
 def paired_differences(
     study: dict[str, dict[str, Any]],
     pairs: list[tuple[str, str]],

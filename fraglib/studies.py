@@ -62,8 +62,8 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
         "Karpathy et al.'s Table 2 layout, Socher et al.'s Tables 1–3, Peri's tables",
     ),
     "reports/pascal1k/explorer.html": (
-        "Pascal1K: explorer (split 0)",
-        "pick a test image or sentence: every run's top 10 side by side, alignments, a map of the joint space",
+        "Pascal1K: explorer (fold 0)",
+        "pick a test image or sentence: the top 10 of every run trained on the ten folds, alignments, a joint space's map",
     ),
     "reports/pascal1k/fight_report.html": (
         "Pascal1K: fragments against tuned global baselines",

@@ -12,8 +12,9 @@ also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. 
 training seed ``s + 1000 r`` on the same data, in ``seeds/seed<s>`` (r = 0) or ``seeds/seed<s>r<r>``;
 training noise is then measured within a split (:mod:`fraglib.results`). With ``--folds`` (the k-fold
 protocol of ``<dataset>.folds``, ``--dataset-dir`` holding ``{seed}`` for ``fold{seed}``) the seeds are the folds
-0 … k − 1, each trained once (no replicates), and the summary's metrics are over the pooled test queries (every
-image tested once, in its own fold by its own fold's model). Every seed trains in its own process (``study.jobs`` at a time, one
+0 … k − 1, each trained as many times as the run trains a split (its replicates: so a CI over the folds has a
+training level where the run has one), and the summary's metrics are over the pooled test queries of its training
+runs (every image tested once per training run, in its own fold by its own fold's model). Every seed trains in its own process (``study.jobs`` at a time, one
 thread each — under ``torchrun`` one seed after another, each on all processes, rank 0 writing: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
@@ -116,7 +117,8 @@ def fold_head(params: dict[str, Any], dataset: str | None) -> dict[str, Any]:
 
 def pool_fold_metrics(summary: dict[str, Any], out: Path) -> None:
     """Replace the per-direction means of a k-fold run's ``summary`` by the metrics of the pooled test queries
-    (each fold's ranks, ``out/seeds/seed<f>/ranks.json``, end to end)."""
+    (each training run's ranks, ``out/seeds/seed<unit>/ranks.json``, end to end: with replicates every query counts
+    once per training run)."""
     ranks = [json.loads((out / "seeds" / f"seed{u}" / "ranks.json").read_text()) for u in summary["per_seed"]]
     for d in DIRECTIONS + (("similarity",) if "similarity" in summary else ()):
         pooled = recall_table(np.concatenate([np.asarray(r[d]) for r in ranks]))
@@ -203,7 +205,7 @@ def run_study(
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    units = [(s, r) for s in seeds for r in range(1 if folds else study_replicates(params, run, dataset))]
+    units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset))]
     keys = [unit_key(s, r) for s, r in units]
     work = [
         (paths, spec, ec, s, r, str(out), t, models_dir)
@@ -262,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--folds",
         action="store_true",
-        help="the k-fold protocol of <dataset>.folds: one training per fold (seeds 0 … k − 1, no replicates), "
-        "metrics over the pooled test queries",
+        help="the k-fold protocol of <dataset>.folds: seeds 0 … k − 1, each trained as many times as a split "
+        "(runs.<run>.replicates), metrics over the pooled test queries",
     )
     ap.add_argument(
         "--models-dir",

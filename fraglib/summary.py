@@ -68,9 +68,11 @@ def study_markdown(root: Path, study: Study, params: dict[str, Any], labels: dic
     head: list[Block] = [Heading(2, study.heading), *tables.coverage(folder)]
     fight = study.page("fight_report")
     if fight:
+        folds = tables.retrieval_runs(root / study.folds, params) if study.folds else {}
         head += [
             Heading(3, "The verdict"),
-            *tables.verdict(runs, tables.verdict_pair(params), fight.html),
+            *tables.verdict(runs, tables.verdict_pair(params), fight.html, folds),
+            *tables.fight_baselines(folds, params, labels, "ten folds"),
             *tables.fight_baselines(runs, params, labels),
         ]
     rest = [b for title, blocks in tables.papers(folder, study.dataset, params) for b in (Heading(3, title), *blocks)]

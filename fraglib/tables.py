@@ -244,25 +244,41 @@ def verdict_difference(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -
     return {d: runs[best][d]["r1"] - runs[base][d]["r1"] for d in DIRECTIONS}
 
 
-def verdict(runs: dict[str, dict[str, Any]], pair: tuple[str, str], page: str) -> list[Block]:
-    """The verdict's point difference (:func:`verdict_difference`) and the page with its uncertainty (``page``: the
-    fight report); no blocks without the pair."""
+def verdict(
+    runs: dict[str, dict[str, Any]],
+    pair: tuple[str, str],
+    page: str,
+    fold_runs: dict[str, dict[str, Any]] | None = None,
+) -> list[Block]:
+    """The verdict's point difference (:func:`verdict_difference`) over the five splits, and on the k-fold protocol
+    where ``fold_runs`` (the study's k-fold run summaries) hold the pair, and the page with its uncertainty
+    (``page``: the fight report); no blocks without the pair."""
     (best, base), d = pair, verdict_difference(runs, pair)
     if d is None:
         return []
+    folds = verdict_difference(fold_runs or {}, pair)
+    on_folds = (
+        f"On the ten folds (every image tested once, one training per fold): annotation {folds['annotation']:+.1f}, "
+        f"image search {folds['search']:+.1f} points. "
+        if folds
+        else ""
+    )
     return [
         f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), mean R@1 over the five "
         f"splits and both training runs: annotation {d['annotation']:+.1f}, image search {d['search']:+.1f} "
-        f"points. The fight report ({page}) gives the three-level bootstrap CIs "
-        "(splits, training runs, queries).",
+        f"points. {on_folds}The fight report ({page}) gives the bootstrap CIs "
+        "(splits or folds, training runs, queries).",
         UNCONFIRMED,
     ]
 
 
-def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], labels: dict[str, str]) -> list[Block]:
+def fight_baselines(
+    runs: dict[str, dict[str, Any]], params: dict[str, Any], labels: dict[str, str], protocol: str = "five splits"
+) -> list[Block]:
     """The best fragment recipe minus each fight baseline present (``results_report.fight.baselines``), mean R@1
     per direction, plain and with both sides under the inductive inverted softmax (— where either measured no
-    hubness). Point differences only: the fight report has the CIs."""
+    hubness), on ``protocol`` (the runs' test sets: "five splits", "ten folds"). Point differences only: the fight
+    report has the CIs."""
     best = verdict_pair(params)[0]
     bases = [b for b in ((params.get("results_report") or {}).get("fight") or {}).get("baselines") or [] if b in runs]
     if best not in runs or not bases:
@@ -277,8 +293,9 @@ def fight_baselines(runs: dict[str, dict[str, Any]], params: dict[str, Any], lab
         return "—" if x is None or y is None else f"{x - y:+.1f}"
 
     return [
-        f'Best fragment recipe (`{best}`) − each baseline of the fight, mean R@1 in points; "corrected": both '
-        'runs\' scores under the inverted softmax with training-split statistics (docs/evaluation.md, "Hubness").',
+        f"Best fragment recipe (`{best}`) − each baseline of the fight on the {protocol}, mean R@1 in points; "
+        '"corrected": both runs\' scores under the inverted softmax with training-split statistics (docs/evaluation.md, '
+        '"Hubness").',
         Table(
             ("baseline", "annotation", "search", "annotation, corrected", "search, corrected"),
             tuple((_label(b, labels), *(cell(b, d, c) for c in (False, True) for d in DIRECTIONS)) for b in bases),

@@ -255,7 +255,10 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     put_run(tmp_path / "s" / "dtrnn", {"annotation": r + 2, "search": r + 2}, ["0"], [0])
     params = {"runs": {"sdtrnn": {}, "dtrnn": {}, "kcca": {}}}
     found = {c["id"]: c for c in C.read_claims()}
-    picked = [found["socher_t2_margin_vs_squared_sdtrnn"], _claim(runs={"a": "sdtrnn", "b": "kcca"})]
+    picked = [
+        found["socher_t2_margin_vs_squared_sdtrnn"],
+        _claim(runs={"a": "sdtrnn", "b": "kcca"}, source="Socher et al. 2014"),
+    ]
     picked += [found["karpathy_t3_finetune"]]
     picked[0] = {**picked[0], "runs": {"a": "sdtrnn", "b": "dtrnn"}, "tested_on": ["synthetic", "pascal1k"]}
     rows = C.claim_rows(params, {"synthetic": [tmp_path / "s"]}, picked, n_boot=100)
@@ -285,6 +288,17 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     )
     untested = markdown([C.untested_table([r for r in rows if not r.study])])
     assert "python -m fraglib.study --run full_finetune" in untested and "Flickr30K" in untested
+    # per paper (README's lines, facts' ``claims`` markers): Socher's tested rows, the one Socher-sourced claim x
+    # (source "Socher et al. 2014"), Karpathy's Table 3 not testable
+    counted = C.paper_counts(rows)
+    assert counted["Socher"]["synthetic"][C.REPRODUCED] == 2 and counted["Socher"]["synthetic"][C.NOT_TESTABLE] == 1
+    assert counted["Socher"]["pascal1k"] == {**dict.fromkeys(C.VERDICTS, 0), C.NOT_TESTABLE: 2}
+    assert counted["Karpathy"] == {"": {**dict.fromkeys(C.VERDICTS, 0), C.NOT_TESTABLE: 2}}
+    lines = C.by_paper(rows)
+    assert lines[0].startswith("**Socher et al. 2014** — on `synthetic`: 2 reproduced, 0 same direction")
+    assert lines[1] == "**Karpathy et al. 2014** — not testable here: 2."
+    with pytest.raises(ValueError, match="names none of"):
+        C.paper_of({"id": "y", "source": "Someone 2020, Table 1"})
 
 
 def test_claim_blocks_render_per_study_and_the_untestable_claims(tmp_path):

@@ -121,7 +121,7 @@ def test_the_registry_lists_the_explorer_pages():
     pages = {p.html: p for s in studies(ROOT) for p in s.pages if p.kind == "explorer"}
     assert pages["reports/explorer.html"].parameters == {"data": "runs/synthetic/explorer"}
     pascal = pages["reports/pascal1k/explorer.html"].parameters
-    assert pascal["data"] == "runs/pascal1k/explorer" and "the runs whose checkpoints" in pascal["title"]
+    assert pascal["data"] == "runs/pascal1k_folds/explorer" and "every run trained on the folds" in pascal["title"]
 
 
 def test_the_committed_explorers_are_small():

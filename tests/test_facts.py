@@ -37,6 +37,9 @@ def test_a_number_that_drifts_from_its_source_is_caught(tmp_path):
         ("pascal1k/no_such_run search.r1", "no file runs/pascal1k/no_such_run/metrics.json"),
         ("pascal1k/kcca_euclidean system", "is not a number"),
         ("diff pascal1k fr_lr01 kcca_tuned search r1 csls", "correction 'csls' is none of"),
+        ("claims Nobody synthetic reproduced", "expected PAPER"),
+        ("claims Peri synthetic won", "expected PAPER"),
+        ("cost no-such-target", "has no record of target 'no-such-target'"),
     ],
 )
 def test_a_marker_that_names_nothing_is_an_error_naming_it(tmp_path, marker, error):
@@ -59,3 +62,36 @@ def test_every_relative_link_in_the_docs_reaches_a_file():
         if not re.match(r"[a-z]+:|#", target) and not (f.parent / target.split("#")[0]).exists()
     ]
     assert not broken, broken
+
+
+def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatch):
+    """``claims PAPER STUDY VERDICT`` counts the paper's rows of that verdict (``all``: every row; study ``none``:
+    not testable here); ``cost TARGET`` is make TARGET's minutes in benchmarks/costs.json."""
+    import json
+
+    import fraglib.facts as F
+    from fraglib.claims import VERDICTS
+
+    counts = {"Peri": {"synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0))), "": dict(zip(VERDICTS, (0, 0, 0, 0, 1)))}}
+    monkeypatch.setattr(F, "_paper_counts", lambda root: counts)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "costs.json").write_text(json.dumps([{"target": "make test", "seconds": 1058.1}]))
+    doc = tmp_path / "d.md"
+    doc.write_text(
+        "2<!-- fact: claims Peri synthetic reversed --> of 7<!-- fact: claims Peri synthetic all -->, "
+        "3<!-- fact: claims Peri synthetic not --> 1<!-- fact: claims Peri none untestable --> "
+        "17.6<!-- fact: cost make test -->\n"
+    )
+    got = [(f.quoted, f.committed) for f in F.facts(tmp_path, [doc])]
+    assert got == [("2", "2"), ("7", "7"), ("3", "1"), ("1", "1"), ("17.6", "17.6")]
+    doc.write_text("1<!-- fact: claims Peri pascal1k reproduced -->\n")
+    with pytest.raises(ValueError, match="no claim of Peri is tested on 'pascal1k'"):
+        F.facts(tmp_path, [doc])
+
+
+def test_a_bound_just_below_zero_keeps_its_sign():
+    """A CI bound of −0.02 printed to one decimal is −0.0, not +0.0: the reader sees on which side of zero it is."""
+    from fraglib.facts import _show
+
+    assert _show(-0.0215, "-0.0") == "-0.0"
+    assert _show(-0.0215, "−0.0") == "−0.0" and _show(0.0215, "+0.0") == "+0.0" and _show(-1.26, "−1.3") == "−1.3"

@@ -237,10 +237,11 @@ def test_a_k_fold_summary_holds_the_pooled_metrics_not_the_mean_over_folds(tmp_p
     assert fold_head(params, "pascal1k") == {"protocol": "folds", "folds": 10, "partition": 7}
 
 
-def test_a_k_fold_study_trains_each_fold_once_and_its_claims_read_it_pooled(tiny_full, tmp_path):
+def test_a_k_fold_study_trains_each_fold_per_replicate_and_its_claims_read_it_pooled(tiny_full, tmp_path):
     """The tiny benchmark's 24 images dealt into 3 folds of 8 (fold f tests on f, validates on f + 1): the study
-    with --folds trains folds 0-2 once each (replicates asked for are not made), writes the protocol and the
-    pooled metrics, and load_run reads the run as every test image once."""
+    with --folds trains folds 0-2 as often as the run's replicates ask (2), writes the protocol and the pooled
+    metrics, and load_run reads the run as every test image once per training run (the replicates: a training
+    level for the bootstrap)."""
 
     from fraglib.inputs import DataPaths
     from fraglib.study import run_study
@@ -268,13 +269,21 @@ def test_a_k_fold_study_trains_each_fold_once_and_its_claims_read_it_pooled(tiny
         "pascal1k",
         folds=True,
     )
-    assert (
-        s["seeds"] == [0, 1, 2] and "units" not in s and (s["protocol"], s["folds"], s["partition"]) == ("folds", 3, 0)
-    )
-    assert sorted(p.name for p in (out / "seeds").iterdir()) == ["seed0", "seed1", "seed2"]
+    assert s["seeds"] == [0, 1, 2] and (s["protocol"], s["folds"], s["partition"]) == ("folds", 3, 0)
+    assert s["units"] == ["0", "0r1", "1", "1r1", "2", "2r1"] and s["replicates"] == 2
+    assert sorted(p.name for p in (out / "seeds").iterdir()) == [
+        "seed0",
+        "seed0r1",
+        "seed1",
+        "seed1r1",
+        "seed2",
+        "seed2r1",
+    ]
     run = load_run(out)
     assert (
-        run["ranks"]["annotation"].shape == (1, 24)
+        run["ranks"]["annotation"].shape == (2, 24)
+        and run["units"] == ["r0", "r1"]
         and run["strata"]["annotation"].tolist() == [0] * 8 + [1] * 8 + [2] * 8
     )
-    assert s["annotation"]["r1"] == pytest.approx(recall_table(run["ranks"]["annotation"][0])["r1"])
+    assert not (run["ranks"]["annotation"][0] == run["ranks"]["annotation"][1]).all()  # two trainings, two rankings
+    assert s["annotation"]["r1"] == pytest.approx(recall_table(run["ranks"]["annotation"].ravel())["r1"])

@@ -709,6 +709,25 @@ def test_fight_baselines_table_by_hand():
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == ["| `k` — kCCA | +25.0 | -4.0 | -2.5 | +3.0 |", "| `d` — d | +4.0 | -0.5 | — | — |"]
     assert fight_baselines({"k": runs["k"]}, params, {}) == [] and fight_baselines(runs, {}, {}) == []
+    assert "on the five splits" in lines[0]
+    assert "on the ten folds" in markdown(fight_baselines(runs, params, {}, "ten folds"))
+
+
+def test_the_verdict_states_the_folds_where_they_hold_the_pair():
+    """The verdict line: the five splits' point difference, then the ten folds' where both runs are on them."""
+    from fraglib.tables import verdict
+
+    def run(ann, srch):
+        return {"annotation": {"r1": ann}, "search": {"r1": srch}}
+
+    pair, runs = ("best", "d"), {"best": run(40.0, 30.0), "d": run(36.0, 30.5)}
+    plain = markdown(verdict(runs, pair, "fight.html"))
+    assert "annotation +4.0, image search -0.5" in plain and "ten folds" not in plain
+    folds = markdown(verdict(runs, pair, "fight.html", {"best": run(30.0, 29.0), "d": run(31.5, 27.0)}))
+    assert (
+        "On the ten folds (every image tested once, one training per fold): annotation -1.5, image search +2.0" in folds
+    )
+    assert verdict({"best": runs["best"]}, pair, "fight.html") == []
 
 
 def test_markdown_and_html_render_one_table_with_the_same_cells():
@@ -1125,3 +1144,20 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     )
     assert "<td>import</td>" in html and html.split("<td>import</td>")[1].split("</tr>")[0].endswith("<td>—</td>")
     assert "100 images: 2, 400 images: 1 epoch(s)" in html
+
+
+def test_the_index_fight_line_reads_the_folds_first():
+    """The fight page's one-line finding on the index: the ten folds' R@1 differences where both runs are on them,
+    then the five splits'."""
+    from fraglib.index import fight_line
+
+    def run(ann, srch):
+        return {"annotation": {"r1": ann}, "search": {"r1": srch}}
+
+    params = {"results_report": {"fight": {"ladder": ["best"], "baselines": ["d"]}}}
+    splits, folds = {"best": run(40.0, 30.0), "d": run(36.0, 30.5)}, {"best": run(30.0, 29.0), "d": run(31.5, 27.0)}
+    line = fight_line(splits, params, folds)
+    assert line.startswith(
+        "best − d, ten folds: annotation R@1 -1.5, search +2.0; five splits: annotation R@1 +4.0, search -0.5."
+    )
+    assert "ten folds" not in fight_line(splits, params) and fight_line({}, params) == ""
