@@ -45,7 +45,7 @@ SOURCES = {  # dataset -> where its pictures come from, shown on the page beside
     "pascal1k": (
         "UIUC Pascal Sentence data set (Rashtchian, Young, Hodosh, Hockenmaier, NAACL HLT 2010 workshop; "
         "vision.cs.uiuc.edu/pascal-sentences/): PASCAL VOC 2008 images, Flickr photographs used under the PASCAL "
-        "VOC terms (flickr.com terms of use). Thumbnails of one split's test images only."
+        "VOC terms (flickr.com terms of use). Thumbnails of one test split's or fold's images only."
     ),
 }
 
