@@ -27,6 +27,7 @@ def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
     assert fight.stage == "studies/pascal1k/dvc.yaml:fight_report"
     assert fight.parameters == {
         "runs_dir": "runs/pascal1k",
+        "folds_dir": "runs/pascal1k_folds",
         "dataset_dir": "data/pascal1k/split{seed}",
     }  # lists: params.yaml
     assert fight.executed == "reports/pascal1k/executed/fight_report.ipynb"
