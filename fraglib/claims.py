@@ -509,16 +509,21 @@ def by_paper(rows: list[Row]) -> list[str]:
     return lines
 
 
-def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Block]:
-    """The verdicts of every claim (:func:`claim_rows`): a paragraph on the rule, the counts, per dataset tested
-    a heading, what its CIs cover, its counts and its table, then the claims not testable here (read from ``root``)."""
-    rows = claim_rows(
+def project_rows(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Row]:
+    """:func:`claim_rows` of the project at ``root``: its studies' runs, their k-fold runs first, its confirmations."""
+    return claim_rows(
         params,
         dataset_folders(root),
         n_boot=n_boot,
         folds=dataset_folders(root, folds=True),
         confirmed=confirmations(root),
     )
+
+
+def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Block]:
+    """The verdicts of every claim (:func:`claim_rows`): a paragraph on the rule, the counts, per dataset tested
+    a heading, what its CIs cover, its counts and its table, then the claims not testable here (read from ``root``)."""
+    rows = project_rows(root, params, n_boot)
     if not rows:
         return []
     found = {s.dataset: s for s in reversed(studies(root))}  # a dataset's first study

@@ -122,15 +122,7 @@ def _paper_counts(root: Path) -> dict[str, dict[str, dict[str, int]]]:
     from fraglib import claims
     from fraglib.params import read_params
 
-    params = read_params(root / "params.yaml")
-    rows = claims.claim_rows(
-        params,
-        claims.dataset_folders(root),
-        n_boot=N_BOOT,
-        folds=claims.dataset_folders(root, folds=True),
-        confirmed=claims.confirmations(root),
-    )
-    return claims.paper_counts(rows)
+    return claims.paper_counts(claims.project_rows(root, read_params(root / "params.yaml"), N_BOOT))
 
 
 def _claims(root: Path, words: list[str]) -> float:

@@ -502,8 +502,8 @@ def lead_word(lo: float, hi: float) -> str:
 
 def lead_summary(diffs: pd.DataFrame, by: str = "direction") -> str:
     """Rows of :func:`paired_differences` (fragment run − baseline, an R@K metric), one per baseline and ``by``
-    (a column: the direction, or a correction): the counts first ("ahead of 1, behind 3, not distinguishable
-    from 14 of 18"), then each row as "base / by: diff [lo, hi] — word"."""
+    (a column: the direction, or a correction): the counts first ("fragments ahead in 1, behind in 3, not
+    distinguishable in 14 of 18"), then each row as "base / by: diff [lo, hi] — word" (:func:`lead_word`)."""
     words = [lead_word(lo, hi) for lo, hi in zip(diffs["lo"], diffs["hi"])]
     counts = {w: words.count(w) for w in ("fragments ahead", "fragments behind", "not distinguishable")}
     head = (

@@ -1164,3 +1164,25 @@ def test_the_index_fight_line_reads_the_folds_first():
         "best − d, ten folds: annotation R@1 -1.5, search +2.0; five splits: annotation R@1 +4.0, search -0.5."
     )
     assert "ten folds" not in fight_line(splits, params) and fight_line({}, params) == ""
+
+
+def test_lead_summary_counts_and_words_by_hand():
+    """The fight's sentences: a CI above zero is a lead, below zero a loss, across zero not distinguishable."""
+    import pandas as pd
+
+    from fraglib.results import lead_summary, lead_word
+
+    rows = pd.DataFrame(
+        {
+            "base": ["a", "b", "c"],
+            "direction": ["search"] * 3,
+            "diff": [2.0, -3.0, 0.5],
+            "lo": [0.1, -5.0, -1.0],
+            "hi": [4.0, -0.2, 2.0],
+        }
+    )
+    assert lead_summary(rows) == (
+        "fragments ahead in 1, behind in 1, not distinguishable in 1 of 3. a / search: +2.0 [+0.1, +4.0] — fragments "
+        "ahead; b / search: -3.0 [-5.0, -0.2] — fragments behind; c / search: +0.5 [-1.0, +2.0] — not distinguishable"
+    )
+    assert lead_word(0.0, 1.0) == "not distinguishable"
