@@ -177,17 +177,23 @@ def lr_at(tc: TrainConfig, epoch: int) -> float:
     return tc.lr * (tc.lr_drop if epoch >= tc.epochs - tc.lr_drop_epochs else 1.0)
 
 
-def make_optimizer(tc: TrainConfig, params) -> torch.optim.Optimizer:
+def make_optimizer(tc: TrainConfig, params, fused: bool | None = None) -> torch.optim.Optimizer:
     """``params``: parameters, or (lr multiplier, parameters) groups (:meth:`System.lr_groups`); each group
-    keeps its multiplier as ``lr_scale`` (:func:`set_lr`)."""
+    keeps its multiplier as ``lr_scale`` (:func:`set_lr`). ``fused``: every parameter's update in one kernel
+    (torch's fused SGD / AdaGrad / Adam: the same update to float rounding, one launch instead of several per
+    parameter); None = on a GPU only, so CPU runs keep their floats bit for bit (docs/scale.md)."""
     params = list(params)
     if params and isinstance(params[0], tuple):
         params = [{"params": ps, "lr": tc.lr * k, "lr_scale": k} for k, ps in params if ps]
+    tensors = [t for g in params for t in (g["params"] if isinstance(g, dict) else [g])]
+    if fused is None:
+        fused = bool(tensors) and all(t.is_cuda for t in tensors)
+    kw = {"fused": True} if fused else {}
     if tc.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum)
+        return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum, **kw)
     if tc.optimizer == "adagrad":  # Socher et al. 2014: sums start at 1 (reset_adagrad)
-        return torch.optim.Adagrad(params, lr=tc.lr, initial_accumulator_value=1.0)
-    return torch.optim.Adam(params, lr=tc.lr)
+        return torch.optim.Adagrad(params, lr=tc.lr, initial_accumulator_value=1.0, **kw)
+    return torch.optim.Adam(params, lr=tc.lr, **kw)
 
 
 def set_lr(tc: TrainConfig, opt: torch.optim.Optimizer, epoch: int) -> None:

@@ -712,3 +712,39 @@ def test_distinct_image_batches_equal_the_greedy_scan_of_the_pool():
         for epoch in range(2):
             got = make_batches(split, size, 0, epoch)
             assert [b.tolist() for b in got] == [list(map(int, b)) for b in greedy(split, size, 0, epoch)]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_the_fused_update_is_the_plain_update_to_float_rounding(tiny_full, optimizer):
+    """make_optimizer(fused=True) (the GPU's default: one kernel for every parameter's update) trains an epoch
+    of the fragment model to the same parameters as the plain per-parameter update, within float32 rounding;
+    on the CPU the default stays the plain update (its floats unchanged)."""
+    import dataclasses
+
+    from fraglib.distributed import Context
+    from fraglib.systems import get_system
+    from fraglib.train import Step, make_optimizer, train_epoch
+
+    spec = tiny_spec()
+    tc = dataclasses.replace(spec.train_config, optimizer=optimizer)
+    cls = get_system(spec.system)
+    splits, dims, _ = load_splits(DataPaths(tiny_full), cls.views(spec.system_config), torch.device("cpu"))
+    tr = splits["train"]
+    trained = {}
+    for fused in (False, True):
+        torch.manual_seed(0)  # the trainer's seeding: the same initial weights
+        system = cls(spec.system_config, dims, 0)
+        system.prepare(tr)
+        opt = make_optimizer(tc, system.lr_groups(), fused=fused)
+        assert all(g.get("fused") is (True if fused else None) for g in opt.param_groups), opt.defaults
+        for epoch in range(2):
+            train_epoch(Step(system, Context()), system, opt, tr, tc, epoch, torch.device("cpu"))
+        trained[fused] = {k: v.detach().clone() for k, v in system.state_dict().items()}
+    torch.manual_seed(0)
+    plain = cls(spec.system_config, dims, 0)
+    assert make_optimizer(tc, plain.lr_groups()).defaults.get("fused") is None  # CPU default: the plain update
+    moved = 0
+    for k, want in trained[False].items():
+        torch.testing.assert_close(trained[True][k], want, rtol=1e-4, atol=1e-5, msg=k)
+        moved += int(not torch.equal(want, plain.state_dict()[k]))
+    assert moved >= 2  # the epochs trained something
