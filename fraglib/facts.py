@@ -14,6 +14,8 @@ A number in prose names its source with an HTML comment right after it (invisibl
   ``VERDICT`` (reproduced, same, not, reversed; :data:`fraglib.claims.VERDICT_WORDS`; ``all``: every row), as
   docs/results.md counts them
   (:func:`fraglib.claims.paper_counts`; PAPER: Karpathy, Socher or Peri; STUDY ``none``: not testable here);
+* ``fact: claim A B STUDY TASK``: our difference (and CI) in the claims table's row comparing runs A − B on STUDY
+  and TASK (its measure: the claim's, e.g. the R@K sum; :func:`fraglib.claims.project_rows`);
 * ``fact: cost TARGET``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json`` (``cost make test``;
   :mod:`fraglib.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
@@ -118,11 +120,32 @@ def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
 
 
 @lru_cache(maxsize=4)
-def _paper_counts(root: Path) -> dict[str, dict[str, dict[str, int]]]:
+def _rows(root: Path) -> list:
     from fraglib import claims
     from fraglib.params import read_params
 
-    return claims.paper_counts(claims.project_rows(root, read_params(root / "params.yaml"), N_BOOT))
+    return claims.project_rows(root, read_params(root / "params.yaml"), N_BOOT)
+
+
+def _paper_counts(root: Path) -> dict[str, dict[str, dict[str, int]]]:
+    from fraglib import claims
+
+    return claims.paper_counts(_rows(root))
+
+
+def _claim_row(root: Path, words: list[str]) -> tuple[float, float, float]:
+    """``claim A B STUDY TASK``: our difference and CI in the claims table's row of runs A − B on STUDY and TASK."""
+    if len(words) != 4:
+        raise ValueError(f"fact claim {' '.join(words)}: expected A B STUDY TASK")
+    a, b, study, task = words
+    found = [
+        r.ours
+        for r in _rows(root)
+        if r.ours and (r.claim["runs"]["a"], r.claim["runs"]["b"], r.study, r.task) == (a, b, study, task)
+    ]
+    if len(found) != 1:
+        raise ValueError(f"fact claim {' '.join(words)}: {len(found)} tested rows of the claims table match")
+    return found[0]["diff"], found[0]["lo"], found[0]["hi"]
 
 
 def _claims(root: Path, words: list[str]) -> float:
@@ -160,6 +183,8 @@ def check(match: re.Match, root: Path) -> str:
         diff, lo, hi = _difference(root, words[1:])
     elif words[0] == "cost":
         diff, lo, hi = _cost(root, words[1:]), None, None
+    elif words[0] == "claim":
+        diff, lo, hi = _claim_row(root, words[1:])
     elif words[0] == "claims":
         diff, lo, hi = _claims(root, words[1:]), None, None
     else:

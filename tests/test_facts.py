@@ -95,3 +95,33 @@ def test_a_bound_just_below_zero_keeps_its_sign():
 
     assert _show(-0.0215, "-0.0") == "-0.0"
     assert _show(-0.0215, "−0.0") == "−0.0" and _show(0.0215, "+0.0") == "+0.0" and _show(-1.26, "−1.3") == "−1.3"
+
+
+def test_a_claim_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatch):
+    """``claim A B STUDY TASK`` quotes our difference and CI of the one tested row of runs A − B on STUDY and TASK;
+    an untested row or none is an error naming the marker."""
+    import fraglib.facts as F
+    from fraglib.claims import Row
+
+    def row(a, b, study, task, ours):
+        return Row({"runs": {"a": a, "b": b}}, task, study, 3.8, ours, "", "")
+
+    rows = [
+        row("full", "no_mil", "pascal1k", "search", {"diff": -3.04, "lo": -4.91, "hi": -1.12}),
+        row("full", "no_mil", "pascal1k", "annotation", {"diff": -4.2, "lo": -8.5, "hi": 0.4}),
+        row("full", "no_mil", "synthetic", "search", {"diff": 0.7, "lo": -0.4, "hi": 1.7}),
+        row("full", "bow", "pascal1k", "search", None),
+    ]
+    monkeypatch.setattr(F, "_rows", lambda root: rows)
+    doc = tmp_path / "d.md"
+    doc.write_text(
+        "−3.0 [−4.9, −1.1]<!-- fact: claim full no_mil pascal1k search --> +0.4<!-- fact: claim full no_mil synthetic search -->\n"
+    )
+    assert [(f.quoted, f.committed) for f in F.facts(tmp_path, [doc])] == [
+        ("−3.0 [−4.9, −1.1]", "−3.0 [−4.9, −1.1]"),
+        ("+0.4", "+0.7"),
+    ]
+    for marker in ("claim full bow pascal1k search", "claim full no_mil pascal1k"):
+        doc.write_text(f"1.0<!-- fact: {marker} -->\n")
+        with pytest.raises(ValueError, match="expected A B STUDY TASK|0 tested rows"):
+            F.facts(tmp_path, [doc])
