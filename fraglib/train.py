@@ -181,13 +181,14 @@ def make_optimizer(tc: TrainConfig, params, fused: bool | None = None) -> torch.
     """``params``: parameters, or (lr multiplier, parameters) groups (:meth:`System.lr_groups`); each group
     keeps its multiplier as ``lr_scale`` (:func:`set_lr`). ``fused``: every parameter's update in one kernel
     (torch's fused SGD / AdaGrad / Adam: the same update to float rounding, one launch instead of several per
-    parameter); None = on a GPU only, so CPU runs keep their floats bit for bit (docs/scale.md)."""
+    parameter); None = on a GPU only, so CPU runs keep their floats bit for bit (docs/scale.md), and not for SGD
+    with momentum, whose fused form fails on a parameter that gets its first gradient after the first step."""
     params = list(params)
     if params and isinstance(params[0], tuple):
         params = [{"params": ps, "lr": tc.lr * k, "lr_scale": k} for k, ps in params if ps]
     tensors = [t for g in params for t in (g["params"] if isinstance(g, dict) else [g])]
     if fused is None:
-        fused = bool(tensors) and all(t.is_cuda for t in tensors)
+        fused = bool(tensors) and all(t.is_cuda for t in tensors) and tc.optimizer != "sgd"
     kw = {"fused": True} if fused else {}
     if tc.optimizer == "sgd":
         return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum, **kw)
