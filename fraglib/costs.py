@@ -8,14 +8,15 @@ Two sources, both in git, neither estimated:
 * ``runs/<study>/<run>/seeds/<unit>/timing.json``, beside each training unit's metrics: ``train_seconds``,
   ``epochs`` (required), ``eval_seconds``, ``device``, ``machine``, ``threads``, ``commit``, ``date``. Runs trained
   before the trainer wrote it have none and count as not measured.
-* ``benchmarks/costs.json``: per ``make`` target, its wall time the last time it ran to the end (``target``,
-  ``seconds``, ``commit`` and ``date`` at its start, and :func:`fraglib.device.hardware`: ``device``, ``machine``,
-  ``threads``). ``stop`` replaces the target's record; a target that fails records nothing (make stops before
+* ``benchmarks/costs.json``: per ``make`` target and machine, its wall time the last time it ran to the end there
+  (``target``, ``seconds``, ``commit`` and ``date`` at its start, and :func:`fraglib.device.hardware`: ``device``,
+  ``machine``, ``threads``). ``stop`` replaces the record of the target on this machine and keeps other machines'
+  (the same target costs another time on another CPU); a target that fails records nothing (make stops before
   ``stop``). The time covers the target's own work, after the environment is installed.
 
 :func:`cost_table` is the one table of both (the index shows it). A training row is a study, a system and a device
 kind (CPU, or GPU for CUDA/MPS): the median over that system's timed units of ``train_seconds`` and of
-``train_seconds / epochs``. A target row is its last record, or "not measured yet".
+``train_seconds / epochs``. A target has a row per machine with its last record there, or "not measured yet".
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, 
     return rows
 
 
-def read_costs(path: Path = COSTS) -> dict[str, dict[str, Any]]:
-    """Target -> its record in ``path`` ({} without the file); ValueError naming the file and a bad record."""
+def read_costs(path: Path = COSTS) -> dict[tuple[str, str], dict[str, Any]]:
+    """(target, machine) -> its record in ``path``, in the file's order ({} without the file); ValueError naming
+    the file and a bad record."""
     from fraglib.results import read_json
 
     if not path.exists():
@@ -146,18 +148,19 @@ def read_costs(path: Path = COSTS) -> dict[str, dict[str, Any]]:
         if not isinstance(e, dict) or not isinstance(e.get("target"), str):
             raise ValueError(f"{path}: record {i} has no 'target' string")
         _number(path, e, "seconds")
-        out[e["target"]] = e
+        out[e["target"], str(e.get("machine", ""))] = e
     return out
 
 
-def target_rows(costs: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
-    """One row per target of :data:`TARGETS` (then any other recorded one): its last wall time, or not measured."""
+def target_rows(costs: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Per target of :data:`TARGETS` (then any other recorded one): a row per machine with its last wall time
+    there, or one row "not measured"."""
     rows = []
-    for target in dict.fromkeys([*TARGETS, *costs]):
-        e = costs.get(target)
-        if e is None:
+    for target in dict.fromkeys([*TARGETS, *(t for t, _ in costs)]):
+        records = [e for (t, _), e in costs.items() if t == target]
+        if not records:
             rows.append((f"`{target}` in all", "—", NOT_MEASURED, "—", "—", "—", "—"))
-        else:
+        for e in records:
             rows.append(
                 (f"`{target}` in all", device_kind(str(e.get("device", ""))), duration(e["seconds"]), "—", "—")
                 + (_machine(e), _when(e))
@@ -184,8 +187,8 @@ def cost_blocks(root: str | Path = ".") -> list[Block]:
         Heading(2, "What it costs"),
         "One training: the median over a system's timed training units (`runs/<study>/<run>/seeds/*/timing.json`, "
         "the trainer's clock) of its training time and of that time per epoch, by the device it ran on. A `make` "
-        "target in all: its wall time the last time it ran to the end (`benchmarks/costs.json`, the Makefile's "
-        "clock; after the environment is installed). Each with the machine, the commit and the date it was "
+        "target in all: its wall time the last time it ran to the end on each machine (`benchmarks/costs.json`, the "
+        "Makefile's clock; after the environment is installed). Each with the machine, the commit and the date it was "
         "measured at. Nothing here is estimated: what has no record says so.",
         cost_table(root),
     ]
@@ -199,8 +202,8 @@ def start(clock: Path) -> None:
 
 
 def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
-    """Record ``target``'s wall time since :func:`start` wrote ``clock`` into ``path`` (replacing its record) and
-    remove the clock; ValueError naming a missing or damaged clock."""
+    """Record ``target``'s wall time since :func:`start` wrote ``clock`` into ``path`` (replacing its record from
+    this machine) and remove the clock; ValueError naming a missing or damaged clock."""
     end = time.time()  # before the imports below: this module starts without torch (`make` times its targets)
     from fraglib.device import hardware, select_device
     from fraglib.results import read_json
@@ -218,7 +221,7 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
         **hardware(select_device()[0]),
     }
     costs = read_costs(path)
-    costs[target] = record
+    costs[target, str(record.get("machine", ""))] = record
     write_text(path, json.dumps(list(costs.values()), indent=1) + "\n")
     clock.unlink()
     return record

@@ -16,7 +16,8 @@ A number in prose names its source with an HTML comment right after it (invisibl
   (:func:`fraglib.claims.paper_counts`; PAPER: Karpathy, Socher or Peri; STUDY ``none``: not testable here);
 * ``fact: claim A B STUDY TASK``: our difference (and CI) in the claims table's row comparing runs A − B on STUDY
   and TASK (its measure: the claim's, e.g. the R@K sum; :func:`fraglib.claims.project_rows`);
-* ``fact: cost TARGET``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json`` (``cost make test``;
+* ``fact: cost TARGET [on MACHINE]``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json``, the last
+  one, or the last of a machine whose name contains MACHINE (``cost make test``, ``cost make on Intel``;
   :mod:`fraglib.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
   CI (:func:`fraglib.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
@@ -165,12 +166,14 @@ def _claims(root: Path, words: list[str]) -> float:
 
 
 def _cost(root: Path, words: list[str]) -> float:
-    target = " ".join(words)
+    on = words.index("on") if "on" in words else len(words)
+    target, machine = " ".join(words[:on]), " ".join(words[on + 1 :])
     f = root / "benchmarks" / "costs.json"
     records = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else []
-    found = [r["seconds"] for r in records if r.get("target") == target]
+    found = [r["seconds"] for r in records if r.get("target") == target and machine in str(r.get("machine", ""))]
     if not found:
-        raise ValueError(f"fact cost {target}: {f.name} has no record of target {target!r}")
+        where = f" on a machine named {machine!r}" if machine else ""
+        raise ValueError(f"fact cost {' '.join(words)}: {f.name} has no record of target {target!r}{where}")
     return found[-1] / 60.0
 
 

@@ -185,27 +185,33 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         scales = sorted({e["scale"] for e in growth})
-        comps = sorted({e["name"][len("growth_") :].rsplit("_x", 1)[0] for e in growth})
-        cell = {(e["name"][len("growth_") :].rsplit("_x", 1)[0], e["scale"]): e for e in growth}
+        step = lambda e: (e["name"][len("growth_") :].rsplit("_x", 1)[0], str(e.get("machine", "")))  # noqa: E731
+        comps = sorted({step(e) for e in growth})  # a line: a step on one machine, so a slope never mixes two
+        cell = {(step(e), e["scale"]): e for e in growth}
         out.append(
             "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
-            "the default size × " + ", ".join(map(str, scales)) + f" ({html.escape(growth[0]['machine'])}, "
-            f"{growth[0].get('threads')} thread(s); <code>python -m fraglib.bench growth</code>)."
+            "the default size × " + ", ".join(map(str, scales)) + " (<code>python -m fraglib.bench growth</code>: "
+            "real synthetic data; lines <code>…_random</code>: <code>python -m fraglib.bench epoch_growth</code>, "
+            "one epoch on random inputs of the run's views, Pascal1K's training size × scale)."
             " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
-            "(1 = linear; Eq. 5's all-negatives systems grow faster).</p>"
-            "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th></tr>"
+            "(1 = linear; Eq. 5's all-negatives systems grow faster). Each line is from one machine, named on it: a "
+            "slope never mixes machines.</p>"
+            "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th>"
+            "<th>machine, threads</th></tr>"
         )
         for c in comps:
             slope = growth_slope([(s, cell[c, s]["value"]) for s in scales if (c, s) in cell])
+            threads = next(e.get("threads") for (c2, _), e in cell.items() if c2 == c)
             out.append(
-                f"<tr><td>{html.escape(c)}</td>"
+                f"<tr><td>{html.escape(c[0])}</td>"
                 + "".join(
                     f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>"
                     if (c, s) in cell
                     else "<td>—</td>"
                     for s in scales
                 )
-                + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td></tr>"
+                + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td>"
+                + f"<td>{html.escape(c[1])}, {html.escape(str(threads))}</td></tr>"
             )
         out.append(
             "</table><img alt='growth curves' src='data:image/png;base64,"

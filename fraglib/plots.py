@@ -170,10 +170,14 @@ def crops_figure(crops: list[tuple[np.ndarray, str]], title: str) -> plt.Figure:
 
 def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
     """Seconds and peak RSS against images on log-log axes, one line per component (``growth_*`` benchmark
-    entries: name ``growth_<component>_x<scale>_s``, ``images``, ``peak_rss_mb``)."""
+    entries: name ``growth_<component>_x<scale>_s``, ``images``, ``peak_rss_mb``, ``machine``); a component measured
+    on several machines has a line per machine (its first word in the label)."""
+    several = len({str(e.get("machine", "")) for e in entries}) > 1
     lines: dict[str, list[tuple[int, float, float]]] = {}
     for e in entries:
         comp = e["name"][len("growth_") :].rsplit("_x", 1)[0]
+        if several:
+            comp += f" ({(str(e.get('machine', '')).split() or ['?'])[0]})"
         lines.setdefault(comp, []).append((e["images"], e["value"], e["peak_rss_mb"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for comp, pts in sorted(lines.items()):

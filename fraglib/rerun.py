@@ -151,18 +151,41 @@ def verdict_agreement(
     params: dict[str, Any], reference: Path, fresh: Path, dataset: str = "synthetic", n_boot: int = 1000
 ) -> list[dict[str, Any]]:
     """One row per claim and task that both ``reference`` and ``fresh`` (two folders of one study's runs) test:
-    claim id, task, the two verdicts and ``same``."""
+    claim id, task, the two verdicts, ``same``, and each side's difference with its 95 % CI (``committed_ours``,
+    ``new_ours``: ``diff``, ``lo``, ``hi``)."""
     from fraglib.claims import NOT_TESTABLE, claim_rows
 
-    def verdicts(folder: Path) -> dict[tuple[str, str], str]:
+    def verdicts(folder: Path) -> dict[tuple[str, str], Any]:
         rows = claim_rows(params, {dataset: [folder]}, n_boot=n_boot)
-        return {(r.claim["id"], r.task): r.verdict for r in rows if r.study == dataset and r.verdict != NOT_TESTABLE}
+        return {(r.claim["id"], r.task): r for r in rows if r.study == dataset and r.verdict != NOT_TESTABLE}
+
+    def ours(r: Any) -> dict[str, float]:
+        return {k: round(float(r.ours[k]), 3) for k in ("diff", "lo", "hi")}
 
     a, b = verdicts(reference), verdicts(fresh)
     return [
-        {"claim": c, "task": t, "committed": a[c, t], "new": b[c, t], "same": a[c, t] == b[c, t]}
+        {
+            "claim": c,
+            "task": t,
+            "committed": a[c, t].verdict,
+            "new": b[c, t].verdict,
+            "same": a[c, t].verdict == b[c, t].verdict,
+            "committed_ours": ours(a[c, t]),
+            "new_ours": ours(b[c, t]),
+        }
         for c, t in sorted(set(a) & set(b))
     ]
+
+
+def machines(runs_dir: str | Path) -> list[str]:
+    """The machines the training runs under ``runs_dir`` were timed on (their ``timing.json``), sorted."""
+    found = set()
+    for p in Path(runs_dir).glob("*/seeds/*/timing.json"):
+        try:
+            found.add(str(json.loads(p.read_text()).get("machine") or "unknown"))
+        except (ValueError, AttributeError):
+            found.add("unknown")
+    return sorted(found)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -180,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--params", default="params.yaml", help="the settings naming the claims' runs")
     ap.add_argument("--units", help="keep this training run of each run (e.g. 0r1) in the new results")
     ap.add_argument("--reference-units", help="likewise in the reference (e.g. 0)")
+    ap.add_argument("--json", help="also write the comparison (every metric's z, every verdict, the machines) here")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -200,8 +224,21 @@ def main(argv: list[str] | None = None) -> None:
                 from fraglib.params import read_params
 
                 flips = verdict_agreement(read_params(args.params), ref_dir, new_dir)
+            record = {
+                "reference": args.reference_dir or args.reference,
+                "reference_machines": machines(ref_dir) if ref_dir else [],
+                "new": str(args.runs_dir),
+                "new_machines": machines(new_dir),
+                "z_max": args.z_max,
+                "metrics_within": sum(r["ok"] for r in rows),
+                "metrics": rows,
+                "verdicts_same": None if flips is None else sum(f["same"] for f in flips),
+                "verdicts": flips,
+            }
         except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
             ap.error(str(exc))
+    if args.json:
+        write_text(args.json, json.dumps(record, indent=1) + "\n")
     bad = [r for r in rows if not r["ok"]]
     worst = max(rows, key=lambda r: abs(r["z"]))
     for r in bad or [worst]:

@@ -31,6 +31,48 @@ def test_epoch_entries_count_the_work_and_the_critical_path():
     assert tree["sequential"]["levels_batch_mean"] == 0  # Eq. 5 reads the batch by position only
 
 
+def test_epoch_growth_times_every_system_and_leaves_out_the_quadratic_form_at_scale(monkeypatch):
+    """``bench epoch_growth``: a line per run of ``bench.growth_runs`` (a closed form: its fit; a Socher run: the exact
+    Eq. 5 to ``exact_max_scale`` only, the linear form at every scale), each with its slope; the epoch itself is the
+    trainer's (stubbed here: the test checks the bookkeeping, not a time)."""
+    import fraglib.bench.scale as S
+
+    calls = []
+
+    def fake_fresh(fn, run, scale, neg):  # (seconds of the process, peak MB, what the child returned)
+        calls.append((run, scale, neg))
+        return 1.0, 50.0 * scale, {"seconds": 2.0 * scale, "steps": 40 * scale, "fit": run == "kcca",
+                                   "rows_per_image": 1}  # fmt: skip
+
+    monkeypatch.setattr(S, "fresh", fake_fresh)
+    monkeypatch.setenv("FRAGLIB_GROWTH_SCALES", "1,4,16")
+    from fraglib.params import read_params
+
+    params = read_params("params.yaml")
+    params["bench"] = {**params["bench"], "growth_runs": ["full", "kcca", "dtrnn"]}
+    monkeypatch.setattr("fraglib.params.read_params", lambda p: params)
+    got = {e["name"]: e for e in S.bench_epoch_growth(exact_max_scale=4, negatives=8)}
+    assert ("dtrnn", 16, None) not in calls and ("dtrnn", 16, 8) in calls and ("dtrnn", 4, None) in calls
+    assert {
+        "growth_epoch_full_random_x16_s",
+        "growth_fit_kcca_random_x4_s",
+        "growth_epoch_dtrnn_neg8_random_x16_s",
+    } <= set(got)
+    assert "growth_epoch_dtrnn_random_x16_s" not in got
+    assert got["epoch_growth_slope_full_random"]["value"] == pytest.approx(1.0)  # seconds ∝ scale
+    e = got["growth_epoch_full_random_x4_s"]
+    assert e["value"] == 8.0 and e["peak_rss_mb"] == 200 and e["train_images"] == 3200 and e["threads"] == 1
+
+
+def test_random_epoch_trains_one_epoch_of_a_run_on_inputs_of_its_views():
+    """The child itself, in this process, at Pascal1K's training size: DeViSE trains 4,000 pairs in batches of at
+    most 100 (no image twice in a batch, so a few more than 40)."""
+    from fraglib.bench.scale import _random_epoch
+
+    r = _random_epoch("devise", 1, None)
+    assert r["fit"] is False and 40 <= r["steps"] <= 45 and r["seconds"] > 0 and r["rows_per_image"] >= 1
+
+
 def test_socher_entries_time_every_encoder_and_the_recursion():
     from fraglib.bench.systems import bench_socher
 

@@ -93,15 +93,23 @@ def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monke
         fraglib.device, "hardware", lambda d: {"device": "cpu", "machine": "this machine", "threads": 1}
     )
     out, clock = tmp_path / "costs.json", tmp_path / ".clock-make-test"
-    write_json(out, [{"target": "make", "seconds": 700.0}, {"target": "make test", "seconds": 1.0}])
+    other = {"target": "make test", "seconds": 2.0, "machine": "another machine"}
+    write_json(out, [{"target": "make", "seconds": 700.0}, other, {"target": "make test", "seconds": 1.0,
+                                                                    "machine": "this machine"}])  # fmt: skip
     costs.main(["start", str(clock)])
     began = json.loads(clock.read_text())
     assert {"start", "commit", "date"} <= set(began)
     costs.main(["stop", str(clock), "make test", "--out", str(out)])
-    records = {e["target"]: e for e in json.loads(out.read_text())}
-    assert records["make"] == {"target": "make", "seconds": 700.0}
-    new = records["make test"]
+    records = {(e["target"], e.get("machine")): e for e in json.loads(out.read_text())}
+    assert len(records) == 3 and records["make", None] == {"target": "make", "seconds": 700.0}
+    assert records["make test", "another machine"] == other  # another CPU's time of the same target is kept
+    new = records["make test", "this machine"]
     assert 0 <= new["seconds"] < 60 and new["date"] == began["date"]
+    rows = [r for r in costs.target_rows(costs.read_costs(out)) if r[0] == "`make test` in all"]
+    assert [(r[2], r[5]) for r in rows] == [
+        ("2.0 s", "another machine"),
+        (costs.duration(new["seconds"]), "this machine (1 thread)"),
+    ]
     assert (new["device"], new["machine"], new["threads"]) == ("cpu", "this machine", 1)
     assert not clock.exists()
     with pytest.raises(SystemExit):  # stop without start: the clock file is named

@@ -75,15 +75,20 @@ def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatc
     counts = {"Peri": {"synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0))), "": dict(zip(VERDICTS, (0, 0, 0, 0, 1)))}}
     monkeypatch.setattr(F, "_paper_counts", lambda root: counts)
     (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "costs.json").write_text(json.dumps([{"target": "make test", "seconds": 1058.1}]))
+    records = [{"target": "make test", "seconds": 1058.1, "machine": "AMD EPYC"}, {"target": "make test", "seconds": 600.0,
+               "machine": "Intel Xeon"}, {"target": "make", "seconds": 60.0}]  # fmt: skip
+    (tmp_path / "benchmarks" / "costs.json").write_text(json.dumps(records))
     doc = tmp_path / "d.md"
     doc.write_text(
         "2<!-- fact: claims Peri synthetic reversed --> of 7<!-- fact: claims Peri synthetic all -->, "
         "3<!-- fact: claims Peri synthetic not --> 1<!-- fact: claims Peri none untestable --> "
-        "17.6<!-- fact: cost make test -->\n"
+        "17.6<!-- fact: cost make test on AMD --> 10.0<!-- fact: cost make test --> 1.0<!-- fact: cost make -->\n"
     )
     got = [(f.quoted, f.committed) for f in F.facts(tmp_path, [doc])]
-    assert got == [("2", "2"), ("7", "7"), ("3", "1"), ("1", "1"), ("17.6", "17.6")]
+    assert got == [("2", "2"), ("7", "7"), ("3", "1"), ("1", "1"), ("17.6", "17.6"), ("10.0", "10.0"), ("1.0", "1.0")]
+    doc.write_text("1.0<!-- fact: cost make on AMD -->\n")  # no record of that target from that machine
+    with pytest.raises(ValueError, match="no record of target 'make' on a machine named 'AMD'"):
+        F.facts(tmp_path, [doc])
     doc.write_text("1<!-- fact: claims Peri pascal1k reproduced -->\n")
     with pytest.raises(ValueError, match="no claim of Peri is tested on 'pascal1k'"):
         F.facts(tmp_path, [doc])

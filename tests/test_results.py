@@ -375,6 +375,8 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
                 e("growth_features_x1_s", 3.0, 1, 1000),
                 e("growth_features_x4_s", 12.5, 4, 4000),
                 e("growth_epoch_full_x1_s", 1.0, 1, 1000),
+                {**e("growth_epoch_full_random_x1_s", 2.0, 1, 1000), "machine": "n"},
+                {**e("growth_epoch_full_random_x4_s", 8.0, 4, 4000), "machine": "o"},  # another machine: its own line
                 {"name": "coco5k_scores_vse_s", "value": 7.1, "unit": "s", "peak_rss_mb": 972, "measured_tiles": "7/7"},
                 {
                     "name": "coco5k_scores_vse_s_cuda",
@@ -392,6 +394,9 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
     page = build(tmp_path / "reports" / "index.html").read_text()
     assert "Growth with data size" in page and "12.5 s, 400 MB" in page and "data:image/png;base64," in page
     assert "<td>epoch_full</td><td>1.0 s, 100 MB</td><td>—</td>" in page  # a missing scale is a dash
+    assert "<td>features</td><td>3.0 s, 100 MB</td><td>12.5 s, 400 MB</td><td>1.03</td><td>m, 1</td>" in page
+    assert "<td>epoch_full_random</td><td>2.0 s, 100 MB</td><td>—</td><td>—</td><td>n, 1</td>" in page
+    assert "<td>epoch_full_random</td><td>—</td><td>8.0 s, 400 MB</td><td>—</td><td>o, 1</td>" in page
     # the GPU figure sits in its CPU row; a system without one gets dashes; the "how to measure" row is moot
     assert (
         "<td>coco5k_scores_vse_s</td><td>7.1</td><td>972 MB</td><td>7/7 sentence tiles</td><td>0.8</td><td>385 MB</td>"
@@ -1112,9 +1117,20 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     assert rows and all(r["same"] for r in rows) and {r["claim"] for r in rows} >= {"karpathy_t2_dependencies_vs_bow"}
     flips = verdict_agreement(params, ref, flipped, n_boot=200)
     assert flips and not any(r["same"] for r in flips if r["claim"] == "karpathy_t2_dependencies_vs_bow")
+    (ref / "full" / "seeds" / "0").mkdir(parents=True, exist_ok=True)
+    (ref / "full" / "seeds" / "0" / "timing.json").write_text(json.dumps({"machine": "CPU A"}))
+    record = tmp_path / "rerun.json"
     with pytest.raises(SystemExit) as out:
-        main([str(flipped), "--reference-dir", str(ref), "--params", str(ROOT / "params.yaml")])
+        main([str(flipped), "--reference-dir", str(ref), "--params", str(ROOT / "params.yaml"), "--json", str(record)])
     assert out.value.code == 1 and "VERDICT CHANGED: karpathy_t2_dependencies_vs_bow" in capsys.readouterr().out
+    rec = json.loads(record.read_text())  # the comparison as data: every metric, every verdict, the machines
+    assert rec["reference_machines"] == ["CPU A"] and rec["new_machines"] == []
+    assert rec["metrics_within"] == sum(r["ok"] for r in rec["metrics"]) and len(rec["metrics"]) == 12
+    changed = [v for v in rec["verdicts"] if not v["same"]]
+    assert rec["verdicts_same"] == len(rec["verdicts"]) - len(changed) and changed
+    v = next(v for v in changed if v["claim"] == "karpathy_t2_dependencies_vs_bow")
+    assert v["committed_ours"]["diff"] == -v["new_ours"]["diff"] != 0  # the two sides swapped runs
+    assert v["committed_ours"]["lo"] <= v["committed_ours"]["diff"] <= v["committed_ours"]["hi"]
     cut = one_unit(ref, "0r1", tmp_path / "cut")
     m = json.loads((cut / "full" / "metrics.json").read_text())
     assert m["units"] == ["0r1"] and (cut / "full" / "seeds" / "seed0r1" / "ranks.json").exists()

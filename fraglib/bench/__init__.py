@@ -21,7 +21,13 @@ from typing import Any, Callable
 from fraglib.bench.common import RESULTS, merge
 from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
 from fraglib.bench.rehearsal import bench_rehearsal
-from fraglib.bench.scale import bench_coco_eval, bench_growth, bench_memory, bench_socher_growth
+from fraglib.bench.scale import (
+    bench_coco_eval,
+    bench_epoch_growth,
+    bench_growth,
+    bench_memory,
+    bench_socher_growth,
+)
 from fraglib.bench.systems import (
     bench_amp,
     bench_epoch,
@@ -59,6 +65,7 @@ OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long,
     "coco_eval": bench_coco_eval,
     "growth": bench_growth,
     "socher_growth": bench_socher_growth,
+    "epoch_growth": bench_epoch_growth,
     "memory": bench_memory,
     "rehearsal": bench_rehearsal,
     "peri": bench_peri,

@@ -305,6 +305,93 @@ def bench_socher_growth(
     return out
 
 
+def _random_epoch(run: str, scale: int, negatives: int | None) -> dict[str, Any]:
+    """One training epoch of ``run`` (params.yaml; ``negatives`` overrides ``systems.socher.negatives``) on random
+    inputs of the run's views at Pascal1K's training size × ``scale`` (:func:`random_split`: 800 × scale images,
+    5 captions each; a run's cost depends on the sizes, not the values), by the trainer's own
+    :func:`fraglib.train.train_epoch` on one thread; a closed-form system's fit instead. Returns its seconds
+    and sizes."""
+    import torch
+
+    from fraglib import distributed
+    from fraglib.bench.systems import _rows_per_image
+    from fraglib.inputs import pool_images
+    from fraglib.params import read_params
+    from fraglib.systems import get_system
+    from fraglib.train import Step, make_optimizer, resolve_run, train_epoch
+
+    torch.set_num_threads(1)
+    spec = resolve_run(read_params("params.yaml"), run, extra=None if negatives is None else {"negatives": negatives})
+    cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
+    views = cls.views(cfg)
+    rows = _rows_per_image(views)
+    split, dims = random_split(800 * scale, 5, regions=rows, n_rel=1000 if views.sentences == "tokens" else 40)
+    if views.pooled:
+        split = pool_images(split)
+    torch.manual_seed(tc.seed)
+    system = cls(cfg, dims, tc.seed)
+    system.prepare(split)
+    t0 = time.perf_counter()
+    if not cls.TRAINABLE:
+        system.fit(split)
+        return {"seconds": time.perf_counter() - t0, "steps": 0, "fit": True, "rows_per_image": rows}
+    system.use_training_split(split)  # before the clock, as in fraglib.train
+    opt = make_optimizer(tc, system.lr_groups())
+    t0 = time.perf_counter()
+    _, steps, _ = train_epoch(Step(system, distributed.Context()), system, opt, split, tc, 0, torch.device("cpu"))
+    return {"seconds": time.perf_counter() - t0, "steps": steps, "fit": False, "rows_per_image": rows}
+
+
+def bench_epoch_growth(
+    scales: tuple[int, ...] = (1, 4, 16, 32), exact_max_scale: int = 4, negatives: int = 256
+) -> list[dict[str, Any]]:
+    """Every system's epoch against data size up to Flickr30K's (32 × 800 = 25,600 training images, 128,000
+    captions): one epoch of each run of ``params.yaml: bench.growth_runs`` on random inputs of its views
+    (:func:`_random_epoch`), each point a fresh process (seconds of the epoch, peak RSS), one thread.
+    Entries ``growth_epoch_<run>_random_x<scale>_s`` beside :func:`bench_growth`'s real-data lines (which need
+    the features, ≈ 1 h at 16× on 2 cores). A Socher run's exact Eq. 5 (every training tree composed every step,
+    O(data²) per epoch) is timed to ``exact_max_scale`` only; the linear form (``negatives`` sampled trees,
+    ``systems.socher.negatives``) at every scale, as ``<run>_neg<n>``. ``FRAGLIB_GROWTH_SCALES`` chooses the scales."""
+    from fraglib.index import growth_slope
+    from fraglib.params import read_params
+
+    scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
+    params = read_params("params.yaml")
+    n_total = sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
+    out: list[dict[str, Any]] = []
+    for run in (params.get("bench") or {}).get("growth_runs") or []:
+        socher = params["runs"][run]["system"] == "socher"
+        for neg in (None, negatives) if socher else (None,):
+            name = f"{run}_random" if neg is None else f"{run}_neg{neg}_random"
+            points = []
+            for scale in scales:
+                if socher and neg is None and scale > exact_max_scale:
+                    continue
+                _, peak, r = fresh(_random_epoch, run, scale, neg)
+                points.append((scale, r["seconds"]))
+                out.append(
+                    entry(
+                        f"growth_{'fit' if r['fit'] else 'epoch'}_{name}_x{scale}_s",
+                        round(r["seconds"], 2),
+                        "s",
+                        scale=scale,
+                        images=n_total * scale,
+                        train_images=800 * scale,
+                        peak_rss_mb=round(peak),
+                        threads=1,
+                        steps=r["steps"],
+                        rows_per_image=r["rows_per_image"],
+                        inputs="random inputs of the run's views (bench.common.random_split), Pascal1K's training "
+                        "size x scale; fraglib.train.train_epoch's seconds (a closed form: its fit)",
+                    )
+                )
+                print(f"[epoch_growth] {name} x{scale}: {r['seconds']:.1f} s, peak {peak:.0f} MB", flush=True)
+            slope = growth_slope(points)
+            note = "least-squares b of epoch seconds ∝ size^b, random inputs"
+            out.append(_slope_entry(f"epoch_growth_slope_{name}", slope, "exponent", [s for s, _ in points], note))
+    return out
+
+
 def _memory_features(data: str, n: int, out: str) -> None:
     """The features stage (every view, true boxes) on the first ``n`` images of the synthetic set ``data``."""
     from fraglib.data import Dataset, read_karpathy_json
