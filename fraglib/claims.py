@@ -563,11 +563,73 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
             )
         title = study.title if study is not None else data
         out += [Heading(3, f"Tested on `{data}`: {title}"), scope, f"Verdicts: {counts(part)}.", claims_table(part)]
+    out += rerun_blocks(root)
     untested = [r for r in rows if not r.study]
     if untested:
         out += [
             Heading(3, "Not testable here"),
             "Claims that need what no study here has; the paper's difference as printed.",
             untested_table(untested),
+        ]
+    return out
+
+
+RERUNS = Path("benchmarks") / "reruns"  # python -m fraglib.rerun … --json: a re-run on another machine, compared
+
+
+def rerun_blocks(root: str | Path = ".") -> list[Block]:
+    """The verdicts on another CPU: per comparison kept in ``benchmarks/reruns/*.json`` (``python -m fraglib.rerun
+    RUNS --json F``: a study re-made on another machine against the committed results) its machines, the metrics
+    within the re-run contract and the verdicts that stayed; then every verdict that changed, with both CIs."""
+    from fraglib.results import read_json
+
+    files = sorted((Path(root) / RERUNS).glob("*.json"))
+    if not files:
+        return []
+    recs = [(f, read_json(f)) for f in files]
+    for f, r in recs:
+        if not isinstance(r, dict) or not isinstance(r.get("metrics"), list) or "metrics_within" not in r:
+            raise ValueError(f"{f}: not a comparison `python -m fraglib.rerun --json` writes")
+
+    def ci(o: dict[str, float]) -> str:
+        return f"{o['diff']:+.1f} [{o['lo']:+.1f}, {o['hi']:+.1f}]"
+
+    changed = [(f, v) for f, r in recs for v in r.get("verdicts") or [] if not v["same"]]
+    out: list[Block] = [
+        Heading(3, "The verdicts on another CPU"),
+        "Another CPU picks other float kernels, so training follows another trajectory (README "
+        '"Reproducibility"). Each row: a study re-made with `make` on another machine, compared with the results '
+        "in git by `python -m fraglib.rerun` (its metrics within |z| ≤ 3 of the committed ones, and every claim's "
+        "verdict by the same rule).",
+        Table(
+            ("comparison", "results in git from", "re-made on", "metrics within the contract", "verdicts the same"),
+            tuple(
+                (
+                    f"`{f.name}`",
+                    ", ".join(r.get("reference_machines") or ["not recorded"]),
+                    ", ".join(r.get("new_machines") or ["not recorded"]),
+                    f"{r['metrics_within']} of {len(r['metrics'])}",
+                    "—" if r.get("verdicts") is None else f"{r['verdicts_same']} of {len(r['verdicts'])}",
+                )
+                for f, r in recs
+            ),
+        ),
+    ]
+    if changed:
+        out += [
+            "The verdicts that changed (ours [95 % CI] on each machine):",
+            Table(
+                ("comparison", "claim", "task", "in git", "re-made"),
+                tuple(
+                    (
+                        f"`{f.name}`",
+                        f"`{v['claim']}`",
+                        v["task"],
+                        f"{v['committed']}: {ci(v['committed_ours'])}" if "committed_ours" in v else v["committed"],
+                        f"{v['new']}: {ci(v['new_ours'])}" if "new_ours" in v else v["new"],
+                    )
+                    for f, v in changed
+                ),
+            ),
         ]
     return out

@@ -316,3 +316,28 @@ def test_claim_blocks_render_per_study_and_the_untestable_claims(tmp_path):
     assert "`sdtrnn` − `dtrnn`" in text and "`dtrnn` ranks no similarity queries" in text
     assert "### Tested on `pascal1k`: Pascal1K" in text  # every claim tested there is named, not testable: no runs
     assert text.count("All studies:") == 1 and "Verdicts:" in text
+
+
+def test_rerun_blocks_show_each_comparison_and_every_verdict_that_changed(tmp_path):
+    """``benchmarks/reruns/*.json`` (``fraglib.rerun --json``): a row per comparison with its machines and counts,
+    then each changed verdict with both sides' CIs; none kept: no section; a foreign file is named."""
+    assert C.rerun_blocks(tmp_path) == []
+    folder = tmp_path / "benchmarks" / "reruns"
+    folder.mkdir(parents=True)
+    same = {"claim": "a_claim", "task": "search", "committed": "reproduced", "new": "reproduced", "same": True}
+    flip = {"claim": "b_claim", "task": "annotation", "committed": "reproduced", "new": "reversed", "same": False,
+            "committed_ours": {"diff": 2.04, "lo": 0.5, "hi": 3.0}, "new_ours": {"diff": -1.0, "lo": -2.0, "hi": -0.1}}  # fmt: skip
+    rec = {"reference_machines": ["CPU A"], "new_machines": ["CPU B"], "metrics_within": 5, "metrics": [{}] * 6,
+           "verdicts_same": 1, "verdicts": [same, flip]}  # fmt: skip
+    (folder / "synthetic_x.json").write_text(json.dumps(rec))
+    text = markdown(C.rerun_blocks(tmp_path))
+    assert "### The verdicts on another CPU" in text
+    assert "| `synthetic_x.json` | CPU A | CPU B | 5 of 6 | 1 of 2 |" in text
+    assert (
+        "| `synthetic_x.json` | `b_claim` | annotation | reproduced: +2.0 [+0.5, +3.0] | reversed: -1.0 [-2.0, -0.1] |"
+        in text
+    )
+    assert "`a_claim`" not in text  # a verdict that stayed is counted, not listed
+    (folder / "bad.json").write_text(json.dumps([1]))
+    with pytest.raises(ValueError, match="bad.json: not a comparison"):
+        C.rerun_blocks(tmp_path)
