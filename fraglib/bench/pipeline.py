@@ -215,6 +215,10 @@ KERNEL_ENVS = {  # how another CPU can pick other float kernels for the same cod
     "aten_no_simd": {"ATEN_CPU_CAPABILITY": "default"},  # ATen's element-wise / reduction kernels
     "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},  # convolutions (the CNN)
     "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},  # matrix products (the embeddings)
+    # all three pinned: to AVX2 (free on an AVX-512 Xeon: a fragment-model epoch 11.0 → 10.5 s), or to the
+    # vendor-neutral branches (MKL: SSE2 "on Intel and compatible processors"; the same epoch 29.7 s)
+    "pinned_avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "pinned_portable": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
 }
 
 
@@ -252,7 +256,9 @@ def bench_kernel_bits() -> list[dict[str, Any]]:
     """Which settings change the bits of fraglib's float work on this CPU (each in a fresh process):
     the number of settings under which the GEMM, the softmax/sum and the CNN feature map are not
     byte-identical to the default. Evidence for README "Reproducibility": kernels chosen by thread
-    count or instruction set change the last bits, so another CPU gives other features and metrics."""
+    count or instruction set change the last bits, so another CPU gives other features and metrics.
+    Each entry keeps the three outputs' SHA-256 prefixes (``hashes``), so two machines' registers tell whether a
+    setting (``pinned_avx2``, ``pinned_portable``) gives the same bits on both."""
     import subprocess
 
     results = {}
@@ -274,11 +280,14 @@ def bench_kernel_bits() -> list[dict[str, Any]]:
         changed = [k for k in ("gemm", "softmax_sum", "cnn") if r[k] != base[k]]
         entries.append(
             entry(
-                f"kernel_bits_{name}",
+                f"kernel_bits_{name}_on_{base['capability'].lower()}",  # a machine's ISA: both kept
                 len(changed),
                 "outputs changed of 3",
                 note=f"changed: {', '.join(changed) or 'none'}; capability {r['capability']}, "
                 f"{r['threads']} threads (default: {base['capability']}, {base['threads']} threads)",
+                hashes={k: r[k] for k in ("gemm", "softmax_sum", "cnn")},
+                default_hashes={k: base[k] for k in ("gemm", "softmax_sum", "cnn")},
+                env=KERNEL_ENVS[name],
             )
         )
     return entries
