@@ -59,7 +59,7 @@ def test_epoch_growth_times_every_system_and_leaves_out_the_quadratic_form_at_sc
         "growth_epoch_dtrnn_neg8_random_x16_s",
     } <= set(got)
     assert "growth_epoch_dtrnn_random_x16_s" not in got
-    assert got["epoch_growth_slope_full_random"]["value"] == pytest.approx(1.0)  # seconds ∝ scale
+    assert got["slope_epoch_growth_full_random"]["value"] == pytest.approx(1.0)  # seconds ∝ scale
     e = got["growth_epoch_full_random_x4_s"]
     assert e["value"] == 8.0 and e["peak_rss_mb"] == 200 and e["train_images"] == 3200 and e["threads"] == 1
 

@@ -388,7 +388,7 @@ def bench_epoch_growth(
                 print(f"[epoch_growth] {name} x{scale}: {r['seconds']:.1f} s, peak {peak:.0f} MB", flush=True)
             slope = growth_slope(points)
             note = "least-squares b of epoch seconds ∝ size^b, random inputs"
-            out.append(_slope_entry(f"epoch_growth_slope_{name}", slope, "exponent", [s for s, _ in points], note))
+            out.append(_slope_entry(f"slope_epoch_growth_{name}", slope, "exponent", [s for s, _ in points], note))
     return out
 
 
