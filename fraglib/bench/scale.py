@@ -229,37 +229,13 @@ def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
     return out
 
 
-def _socher_epoch(params: dict[str, Any], run: str, scale: int, negatives: int) -> tuple[float, int, int]:
-    """One epoch of ``run`` (a Socher run; params.yaml's settings, as the growth bench resolves them) with
-    ``systems.socher.negatives`` = ``negatives``, by the trainer's own :func:`fraglib.train.train_epoch`, on random
-    trees and descriptors of the synthetic benchmark's training size × ``scale`` (:func:`random_split`; Eq. 5's
-    cost depends on the sizes, not the values): (the epoch's seconds, steps, training sentences)."""
-    import torch
-
-    from fraglib import distributed
-    from fraglib.systems import get_system
-    from fraglib.train import Step, make_optimizer, resolve_run, train_epoch
-
-    spec = resolve_run(params, run, extra={"negatives": negatives})
-    tc, syn = spec.train_config, params["synthetic"]
-    split, dims = random_split(syn["n_train"] * scale, syn["captions_per_image"], seed=0)
-    torch.manual_seed(tc.seed)
-    system = get_system(spec.system)(spec.system_config, dims, tc.seed)
-    system.prepare(split)
-    system.use_training_split(split)  # before the trainer's clock, as in fraglib.train
-    opt = make_optimizer(tc, system.lr_groups())
-    t0 = time.perf_counter()
-    _, steps, _ = train_epoch(Step(system, distributed.Context()), system, opt, split, tc, 0, torch.device("cpu"))
-    return time.perf_counter() - t0, steps, split.n_sentences
-
-
 def bench_socher_growth(
     scales: tuple[int, ...] = (1, 4, 16), negatives: int = 256, run: str = "dtrnn", exact_max_scale: int = 4
 ) -> list[dict[str, Any]]:
     """Eq. 5's epoch cost against data size, exact (``negatives: 0``, every training tree composed every step:
     O(data²) per epoch) and sampled (``negatives`` = 256: linear), for the DT-RNN run: one epoch of the trainer's
     loop per point, each in a fresh process (seconds, peak RSS), on random inputs of the synthetic benchmark's
-    size × scale (:func:`_socher_epoch`). Entries ``growth_epoch_<run>_neg<n>_x<scale>_s``, so the index page's
+    size × scale (:func:`_random_epoch`). Entries ``growth_epoch_<run>_neg<n>_x<scale>_s``, so the index page's
     growth table shows them with their slope beside ``python -m fraglib.bench growth``'s lines (real synthetic
     data, exact Eq. 5: ``growth_epoch_<run>_x<scale>_s``). The exact form is timed up to ``exact_max_scale``
     only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
@@ -278,7 +254,8 @@ def bench_socher_growth(
         for scale in scales:
             if n == 0 and scale > exact_max_scale:
                 continue
-            t, peak, (epoch, steps, trees) = fresh(_socher_epoch, params, run, scale, n)
+            _, peak, r = fresh(_random_epoch, run, scale, n, None)
+            epoch, steps, trees = r["seconds"], r["steps"], r["sentences"]
             points.append((scale, epoch))
             out.append(
                 entry(
@@ -305,12 +282,12 @@ def bench_socher_growth(
     return out
 
 
-def _random_epoch(run: str, scale: int, negatives: int | None) -> dict[str, Any]:
+def _random_epoch(run: str, scale: int, negatives: int | None, threads: int | None = 1) -> dict[str, Any]:
     """One training epoch of ``run`` (params.yaml; ``negatives`` overrides ``systems.socher.negatives``) on random
     inputs of the run's views at Pascal1K's training size × ``scale`` (:func:`random_split`: 800 × scale images,
     5 captions each; a run's cost depends on the sizes, not the values), by the trainer's own
-    :func:`fraglib.train.train_epoch` on one thread; a closed-form system's fit instead. Returns its seconds
-    and sizes."""
+    :func:`fraglib.train.train_epoch` on ``threads`` threads (None: torch's default); a closed-form system's fit
+    instead. Returns its seconds and sizes."""
     import torch
 
     from fraglib import distributed
@@ -320,7 +297,8 @@ def _random_epoch(run: str, scale: int, negatives: int | None) -> dict[str, Any]
     from fraglib.systems import get_system
     from fraglib.train import Step, make_optimizer, resolve_run, train_epoch
 
-    torch.set_num_threads(1)
+    if threads is not None:
+        torch.set_num_threads(threads)
     spec = resolve_run(read_params("params.yaml"), run, extra=None if negatives is None else {"negatives": negatives})
     cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
     views = cls.views(cfg)
@@ -334,12 +312,24 @@ def _random_epoch(run: str, scale: int, negatives: int | None) -> dict[str, Any]
     t0 = time.perf_counter()
     if not cls.TRAINABLE:
         system.fit(split)
-        return {"seconds": time.perf_counter() - t0, "steps": 0, "fit": True, "rows_per_image": rows}
+        return {
+            "seconds": time.perf_counter() - t0,
+            "steps": 0,
+            "fit": True,
+            "rows_per_image": rows,
+            "sentences": split.n_sentences,
+        }
     system.use_training_split(split)  # before the clock, as in fraglib.train
     opt = make_optimizer(tc, system.lr_groups())
     t0 = time.perf_counter()
     _, steps, _ = train_epoch(Step(system, distributed.Context()), system, opt, split, tc, 0, torch.device("cpu"))
-    return {"seconds": time.perf_counter() - t0, "steps": steps, "fit": False, "rows_per_image": rows}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "steps": steps,
+        "fit": False,
+        "rows_per_image": rows,
+        "sentences": split.n_sentences,
+    }
 
 
 def bench_epoch_growth(
