@@ -38,7 +38,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
         raise ConfigError(f"{name}={value!r}: unknown value, allowed: {', '.join(map(str, allowed))}")
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser: 5x faster, same documents
     """YAML with two fixes for parameter files: a key given twice is an error (not the last one
     silently winning; a key may override one merged in by ``<<: *anchor``), and ``1e-3`` is a float
     (YAML 1.1 reads it as a string)."""

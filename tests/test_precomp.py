@@ -2,6 +2,7 @@
 layout ({split}_ims.npy + {split}_caps.txt), on small files written here."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -97,6 +98,30 @@ def test_precomp_features_feed_the_systems(tiny_text, tmp_path):
     for view, rows in (("top36", 3), ("rcnn", 3), ("fullframe", 1)):
         splits, dims, _ = load_splits(DataPaths(out), Views(view, "dependency"), torch.device("cpu"))
         assert dims["img_dim"] == 7 and set(splits["test"].images.counts().tolist()) == {rows}
+    rcnn, top36 = out / "features" / "rcnn.npz", out / "features" / "top36.npz"
+    assert os.path.samefile(rcnn, top36)  # one file on disk, two names (a COCO import: 37 GB once)
+
+
+def test_region_cache_is_copied_where_links_fail(tiny_text, tmp_path, monkeypatch):
+    """A file system without hard links gets a copy of the same bytes, and no temporary file is left."""
+    import shutil
+
+    from fraglib.data import precomp
+
+    src, _ = tiny_text
+    out = tmp_path / "d"
+    shutil.copytree(src, out)
+    ds = read_karpathy_json(out / "dataset.json")
+    n = len(ds.images)
+
+    def no_links(a, b):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(precomp.os, "link", no_links)
+    precomp.write_cache(ds, np.ones((n * 2, 3), np.float32), np.full(n, 2), out)
+    rcnn, top36 = out / "features" / "rcnn.npz", out / "features" / "top36.npz"
+    assert not os.path.samefile(rcnn, top36) and rcnn.read_bytes() == top36.read_bytes()
+    assert sorted(q.name for q in (out / "features").iterdir()) == ["rcnn.npz", "top36.npz"]
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,28 @@ def test_bootstrap_draws_stay_inside_the_drawn_group():
     assert set(np.unique(units)) == {0, 1, 2, 3, 4} and queries.max() == 3
 
 
+def test_bootstrap_values_are_the_plain_loop_over_draws():
+    """Each resample's metric, written straight from the definition (for every drawn group slot and unit: the metric
+    of that unit's ranks at the slot's drawn queries; averaged over slots and units), equals the vectorised form to
+    the bit, with groups, strata and ties."""
+    from fraglib.metrics import _boot_values, bootstrap_draws, rank_metric
+
+    rng = np.random.default_rng(3)
+    for trial in range(6):
+        ranks = rng.integers(1, 40, size=(5, 23))
+        groups = [0, 0, 1, 1, 1] if trial % 2 else list(range(5))
+        strata = rng.integers(0, 3, size=23) if trial % 3 == 0 else None
+        units, queries = bootstrap_draws(groups, 23, 30, trial, strata)
+        for name in ("r1", "r5", "r10", "mean_rank", "median_rank", "median_rank_vsepp"):
+            loop = [
+                np.mean(
+                    [[rank_metric(ranks[u][queries[b, g]], name) for u in units[b, g]] for g in range(units.shape[1])]
+                )
+                for b in range(units.shape[0])
+            ]
+            np.testing.assert_allclose(_boot_values(ranks, name, units, queries), loop, rtol=0, atol=1e-12)
+
+
 def test_training_noise_widens_the_ci():
     """Two training runs on one split whose ranks differ only between runs (every query alike within a
     run): a query bootstrap alone would give a zero-width CI at 50; resampling the runs spans both
