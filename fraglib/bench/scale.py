@@ -430,7 +430,7 @@ def bench_memory() -> list[dict[str, Any]]:
     (``FRAGLIB_MEMORY_FEATURE_IMAGES``, default 250,500,1000; ``FRAGLIB_MEMORY_DATASET`` names a made one, else
     ``params.yaml: synthetic`` is generated), and the precomp import of made SCAN-layout files, n images × 36
     regions × 2,048 float16 (``FRAGLIB_MEMORY_PRECOMP_IMAGES``, default 7,700,15,400,30,800: 1/16 to 1/4 of
-    COCO's 123,287; the full size needs ≈ 18 GB in and 2 × 37 GB out on disk), written under
+    COCO's 123,287; the full size needs ≈ 18 GB in and 37 GB out on disk), written under
     ``FRAGLIB_MEMORY_DIR`` (default the system's temporary folder) and removed after. Entries
     ``memory_<stage>_n<n>_mb`` (peak RSS, seconds) and ``memory_<stage>_mb_per_image`` (the fitted slope)."""
     import shutil

@@ -13,7 +13,8 @@ whole-image row per image (views ``fullframe`` and ``rcnn``); regions as ``featu
 no whole-image descriptor; views ``top36``, ``rcnn``, ``fullframe``). Nothing is held whole: the
 ``.npy`` files are read in blocks (:func:`fraglib.data.dataset.npy_chunks`, plain reads, no map) once to
 check them and once to write the cache block by block, so the import of SCAN's COCO regions (123,287 ×
-36 × 2,048 float16, ≈ 18 GB; ≈ 37 GB per cache as float32) holds a few hundred MB whatever the size.
+36 × 2,048 float16, ≈ 18 GB; ≈ 37 GB as a float32 cache, which ``top36.npz`` and ``rcnn.npz`` share by a hard
+link) holds a few hundred MB whatever the size.
 """
 
 from __future__ import annotations
