@@ -303,3 +303,26 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
     assert not (tmp_path / "w" / "precomp").exists()  # the made input is removed once imported
     rescored = json.loads((tmp_path / "w" / "kcca.json").read_text())  # the 1K test and its 5 folds
     assert rescored["annotation"]["r1"] == by["train_kcca"]["test_r1"][0] and rescored["folds"]
+
+
+def test_repeated_dataset_lists_each_picture_under_new_ids(tiny_synth):
+    """The features' memory at 32x (bench memory, FRAGLIB_MEMORY_FEATURE_SCALES) lists each picture x times: ids of
+    every copy are distinct, files and captions the original's, and every copy has its true boxes."""
+    from fraglib.bench.scale import repeat_dataset
+    from fraglib.data import read_karpathy_json
+    from fraglib.data.synthetic import synthetic_truth
+
+    src, _ = tiny_synth
+    ds = read_karpathy_json(src / "dataset.json")
+    truth = synthetic_truth(src / "ground_truth.json")
+    big, big_truth = repeat_dataset(ds, truth, 3)
+    n = len(ds.images)
+    assert len(big.images) == 3 * n and len(big.sentences) == 3 * len(ds.sentences)
+    assert len({im["imgid"] for im in big.images}) == 3 * n and len({s["sentid"] for s in big.sentences}) == 3 * len(
+        ds.sentences
+    )
+    assert [im["filename"] for im in big.images] == [im["filename"] for im in ds.images] * 3
+    assert [s["raw"] for s in big.sentences[-len(ds.sentences) :]] == [s["raw"] for s in ds.sentences]
+    assert set(big_truth) == {im["imgid"] for im in big.images}
+    last = big.images[-1]["imgid"]
+    np.testing.assert_array_equal(big_truth[last], truth[ds.images[-1]["imgid"]])

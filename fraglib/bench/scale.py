@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 import time
@@ -397,6 +398,40 @@ def _memory_features(data: str, n: int, out: str) -> None:
     extract(ds, cfg, out, synthetic_truth(Path(data) / "ground_truth.json"), progress=False, region_views=True)
 
 
+def repeat_dataset(ds, truth: dict[int, Any], scale: int):
+    """(dataset, truth) with each picture of ``ds`` listed ``scale`` times: copy r of an image or sentence has id
+    + r · step (step above every id; same file, same captions), ``truth`` (imgid -> boxes) given for every copy."""
+    from fraglib.data import Dataset
+
+    step = 1 + max([im["imgid"] for im in ds.images] + [s["sentid"] for s in ds.sentences])
+    images = [{**im, "imgid": r * step + im["imgid"]} for r in range(scale) for im in ds.images]
+    sents = [
+        {**s, "sentid": r * step + s["sentid"], "imgid": r * step + s["imgid"]}
+        for r in range(scale)
+        for s in ds.sentences
+    ]
+    return Dataset(ds.name, ds.image_dir, images, sents), {
+        r * step + k: v for r in range(scale) for k, v in truth.items()
+    }
+
+
+def _memory_features_scaled(data: str, scale: int, out: str) -> None:
+    """The features stage (every view, true boxes) on ``scale`` × the synthetic set ``data`` (:func:`repeat_dataset`),
+    with proposals on 64 px and the backbone on 128 px: ≈ 0.07 s per image on 2 cores instead of 0.25, and per image
+    the same rows and descriptor sizes, which is what the stage's memory could grow with."""
+    from fraglib.data import read_karpathy_json
+    from fraglib.data.synthetic import synthetic_truth
+    from fraglib.params import read_params
+    from fraglib.vision.features import extract
+    from fraglib.vision.rcnn import VisionConfig
+
+    ds, truth = repeat_dataset(
+        read_karpathy_json(Path(data) / "dataset.json"), synthetic_truth(Path(data) / "ground_truth.json"), scale
+    )
+    cfg = VisionConfig(**{**read_params("params.yaml")["vision"], "proposal_size": 64, "image_size": 128})
+    extract(ds, cfg, out, truth, progress=False, region_views=True)
+
+
 def _memory_precomp(root: str, out: str) -> None:
     from fraglib.data.__main__ import main as convert
 
@@ -430,7 +465,9 @@ def bench_memory() -> list[dict[str, Any]]:
     (``FRAGLIB_MEMORY_FEATURE_IMAGES``, default 250,500,1000; ``FRAGLIB_MEMORY_DATASET`` names a made one, else
     ``params.yaml: synthetic`` is generated), and the precomp import of made SCAN-layout files, n images × 36
     regions × 2,048 float16 (``FRAGLIB_MEMORY_PRECOMP_IMAGES``, default 7,700,15,400,30,800: 1/16 to 1/4 of
-    COCO's 123,287; the full size needs ≈ 18 GB in and 37 GB out on disk), written under
+    COCO's 123,287; the full size needs ≈ 18 GB in and 37 GB out on disk), and with ``FRAGLIB_MEMORY_FEATURE_SCALES``
+    (e.g. 32: ≈ 45,000 images, ≈ 1 h on 2 cores) the features stage on each picture listed that many times
+    (:func:`_memory_features_scaled`), written under
     ``FRAGLIB_MEMORY_DIR`` (default the system's temporary folder) and removed after. Entries
     ``memory_<stage>_n<n>_mb`` (peak RSS, seconds) and ``memory_<stage>_mb_per_image`` (the fitted slope)."""
     import shutil
@@ -440,6 +477,7 @@ def bench_memory() -> list[dict[str, Any]]:
 
     env = os.environ.get
     feature_ns = [int(x) for x in env("FRAGLIB_MEMORY_FEATURE_IMAGES", "250,500,1000").split(",") if x]
+    feature_scales = [int(x) for x in env("FRAGLIB_MEMORY_FEATURE_SCALES", "").split(",") if x]
     precomp_ns = [int(x) for x in env("FRAGLIB_MEMORY_PRECOMP_IMAGES", "7700,15400,30800").split(",") if x]
     out: list[dict[str, Any]] = []
 
@@ -452,7 +490,7 @@ def bench_memory() -> list[dict[str, Any]]:
 
     with tempfile.TemporaryDirectory(dir=env("FRAGLIB_MEMORY_DIR")) as tmp:
         data = env("FRAGLIB_MEMORY_DATASET")
-        if feature_ns and not data:
+        if (feature_ns or feature_scales) and not data:
             data = str(Path(tmp) / "synth")
             fresh(_growth_data, read_params("params.yaml"), 1, data)
         points = []
@@ -463,6 +501,26 @@ def bench_memory() -> list[dict[str, Any]]:
             out.append(entry(f"memory_features_n{n}_mb", round(peak), "MB", images=n, seconds=round(t, 1)))
             print(f"[memory] features, {n} images: peak {peak:.0f} MB, {t:.0f} s", flush=True)
         record("features", points)
+        for x in feature_scales:
+            dest = Path(tmp) / f"features_x{x}"
+            t, peak, _ = fresh(_memory_features_scaled, data, x, str(dest))
+            stats = json.loads((dest / "features_stats.json").read_text())
+            written = sum(p.stat().st_size for p in dest.glob("*.npz"))
+            shutil.rmtree(dest)
+            out.append(
+                entry(
+                    f"memory_features_x{x}_mb",
+                    round(peak),
+                    "MB",
+                    images=stats["images"],
+                    seconds=round(t, 1),
+                    workers_peak_rss_mb=round(stats["peak_rss_workers_mb"]),
+                    written_gb=round(written / 1e9, 2),
+                    note="features stage (4 views, true boxes) on each synthetic picture listed x times, proposals "
+                    "on 64 px, backbone on 128 px (per image the same rows); fresh process's peak RSS, workers apart",
+                )
+            )
+            print(f"[memory] features x{x} ({stats['images']} images): peak {peak:.0f} MB, {t:.0f} s", flush=True)
         points = []
         for n in precomp_ns:
             root, dest = Path(tmp) / f"precomp{n}", Path(tmp) / f"imported{n}"
