@@ -326,3 +326,17 @@ def test_repeated_dataset_lists_each_picture_under_new_ids(tiny_synth):
     assert set(big_truth) == {im["imgid"] for im in big.images}
     last = big.images[-1]["imgid"]
     np.testing.assert_array_equal(big_truth[last], truth[ds.images[-1]["imgid"]])
+
+
+def test_scaled_features_stage_writes_every_copy(tiny_synth, tmp_path):
+    """bench memory's features stage at x2 on the first 5 pictures: 10 images in every cache, one per copy."""
+    from fraglib.bench.scale import _memory_features
+    from fraglib.data.cache import FeatureCache
+
+    src, _ = tiny_synth
+    _memory_features(str(src), str(tmp_path / "f"), 5, 2)
+    stats = json.loads((tmp_path / "f" / "features_stats.json").read_text())
+    assert stats["images"] == 10
+    for view in ("rcnn", "groundtruth", "top36", "grid"):
+        c = FeatureCache.load(tmp_path / "f" / f"{view}.npz")
+        assert len(c.offsets) == 11 and len(set(c.imgids.tolist())) == 10

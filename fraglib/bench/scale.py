@@ -383,21 +383,6 @@ def bench_epoch_growth(
     return out
 
 
-def _memory_features(data: str, n: int, out: str) -> None:
-    """The features stage (every view, true boxes) on the first ``n`` images of the synthetic set ``data``."""
-    from fraglib.data import Dataset, read_karpathy_json
-    from fraglib.data.synthetic import synthetic_truth
-    from fraglib.params import read_params
-    from fraglib.vision.features import extract
-    from fraglib.vision.rcnn import VisionConfig
-
-    ds = read_karpathy_json(Path(data) / "dataset.json")
-    keep = {im["imgid"] for im in ds.images[:n]}
-    ds = Dataset(ds.name, ds.image_dir, ds.images[:n], [s for s in ds.sentences if s["imgid"] in keep])
-    cfg = VisionConfig(**read_params("params.yaml")["vision"])
-    extract(ds, cfg, out, synthetic_truth(Path(data) / "ground_truth.json"), progress=False, region_views=True)
-
-
 def repeat_dataset(ds, truth: dict[int, Any], scale: int):
     """(dataset, truth) with each picture of ``ds`` listed ``scale`` times: copy r of an image or sentence has id
     + r · step (step above every id; same file, same captions), ``truth`` (imgid -> boxes) given for every copy."""
@@ -415,21 +400,29 @@ def repeat_dataset(ds, truth: dict[int, Any], scale: int):
     }
 
 
-def _memory_features_scaled(data: str, scale: int, out: str) -> None:
-    """The features stage (every view, true boxes) on ``scale`` × the synthetic set ``data`` (:func:`repeat_dataset`),
-    with proposals on 64 px and the backbone on 128 px: ≈ 0.07 s per image on 2 cores instead of 0.25, and per image
-    the same rows and descriptor sizes, which is what the stage's memory could grow with."""
-    from fraglib.data import read_karpathy_json
+def _memory_features(data: str, out: str, n: int | None = None, scale: int = 1) -> None:
+    """The features stage (every view, true boxes) on the first ``n`` images of the synthetic set ``data`` (default
+    all); with ``scale`` > 1 on each listed ``scale`` times (:func:`repeat_dataset`), proposals on 64 px and the
+    backbone on 128 px: ≈ 0.07 s per image on 2 cores instead of 0.25, and per image the same rows and descriptor
+    sizes, which is what the stage's memory could grow with."""
+    from fraglib.data import Dataset, read_karpathy_json
     from fraglib.data.synthetic import synthetic_truth
     from fraglib.params import read_params
     from fraglib.vision.features import extract
     from fraglib.vision.rcnn import VisionConfig
 
-    ds, truth = repeat_dataset(
-        read_karpathy_json(Path(data) / "dataset.json"), synthetic_truth(Path(data) / "ground_truth.json"), scale
-    )
-    cfg = VisionConfig(**{**read_params("params.yaml")["vision"], "proposal_size": 64, "image_size": 128})
-    extract(ds, cfg, out, truth, progress=False, region_views=True)
+    ds = read_karpathy_json(Path(data) / "dataset.json")
+    truth = synthetic_truth(Path(data) / "ground_truth.json")
+    if n is not None:
+        keep = {im["imgid"] for im in ds.images[:n]}
+        ds = Dataset(ds.name, ds.image_dir, ds.images[:n], [s for s in ds.sentences if s["imgid"] in keep])
+    settings = read_params("params.yaml")["vision"]
+    if scale > 1:
+        ds, truth = repeat_dataset(
+            ds, {k: v for k, v in truth.items() if k in {im["imgid"] for im in ds.images}}, scale
+        )
+        settings = {**settings, "proposal_size": 64, "image_size": 128}
+    extract(ds, VisionConfig(**settings), out, truth, progress=False, region_views=True)
 
 
 def _memory_precomp(root: str, out: str) -> None:
@@ -467,7 +460,7 @@ def bench_memory() -> list[dict[str, Any]]:
     regions × 2,048 float16 (``FRAGLIB_MEMORY_PRECOMP_IMAGES``, default 7,700,15,400,30,800: 1/16 to 1/4 of
     COCO's 123,287; the full size needs ≈ 18 GB in and 37 GB out on disk), and with ``FRAGLIB_MEMORY_FEATURE_SCALES``
     (e.g. 32: ≈ 45,000 images, ≈ 1 h on 2 cores) the features stage on each picture listed that many times
-    (:func:`_memory_features_scaled`), written under
+    (:func:`_memory_features`), written under
     ``FRAGLIB_MEMORY_DIR`` (default the system's temporary folder) and removed after. Entries
     ``memory_<stage>_n<n>_mb`` (peak RSS, seconds) and ``memory_<stage>_mb_per_image`` (the fitted slope)."""
     import shutil
@@ -495,7 +488,7 @@ def bench_memory() -> list[dict[str, Any]]:
             fresh(_growth_data, read_params("params.yaml"), 1, data)
         points = []
         for n in feature_ns:
-            t, peak, _ = fresh(_memory_features, data, n, str(Path(tmp) / f"features{n}"))
+            t, peak, _ = fresh(_memory_features, data, str(Path(tmp) / f"features{n}"), n)
             shutil.rmtree(Path(tmp) / f"features{n}")
             points.append((n, peak))
             out.append(entry(f"memory_features_n{n}_mb", round(peak), "MB", images=n, seconds=round(t, 1)))
@@ -503,7 +496,7 @@ def bench_memory() -> list[dict[str, Any]]:
         record("features", points)
         for x in feature_scales:
             dest = Path(tmp) / f"features_x{x}"
-            t, peak, _ = fresh(_memory_features_scaled, data, x, str(dest))
+            t, peak, _ = fresh(_memory_features, data, str(dest), None, x)
             stats = json.loads((dest / "features_stats.json").read_text())
             written = sum(p.stat().st_size for p in dest.glob("*.npz"))
             shutil.rmtree(dest)
