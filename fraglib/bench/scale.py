@@ -385,7 +385,7 @@ def bench_epoch_growth(
 
 def repeat_dataset(ds, truth: dict[int, Any], scale: int):
     """(dataset, truth) with each picture of ``ds`` listed ``scale`` times: copy r of an image or sentence has id
-    + r · step (step above every id; same file, same captions), ``truth`` (imgid -> boxes) given for every copy."""
+    + r · step (step above every id; same file, same captions), ``truth`` (imgid -> boxes; may hold other images too) given for every copy."""
     from fraglib.data import Dataset
 
     step = 1 + max([im["imgid"] for im in ds.images] + [s["sentid"] for s in ds.sentences])
@@ -395,9 +395,8 @@ def repeat_dataset(ds, truth: dict[int, Any], scale: int):
         for r in range(scale)
         for s in ds.sentences
     ]
-    return Dataset(ds.name, ds.image_dir, images, sents), {
-        r * step + k: v for r in range(scale) for k, v in truth.items()
-    }
+    ids = [im["imgid"] for im in ds.images]
+    return Dataset(ds.name, ds.image_dir, images, sents), {r * step + k: truth[k] for r in range(scale) for k in ids}
 
 
 def _memory_features(data: str, out: str, n: int | None = None, scale: int = 1) -> None:
@@ -418,9 +417,7 @@ def _memory_features(data: str, out: str, n: int | None = None, scale: int = 1) 
         ds = Dataset(ds.name, ds.image_dir, ds.images[:n], [s for s in ds.sentences if s["imgid"] in keep])
     settings = read_params("params.yaml")["vision"]
     if scale > 1:
-        ds, truth = repeat_dataset(
-            ds, {k: v for k, v in truth.items() if k in {im["imgid"] for im in ds.images}}, scale
-        )
+        ds, truth = repeat_dataset(ds, truth, scale)
         settings = {**settings, "proposal_size": 64, "image_size": 128}
     extract(ds, VisionConfig(**settings), out, truth, progress=False, region_views=True)
 
