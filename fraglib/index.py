@@ -191,7 +191,10 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         out.append(
             "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
             "the default size × " + ", ".join(map(str, scales)) + " (<code>python -m fraglib.bench growth</code>: "
-            "real synthetic data; lines <code>…_random</code>: <code>python -m fraglib.bench epoch_growth</code>, "
+            "real synthetic data, every split × scale — generation with parse and fragments, features "
+            "(<code>features_cheap</code>: proposals on 64 px, backbone on 128 px), one epoch of each run and its "
+            "test evaluation in one <code>fraglib.study</code>, the results page of those runs (<code>report</code>); "
+            "lines <code>…_random</code>: <code>python -m fraglib.bench epoch_growth</code>, "
             "one epoch on random inputs of the run's views, Pascal1K's training size × scale)."
             " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
             "(1 = linear; Eq. 5's all-negatives systems grow faster). Each line is from one machine, named on it: a "
@@ -263,13 +266,15 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     sizes = sorted({e["images"] for e in rows})
-    first = ("make", "import", "parse", "fragments")  # the pipeline's order, then each run's training and re-scoring
-    runs = list(dict.fromkeys(e["stage"].split("_", 1)[1] for e in rows if e["stage"] not in first))
-    stages = sorted(
+    first = ("make", "import", "parse", "fragments")  # the pipeline's order, each run's training and re-scoring,
+    runs = list(dict.fromkeys(e["stage"].split("_", 1)[1] for e in rows if e["stage"] not in (*first, "report")))
+    stages = sorted(  # then the results page
         {e["stage"] for e in rows},
         key=lambda st: (
             (first.index(st), 0, 0)
             if st in first
+            else (len(first) + 1, 0, 0)
+            if st == "report"
             else (len(first), runs.index(st.split("_", 1)[1]), st.startswith("rescore"))
         ),
     )

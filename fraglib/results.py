@@ -891,6 +891,17 @@ def validation_by_split(runs_dir: str | Path, names: list[str], labels: dict[str
     return first.loc[[r for r in dict.fromkeys(best.run) if r in first.index]].round(1)
 
 
+def has_pictures(dataset_dir: str | Path) -> bool:
+    """Whether the test split's pictures of the dataset in ``dataset_dir`` are on disk (the first test image's file):
+    a dataset imported from precomputed features (docs/own_data.md) has none, and the figures that show pictures
+    say so instead of failing."""
+    from fraglib.data import read_karpathy_json
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    test = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
+    return bool(test) and ds.image_path(test[0]).is_file()
+
+
 def retrieval_panels(
     seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int, k: int = 5
 ) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@ asserts a time — benchmarks measure, tests check what is reported)."""
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +63,78 @@ def test_epoch_growth_times_every_system_and_leaves_out_the_quadratic_form_at_sc
     assert got["slope_epoch_growth_full_random"]["value"] == pytest.approx(1.0)  # seconds ∝ scale
     e = got["growth_epoch_full_random_x4_s"]
     assert e["value"] == 8.0 and e["peak_rss_mb"] == 200 and e["train_images"] == 3200 and e["threads"] == 1
+
+
+def test_growth_times_every_stage_and_samples_socher_negatives_above_the_exact_scale(monkeypatch):
+    """``bench growth``: per scale data, features, a study per run (its epoch or fit and its test evaluation, from
+    the study's timing.json) and the results page, whose peak is the notebook kernel's when larger; a Socher run
+    with the exact Eq. 5 is given sampled negatives above ``exact_max_scale`` and named for them (stubbed
+    children: the test checks the bookkeeping, not a time)."""
+    import yaml
+
+    import fraglib.bench.scale as S
+
+    calls = []
+
+    def fake_fresh(fn, *args):
+        name = fn.__name__
+        if name == "_study":
+            argv = args[0]
+            run = argv[argv.index("--run") + 1]
+            P = yaml.safe_load(Path(argv[argv.index("--params") + 1]).read_text())
+            calls.append((run, P["runs"][run].get("negatives"), P["runs"][run].get("epochs"), P["study"]["jobs"]))
+            fit = run == "kcca"  # a closed form: not clocked by the trainer
+            timing = {"train_seconds": None if fit else 6.0, "eval_seconds": 2.0, "epochs": None if fit else 1}
+            return 10.0, 300.0, timing
+        if name == "_report":
+            Path(args[0][1]).write_text("<html>" + "x" * 4096)
+            return 5.0, 100.0, 700.0  # the kernel's peak above the driver's
+        calls.append((name, args[-1] if name == "_growth_features" else None))
+        return 3.0, 80.0, None
+
+    monkeypatch.setattr(S, "fresh", fake_fresh)
+    monkeypatch.setenv("FRAGLIB_GROWTH_SCALES", "1,8")
+    monkeypatch.setenv("FRAGLIB_GROWTH_VISION", "cheap")
+    monkeypatch.setenv("FRAGLIB_GROWTH_RUNS", "full,kcca,dtrnn")
+    got = {e["name"]: e for e in S.bench_growth(exact_max_scale=4, negatives=8)}
+    assert ("dtrnn", None, 1, 1) in calls and ("dtrnn", 8, 1, 1) in calls  # exact at 1x, sampled at 8x
+    assert ("kcca", None, None, 1) in calls and ("_growth_features", True) in calls  # a fit has no epochs
+    for x in (1, 8):
+        assert {
+            f"growth_{w}_x{x}_s" for w in ("data", "features_cheap", "epoch_full", "fit_kcca", "eval_full", "report")
+        } <= set(got)
+    assert (
+        "growth_epoch_dtrnn_x1_s" in got
+        and "growth_epoch_dtrnn_neg8_x8_s" in got
+        and "growth_epoch_dtrnn_x8_s" not in got
+    )
+    e = got["growth_epoch_full_x8_s"]
+    assert (
+        e["value"] == 6.0
+        and e["images"] == 8 * 800 + 100 + 500
+        and e["train_images"] == 6400
+        and e["study_s"] == 10.0
+        and e["peak_rss_mb"] == 300
+    )
+    assert (
+        got["growth_eval_full_x8_s"]["value"] == 2.0
+        and "proposals 64 px" in got["growth_features_cheap_x1_s"]["vision"]
+    )
+    r = got["growth_report_x1_s"]
+    assert r["value"] == 5.0 and r["peak_rss_mb"] == 700 and r["runs"] == 3 and r["page_kb"] == 4
+
+
+def test_growth_params_train_once_for_one_epoch_in_the_measured_process():
+    from fraglib.bench.scale import growth_params
+    from fraglib.params import read_params
+    from fraglib.train import resolve_run
+
+    params = read_params("params.yaml")
+    p = growth_params(params, ["full", "kcca", "dtrnn"], {"dtrnn": 16})
+    assert p["study"]["jobs"] == 1 and p["study"]["seeds"] == [0] and p["study"]["replicates"] == 1
+    assert "replicates" not in p["runs"]["full"] and params["runs"]["full"]["replicates"] == 2  # a copy
+    assert resolve_run(p, "full").train_config.epochs == 1 and resolve_run(p, "dtrnn").system_config.negatives == 16
+    assert "epochs" not in p["runs"]["kcca"]  # closed form: nothing to shorten
 
 
 def test_random_epoch_trains_one_epoch_of_a_run_on_inputs_of_its_views():
@@ -260,7 +333,7 @@ def test_rehearsal_data_is_the_precomp_layout_and_its_regions_carry_the_captions
 @pytest.mark.slow
 def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, monkeypatch):
     """bench rehearsal on a tiny made set: one entry per stage (make, import, parse, fragments, each run's training
-    and re-scoring) with seconds and peak RSS, a training's epochs and test R@1, and kCCA above chance. Each stage
+    and re-scoring, the results page) with seconds and peak RSS, a training's epochs and test R@1, and kCCA above chance. Each stage
     runs in this process here (``fresh`` stubbed: a fresh process per stage is what the benchmark adds)."""
     import time
 
@@ -291,6 +364,7 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
         "rescore_devise",
         "train_kcca",
         "rescore_kcca",
+        "report",
     ]
     assert all(
         e["name"] == f"rehearsal_{e['stage']}_n100_s" and e["value"] >= 0 and e["peak_rss_mb"] > 0 for e in entries
@@ -303,6 +377,8 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
     assert not (tmp_path / "w" / "precomp").exists()  # the made input is removed once imported
     rescored = json.loads((tmp_path / "w" / "kcca.json").read_text())  # the 1K test and its 5 folds
     assert rescored["annotation"]["r1"] == by["train_kcca"]["test_r1"][0] and rescored["folds"]
+    page = (tmp_path / "w" / "results.html").read_text()  # the results page of a user's own precomp data
+    assert "Flickr30K-size rehearsal (100 images" in page and by["report"]["page_kb"] > 0 and by["report"]["runs"] == 2
 
 
 def test_repeated_dataset_lists_each_picture_under_new_ids(tiny_synth):

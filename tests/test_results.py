@@ -1161,7 +1161,8 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
 
 
 def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch():
-    """The rehearsal's table: make → import → parse → fragments, then each run's training and re-scoring; a stage's
+    """The rehearsal's table: make → import → parse → fragments, then each run's training and re-scoring, last the
+    results page; a stage's
     slope from its seconds, a training's from its seconds per epoch (2 epochs at one size, 1 at the other)."""
     from fraglib.index import _rehearsal_section
 
@@ -1173,10 +1174,10 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
         e("fragments", 100, 1.0), e("fragments", 400, 4.0), e("import", 100, 2.0), e("import", 400, 4.0),
         e("train_x", 100, 50.0, epochs=2, epoch_s=20.0, test_r1=[5.0, 4.0]),
         e("train_x", 400, 90.0, epochs=1, epoch_s=80.0, test_r1=[9.5, 7.25], commit="abc1234", date="2026-11-28"),
-        e("rescore_x", 100, 1.0), e("make", 100, 1.0),
+        e("report", 100, 3.0), e("rescore_x", 100, 1.0), e("make", 100, 1.0),
     ]  # fmt: skip
     html = "".join(_rehearsal_section(rows))
-    order = [html.index(f"<td>{s}</td>") for s in ("make", "import", "fragments", "train_x", "rescore_x")]
+    order = [html.index(f"<td>{s}</td>") for s in ("make", "import", "fragments", "train_x", "rescore_x", "report")]
     assert order == sorted(order)
     assert "<td>import</td><td>2.0 s, 10 MB</td><td>4.0 s, 10 MB</td><td>0.50</td>" in html  # 2× for 4×: b = 0.5
     assert (
@@ -1224,3 +1225,18 @@ def test_lead_summary_counts_and_words_by_hand():
         "ahead; b / search: -3.0 [-5.0, -0.2] — fragments behind; c / search: +0.5 [-1.0, +2.0] — not distinguishable"
     )
     assert lead_word(0.0, 1.0) == "not distinguishable"
+
+
+def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_images(tiny_synth, tmp_path):
+    """The results page's picture figures ask ``has_pictures`` first: true where the test images are on disk,
+    false for the same dataset without its image folder (as ``fraglib.data precomp`` writes one)."""
+    import shutil
+
+    from fraglib.results import has_pictures
+
+    src, _ = tiny_synth
+    assert has_pictures(src)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(src / "dataset.json", bare / "dataset.json")
+    assert not has_pictures(bare)

@@ -2,9 +2,10 @@
 VSE++/SCAN's precomputed layout at Flickr30K's sizes (29,000 / 1,014 / 1,000 images, 36 regions × 2,048
 float16 each, five captions per image from the synthetic grammar) taken through docs/own_data.md's commands —
 ``fraglib.data precomp`` → ``fraglib.text parse`` → ``fraglib.text fragments`` → ``fraglib.study`` per run (its
-training and its 1K test) → ``fraglib.evaluate`` (re-scored, the 5-fold protocol too) — each a fresh process
+training and its 1K test) → ``fraglib.evaluate`` (re-scored, the 5-fold protocol too) → the results page
+(``notebooks/results_report.ipynb``) — each a fresh process
 whose seconds and peak RSS are recorded. ``fractions`` of the sizes (default 1/16, 1/4, 1) make the growth
-curve of every stage on the same kind of data; entries ``rehearsal_<stage>_f<fraction>_s``.
+curve of every stage on the same kind of data; entries ``rehearsal_<stage>_n<images>_s``.
 
 The region features are made, not learned: each image gets a layout and scene of the synthetic benchmark
 (``params.yaml: synthetic``; no pictures), and its first regions are one per object — the sum of fixed random
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.bench.common import entry, fresh
+from fraglib.bench.scale import _report
 from fraglib.outputs import write_text
 
 SIZES = {"train": 29_000, "dev": 1_014, "test": 1_000}  # Flickr30K's Karpathy split, as SCAN's precomp files
@@ -192,6 +194,16 @@ def rehearse(
         )
         rescore = ["--split", "test", "--params", str(P), "--set", "test_folds=5", "--out", str(work / f"{run}.json")]
         record(f"rescore_{run}", fresh(_cli, "fraglib.evaluate", [str(md / "seed0"), *rescore, "--overwrite"]))
+    page = work / "results.html"
+    argv = [
+        "notebooks/results_report.ipynb", str(page),
+        "-p", "runs_dir", str(out), "-p", "dataset_dir", str(data), "-p", "truth_file", '""',
+        "-p", "parse_file", str(data / "parse.conllu"), "-p", "params_file", str(P),
+        "-p", "dataset_label", f"Flickr30K-size rehearsal ({n:,} images, made regions)", "-p", "base", runs[0],
+    ]  # fmt: skip
+    t, peak, kernel = fresh(_report, argv)
+    record("report", (t, max(peak, kernel), None), runs=len(runs), page_kb=round(page.stat().st_size / 1024),
+           note="the results page (notebooks/results_report.ipynb) of the rehearsal's runs; peak: the kernel's")  # fmt: skip
     return entries
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.bench.common import REGIONS, entry, fresh, gpu_absent, random_split, sentence_rows
+from fraglib.outputs import write_text
 
 
 def _coco_child(q, name: str, settings: dict[str, Any], budget_s: float) -> None:
@@ -144,15 +145,17 @@ def _growth_data(params: dict[str, Any], scale: int, out: str) -> None:
     from fraglib.data.synthetic import SynthConfig, write_benchmark
     from fraglib.text.build import TextConfig, run_fragments, run_parse
 
-    sc = dict(params["synthetic"])
-    sc.update({k: sc[k] * scale for k in ("n_train", "n_val", "n_test")})
+    sc = {**params["synthetic"], "n_train": params["synthetic"]["n_train"] * scale}  # val and test: the protocol's
     write_benchmark(SynthConfig(**sc), out, progress=False)
     tc = TextConfig(**params["text"])
     run_parse(out, tc, progress=False)
     run_fragments(out, tc)
 
 
-def _growth_features(params: dict[str, Any], out: str) -> None:
+CHEAP_VISION = {"proposal_size": 64, "image_size": 128}  # per image the same rows and descriptor sizes, ≈ 1/4 the time
+
+
+def _growth_features(params: dict[str, Any], out: str, cheap: bool = False) -> None:
     from fraglib.data import read_karpathy_json
     from fraglib.data.synthetic import synthetic_truth
     from fraglib.vision.features import extract
@@ -160,7 +163,7 @@ def _growth_features(params: dict[str, Any], out: str) -> None:
 
     extract(
         read_karpathy_json(Path(out) / "dataset.json"),
-        VisionConfig(**params["vision"]),
+        VisionConfig(**{**params["vision"], **(CHEAP_VISION if cheap else {})}),
         Path(out) / "features",
         synthetic_truth(Path(out) / "ground_truth.json"),
         progress=False,
@@ -168,53 +171,84 @@ def _growth_features(params: dict[str, Any], out: str) -> None:
     )
 
 
-def _growth_epoch(params: dict[str, Any], run: str, data: str, out: str) -> float:
-    """One epoch of ``run`` (params.yaml settings); returns the training loop's seconds (no validation)."""
-    import torch
+def growth_params(params: dict[str, Any], runs: list[str], negatives: dict[str, int]) -> dict[str, Any]:
+    """``params`` for the growth's studies: one training of each of ``runs`` (seed 0, no replicates), one epoch
+    for a trainable system, ``study.jobs: 1`` (the training in the measured process); ``negatives`` (run →
+    sampled negatives per step) replaces a Socher run's exact Eq. 5 where it would be quadratic."""
+    import copy
 
-    from fraglib.inputs import DataPaths
-    from fraglib.train import read_timing, resolve_run, train
+    from fraglib.systems import get_system
 
-    train(
-        DataPaths(data), out, resolve_run(params, run, extra={"epochs": 1}), device=torch.device("cpu"), progress=False
-    )
-    return float(read_timing(Path(out)).get("train_seconds", 0.0))
+    p = copy.deepcopy(params)
+    p["study"] = {**p["study"], "jobs": 1, "seeds": [0], "replicates": 1}
+    for r in runs:
+        spec = {k: v for k, v in p["runs"][r].items() if k not in ("replicates", "seeds")}
+        if get_system(spec["system"]).TRAINABLE:
+            spec["epochs"] = 1
+        if r in negatives:
+            spec["negatives"] = negatives[r]
+        p["runs"][r] = spec
+    return p
 
 
-def _growth_eval(out: str) -> None:
-    from fraglib.evaluate import evaluate_run
+def _study(argv: list[str]) -> dict[str, float]:
+    """``python -m fraglib.study argv`` in this process: its timing.json (training loop and test evaluation seconds)."""
+    from fraglib.study import main
 
-    evaluate_run(Path(out))  # the default EvalConfig: 1,000 resamples, hubness
+    main(argv)
+    return json.loads((Path(argv[argv.index("--out") + 1]) / "seeds" / "seed0" / "timing.json").read_text())
 
 
-def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
-    """Cost against data size on the synthetic benchmark (``params.yaml: synthetic`` × scale: images of
-    every split): data (generation, parse, fragments), features, one epoch of every system in
-    ``params.yaml: bench.growth_runs`` (the training loop's seconds; a closed-form system: the whole train call, ``fit_``)
-    and its test evaluation (the whole ``evaluate_run``: loading, score matrix, ranks, 1,000-resample CIs),
-    each in a fresh process: seconds and peak RSS. ``FRAGLIB_BENCH_THREADS`` fixes the threads; ``FRAGLIB_GROWTH_SCALES``
-    (e.g. ``1,4``) the scales."""
+def _report(argv: list[str]) -> float:
+    """``python -m fraglib.notebook argv`` (the results page) in this process; returns the kernel's peak RSS (MB)."""
+    import resource
+
+    from fraglib.notebook import main
+
+    main(argv)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def bench_growth(
+    scales: tuple[int, ...] = (1, 4, 16), exact_max_scale: int = 4, negatives: int = 256
+) -> list[dict[str, Any]]:
+    """Cost against data size on the synthetic benchmark: its training split × scale (``params.yaml: synthetic``;
+    validation and test keep their sizes, as the papers' protocols keep theirs — Flickr8K/30K's 1,000 and COCO's
+    5,000 test images whatever the training split), each stage a fresh process timed with its peak RSS:
+    ``data`` (generation, parse, fragments), ``features`` (every view, true boxes; ``FRAGLIB_GROWTH_VISION=cheap``:
+    proposals on 64 px and the backbone on 128 px, lines ``features_cheap``), then for every run of
+    ``params.yaml: bench.growth_runs`` (or ``FRAGLIB_GROWTH_RUNS``) ``fraglib.study`` with one training of one
+    epoch: lines ``epoch_<run>`` (the training loop's seconds; a closed-form system ``fit_<run>``: the study
+    less its test evaluation, i.e. loading and the fit) and ``eval_<run>`` (the test evaluation: scores, ranks, 1,000-resample CIs, hubness), and last ``report``, the
+    results page (``notebooks/results_report.ipynb``) of those runs. A Socher run with Eq. 5's exact sum is
+    timed to ``exact_max_scale`` and with ``negatives`` sampled negatives above it (lines ``…_neg<n>``).
+    ``FRAGLIB_GROWTH_SCALES`` (e.g. ``1,4``) picks the scales, ``FRAGLIB_BENCH_THREADS`` the threads."""
+    import yaml
+
     from fraglib.params import read_params
 
-    scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
+    env = os.environ.get
+    scales = tuple(int(x) for x in env("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
+    cheap = env("FRAGLIB_GROWTH_VISION", "") == "cheap"
     params = read_params("params.yaml")
+    default = ",".join((params.get("bench") or {}).get("growth_runs") or [])
+    runs = [r for r in env("FRAGLIB_GROWTH_RUNS", default).split(",") if r]
     out: list[dict[str, Any]] = []
     for scale in scales:
-        n = scale * sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
+        n = scale * params["synthetic"]["n_train"] + params["synthetic"]["n_val"] + params["synthetic"]["n_test"]
+        exact = {
+            r: negatives
+            for r in runs
+            if scale > exact_max_scale
+            and params["runs"][r]["system"] == "socher"
+            and not params["runs"][r].get("negatives")
+        }
+        name = {r: f"{r}_neg{exact[r]}" if r in exact else r for r in runs}
         with tempfile.TemporaryDirectory() as tmp:
-            data = str(Path(tmp) / "synth")
-            rows = [
-                ("data", fresh(_growth_data, params, scale, data)),
-                ("features", fresh(_growth_features, params, data)),
-            ]
-            for run in (params.get("bench") or {}).get("growth_runs") or []:
-                rd = str(Path(tmp) / "runs" / run)
-                t, peak, epoch = fresh(_growth_epoch, params, run, data, rd)
-                rows.append(
-                    (f"epoch_{run}" if epoch else f"fit_{run}", (epoch or t, peak, None))
-                )  # fit: the whole call
-                rows.append((f"eval_{run}", fresh(_growth_eval, rd)))
-            for what, (t, peak, _) in rows:
+            data, P = str(Path(tmp) / "synth"), Path(tmp) / "params.yaml"
+            write_text(P, yaml.safe_dump(growth_params(params, runs, exact), sort_keys=False))
+
+            def add(what: str, t: float, peak: float, **extra: Any) -> None:
                 out.append(
                     entry(
                         f"growth_{what}_x{scale}_s",
@@ -222,11 +256,38 @@ def bench_growth(scales: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
                         "s",
                         scale=scale,
                         images=n,
+                        train_images=scale * params["synthetic"]["n_train"],
                         peak_rss_mb=round(peak),
-                        threads=os.environ.get("FRAGLIB_BENCH_THREADS", "all"),
+                        threads=env("FRAGLIB_BENCH_THREADS", "all"),
+                        **extra,
                     )
                 )
                 print(f"[growth] x{scale} {what}: {t:.1f} s, peak {peak:.0f} MB", flush=True)
+
+            add("data", *fresh(_growth_data, params, scale, data)[:2])
+            t, peak, _ = fresh(_growth_features, params, data, cheap)
+            if cheap:
+                add("features_cheap", t, peak, vision="proposals 64 px, backbone 128 px")
+            else:
+                add("features", t, peak)
+            for run in runs:
+                rd, md = Path(tmp) / "runs" / run, Path(tmp) / "models" / run
+                argv = ["--run", run, "--dataset-dir", data, "--out", str(rd), "--models-dir", str(md), "--params", str(P)]  # fmt: skip
+                t, peak, timing = fresh(_study, argv)
+                if timing.get("epochs"):
+                    add(f"epoch_{name[run]}", timing["train_seconds"] / timing["epochs"], peak, study_s=round(t, 1))
+                else:  # a closed form, not clocked by the trainer: the study's seconds less its test evaluation
+                    add(f"fit_{name[run]}", t - timing["eval_seconds"], peak, study_s=round(t, 1))
+                add(f"eval_{name[run]}", timing["eval_seconds"], peak, study_s=round(t, 1))
+            page = Path(tmp) / "results.html"
+            argv = [
+                "notebooks/results_report.ipynb", str(page),
+                "-p", "runs_dir", str(Path(tmp) / "runs"), "-p", "dataset_dir", data,
+                "-p", "truth_file", f"{data}/ground_truth.json", "-p", "parse_file", f"{data}/parse.conllu",
+                "-p", "params_file", str(P), "-p", "dataset_label", f"synthetic benchmark x{scale}",
+            ]  # fmt: skip
+            t, peak, kernel = fresh(_report, argv)
+            add("report", t, max(peak, kernel), runs=len(runs), page_kb=round(page.stat().st_size / 1024))
     return out
 
 
@@ -418,7 +479,7 @@ def _memory_features(data: str, out: str, n: int | None = None, scale: int = 1) 
     settings = read_params("params.yaml")["vision"]
     if scale > 1:
         ds, truth = repeat_dataset(ds, truth, scale)
-        settings = {**settings, "proposal_size": 64, "image_size": 128}
+        settings = {**settings, **CHEAP_VISION}
     extract(ds, VisionConfig(**settings), out, truth, progress=False, region_views=True)
 
 
