@@ -191,7 +191,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         out.append(
             "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
             "the default size × " + ", ".join(map(str, scales)) + " (<code>python -m fraglib.bench growth</code>: "
-            "real synthetic data, every split × scale — generation with parse and fragments, features "
+            "real synthetic data, the training split × scale, validation and test at the protocol's 100 and 500 images "
+            "(so the data and features lines, which also process those 600, grow more slowly in scale than in "
+            "images; lines <code>…_alltest</code>: every split × scale) — generation with parse and fragments, features "
             "(<code>features_cheap</code>: proposals on 64 px, backbone on 128 px), one epoch of each run and its "
             "test evaluation in one <code>fraglib.study</code>, the results page of those runs (<code>report</code>); "
             "lines <code>…_random</code>: <code>python -m fraglib.bench epoch_growth</code>, "
