@@ -86,7 +86,7 @@ def test_growth_times_every_stage_and_samples_socher_negatives_above_the_exact_s
             fit = run == "kcca"  # a closed form: not clocked by the trainer
             timing = {"train_seconds": None if fit else 6.0, "eval_seconds": 2.0, "epochs": None if fit else 1}
             return 10.0, 300.0, timing
-        if name == "_report":
+        if name == "report_page":
             Path(args[0][1]).write_text("<html>" + "x" * 4096)
             return 5.0, 100.0, 700.0  # the kernel's peak above the driver's
         calls.append((name, args[-1] if name == "_growth_features" else None))

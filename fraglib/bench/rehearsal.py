@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.bench.common import entry, fresh
-from fraglib.bench.scale import _report
+from fraglib.bench.scale import report_page
 from fraglib.outputs import write_text
 
 SIZES = {"train": 29_000, "dev": 1_014, "test": 1_000}  # Flickr30K's Karpathy split, as SCAN's precomp files
@@ -201,7 +201,7 @@ def rehearse(
         "-p", "parse_file", str(data / "parse.conllu"), "-p", "params_file", str(P),
         "-p", "dataset_label", f"Flickr30K-size rehearsal ({n:,} images, made regions)", "-p", "base", runs[0],
     ]  # fmt: skip
-    t, peak, kernel = fresh(_report, argv)
+    t, peak, kernel = fresh(report_page, argv)
     record("report", (t, max(peak, kernel), None), runs=len(runs), page_kb=round(page.stat().st_size / 1024),
            note="the results page (notebooks/results_report.ipynb) of the rehearsal's runs; peak: the kernel's")  # fmt: skip
     return entries

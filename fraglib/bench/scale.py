@@ -199,7 +199,7 @@ def _study(argv: list[str]) -> dict[str, float]:
     return json.loads((Path(argv[argv.index("--out") + 1]) / "seeds" / "seed0" / "timing.json").read_text())
 
 
-def _report(argv: list[str]) -> float:
+def report_page(argv: list[str]) -> float:
     """``python -m fraglib.notebook argv`` (the results page) in this process; returns the kernel's peak RSS (MB)."""
     import resource
 
@@ -286,7 +286,7 @@ def bench_growth(
                 "-p", "truth_file", f"{data}/ground_truth.json", "-p", "parse_file", f"{data}/parse.conllu",
                 "-p", "params_file", str(P), "-p", "dataset_label", f"synthetic benchmark x{scale}",
             ]  # fmt: skip
-            t, peak, kernel = fresh(_report, argv)
+            t, peak, kernel = fresh(report_page, argv)
             add("report", t, max(peak, kernel), runs=len(runs), page_kb=round(page.stat().st_size / 1024))
     return out
 
