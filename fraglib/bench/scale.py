@@ -219,8 +219,8 @@ def bench_growth(
     proposals on 64 px and the backbone on 128 px, lines ``features_cheap``), then for every run of
     ``params.yaml: bench.growth_runs`` (or ``FRAGLIB_GROWTH_RUNS``) ``fraglib.study`` with one training of one
     epoch: lines ``epoch_<run>`` (the training loop's seconds; a closed-form system ``fit_<run>``: the study
-    less its test evaluation, i.e. loading and the fit) and ``eval_<run>`` (the test evaluation: scores, ranks, 1,000-resample CIs, hubness), and last ``report``, the
-    results page (``notebooks/results_report.ipynb``) of those runs. A Socher run with Eq. 5's exact sum is
+    less its test evaluation, i.e. loading and the fit) and ``eval_<run>`` (the test evaluation: scores, ranks,
+    1,000-resample CIs, hubness), and last ``report``, the results page (``notebooks/results_report.ipynb``) of those runs. A Socher run with Eq. 5's exact sum is
     timed to ``exact_max_scale`` and with ``negatives`` sampled negatives above it (lines ``…_neg<n>``).
     ``FRAGLIB_GROWTH_SCALES`` (e.g. ``1,4``) picks the scales, ``FRAGLIB_BENCH_THREADS`` the threads."""
     import yaml
