@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from fraglib.inputs import DataPaths
-from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 TASKS = ("captioning", "paraphrasing")
@@ -514,6 +514,7 @@ def run_captions(
     return out
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True, help="a study run of a generating system (runs/<data>/<run>)")

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fraglib.outputs import git_revision, write_text
+from fraglib.outputs import command, git_revision, updates, write_text
 
 if TYPE_CHECKING:
     from fraglib.tables import Block, Table
@@ -56,12 +56,12 @@ def device_kind(device: str) -> str:
 
 
 def _number(path: Path, m: dict, key: str, positive: bool = False, optional: bool = False) -> float | None:
-    """``m[key]`` checked: a non-negative (``positive``: > 0) number, or None where ``optional``."""
+    """``m[key]`` checked: a finite non-negative (``positive``: > 0) number, or None where ``optional``."""
     v = m.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (positive and v == 0):
-        want = f"a {'positive' if positive else 'non-negative'} number{' or null' if optional else ''}"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf") or (positive and v == 0):
+        want = f"a finite {'positive' if positive else 'non-negative'} number{' or null' if optional else ''}"
         raise ValueError(f"{path}: {key}={v!r}; expected {want}")
     return float(v)
 
@@ -194,8 +194,39 @@ def cost_blocks(root: str | Path = ".") -> list[Block]:
     ]
 
 
+MAX_SECONDS = 30 * 24 * 3600  # a clock older than this (or in the future) is not a target's run: refused
+
+
+def read_clock(clock: Path) -> dict[str, Any]:
+    """The clock file's record; ValueError naming ``clock`` when it is missing, not a clock file, or holds a start
+    time that is not a finite UNIX time."""
+    import math
+
+    from fraglib.results import read_json
+
+    if not clock.exists():
+        raise ValueError(f"{clock}: no clock file; `python -m fraglib.costs start {clock}` writes it")
+    try:
+        began = read_json(clock)
+    except ValueError as exc:
+        raise ValueError(f"{clock}: not a clock file ({exc})") from None
+    if not isinstance(began, dict) or set(began) - {"start", "commit", "date", "clock"} or "start" not in began:
+        raise ValueError(f"{clock}: not a clock file (expected an object with a 'start' time, as `start` writes)")
+    t = began["start"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ValueError(f"{clock}: start={t!r} is not a time (seconds since 1970, finite, positive)")
+    return began
+
+
 def start(clock: Path) -> None:
-    """Write the clock file: the time, the code's revision and the UTC date at a target's start."""
+    """Write the clock file: the time, the code's revision and the UTC date at a target's start. Replaces only an
+    earlier clock file (a target that failed leaves its clock); ValueError naming any other file at ``clock``."""
+    if clock.exists() or clock.is_symlink():
+        try:
+            read_clock(clock)
+        except ValueError as exc:
+            raise ValueError(f"{clock}: refusing to replace it with a clock file: {exc}") from None
+        updates(clock)
     began = time.time()
     today = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     write_text(clock, json.dumps({"start": began, "commit": git_revision(), "date": today}) + "\n")
@@ -206,27 +237,30 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
     this machine) and remove the clock; ValueError naming a missing or damaged clock."""
     end = time.time()  # before the imports below: this module starts without torch (`make` times its targets)
     from fraglib.device import hardware, select_device
-    from fraglib.results import read_json
 
-    if not clock.exists():
-        raise ValueError(f"{clock}: no clock file; `python -m fraglib.costs start {clock}` writes it")
-    began = read_json(clock)
-    if not isinstance(began, dict) or not isinstance(began.get("start"), (int, float)):
-        raise ValueError(f"{clock}: not a clock file (expected an object with a 'start' time)")
+    began = read_clock(clock)
+    seconds = end - began["start"]
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise ValueError(
+            f"{clock}: started {seconds:.0f} s from now ({'in the future' if seconds < 0 else 'over 30 days ago'}): "
+            "not a clock of this target's run; run `start` again"
+        )
+    costs = read_costs(path)  # a damaged register stops us before anything is written
     record = {
         "target": target,
-        "seconds": round(end - began["start"], 1),
+        "seconds": round(seconds, 1),
         "commit": began.get("commit", "unknown"),
         "date": began.get("date", "unknown"),
         **hardware(select_device()[0]),
     }
-    costs = read_costs(path)
     costs[target, str(record.get("machine", ""))] = record
+    updates(path)  # a register: this machine's record of the target is replaced, the others kept
     write_text(path, json.dumps(list(costs.values()), indent=1) + "\n")
     clock.unlink()
     return record
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)

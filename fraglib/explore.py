@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from fraglib.config import ConfigError, check_range, from_dict
 from fraglib.evaluate import load_trained, score_matrix
 from fraglib.hubness import k_occurrence
 from fraglib.inputs import DataPaths
-from fraglib.outputs import write_text
+from fraglib.outputs import command, write_bytes, write_text
 
 SOURCES = {  # dataset -> where its pictures come from, shown on the page beside them
     "synthetic": "Synthetic benchmark drawn by fraglib.data.synthetic (this project; params.yaml synthetic).",
@@ -89,6 +90,20 @@ def top_k(S: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
+def written_thumbnails(out: Path) -> list[Path]:
+    """The thumbnails an earlier run wrote into ``out`` (those its ``explorer.json`` lists): what ``--overwrite``
+    may delete; any other file in ``out/thumbs/`` is never touched. None of them when ``explorer.json`` is damaged (it
+    then vouches for no thumbnail: one to be written over is refused, naming it)."""
+    path = out / "explorer.json"
+    if not path.is_file():
+        return []
+    try:
+        names = [im["thumb"] for im in json.loads(path.read_text(encoding="utf-8"))["images"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [out / n for n in names if isinstance(n, str) and re.fullmatch(r"thumbs/[^/\\]+\.jpg", n)]
+
+
 def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> list[dict[str, Any]]:
     """Write ``out/thumbs/<imgid>.jpg`` for dataset ``rows`` (longer side ``px``); their records (id, file relative
     to ``out``, original width / height, category)."""
@@ -105,8 +120,7 @@ def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> li
         buf = io.BytesIO()
         pic.save(buf, "JPEG", quality=quality, optimize=True)
         name = f"thumbs/{im['imgid']}.jpg"
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_bytes(buf.getvalue())
+        write_bytes(out / name, buf.getvalue())
         recs.append({"id": im["imgid"], "thumb": name, "w": int(arr.shape[1]), "h": int(arr.shape[0])})
     return recs
 
@@ -250,6 +264,7 @@ def build(
     return data
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     from fraglib.outputs import OVERWRITE_HELP, claim_cli
     from fraglib.params import read_params
@@ -279,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         ap.error(f"no best.pt in {', '.join(missing[:3])}{' …' * (len(missing) > 3)}: train those runs first")
     out = Path(args.out)
-    family = [out / "explorer.json", *out.glob("alignments_*.json"), *out.glob("thumbs/*.jpg")]
+    family = [out / "explorer.json", *out.glob("alignments_*.json"), *written_thumbnails(out)]
     claim_cli(ap, family, [], args.overwrite, "fraglib.explore")
     labels = {r: (params["runs"].get(r) or {}).get("label", r) for r in runs}
     data = build(seed_dirs, cfg, out, args.dataset, args.truth, args.seed, labels)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.notebook import TEMPLATES
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 
 TEMPLATE = "explorer.html.j2"  # in fraglib/templates
 
@@ -90,6 +90,7 @@ def _script_json(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)

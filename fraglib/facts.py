@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from fraglib.notebook import project_root
+from fraglib.outputs import command
 
 NUMBER = r"[−+-]?\d[\d,]*(?:\.\d+)?"
 FACT = re.compile(
@@ -219,6 +220,7 @@ def facts(root: str | Path | None = None, files: list[Path] | None = None) -> li
     return out
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stale", action="store_true", help="list only the facts whose quoted number is not committed")

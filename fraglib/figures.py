@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.explore import SOURCES, compact
-from fraglib.outputs import write_bytes, write_text
+from fraglib.outputs import command, write_bytes, write_text
 from fraglib.results import query_record, relation_norms
 
 
@@ -151,6 +151,7 @@ def build(
     return written
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     from fraglib.outputs import OVERWRITE_HELP, claim_cli
 

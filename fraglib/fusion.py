@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fraglib.metrics import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
-from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
 
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
 
@@ -209,6 +209,7 @@ def fuse_runs(
     return summary
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(

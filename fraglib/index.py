@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from fraglib import claims, costs, tables
 from fraglib.notebook import TEMPLATES
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.params import read_params
 from fraglib.results import DIRECTIONS, read_json, read_register, run_folders, run_labels
 from fraglib.studies import Page, Study, git, studies
@@ -560,6 +560,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
     return out
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="reports/index.html")

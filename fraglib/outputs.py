@@ -1,4 +1,4 @@
-"""Command-line outputs are never overwritten or deleted without ``--overwrite``.
+"""The one output contract: a command never replaces, deletes or writes through what it did not claim.
 
 A command that writes a *family* of files first calls :func:`claim` (on a command line,
 :func:`claim_cli`), before its work. When any member of the family already exists, it stops with the
@@ -6,14 +6,33 @@ list unless the user passed ``--overwrite``; with it, members this run will not 
 so no stale file (an old ``groundtruth.npz`` beside a new ``rcnn.npz``) survives as if current.
 DVC deletes a stage's outputs before it runs, so pipeline stages never meet an existing family.
 
+**By construction, not by review.** Every ``main`` of the package is wrapped in :func:`command`
+(tests/test_outputs.py finds every ``main`` from the code and fails on one without it). Inside a command:
+
+* a write (:func:`atomic`, :func:`write_text`, :func:`write_bytes`) to a file that already exists is refused
+  (:class:`Refused`, exit status 2, the file named) unless this command claimed it, wrote it itself earlier in
+  the run, or declared it as a register it updates in place (:func:`updates`: ``benchmarks/costs.json``,
+  ``benchmarks/results.json``) or as part of a folder it resumes (:func:`resumes`: a training run's folder,
+  a download); so a writer added without a claim fails loudly instead of replacing a user's file;
+* a family never reaches through a symlink out of its folder: a member (or a write below the claimed folder)
+  whose real location lies outside the folder's real location is refused, and nothing is deleted there;
+* a write that fails (a full disk, a read-only folder) raises :class:`WriteFailed` naming the file, leaves the
+  previous file whole, and the command removes the files it had created so far in this run (not those it
+  resumes or updates), so a half-written set never blocks the next run; the command ends with exit status 1
+  and one line naming the file, not a traceback.
+
+Outside a command (a notebook, a test, the library called from Python) the helpers only write atomically.
+
 The families: ``fraglib.data`` (``dataset.json``, ``conversion.json``; precomp: its feature caches
 too), ``fraglib.data.synthetic`` (the benchmark folder), ``fraglib.text`` (``parse.conllu``; the
 fragment files), ``fraglib.vision.features`` / ``regions`` / ``objectness`` (their caches),
 ``fraglib.search --out``, ``fraglib.captions`` (``<name>.json`` and ``<name>/``),
-``fraglib.evaluate --out``, ``fraglib.fusion --out`` (a fused run's folder; never one of its inputs),
-``fraglib.summary --out`` (a page it did not write), ``fraglib.notebook`` (a page and its executed
-notebook) and ``fraglib.index``; tests/test_outputs.py derives the list of commands with an output flag
-from the code and tries every one. Three keep what exists on purpose:
+``fraglib.evaluate --out`` / ``--save-scores``, ``fraglib.fusion --out`` (a fused run's folder; never one of its
+inputs), ``fraglib.summary --out`` (a page it did not write) / ``--csv``, ``fraglib.notebook`` (a page, its
+executed notebook and its figures), ``fraglib.explore`` (``explorer.json``, ``alignments_*.json`` and the
+thumbnails its ``explorer.json`` lists: never another picture in ``thumbs/``), ``fraglib.costs start`` (a clock
+file: never anything else) and ``fraglib.index``; tests/test_outputs.py derives the list of commands with an
+output flag from the code and tries every one. Three keep what exists on purpose:
 training (``fraglib.train`` / ``fraglib.study`` resume a run from its checkpoint),
 ``fraglib.bench`` (``benchmarks/results.json`` is a register: a run updates this machine's entries,
 and replacing another machine's needs ``--overwrite``) and ``fraglib.data.download`` (resumes: keeps
@@ -28,36 +47,100 @@ tests/test_outputs.py fails on any write in the package that bypasses these help
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import os
+import sys
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 OVERWRITE_HELP = "replace outputs already in the target folder (they are otherwise never touched)"
 
 
-def claim(family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str) -> None:
+class Refused(FileExistsError):
+    """A command would replace, delete or write through what it did not claim; the message names the file."""
+
+
+class WriteFailed(OSError):
+    """Writing a file failed (full disk, permissions); the message names the file, the previous one is whole."""
+
+
+@dataclasses.dataclass
+class _Contract:
+    """What the running command may touch (:func:`command`); ``strict`` False outside a command."""
+
+    strict: bool = False
+    allowed: set[str] = dataclasses.field(default_factory=set)  # files it claimed or wrote
+    roots: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (claimed folder, its real location)
+    kept: list[str] = dataclasses.field(default_factory=list)  # files and folders it resumes or updates in place
+    created: list[Path] = dataclasses.field(default_factory=list)  # files it created (none was there)
+
+
+_NOW = _Contract()
+
+
+def _key(path: str | Path) -> str:
+    return os.path.abspath(path)
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _real(path: Path) -> str:
+    """Where ``path`` really lies: its folder's real location and its own name (a link itself is not followed)."""
+    return os.path.join(os.path.realpath(path.parent), path.name)
+
+
+def _escapes(path: Path, folder: Path) -> bool:
+    """True when ``path``, lexically inside ``folder``, really lies outside it (a symlinked folder between them)."""
+    return _under(_key(path), _key(folder)) and not _under(_real(path), os.path.realpath(folder))
+
+
+def _root_of(family: list[Path]) -> Path | None:
+    if not family:
+        return None
+    try:
+        return Path(os.path.commonpath([_key(p.parent) for p in family]))
+    except ValueError:  # different drives
+        return None
+
+
+def claim(
+    family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str, root: str | Path | None = None
+) -> None:
     """Check the files of ``family`` before a command writes ``writes`` (a subset of it).
 
-    Raises FileExistsError naming up to five existing members when ``overwrite`` is False; with
-    ``overwrite`` deletes the existing members not in ``writes``.
+    Raises :class:`Refused` (a FileExistsError) naming up to five existing members when ``overwrite`` is False,
+    and whatever ``overwrite`` says when a member lies through a symlink outside ``root`` (default: the folder
+    holding the whole family); with ``overwrite`` deletes the existing members not in ``writes``. Inside a
+    :func:`command`, the family's files may then be written.
     """
     family = [Path(p) for p in family]
     writes = {Path(p) for p in writes}
-    existing = [p for p in family if p.exists()]
-    if not existing:
-        return
-    if not overwrite:
+    top = Path(root) if root is not None else _root_of([*family, *writes])
+    if top is not None:
+        out = [p for p in [*family, *writes] if _escapes(p, top)]
+        if out:
+            raise Refused(
+                f"{what}: {out[0]} lies through a symlink outside {top} (really {_real(out[0])}): refusing to "
+                "write or delete anything there, with or without --overwrite. Remove the link or write elsewhere."
+            )
+        _NOW.roots.append((_key(top), os.path.realpath(top)))
+    existing = [p for p in family if p.exists() or p.is_symlink()]
+    if existing and not overwrite:
         shown = ", ".join(str(p) for p in existing[:5]) + (
             f" and {len(existing) - 5} more" if len(existing) > 5 else ""
         )
-        raise FileExistsError(
+        raise Refused(
             f"{what}: refusing to replace {len(existing)} existing file(s): {shown}. "
             "Pass --overwrite to replace them, or write somewhere else."
         )
     for p in existing:
         if p not in writes:
             p.unlink()
+    _NOW.allowed.update(_key(p) for p in [*family, *writes])
 
 
 def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str) -> None:
@@ -69,21 +152,65 @@ def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite
         ap.error(str(exc))
 
 
+def updates(*paths: str | Path) -> None:
+    """Declare files the running command updates in place on purpose (a register such as
+    ``benchmarks/costs.json``), or folders it resumes (:func:`resumes`): writes there are not refused."""
+    _NOW.kept.extend(_key(p) for p in paths)
+
+
+resumes = updates  # a folder a command resumes (a training run's checkpoints, a download): the same permission
+
+
+def _check_write(path: Path) -> bool:
+    """Inside a command, refuse a write the contract does not allow (:class:`Refused`); True when the file is new."""
+    new = not (path.exists() or path.is_symlink())
+    if not _NOW.strict:
+        return new
+    key = _key(path)
+    for folder, real in _NOW.roots:
+        if _under(key, folder) and not _under(_real(path), real):
+            raise Refused(
+                f"{path}: lies through a symlink outside {folder} (really {_real(path)}): refusing to write there"
+            )
+    if not new and key not in _NOW.allowed and not any(_under(key, k) for k in _NOW.kept):
+        raise Refused(
+            f"{path}: refusing to replace a file this command did not write or claim. Pass --overwrite where the "
+            "command takes it, or write somewhere else."
+        )
+    return new
+
+
 @contextlib.contextmanager
 def atomic(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same folder, same suffix) for any writer (``np.savez``,
     ``torch.save``, ``savefig``); on success it replaces ``path`` in one rename, on any error (a kill,
-    ``ENOSPC``) it is removed and ``path`` is left as it was. Creates the parent folder."""
+    ``ENOSPC``) it is removed and ``path`` is left as it was: an OSError of the write is raised as
+    :class:`WriteFailed` naming ``path``. Creates the parent folder. Inside a :func:`command`, refuses
+    (:class:`Refused`) to replace a file the command may not touch."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    new = _check_write(path)
     tmp = path.parent / f".tmp-{os.getpid()}-{path.name}"
     try:
-        yield tmp
-        if not tmp.exists():
-            raise FileNotFoundError(f"{path}: the writer produced no file (expected {tmp.name})")
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            if not tmp.exists():
+                raise FileNotFoundError(f"{path}: the writer produced no file (expected {tmp.name})")
+            os.replace(tmp, path)
+        except (WriteFailed, Refused):
+            raise
+        except OSError as exc:
+            if exc.filename not in (None, str(tmp), str(path), str(path.parent)) or isinstance(exc, FileNotFoundError):
+                raise
+            raise WriteFailed(
+                exc.errno,
+                f"{path}: could not write it ({exc.strerror or exc}); the file there before, if any, is unchanged",
+            ) from exc
     finally:
         tmp.unlink(missing_ok=True)
+    _NOW.allowed.add(_key(path))
+    if new:
+        _NOW.created.append(path)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -96,6 +223,43 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (:func:`atomic`)."""
     with atomic(path) as tmp:
         tmp.write_bytes(data)
+
+
+def remove(path: str | Path) -> None:
+    """Delete ``path`` (no error when absent); inside a :func:`command` only a file it claimed or wrote."""
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    if _NOW.strict:
+        key = _key(path)
+        if key not in _NOW.allowed and not any(_under(key, k) for k in _NOW.kept):
+            raise Refused(f"{path}: refusing to delete a file this command did not write or claim")
+    path.unlink()
+
+
+def command(main: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command's ``main`` under the contract (the module docstring): writes to files it did not claim are
+    refused; a refusal ends it with exit status 2 and a write that fails with 1, each with one line naming the
+    file (after removing the files this run created, so no partial set is left behind)."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        global _NOW
+        outer, _NOW = _NOW, _Contract(strict=True)
+        try:
+            return main(*args, **kwargs)
+        except (Refused, WriteFailed) as exc:
+            gone = [p for p in _NOW.created if not any(_under(_key(p), k) for k in _NOW.kept)]
+            if isinstance(exc, WriteFailed):
+                for p in gone:
+                    p.unlink(missing_ok=True)
+            note = f" (removed the {len(gone)} file(s) it had written)" if gone and isinstance(exc, WriteFailed) else ""
+            print(f"{main.__module__}: error: {exc}{note}", file=sys.stderr)
+            raise SystemExit(2 if isinstance(exc, Refused) else 1) from exc
+        finally:
+            _NOW = outer
+
+    return run
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraglib.notebook import figure_files, project_root, write_figures
-from fraglib.outputs import write_bytes
+from fraglib.outputs import command, write_bytes
 from fraglib.studies import INDEX, Page, page_of
 
 STAGING = Path("build/reports")  # pages are rendered here first, moved into place when they succeed
@@ -95,6 +95,7 @@ def render(page: Page, staging: Path = STAGING) -> Outcome:
     return Outcome(page, "rendered", time.perf_counter() - t0)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--list", action="store_true", help="list the pages and their stages, render nothing")

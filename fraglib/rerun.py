@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.metrics import DIRECTIONS, KS
-from fraglib.outputs import write_bytes, write_text
+from fraglib.outputs import command, write_bytes, write_text
 
 METRICS = [(t, f"r{k}") for t in DIRECTIONS for k in KS]
 
@@ -188,6 +188,7 @@ def machines(runs_dir: str | Path) -> list[str]:
     return sorted(found)
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs_dir", help="e.g. runs/synthetic (a path from the current folder, or absolute)")

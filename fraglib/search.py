@@ -44,7 +44,7 @@ import numpy as np
 from fraglib.config import parse_overrides
 from fraglib.distributed import worker_pool
 from fraglib.inputs import DataPaths
-from fraglib.outputs import appending, claim_cli, write_text
+from fraglib.outputs import appending, claim_cli, command, write_text
 from fraglib.params import read_params
 
 SPACE: dict[str, list[Any]] = {
@@ -301,6 +301,7 @@ def json_arg(ap: argparse.ArgumentParser, flag: str, text: str) -> Any:
         ap.error(f"{flag} {text!r}: not JSON ({e})")
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", help="the run (params.yaml `runs`) whose settings are searched")

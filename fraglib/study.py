@@ -39,7 +39,7 @@ from fraglib.config import ConfigError
 from fraglib.evaluate import eval_config
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, recall_table
-from fraglib.outputs import write_text
+from fraglib.outputs import command, resumes, write_text
 from fraglib.params import dataset_folds, read_params
 from fraglib.train import resolve_run, train
 
@@ -246,6 +246,7 @@ def run_study(
     return summary
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     paths = DataPaths(args.dataset_dir, args.features_dir)
+    resumes(args.out, *([args.models_dir] if args.models_dir else []))  # each unit resumes from its checkpoint
     s = run_study(paths, args.run, params, args.out, args.dataset, seeds, args.models_dir, args.folds)
     print(
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "

@@ -119,8 +119,11 @@ def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monke
 @pytest.mark.parametrize(
     "timing,match",
     [
-        ({"train_seconds": "slow", "epochs": 3}, r"train_seconds='slow'; expected a non-negative number or null"),
-        ({"train_seconds": 3.0, "epochs": 0}, r"timing.json: epochs=0; expected a positive number or null"),
+        (
+            {"train_seconds": "slow", "epochs": 3},
+            r"train_seconds='slow'; expected a finite non-negative number or null",
+        ),
+        ({"train_seconds": 3.0, "epochs": 0}, r"timing.json: epochs=0; expected a finite positive number or null"),
         ([1, 2], r"timing.json: not a timing record \(a JSON list"),
     ],
 )
@@ -135,7 +138,7 @@ def test_a_damaged_costs_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"costs.json: expected a JSON list of target records, got a dict"):
         costs.read_costs(tmp_path / "costs.json")
     write_json(tmp_path / "costs.json", [{"target": "make", "seconds": -1}])
-    with pytest.raises(ValueError, match=r"costs.json: seconds=-1; expected a non-negative number"):
+    with pytest.raises(ValueError, match=r"costs.json: seconds=-1; expected a finite non-negative number"):
         costs.read_costs(tmp_path / "costs.json")
 
 
@@ -160,3 +163,34 @@ def test_the_makefile_clocks_every_target_of_the_table():
         lines = recipes["repro" if name == "make" else name.split()[1]]
         assert lines[0] == f"$(call clock,start,{name})" and lines[-1] == f"$(call clock,stop,{name})", name
         assert len(lines) == 3, f"{name}: one command between start and stop: {lines}"
+
+
+def test_start_writes_only_clock_files(tmp_path, capsys):
+    register = tmp_path / "costs.json"
+    write_json(register, [{"target": "make", "seconds": 60.0, "machine": "m"}])
+    before = register.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        costs.main(["start", str(register)])
+    assert exc.value.code == 2
+    assert "refusing to replace it with a clock file" in capsys.readouterr().err
+    assert register.read_bytes() == before
+    clock = tmp_path / ".clock-make"
+    costs.main(["start", str(clock)])
+    first = json.loads(clock.read_text())["start"]
+    costs.main(["start", str(clock)])  # a clock left by a failed target: replaced
+    assert json.loads(clock.read_text())["start"] >= first
+
+
+@pytest.mark.parametrize("began", [float("nan"), -5.0, 1e300, "yesterday", True])
+def test_stop_refuses_a_clock_that_is_not_a_time(tmp_path, began, capsys):
+    register = tmp_path / "costs.json"
+    write_json(register, [{"target": "make", "seconds": 60.0, "machine": "m"}])
+    before = register.read_bytes()
+    clock = tmp_path / ".clock-make"
+    clock.write_text(json.dumps({"start": began}))
+    with pytest.raises(SystemExit) as exc:
+        costs.main(["stop", str(clock), "make", "--out", str(register)])
+    assert exc.value.code == 2
+    assert str(clock) in capsys.readouterr().err
+    assert register.read_bytes() == before
+    assert all(isinstance(e["seconds"], float) for e in costs.read_costs(register).values())

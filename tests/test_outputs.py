@@ -3,6 +3,7 @@ already there unless --overwrite, before doing its work, and names them; with --
 replaced whole (no stale member survives beside new ones)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,6 +272,27 @@ FUNCTIONS = {
 NOT_FILES = {"buf", "buffer", "io", "out_buf"}
 
 
+# the argument naming the written file: the second for these (obj first), the first for the other functions
+TARGET_SECOND = {"torch", "json", "pickle", "yaml", "shutil"}
+TARGET_KEYWORDS = {"f", "fp", "stream", "dst", "file", "path_or_buf", "fname"}
+
+
+def _write_target(node):
+    """The expression naming the file a write call writes: ``X`` of ``X.write_text(...)``, the path argument of
+    ``np.save`` / ``open`` / ``fig.savefig`` / ``df.to_csv`` (first) or ``torch.save`` / ``json.dump`` / ``shutil.copy`` (second); None when absent.
+    Only that expression can make a write safe (``p.write_bytes(buf.getvalue())`` writes ``p``, not ``buf``)."""
+    import ast
+
+    f = node.func
+    method = isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and (f.value.id, f.attr) in FUNCTIONS)
+    if method and f.attr in ("write_text", "write_bytes"):
+        return f.value
+    at = 1 if not method and isinstance(f, ast.Attribute) and f.value.id in TARGET_SECOND else 0
+    if len(node.args) > at:
+        return node.args[at]
+    return next((k.value for k in node.keywords if k.arg in TARGET_KEYWORDS), None)
+
+
 def _direct_writes(tree):
     """(line, call) of every file write in ``tree`` that does not go through fraglib.outputs: a writer call
     (``X.write_text``, ``np.savez``, ``torch.save``, ``savefig``, ``json.dump``, ``open(.., "w")``, ...)
@@ -312,7 +334,8 @@ def _direct_writes(tree):
                 continue  # yaml.dump(obj) returns text
         else:
             continue
-        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        target = _write_target(node)
+        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
         if not names & safe:
             bad.append((node.lineno, ast.unparse(node)[:90]))
     return bad
@@ -338,8 +361,9 @@ def test_the_write_scan_finds_a_direct_write_and_accepts_the_helpers():
     bad = ast.parse(
         "def f(p, S):\n    p.write_text('x')\n    np.savez(p, S=S)\n    torch.save(S, p)\n"
         "    with open(p, 'w') as fh:\n        json.dump(S, fh)\n    df.to_csv(p)\n    df.to_json(path_or_buf=p)\n"
+        "    (out / name).write_bytes(buf.getvalue())\n    torch.save(buf, p)\n"
     )
-    assert sorted(line for line, _ in _direct_writes(bad)) == [2, 3, 4, 5, 6, 7, 8]
+    assert sorted(line for line, _ in _direct_writes(bad)) == [2, 3, 4, 5, 6, 7, 8, 9, 10]
     good = ast.parse(
         "def f(p, S):\n    with atomic(p) as tmp:\n        np.savez(tmp, S=S)\n"
         "    with atomic(p) as t2, open(t2, 'w') as fh:\n        json.dump(S, fh)\n"
@@ -360,3 +384,183 @@ def test_atomic_leaves_the_old_file_whole_when_the_writer_fails(tmp_path):
             raise OSError(28, "No space left on device")
     assert target.read_text() == "complete\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["metrics.json"]  # no temporary left behind
+
+
+# ----------------------------------------------------------------------------- the contract inside a command
+def test_every_main_of_the_package_runs_under_the_output_contract():
+    """Found from the code: every module-level ``main`` is wrapped in fraglib.outputs.command, so a writer added
+    to any command without a claim is refused at run time instead of replacing a user's file."""
+    import ast
+
+    bare = []
+    for path in _package_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == "main":
+                names = {getattr(d, "id", getattr(d, "attr", None)) for d in node.decorator_list}
+                if "command" not in names:
+                    bare.append(_module_name(path))
+    assert not bare, f"main without @fraglib.outputs.command: {bare}"
+
+
+def _command(body):
+    from fraglib.outputs import command
+
+    @command
+    def main(argv=None):
+        body()
+
+    return main
+
+
+def test_a_command_replaces_only_what_it_claimed_or_wrote(tmp_path, capsys):
+    from fraglib.outputs import claim, updates, write_text
+
+    mine, theirs, register = tmp_path / "mine.json", tmp_path / "notes.txt", tmp_path / "reg.json"
+    for p in (mine, theirs, register):
+        p.write_text("before")
+
+    def body():
+        claim([mine], [mine], True, "test")
+        write_text(mine, "1")
+        write_text(mine, "2")  # its own file again
+        updates(register)
+        write_text(register, "updated")
+        write_text(theirs, "clobbered")
+
+    with pytest.raises(SystemExit) as exc:
+        _command(body)()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{theirs}: refusing to replace a file this command did not write or claim" in err, err
+    assert (mine.read_text(), register.read_text(), theirs.read_text()) == ("2", "updated", "before")
+    write_text(theirs, "library call")  # outside a command the helpers only write atomically
+    assert theirs.read_text() == "library call"
+
+
+def test_a_failed_write_names_the_file_keeps_the_old_one_and_leaves_no_partial_set(tmp_path, capsys):
+    from fraglib.outputs import atomic, claim, write_text
+
+    family = [tmp_path / "test.npy", tmp_path / "val.npy", tmp_path / "banks.npz"]
+    family[2].write_text("yesterday")
+
+    def body():
+        claim(family, family, True, "test")
+        write_text(family[0], "new test")
+        with atomic(family[2]) as tmp:  # the disk fills while the second file is written
+            tmp.write_text("half")
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(SystemExit) as exc:
+        _command(body)()
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert f"{family[2]}: could not write it (No space left on device)" in err and "removed the 1 file" in err, err
+    assert not family[0].exists(), "the partial set must not block the next run"
+    assert family[2].read_text() == "yesterday"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["banks.npz"]  # no temporary file left either
+
+
+def test_a_family_never_reaches_through_a_symlink_out_of_its_folder(tmp_path):
+    from fraglib.outputs import Refused, claim
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "holiday.jpg").write_text("a user's picture")
+    out = tmp_path / "explorer"
+    out.mkdir()
+    (out / "thumbs").symlink_to(photos)
+    (out / "explorer.json").write_text("{}")
+    family = [out / "explorer.json", out / "thumbs" / "holiday.jpg"]
+    with pytest.raises(Refused, match=r"thumbs/holiday.jpg lies through a symlink outside .*explorer"):
+        claim(family, [], True, "fraglib.explore")
+    assert (photos / "holiday.jpg").read_text() == "a user's picture" and (out / "explorer.json").exists()
+
+
+def test_a_command_never_writes_through_a_symlinked_folder_below_its_claim(tmp_path, capsys):
+    from fraglib.outputs import claim, write_bytes
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "thumbs").symlink_to(elsewhere)
+
+    def body():
+        claim([out / "explorer.json"], [], True, "test", root=out)
+        write_bytes(out / "thumbs" / "1.jpg", b"jpeg")
+
+    with pytest.raises(SystemExit):
+        _command(body)()
+    assert "lies through a symlink outside" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_explore_overwrite_deletes_only_the_thumbnails_its_explorer_json_lists(tmp_path):
+    from fraglib.explore import written_thumbnails
+
+    out = tmp_path / "x"
+    (out / "thumbs").mkdir(parents=True)
+    for n in ("3.jpg", "holiday.jpg"):
+        (out / "thumbs" / n).write_bytes(b"jpeg")
+    (out / "explorer.json").write_text(json.dumps({"images": [{"thumb": "thumbs/3.jpg"}, {"thumb": "../escape.jpg"}]}))
+    assert written_thumbnails(out) == [out / "thumbs" / "3.jpg"]
+    (out / "explorer.json").write_text("{cut")
+    assert written_thumbnails(out) == []  # a damaged explorer.json vouches for no picture
+
+
+def test_explore_overwrite_keeps_a_users_pictures(tiny_study, tmp_path, monkeypatch):
+    import yaml
+
+    from fraglib.explore import main
+
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"] = {**params["explorer"], "k": 3, "align_runs": ["full"], "map_runs": []}  # 4 test images
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "m" / "full").mkdir(parents=True)
+    (tmp_path / "m" / "full" / "seed0").symlink_to(tiny_study / "full" / "seeds" / "seed0")
+    out = tmp_path / "o"
+    argv = [
+        "--models-dir",
+        str(tmp_path / "m"),
+        "--out",
+        str(out),
+        "--runs",
+        "full",
+        "--params",
+        str(tmp_path / "params.yaml"),
+    ]
+    main(argv)
+    ours = sorted(p.name for p in (out / "thumbs").iterdir())
+    (out / "thumbs" / "holiday.jpg").write_bytes(b"a user's picture")
+    main([*argv, "--overwrite"])
+    assert (out / "thumbs" / "holiday.jpg").read_bytes() == b"a user's picture"
+    assert sorted(p.name for p in (out / "thumbs").iterdir()) == sorted([*ours, "holiday.jpg"])
+
+
+def test_summary_csv_refuses_to_replace_a_file(tmp_path, monkeypatch, capsys):
+    from fraglib.summary import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("# my project")
+    with pytest.raises(SystemExit) as exc:
+        main(["--csv", "README.md"])
+    assert exc.value.code == 2 and "refusing to replace" in capsys.readouterr().err
+    assert (tmp_path / "README.md").read_text() == "# my project"
+    with pytest.raises(SystemExit):
+        main(["--csv", "runs.csv", "--out", "x.md"])  # --out has no meaning with --csv: refused, not ignored
+    assert "takes no --out" in capsys.readouterr().err
+
+
+def test_summary_csv_says_which_run_folders_it_leaves_out(tmp_path, monkeypatch, capsys):
+    from fraglib.summary import main
+
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("fraglib.summary.unsummarised", lambda root: [Path("runs/synthetic/killed")])
+    main(["--csv", str(tmp_path / "runs.csv")])
+    assert "1 run folder(s) without metrics.json left out: runs/synthetic/killed" in capsys.readouterr().err
+    assert (tmp_path / "runs.csv").read_text().startswith("study,run,")

@@ -41,6 +41,7 @@ from fraglib.bench.systems import (
 )
 from fraglib.bench.text import bench_parse
 from fraglib.bench.vision import bench_features, bench_rcnn_recall
+from fraglib.outputs import command, updates
 from fraglib.results import read_register
 
 __all__ = ["BENCHMARKS", "OPT_IN", "main", "merge"]
@@ -75,6 +76,7 @@ OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long,
 }
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         read_register(Path(args.out))  # a damaged register stops us before, not after, measuring
     except ValueError as exc:
         ap.error(str(exc))
+    updates(Path(args.out), Path(args.out).with_suffix(".pending.json"))  # a register: this machine's entries
     new: list[dict[str, Any]] = []
     for name in args.names or list(BENCHMARKS):
         print(f"[bench] {name} ...", flush=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     """Convert a dataset to the internal (Karpathy) format::
 

@@ -21,7 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
-from fraglib.outputs import atomic, write_text
+from fraglib.outputs import atomic, command, resumes, write_text
 
 PASCAL_URL = "http://vision.cs.uiuc.edu/pascal-sentences/"
 MANIFEST = Path(__file__).parents[1] / "reference" / "pascal1k_sha256.json"
@@ -123,6 +123,7 @@ def download_pascal1k(
     }
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dataset", choices=["pascal1k"])
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--url", default=PASCAL_URL)
     ap.add_argument("--allow-unverified", action="store_true", help="accept images the checksum manifest does not list")
     args = ap.parse_args(argv)
+    resumes(args.out)  # keeps the images whose checksums verify
     print(download_pascal1k(args.out, args.url, allow_unverified=args.allow_unverified))
 
 

@@ -30,7 +30,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3  # IoU thresholds of the labels
@@ -260,6 +260,7 @@ def cross_validate(
     }
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)

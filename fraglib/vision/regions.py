@@ -44,7 +44,7 @@ import torch
 
 from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
-from fraglib.outputs import OVERWRITE_HELP, claim_cli
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command
 from fraglib.vision.rcnn import (
     Backbone,
     BadImage,
@@ -283,6 +283,7 @@ def build(
     return meta
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
