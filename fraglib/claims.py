@@ -19,7 +19,7 @@ import numpy as np
 
 from fraglib.config import read_yaml
 from fraglib.metrics import KS, bootstrap_draws
-from fraglib.reference import published
+from fraglib.reference import PUBLISHED, published
 from fraglib.results import (
     PAPER_TASKS,
     left_out_runs,
@@ -116,7 +116,18 @@ def printed_on(ref: str) -> str:
 
 
 def published_row(ref: str, task: str) -> dict[str, float]:
-    """The printed figures of row ``ref`` for ``task``: r1, r5, r10 and mean_rank where printed, or cider × 100."""
+    """The printed figures of row ``ref`` for ``task``: r1, r5, r10 and mean_rank where printed, or cider × 100.
+    KeyError naming the field when the paper does not print it; ValueError naming the file for a row of the
+    wrong shape."""
+    try:
+        return _published_row(ref, task)
+    except KeyError as exc:
+        raise KeyError(f"{ref} ({task}): {exc.args[0] if exc.args else exc}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"{PUBLISHED}: row {ref} ({task}) is not shaped as its table's rows ({exc})") from None
+
+
+def _published_row(ref: str, task: str) -> dict[str, float]:
     paper, table, row = _ref(ref)
     t = published()[paper][table]
     if paper == "karpathy2014_defrag":
@@ -163,6 +174,19 @@ def _check(c: dict[str, Any]) -> None:
     for key in ("id", "claim", "source", "paper", "metric", "tasks", "tested_on"):
         if key not in c:
             raise ValueError(f"claim {name}: no {key!r}")
+    for key, kind in (
+        ("id", str),
+        ("claim", str),
+        ("paper", dict),
+        ("metric", str),
+        ("tasks", list),
+        ("tested_on", list),
+    ):
+        if not isinstance(c[key], kind):
+            raise ValueError(f"claim {name}: {key}={c[key]!r}: expected a {kind.__name__}")
+    for key in ("runs", "not_testable"):
+        if key in c and not isinstance(c[key], dict):
+            raise ValueError(f"claim {name}: {key}={c[key]!r}: expected a mapping")
     p = c["paper"]
     if not (set(p) == {"a", "b"} or (set(p) == {"direction"} and p["direction"] in ("a_better", "b_better"))):
         raise ValueError(f"claim {name}: paper needs a and b (published rows) or direction (a_better | b_better)")
@@ -187,10 +211,17 @@ def _check(c: dict[str, Any]) -> None:
 
 
 def read_claims(path: str | Path = CLAIMS) -> list[dict[str, Any]]:
-    """The claims of ``path``, each checked (ValueError naming the claim and its defect)."""
+    """The claims of ``path``, each checked (ValueError naming the file, the claim and its defect)."""
     found = read_yaml(path).get("claims") or []
-    for c in found:
-        _check(c)
+    if not isinstance(found, list):
+        raise ValueError(f"{path}: claims: expected a list of claims, got a {type(found).__name__}")
+    for i, c in enumerate(found):
+        if not isinstance(c, dict):
+            raise ValueError(f"{path}: claims[{i}]: expected a mapping, got {c!r}")
+        try:
+            _check(c)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
     ids = [c["id"] for c in found]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:

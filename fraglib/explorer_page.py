@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +40,57 @@ def data_file(html: str | Path) -> Path:
     return html.with_name(f"{html.stem}_files") / "data.js"
 
 
+# explorer.json's fields (fraglib.explore writes them) and their types; each image and sentence record's too
+FIELDS = {"dataset": str, "seed": int, "k": int, "runs": dict, "aligned": list, "images": list, "sentences": list}
+IMAGE_FIELDS = {"id": int, "thumb": str}
+SENTENCE_FIELDS = {"id": int, "image": int, "text": str}
+RUN_FIELDS = {"label": str, "image_top": list, "sentence_top": list}
+
+
+def check_explorer(src: Path) -> dict[str, Any]:
+    """The explorer data of ``src`` (an ``explorer.json``), its fields checked; ValueError naming the file and
+    the field when it is cut or damaged (the page would otherwise break in the reader's browser)."""
+
+    def need(record: Any, fields: dict[str, type], where: str) -> None:
+        if not isinstance(record, dict):
+            raise ValueError(f"{src}: {where}: expected an object, got {type(record).__name__}")
+        for key, kind in fields.items():
+            v = record.get(key)
+            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                raise ValueError(f"{src}: {where}.{key}={v!r}: expected a{'n' * (kind is int)} {kind.__name__}")
+
+    try:
+        data = json.loads(src.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{src}: not valid JSON ({exc}): the file is cut or damaged; rebuild it") from None
+    need(data, FIELDS, "explorer")
+    for i, im in enumerate(data["images"]):
+        need(im, IMAGE_FIELDS, f"images[{i}]")
+        if not re.fullmatch(r"thumbs/[^/\\]+\.jpg", im["thumb"]):
+            raise ValueError(f"{src}: images[{i}].thumb={im['thumb']!r}: not a thumbs/<id>.jpg of its own")
+    n = len(data["images"])
+    for i, s in enumerate(data["sentences"]):
+        need(s, SENTENCE_FIELDS, f"sentences[{i}]")
+        if not 0 <= s["image"] < n:
+            raise ValueError(f"{src}: sentences[{i}].image={s['image']}: no such image (the data holds {n})")
+    for run, r in data["runs"].items():
+        need(r, RUN_FIELDS, f"runs.{run}")
+    bad = [r for r in data["aligned"] if r not in data["runs"]]
+    if bad:
+        raise ValueError(f"{src}: aligned names {bad[0]!r}, which is not among its runs")
+    return data
+
+
 def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
     """The explorer JSON of ``data_dir`` for a page at ``html``: thumbnails as paths from the page's folder.
-    Raises FileNotFoundError naming a missing ``explorer.json`` or thumbnail and the command that builds it."""
+    Raises FileNotFoundError naming a missing ``explorer.json`` or thumbnail and the command that builds it, and
+    ValueError naming a damaged one's field (:func:`check_explorer`)."""
     data_dir = Path(data_dir)
     src = data_dir / "explorer.json"
     how = "python -m fraglib.explore (the explorer stage of the study's dvc.yaml) writes it"
     if not src.is_file():
         raise FileNotFoundError(f"{src}: no explorer data; {how}")
-    data = json.loads(src.read_text(encoding="utf-8"))
+    data = check_explorer(src)
     folder = Path(html).resolve().parent
     for im in data["images"]:
         thumb = data_dir / im["thumb"]
@@ -99,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     claim_cli(ap, family, family, args.overwrite, "fraglib.explorer_page")
     try:
         page, js = build(args.data, html, args.title)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         ap.error(str(exc))
     print(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB) and {js} ({js.stat().st_size / 1e3:.0f} kB)")
 

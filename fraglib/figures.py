@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,17 @@ def triplet_record(
     return entries
 
 
+def written_crops(out: str | Path) -> list[Path]:
+    """The crops an earlier run wrote into ``out`` (those its ``triplets.json`` lists): the only files of
+    ``out/crops/`` this module ever deletes (none when ``triplets.json`` is absent or damaged)."""
+    path = Path(out) / "triplets.json"
+    try:
+        names = [h["crop"] for e in json.loads(path.read_text(encoding="utf-8"))["queries"] for h in e.get("hits", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [Path(out) / n for n in names if isinstance(n, str) and re.fullmatch(r"crops/[^/\\]+\.jpg", n)]
+
+
 def run_name(seed_dir: str | Path) -> str:
     """The run of a seed folder: ``models/<study>/<run>/seed0`` or ``runs/<study>/<run>/seeds/seed0``."""
     parent = Path(seed_dir).resolve().parent
@@ -122,13 +134,14 @@ def build(
     """Write ``out/queries.json`` (every split of ``splits``); with ``triplet_run`` (a seed folder of a
     fragment run, trained on split ``splits[0]``), ``out/triplets.json`` and its crops; with ``relation_run`` (an
     SDT-RNN's seed folder per split, ``{seed}`` for the split), ``out/relation_norms.csv``. Returns what was
-    written (``queries``, ``triplets``, ``relation_norms``). Earlier crops are removed first."""
+    written (``queries``, ``triplets``, ``relation_norms``). The crops of the earlier ``triplets.json`` are removed
+    first (:func:`written_crops`; no other file of ``crops/``)."""
     out = Path(out)
     queries = {str(s): query_record(dataset_dir.format(seed=s), parse_file) for s in splits}
     write_text(out / "queries.json", compact(queries))
     written: dict[str, Any] = {"queries": queries}
-    for old in (out / "crops").glob("*.jpg"):
-        old.unlink()
+    for old in written_crops(out):
+        old.unlink(missing_ok=True)
     if triplet_run:
         seed = splits[0]
         entries = triplet_record(
@@ -170,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     out = Path(args.out)
-    family = [out / "queries.json", out / "triplets.json", out / "relation_norms.csv", *out.glob("crops/*.jpg")]
+    family = [out / "queries.json", out / "triplets.json", out / "relation_norms.csv", *written_crops(out)]
     claim_cli(ap, family, [], args.overwrite, "fraglib.figures")
     if args.triplet_run and not (Path(args.triplet_run) / "best.pt").is_file():
         ap.error(f"no best.pt in {args.triplet_run}: train that run first")

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fraglib.notebook import figure_files, project_root, write_figures
-from fraglib.outputs import command, write_bytes
+from fraglib.notebook import figure_files, figures_folder, project_root, write_figures
+from fraglib.outputs import command, updates, write_bytes
 from fraglib.studies import INDEX, Page, page_of
 
 STAGING = Path("build/reports")  # pages are rendered here first, moved into place when they succeed
@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in pages:
             print(f"{p.html:48s} {p.stage}")
         return 0
+    # its pages are the report stages' outputs (dvc.yaml): replacing them is what this command is for
+    updates(*(x for p in pages for x in (p.html, p.executed, figures_folder(p.html))))
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
         outcomes = list(pool.map(render, pages))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.metrics import DIRECTIONS, KS
-from fraglib.outputs import command, write_bytes, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_bytes, write_text
 
 METRICS = [(t, f"r{k}") for t in DIRECTIONS for k in KS]
 
@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--units", help="keep this training run of each run (e.g. 0r1) in the new results")
     ap.add_argument("--reference-units", help="likewise in the reference (e.g. 0)")
     ap.add_argument("--json", help="also write the comparison (every metric's z, every verdict, the machines) here")
+    ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    if args.json:  # refused before the work, not after
+        claim_cli(ap, [Path(args.json)], [Path(args.json)], args.overwrite, "fraglib.rerun --json")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             tmp_dir = Path(tmp)

@@ -2,17 +2,31 @@
 benchmark, and the claims table's column "confirmed on partition N"."""
 
 import glob
+import hashlib
 import json
 import re
+import runpy
 import shutil
+import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from fraglib import claims as C
 from fraglib.config import ConfigError
-from fraglib.confirm import claim_runs, data_commands, frozen_params, resolve
+from fraglib.confirm import (
+    DATASETS,
+    PARAMS_FREE,
+    claim_runs,
+    data_commands,
+    data_stages,
+    fraglib_modules,
+    frozen_params,
+    resolve,
+)
 from fraglib.tables import markdown
 
 from conftest import ROOT, tiny_params
@@ -37,12 +51,19 @@ def test_a_confirmation_rebuilds_the_benchmark_from_the_new_seed_and_retrains_th
     from fraglib.confirm import main
 
     params = tiny_project(tmp_path)
+    # the frozen file, not the project's params.yaml, is what every stage reads (issue #76: the features used 600)
+    params["vision"] = {**TINY_VISION, "max_proposals": 20}
+    (tmp_path / "frozen.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
-    main(["--partition", "5", "--dataset", "synthetic", "--runs", "full,devise"])
+    main(["--partition", "5", "--dataset", "synthetic", "--runs", "full,devise", "--params", "frozen.yaml"])
     out = tmp_path / "runs" / "confirm" / "synthetic" / "p5"
     data = tmp_path / "data" / "confirm" / "synthetic" / "p5"
     assert yaml.safe_load((data / "params.yaml").read_text())["synthetic"] == {**TINY_SYNTHETIC, "seed": 5}
-    assert json.loads((out / "confirm.json").read_text())["runs"] == ["full", "devise"]
+    record = json.loads((out / "confirm.json").read_text())
+    assert record["runs"] == ["full", "devise"]
+    assert record["params_sha256"] == hashlib.sha256((data / "params.yaml").read_bytes()).hexdigest()
+    meta = json.loads(np.load(data / "features" / "rcnn.npz")["meta"].item())
+    assert meta["settings"]["max_proposals"] == 20
     for run in ("full", "devise"):
         m = json.loads((out / run / "metrics.json").read_text())
         assert m["seeds"] == [0] and (out / run / "seeds" / "seed0" / "ranks.json").exists()
@@ -64,8 +85,9 @@ def test_a_confirmation_rebuilds_the_benchmark_from_the_new_seed_and_retrains_th
     assert "confirmed on partition 5" in text and "`python -m fraglib.confirm --partition N`" in text
     # a finished confirmation is never replaced silently
     with pytest.raises(SystemExit):
-        main(["--partition", "5", "--dataset", "synthetic", "--runs", "full"])
-    assert "--overwrite" in capsys.readouterr().err
+        main(["--partition", "5", "--dataset", "synthetic", "--runs", "full", "--params", "frozen.yaml"])
+    err = capsys.readouterr().err
+    assert "full confirmed on partition 5 already" in err and "--overwrite" in err
 
 
 def _ours(folder, task):
@@ -80,9 +102,14 @@ def test_the_data_commands_are_the_pipelines_with_the_partition_and_its_folder(t
     )
     assert cmds[0].endswith(f"--params {tmp_path}/p.yaml --out {tmp_path}/d")
     assert all("data/synthetic" not in c for c in cmds) and len(cmds) == 4
+    # every stage reads the frozen file, none the project's params.yaml (issue #76)
+    assert all(c.count("--params") == 1 and f"--params {tmp_path}/p.yaml" in c for c in cmds), cmds
     pascal = {**params, "pascal1k": {"root": "R", "folds": 10, "partition": 0}}
     (cmd,) = data_commands(tmp_path, "pascal1k", frozen_params(pascal, "pascal1k", 9), tmp_path / "f", tmp_path / "p")
     assert f"--out {tmp_path}/f --folds 10 --partition 9" in cmd
+    # the folds' fragments read the frozen text settings; fraglib.data takes its settings on the command line
+    converter, loop = cmd.split(" && ")
+    assert "--params" not in converter and f"--params {tmp_path}/p || exit 1" in loop
     # the loop over the folds visits the fold folders, not folds.json beside them (it names the partition)
     for f in ("fold0", "fold1"):
         (tmp_path / "f" / f).mkdir(parents=True)
@@ -112,3 +139,161 @@ def test_without_java_a_generating_run_is_confirmed_without_captions(tmp_path, m
     monkeypatch.setattr("fraglib.confirm.run_commands", lambda *a: pytest.fail("ran a command"))
     captions(tmp_path, tmp_path / "runs" / "stt", {})
     assert "no captions of" in capsys.readouterr().out
+
+
+def test_every_module_of_the_data_stages_is_given_the_frozen_file_if_it_reads_one(capsys):
+    """:data:`fraglib.confirm.PARAMS_FREE` against the modules' own parsers: a module that reads a parameter file
+    is given the frozen one, and every module takes --overwrite (a resumed stage replaces its partial files)."""
+    params = frozen_params(
+        {**yaml.safe_load((ROOT / "params.yaml").read_text()), "pascal1k": {"root": "R", "folds": 3}}, "pascal1k", 0
+    )
+    modules = {
+        m
+        for d in DATASETS
+        for _, cmd in data_stages(ROOT, d, params, Path("out"), Path("p.yaml"))
+        for m in fraglib_modules(cmd)
+    }
+    assert {"fraglib.data.synthetic", "fraglib.text", "fraglib.vision.features", "fraglib.data"} <= modules
+    for m in sorted(modules):
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            warnings.simplefilter("ignore")  # runpy: the module is imported already
+            mp.setattr(sys, "argv", [m, "--help"])
+            with pytest.raises(SystemExit):
+                runpy.run_module(m, run_name="__main__", alter_sys=False)
+        usage = capsys.readouterr().out
+        assert ("--params" in usage) == (m not in PARAMS_FREE), m
+        assert "--overwrite" in usage, m
+
+
+class Stages:
+    """Stand-in for the data stages' shell commands (``fraglib.confirm.run_commands``): records each command,
+    leaves a file in the data folder as a stage would, and fails (a kill) at stage ``fail``."""
+
+    def __init__(self, fail=None):
+        self.cmds, self.fail = [], fail
+
+    def __call__(self, cmds, root):
+        for cmd in cmds:
+            self.cmds.append(cmd)
+            folder = Path(root) / re.search(r"data/confirm/\S+/p\d+", cmd).group(0)
+            (folder / f"out{len(self.cmds)}").write_text("partial")
+            if self.fail and self.fail in cmd:
+                raise KeyboardInterrupt
+
+
+def stub_training(monkeypatch):
+    """Training stubbed out: the runs trained, each with the SHA-256 of the parameters it was given."""
+    trained = []
+
+    def run_study(paths, run, params, out, *a):
+        trained.append((run, frozen_sha(params)))
+        Path(out).mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr("fraglib.confirm.run_study", run_study)
+    return trained
+
+
+def frozen_sha(params):
+    return hashlib.sha256(yaml.safe_dump(params, sort_keys=False).encode()).hexdigest()
+
+
+def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_path, monkeypatch):
+    from fraglib.confirm import main, run_commands
+
+    tiny_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    trained = stub_training(monkeypatch)
+    data = Path("data/confirm/synthetic/p2")
+    argv = ["--partition", "2", "--dataset", "synthetic", "--runs", "full"]
+
+    def generated_then_killed(cmds, root):  # the real generation, killed before its completion is recorded
+        run_commands(cmds, root)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("fraglib.confirm.run_commands", generated_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    assert (data / "dataset.json").exists() and not trained
+    # the generation again, over its own files (--overwrite, else it refuses them); killed in the features stage
+    stages = Stages(fail="fraglib.vision.features")
+
+    generated = []
+
+    def generation_for_real(cmds, root):
+        generated.extend(c for c in cmds if "fraglib.data.synthetic" in c)
+        (run_commands if "fraglib.data.synthetic" in cmds[0] else stages)(cmds, root)
+
+    monkeypatch.setattr("fraglib.confirm.run_commands", generation_for_real)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    assert [c.split()[3] for c in stages.cmds] == ["parse", "fragments", "--dataset-dir"] and not trained
+    assert generated[0].endswith("--overwrite")  # its own partial files, replaced
+    # resumed: the three finished stages kept, the features run again over their partial files
+    stages = Stages()
+    monkeypatch.setattr("fraglib.confirm.run_commands", stages)
+    main(argv)
+    (cmd,) = stages.cmds
+    assert "fraglib.vision.features" in cmd and cmd.endswith(f"--params {data}/params.yaml --overwrite")
+    assert trained == [("full", frozen_sha(yaml.safe_load((data / "params.yaml").read_text())))]
+    state = json.loads((data / "stages.json").read_text())["stages"]
+    assert all(s["done"] for s in state.values()) and len(state) == 4
+
+
+def test_runs_are_added_to_a_partition_one_claim_at_a_time_on_the_same_frozen_parameters(tmp_path, monkeypatch, capsys):
+    from fraglib.confirm import main
+
+    params = tiny_project(tmp_path)
+    params["runs"].update(fr_lr01={"system": "fragment"}, devise_d2048={"system": "devise"})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    trained = stub_training(monkeypatch)
+    stages = Stages()
+    monkeypatch.setattr("fraglib.confirm.run_commands", stages)
+    argv = ["--partition", "4", "--dataset", "synthetic", "--runs"]
+    record = tmp_path / "runs" / "confirm" / "synthetic" / "p4" / "confirm.json"
+    frozen = Path("data/confirm/synthetic/p4/params.yaml")
+    main([*argv, "fr_lr01,devise_d2048"])
+    assert len(stages.cmds) == 4
+    main([*argv, "devise,full"])  # the second claim's runs: the data kept, the first runs not forgotten
+    assert len(stages.cmds) == 4 and [r for r, _ in trained] == ["fr_lr01", "devise_d2048", "devise", "full"]
+    sha = hashlib.sha256(frozen.read_bytes()).hexdigest()
+    got = json.loads(record.read_text())
+    assert got["runs"] == ["fr_lr01", "devise_d2048", "devise", "full"] and got["params_sha256"] == sha
+    assert list(got["stages"]) == list(DATASETS["synthetic"][1])
+    assert all(s["params_sha256"] == sha and f"--params {frozen}" in s["cmd"] for s in got["stages"].values())
+    # other parameters on this partition: refused, naming both hashes, nothing run or written
+    changed = {**params, "train": {**params["train"], "epochs": params["train"]["epochs"] + 1}}
+    Path("other.yaml").write_text(yaml.safe_dump(changed))
+    with pytest.raises(SystemExit):
+        main([*argv, "full", "--params", "other.yaml"])
+    err = capsys.readouterr().err
+    assert f"SHA-256 {sha}" in err and "other.yaml frozen for it gives SHA-256" in err and "--overwrite" in err
+    assert len(stages.cmds) == 4 and len(trained) == 4 and json.loads(record.read_text()) == got
+    assert hashlib.sha256(frozen.read_bytes()).hexdigest() == sha
+    # with --overwrite: the partition rebuilt on them (its own files replaced) and every run of it retrained
+    main([*argv, "full", "--params", "other.yaml", "--overwrite"])
+    new = hashlib.sha256(frozen.read_bytes()).hexdigest()
+    assert new != sha and f"SHA-256 {new}" in err  # the hash the refusal named
+    assert len(stages.cmds) == 8 and all(c.endswith("--overwrite") for c in stages.cmds[4:])
+    assert trained[4:] == [(r, new) for r in ["fr_lr01", "devise_d2048", "devise", "full"]]
+    got = json.loads(record.read_text())
+    assert got["params_sha256"] == new and got["runs"] == ["fr_lr01", "devise_d2048", "devise", "full"]
+    assert got["params"] == "other.yaml"
+
+
+def test_data_built_by_the_older_confirmation_is_not_trusted(tmp_path, monkeypatch, capsys):
+    from fraglib.confirm import main
+
+    tiny_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    stub_training(monkeypatch)
+    monkeypatch.setattr("fraglib.confirm.run_commands", stages := Stages())
+    data = Path("data/confirm/synthetic/p1")
+    data.mkdir(parents=True)
+    (data / "done").write_text("")  # its parse, fragments and features read params.yaml, not the frozen file
+    with pytest.raises(SystemExit):
+        main(["--partition", "1", "--dataset", "synthetic", "--runs", "full"])
+    assert "older fraglib.confirm" in capsys.readouterr().err and not stages.cmds
+    main(["--partition", "1", "--dataset", "synthetic", "--runs", "full", "--overwrite"])
+    assert len(stages.cmds) == 4 and all(c.endswith("--overwrite") for c in stages.cmds)
+    assert not (data / "done").exists()

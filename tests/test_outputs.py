@@ -564,3 +564,17 @@ def test_summary_csv_says_which_run_folders_it_leaves_out(tmp_path, monkeypatch,
     main(["--csv", str(tmp_path / "runs.csv")])
     assert "1 run folder(s) without metrics.json left out: runs/synthetic/killed" in capsys.readouterr().err
     assert (tmp_path / "runs.csv").read_text().startswith("study,run,")
+
+
+def test_figures_deletes_only_the_crops_its_triplets_json_lists(tmp_path):
+    from fraglib.figures import written_crops
+
+    (tmp_path / "crops").mkdir()
+    (tmp_path / "triplets.json").write_text(
+        json.dumps(
+            {"queries": [{"hits": [{"crop": "crops/on_dog_sofa_1.jpg"}, {"crop": "/etc/passwd"}]}, {"reason": "x"}]}
+        )
+    )
+    assert written_crops(tmp_path) == [tmp_path / "crops" / "on_dog_sofa_1.jpg"]
+    (tmp_path / "triplets.json").write_text("[cut")
+    assert written_crops(tmp_path) == []
