@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import torch
 
-from fraglib.outputs import atomic, file_sha256
+from fraglib.outputs import Refused, WriteFailed, atomic, file_sha256
 
 FORMAT = "fraglib-checkpoint-1"
 IDENTITY = ("system", "system_config", "train_config", "model_args", "fingerprint")
@@ -64,11 +64,15 @@ def save(path: str | Path, ck: dict[str, Any]) -> None:
     try:
         with atomic(path) as tmp:
             torch.save({"format": FORMAT, **ck}, tmp)
+    except Refused:  # not a full disk: a file this command may not replace (fraglib.outputs)
+        raise
     except (RuntimeError, OSError) as exc:  # torch: "[enforce fail at inline_container.cc:...] ... file write failed"
-        raise OSError(
-            f"{path}: writing the checkpoint failed, is the disk full? ({_first_line(exc)}). The previous "
+        cause = exc.__cause__ if isinstance(exc, WriteFailed) and exc.__cause__ is not None else exc
+        raise WriteFailed(
+            f"{path}: writing the checkpoint failed, is the disk full? ({_first_line(cause)}). The previous "
             f"{path.name}, if any, is intact: free some space and run the same command again to resume "
-            "from it"
+            "from it",
+            getattr(cause, "errno", None),
         ) from None
 
 

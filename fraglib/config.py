@@ -78,6 +78,55 @@ def read_yaml(path: str | Path = "params.yaml") -> dict[str, Any]:
     return data
 
 
+# The sections of params.yaml (the schema of their keys: fraglib.params). Here, in the bottom layer, so that every
+# command checks the file's sections on reading it (:func:`read_settings`), those below fraglib.params included.
+# The real-data studies' sections (root, splits, train, systems, runs): a new study adds its name to DATASETS,
+# and only there (docs/adding_a_dataset.md; fraglib.params.DATASETS is this tuple); flickr30k is the walkthrough's
+# (docs/own_data.md).
+DATASETS = ("pascal1k", "flickr8k", "flickr30k")
+SECTIONS = (
+    "synthetic",
+    "data_report",
+    "text",
+    "text_report",
+    *DATASETS,
+    "vision",
+    "vision_report",
+    "train",
+    "evaluation",
+    "systems",
+    "study",
+    "runs",
+    "fusion",
+    "captions",
+    "results_report",
+    "explorer",
+    "bench",
+)
+
+
+def check_sections(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``data`` (a params file's sections) when every section is one of :data:`SECTIONS` and a mapping (or
+    empty), else a ConfigError naming the file and the section (a misspelt one with "did you mean")."""
+    unknown = [k for k in data if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
+            f"sections: {', '.join(SECTIONS)}"
+        )
+    for k, v in data.items():
+        if v is not None and not isinstance(v, dict):
+            raise ConfigError(f"{path}: {k}: expected a mapping, got {v!r}")
+    return data
+
+
+def read_settings(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """The params file parsed strictly (:func:`read_yaml`) with its sections checked (:func:`check_sections`): the
+    reader of every command below :mod:`fraglib.params` (evaluate, train), which then checks the keys of each
+    section it reads (:func:`from_dict`); :func:`fraglib.params.read_params` adds every other section's keys."""
+    return check_sections(read_yaml(path), path)
+
+
 def from_dict(section: str, values: dict[str, Any] | None, cls: type[T], names: dict[str, str] | None = None) -> T:
     """Build dataclass ``cls`` from ``values``; unknown keys are errors; calls ``validate()``. ``names``:
     key -> the name its value was given under (``study.systems.vse.epochs`` for a value merged from there),

@@ -242,7 +242,7 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
     seconds = end - began["start"]
     if not 0 <= seconds <= MAX_SECONDS:
         raise ValueError(
-            f"{clock}: started {seconds:.0f} s from now ({'in the future' if seconds < 0 else 'over 30 days ago'}): "
+            f"{clock}: its start lies {abs(seconds):.3g} s {'in the future' if seconds < 0 else 'back, over 30 days'}: "
             "not a clock of this target's run; run `start` again"
         )
     costs = read_costs(path)  # a damaged register stops us before anything is written

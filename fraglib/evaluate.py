@@ -13,7 +13,11 @@ hubness and its corrections :mod:`fraglib.hubness`.
 
 Another tool's scores go through the same :func:`evaluate_matrix` as every run (:func:`evaluate_files`): ranks
 pessimistic on ties, R@K, median and mean rank, the fold protocol, hubness and its corrections, bootstrap CIs;
-``--against`` adds a paired comparison. docs/evaluation.md "Scores from another tool" has a worked example.
+``--against`` adds a paired comparison. Every file is checked where it enters (:func:`checked_matrix`, the flag and
+the file named: NaN, +inf, empty, its shape; embeddings -inf too) and ranked in its own precision (float16/32 in
+float32 as always, float64 and integers in float64: never cast to float32, whose ties and overflows would change
+the ranks). Options that would be ignored together are refused (:func:`_refused_together`). docs/evaluation.md
+"Scores from another tool" has a worked example.
 """
 
 from __future__ import annotations
@@ -28,9 +32,20 @@ import torch
 
 from fraglib import hubness
 from fraglib.checkpoint import best_of, fingerprint, load_system
-from fraglib.config import check_choice, check_range, from_dict
+from fraglib.config import ConfigError, check_choice, check_range, from_dict
 from fraglib.inputs import DataPaths, load_splits
-from fraglib.metrics import DIRECTIONS, KS, bootstrap_ci, evaluate_scores, fold_metrics, recall_table, similarity_ranks
+from fraglib.metrics import (
+    DIRECTIONS,
+    KS,
+    bootstrap_ci,
+    check_matrix,
+    check_scores,
+    evaluate_scores,
+    fold_metrics,
+    recall_table,
+    similarity_ranks,
+)
+from fraglib.outputs import command
 
 
 # ----------------------------------------------------------------------------- from a system to ranks
@@ -215,8 +230,13 @@ class EvalConfig:
 
 def eval_config(params: dict[str, Any], extra: dict[str, Any] | None = None) -> EvalConfig:
     """The checked :class:`EvalConfig` of a params dict's ``evaluation`` section (absent: the defaults), with
-    ``extra`` keys (command-line ``--set``) on top."""
-    return from_dict("evaluation", {**(params.get("evaluation") or {}), **(extra or {})}, EvalConfig)
+    ``extra`` keys (command-line ``--set``) on top. A section that is not a mapping (``evaluation: 5``) is a
+    ConfigError naming it. The commands read the file with :func:`fraglib.config.read_settings`, so a misspelt
+    section (``evaluaton:``) is refused as by every command."""
+    section = params.get("evaluation")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"evaluation: expected a mapping of evaluation settings, got {section!r}")
+    return from_dict("evaluation", {**(section or {}), **(extra or {})}, EvalConfig)
 
 
 def check_evaluable(ec: EvalConfig, test: Any, where: str) -> None:
@@ -368,35 +388,88 @@ def load_numpy(path: str | Path, what: str) -> Any:
         raise ValueError(f"{what}: {path} is not a NumPy .npy/.npz file ({exc})") from None
 
 
-def read_array(path: str | Path, what: str) -> np.ndarray:
-    """A 2-D float array from a ``.npy`` file (or a ``.npz`` holding exactly one array); clear errors naming
-    ``what`` and the file for a missing or unreadable file, object arrays and other shapes."""
+def read_array(path: str | Path, what: str, finite: bool = False) -> np.ndarray:
+    """A 2-D array of real numbers from a ``.npy`` file (or a ``.npz`` holding exactly one array), checked where
+    it enters (:func:`checked_matrix`); clear errors naming ``what`` and the file for a missing or unreadable
+    file, object or complex arrays, other shapes, an empty array, NaN or +inf (``finite``: -inf too: embeddings)."""
     a = load_numpy(path, what)
     if isinstance(a, np.lib.npyio.NpzFile):
-        if len(a.files) != 1:
-            raise ValueError(f"{what}: {path} holds arrays {a.files}; give a .npy or a .npz of one array")
-        a = a[a.files[0]]
-    if a.ndim != 2 or not np.issubdtype(a.dtype, np.number):
-        raise ValueError(f"{what}: {path} holds a {a.ndim}-D {a.dtype} array; a 2-D numeric array is needed")
+        with a:
+            if len(a.files) != 1:
+                raise ValueError(f"{what}: {path} holds arrays {a.files}; give a .npy or a .npz of one array")
+            a = a[a.files[0]]
+    return checked_matrix(a, f"{what} {path}", finite)
+
+
+def checked_matrix(a: Any, what: str, finite: bool = False) -> np.ndarray:
+    """``a`` in the precision ranks are computed in, checked (:func:`fraglib.metrics.check_matrix`: 2-D, not empty,
+    no NaN or +inf, with ``finite`` no -inf): float16 and float32 stay as they are (ranked in float32 as always),
+    any other real type becomes float64 — never a lossy float32, whose ties and overflows would change the ranks.
+    A value beyond float64's range (a long double) is refused, not called infinite. ``what`` names it in errors."""
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype.kind not in "fiu":
+        raise ValueError(f"{what}: holds a {a.ndim}-D {a.dtype} array; a 2-D array of real numbers is needed")
+    if a.dtype.kind == "f" and a.dtype.itemsize <= 4:
+        a = a.astype(a.dtype.newbyteorder("="), copy=False)
+    else:
+        wide = a
+        with np.errstate(over="ignore"):  # refused below, by name
+            a = a.astype(np.float64)
+        if wide.dtype.kind == "f" and wide.dtype.itemsize > 8:
+            grew = np.isinf(a) & np.isfinite(wide)
+            if grew.any():
+                i, j = (int(x) for x in np.argwhere(grew)[0])
+                raise ValueError(
+                    f"{what}: {int(grew.sum())} values lie beyond float64's range (±{np.finfo(np.float64).max:.3g}; "
+                    f"first at [{i}, {j}]: {wide[i, j]}); rescale them"
+                )
+    check_matrix(a, what, finite)
     return a
 
 
-def embedding_scores(images: np.ndarray, sentences: np.ndarray, metric: str = "cosine", what: str = "") -> np.ndarray:
-    """(n_images, n_sentences) float32 scores of two embedding arrays (n, D): ``cosine`` (rows L2-normalised; a
-    zero row is refused) or ``dot`` (inner product)."""
+def embedding_scores(
+    images: np.ndarray,
+    sentences: np.ndarray,
+    metric: str = "cosine",
+    what: str = "",
+    names: tuple[str, str] = ("image embeddings", "sentence embeddings"),
+) -> np.ndarray:
+    """(n_images, n_sentences) scores of two embedding arrays (n, D), computed in float64: ``cosine`` (rows
+    L2-normalised before they are multiplied; a zero row is refused) or ``dot`` (inner product; products beyond
+    float64's range are refused). float32 when both inputs are float16/32 (as always), float64 otherwise.
+    Each array is checked first (:func:`checked_matrix`: NaN, ±inf, empty); errors name them ``what: names[i]``
+    (``names`` alone when ``what`` is empty: a command's flags and files)."""
     check_choice("--metric", metric, ("cosine", "dot"))
+    narrow = all(np.asarray(x).dtype in (np.float16, np.float32) for x in (images, sentences))
+    img_name, sent_name = (f"{what}: {n}" if what else n for n in names)
+    images, sentences = checked_matrix(images, img_name, True), checked_matrix(sentences, sent_name, True)
     if images.shape[1] != sentences.shape[1]:
         raise ValueError(
-            f"{what}: image embeddings have {images.shape[1]} dims, sentence embeddings {sentences.shape[1]}"
+            f"{img_name} {tuple(images.shape)} has {images.shape[1]} dims, {sent_name} {tuple(sentences.shape)} "
+            f"{sentences.shape[1]}: their {metric} cannot be taken"
         )
-    a, b = (np.asarray(x, np.float64) for x in (images, sentences))
+    a, b = np.asarray(images, np.float64), np.asarray(sentences, np.float64)
     if metric == "cosine":
-        for name, x in (("image", a), ("sentence", b)):
-            norm = np.linalg.norm(x, axis=1)
-            if not (norm > 0).all():
-                raise ValueError(f"{what}: {name} embedding row {int(np.argmin(norm))} is zero: no cosine")
-        a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1, keepdims=True)
-    return (a @ b.T).astype(np.float32)
+        a, b = _unit_rows(a, img_name), _unit_rows(b, sent_name)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below, by name
+        out = a @ b.T
+    if not np.isfinite(out).all():  # only a dot product of huge rows gets here
+        raise ValueError(
+            f"the dot products of {img_name} and {sent_name} overflow float64 (largest |entries| "
+            f"{np.abs(a).max():.3g} and {np.abs(b).max():.3g}): rescale them, or use --metric cosine"
+        )
+    return out.astype(np.float32) if narrow else out
+
+
+def _unit_rows(x: np.ndarray, what: str) -> np.ndarray:
+    """The rows of float64 ``x`` divided by their L2 norms. Each row is first scaled by a power of two into
+    [0.5, 1) (exact: the result is bit for bit ``x / ‖x‖`` wherever that is computable) so rows of 1e200 or
+    1e-200, whose squares leave float64, are normalised too; a zero row is refused."""
+    top = np.abs(x).max(axis=1)
+    if not (top > 0).all():
+        raise ValueError(f"{what}: row {int(np.argmin(top))} is zero: no cosine")
+    x = np.ldexp(x, -np.frexp(top)[1][:, None])
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def split_index(dataset_dir: str | Path, split: str) -> dict[str, np.ndarray]:
@@ -488,31 +561,39 @@ def evaluate_files(
     split: str = "test",
     ids: dict[str, dict[str, np.ndarray]] | None = None,
     what: str = "scores",
+    names: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate_matrix` of another tool's (n_images, n_sentences) score matrix ``test`` on ``split`` of the
     dataset: ``val`` (the val split's matrix) to choose the corrections' parameters on, ``banks`` (arrays
     :data:`BANK_KEYS`, query x candidate: ``*_annotation`` training images x the split's sentences,
     ``*_search`` training sentences x the split's images) for their inductive form. ``ids[split]``: the files'
-    ``imgid`` / ``sentid`` order, when not the dataset's (:func:`dataset_order`)."""
+    ``imgid`` / ``sentid`` order, when not the dataset's (:func:`dataset_order`). Every matrix is checked where it
+    enters (:func:`checked_matrix`: NaN, +inf, empty, its shape against the split's) and ranked in its own
+    precision (float32, or float64 for wider input). ``what`` names ``test`` in errors, ``names["val"]`` and
+    ``names["banks"]`` the others (default ``val scores``, ``banks``)."""
     ids = ids or {}
+    names = {"val": "val scores", "banks": "banks", **(names or {})}
     idx = {name: split_index(dataset_dir, name) for name in dict.fromkeys((split, "val"))}
 
     def order(S: np.ndarray, name: str, rows: str, label: str) -> torch.Tensor:
         got = ids.get(name, {})
+        S = checked_matrix(S, label)
         out = dataset_order(S, idx[name], label, got.get("imgid"), got.get("sentid"), rows)
-        return torch.from_numpy(np.ascontiguousarray(out, np.float32))
+        return torch.from_numpy(np.ascontiguousarray(out, np.float32 if out.dtype.itemsize <= 4 else np.float64))
 
     S = order(test, split, "images", what)
-    V = order(val, "val", "images", f"{what} (val)") if val is not None else None
+    V = order(val, "val", "images", names["val"]) if val is not None else None
     B = None
     if banks is not None:
         missing = [k for k in BANK_KEYS if k not in banks]
         if missing:
-            raise ValueError(f"{what}: the banks lack {', '.join(missing)} (needed: {', '.join(BANK_KEYS)})")
+            raise ValueError(f"{names['banks']}: lacks {', '.join(missing)} (needed: {', '.join(BANK_KEYS)})")
         if V is None:
-            raise ValueError(f"{what}: banks without validation scores: the parameters are chosen on validation")
+            raise ValueError(
+                f"{names['banks']}: banks without validation scores: the parameters are chosen on validation"
+            )
         B = {
-            name: {d: order(banks[f"{key}_{d}"], name, f"{d} bank", f"{what} ({key}_{d} bank)") for d in DIRECTIONS}
+            name: {d: order(banks[f"{key}_{d}"], name, f"{d} bank", f"{names['banks']}: {key}_{d}") for d in DIRECTIONS}
             for name, key in (("val", "val"), (split, "test"))
         }
     val_pair = (V, idx["val"]["sentence_image"]) if V is not None else None
@@ -539,7 +620,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], n_boot: int, seed: int = 0) ->
 def save_scores(seed_dir: str | Path, out: str | Path, ec: EvalConfig, paths: DataPaths | None = None) -> list[Path]:
     """Write a trained run's matrices in :func:`evaluate_files`' layout (``test.npy``, ``val.npy``, float32;
     ``banks.npz``: :data:`BANK_KEYS`), the study's own scores: another tool's files in this layout are
-    evaluated exactly as the run was. Returns the files written."""
+    evaluated exactly as the run was. Returns the files written. Matrices that could not be ranked (NaN or +inf:
+    a diverged or damaged checkpoint) are refused before anything is written, naming the checkpoint."""
     import io
 
     from fraglib.outputs import write_bytes
@@ -547,6 +629,9 @@ def save_scores(seed_dir: str | Path, out: str | Path, ec: EvalConfig, paths: Da
     system, _, splits = load_trained(seed_dir, paths, None)
     S = {name: score_matrix(system, splits[name], ec.eval_chunk) for name in ("test", "val")}
     banks = hubness_banks(system, {n: splits[n] for n in ("val", "test")}, splits["train"], ec.hub_bank, ec.eval_chunk)
+    where = best_of(seed_dir)
+    for name, M in (*S.items(), *((f"{s}_{d} bank", banks[s][d]) for s in ("val", "test") for d in DIRECTIONS)):
+        check_scores(M, f"{where}: its {name} scores (--save-scores writes nothing)")
     out = Path(out)
     written = []
     for name, arrays in (*((f"{n}.npy", S[n].numpy()) for n in S), ("banks.npz", None)):
@@ -570,56 +655,106 @@ def _print(label: str, m: dict[str, Any]) -> None:
         )
 
 
-def _source(args: Any, prefix: str, what: str) -> np.ndarray | None:
-    """The score matrix named by ``--<prefix>scores`` or the ``--<prefix>image-emb`` / ``--<prefix>sentence-emb``
-    pair (None when neither is given)."""
+def _flag(args: Any, name: str) -> str:
+    """``--<name> <its file>``: how errors name a file given on the command line."""
+    return f"--{name.replace('_', '-')} {getattr(args, name)}"
+
+
+def _source(args: Any, prefix: str, what: str) -> tuple[np.ndarray | None, str]:
+    """(the score matrix named by ``--<prefix>scores`` or the ``--<prefix>image-emb`` / ``--<prefix>sentence-emb``
+    pair, the name its errors give: the flag and the file), or (None, "") when neither is given."""
     key = prefix.replace("-", "_")
     scores, img, sent = (getattr(args, f"{key}{n}") for n in ("scores", "image_emb", "sentence_emb"))
     if scores and (img or sent):
         raise ValueError(f"{what}: give --{prefix}scores or --{prefix}image-emb/--{prefix}sentence-emb, not both")
     if scores:
-        return read_array(scores, f"--{prefix}scores")
+        return read_array(scores, f"--{prefix}scores"), _flag(args, f"{key}scores")
     if bool(img) != bool(sent):
         raise ValueError(f"{what}: --{prefix}image-emb and --{prefix}sentence-emb go together")
-    if img:
-        return embedding_scores(
-            read_array(img, f"--{prefix}image-emb"), read_array(sent, f"--{prefix}sentence-emb"), args.metric, what
-        )
-    return None
+    if not img:
+        return None, ""
+    flags = (_flag(args, f"{key}image_emb"), _flag(args, f"{key}sentence_emb"))
+    metric = args.metric or "cosine"
+    S = embedding_scores(
+        read_array(img, f"--{prefix}image-emb", True),
+        read_array(sent, f"--{prefix}sentence-emb", True),
+        metric,
+        "",
+        flags,
+    )
+    return S, f"the {metric} scores of {' and '.join(flags)}"
 
 
-def _banks(args: Any) -> dict[str, np.ndarray] | None:
-    """``--banks`` (a .npz of :data:`BANK_KEYS`), or the banks of ``--bank-image-emb`` / ``--bank-sentence-emb``
-    (training items) against the val and test embeddings."""
+def _banks(args: Any) -> tuple[dict[str, np.ndarray] | None, str]:
+    """(``--banks`` (a .npz of :data:`BANK_KEYS`), or the banks of ``--bank-image-emb`` / ``--bank-sentence-emb``
+    (training items) against the val and test embeddings; the name errors give them), or (None, "")."""
+    if args.banks and (args.bank_image_emb or args.bank_sentence_emb):
+        raise ValueError("give --banks or --bank-image-emb/--bank-sentence-emb, not both")
     if args.banks:
         z = load_numpy(args.banks, "--banks")
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError(f"--banks: {args.banks} holds one array; a .npz of {', '.join(BANK_KEYS)} is needed")
         with z:
-            return {k: z[k] for k in z.files}
+            return {k: z[k] for k in z.files}, _flag(args, "banks")
+    if not (args.bank_image_emb or args.bank_sentence_emb):
+        return None, ""
     if not (args.bank_image_emb and args.bank_sentence_emb):
-        return None
-    ti, ts = (
-        read_array(p, f"--bank-{n}-emb")
-        for p, n in ((args.bank_image_emb, "image"), (args.bank_sentence_emb, "sentence"))
-    )
+        raise ValueError("--bank-image-emb and --bank-sentence-emb go together")
+
+    def read(name: str) -> tuple[np.ndarray, str]:
+        return read_array(getattr(args, name), f"--{name.replace('_', '-')}", True), _flag(args, name)
+
+    bank_img, bank_sent = read("bank_image_emb"), read("bank_sentence_emb")
     out = {}
-    for name, pre in (("val", "val_"), ("test", "")):
-        img, sent = (getattr(args, f"{pre}{n}") for n in ("image_emb", "sentence_emb"))
-        if not (img and sent):
+    for split, pre in (("val", "val_"), ("test", "")):
+        if not (getattr(args, f"{pre}image_emb") and getattr(args, f"{pre}sentence_emb")):
             raise ValueError(
-                f"--bank-*-emb: the {name} embeddings are needed too (--{pre.replace('_', '-')}image-emb, …)"
+                f"--bank-*-emb: the {split} embeddings are needed too (--{pre.replace('_', '-')}image-emb, …)"
             )
-        out[f"{name}_annotation"] = embedding_scores(ti, read_array(sent, name), args.metric, "bank")
-        out[f"{name}_search"] = embedding_scores(read_array(img, name), ts, args.metric, "bank").T
-    return out
+        img, sent = read(f"{pre}image_emb"), read(f"{pre}sentence_emb")
+        for d, (a, b) in (("annotation", (bank_img, sent)), ("search", (img, bank_sent))):
+            S = embedding_scores(a[0], b[0], args.metric or "cosine", "", (a[1], b[1]))
+            out[f"{split}_{d}"] = S if d == "annotation" else S.T
+    return out, "the banks of " + " and ".join((bank_img[1], bank_sent[1]))
 
 
+# the options that act on another tool's files only (refused with SEED_DIR: :func:`_refused_together`)
+TOOL_OPTIONS = tuple(
+    f"{pre}{n}" for pre in ("", "val_", "against_") for n in ("scores", "image_emb", "sentence_emb")
+) + ("metric", "banks", "bank_image_emb", "bank_sentence_emb", "image_ids", "sentence_ids", "seed")
+
+
+def _refused_together(args: Any) -> str:
+    """The message refusing options that would be silently ignored together ('' when none are): another tool's
+    options with SEED_DIR; --save-scores (which writes matrices, not metrics) without SEED_DIR, with --out or
+    with another split than test; --features-dir without SEED_DIR; --metric without embeddings."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    given = [flag(n) for n in TOOL_OPTIONS if getattr(args, n) is not None]
+    if args.seed_dir is not None and given:
+        return (
+            f"{', '.join(given)}: options for another tool's scores or embeddings, not for SEED_DIR (a run is scored "
+            "by its own system, its bootstrap seeded by its training seed)"
+        )
+    if args.save_scores:
+        if args.seed_dir is None:
+            return "--save-scores writes a trained run's matrices: it needs SEED_DIR (not --scores or embeddings)"
+        if args.out:
+            return "--save-scores writes the matrices only, no metrics: drop --out (or run again without --save-scores)"
+        if args.split != "test":
+            return f"--save-scores writes the test and val matrices whatever the split: drop --split {args.split}"
+    if args.features_dir and args.seed_dir is None:
+        return "--features-dir: the features a trained run (SEED_DIR) is scored on; another tool's files need none"
+    if args.metric and not any(getattr(args, f"{p}image_emb") for p in ("", "val_", "against_", "bank_")):
+        return "--metric: the score of embeddings (--image-emb / --sentence-emb …); score matrices are used as given"
+    return ""
+
+
+@command
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    from fraglib.config import parse_overrides, read_yaml
+    from fraglib.config import parse_overrides, read_settings
     from fraglib.outputs import claim_cli, write_text
 
     ap = argparse.ArgumentParser(
@@ -653,36 +788,43 @@ def main(argv: list[str] | None = None) -> None:
         g.add_argument(f"--{pre}scores", *alias, metavar="NPY", help=f"{what} (n_images, n_sentences) score matrix")
         g.add_argument(f"--{pre}image-emb", metavar="NPY", help=f"{what} image embeddings (n_images, D)")
         g.add_argument(f"--{pre}sentence-emb", metavar="NPY", help=f"{what} sentence embeddings (n_sentences, D)")
-    g.add_argument("--metric", default="cosine", choices=("cosine", "dot"), help="embeddings' score (default cosine)")
+    g.add_argument("--metric", choices=("cosine", "dot"), help="embeddings' score (default cosine)")
     g.add_argument("--banks", metavar="NPZ", help="inductive hubness banks: arrays " + ", ".join(BANK_KEYS))
     g.add_argument("--bank-image-emb", metavar="NPY", help="training image embeddings (the inductive banks' queries)")
     g.add_argument("--bank-sentence-emb", metavar="NPY", help="training sentence embeddings")
     g.add_argument("--image-ids", metavar="TXT", help="the files' image id per row, '{split}' for the split's name")
     g.add_argument("--sentence-ids", metavar="TXT", help="the files' sentence id per column ('{split}' as above)")
-    g.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+    g.add_argument("--seed", type=int, help="the bootstrap's seed (default 0; a run's own: its training seed)")
     args = ap.parse_args(argv)
+    refused = _refused_together(args)
+    if refused:
+        ap.error(refused)
     outs = [Path(args.out)] if args.out else []
     outs += [Path(args.save_scores) / n for n in ("test.npy", "val.npy", "banks.npz")] if args.save_scores else []
     claim_cli(ap, outs, outs, args.overwrite, "fraglib.evaluate")
-    try:
-        ec = eval_config(read_yaml(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
-        test, against = _source(args, "", "scores"), _source(args, "against-", "--against")
+    try:  # the file's sections checked, as by every command (a misspelt section is an error, not ignored)
+        ec = eval_config(read_settings(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
+        (test, test_name), (against, against_name) = _source(args, "", "scores"), _source(args, "against-", "--against")
         if (test is None) == (args.seed_dir is None):
             raise ValueError("give a SEED_DIR, or a score matrix (--scores / --image-emb + --sentence-emb), not both")
     except (ValueError, FileNotFoundError) as exc:
         ap.error(str(exc))
     if args.seed_dir is not None:
         paths = DataPaths(args.dataset_dir, args.features_dir) if args.dataset_dir else None
-        if args.save_scores:
-            for f in save_scores(args.seed_dir, args.save_scores, ec, paths):
-                print(f"wrote {f}")
-            return
-        m = evaluate_run(args.seed_dir, ec, args.split, paths)
+        try:
+            if args.save_scores:
+                for f in save_scores(args.seed_dir, args.save_scores, ec, paths):
+                    print(f"wrote {f}")
+                return
+            m = evaluate_run(args.seed_dir, ec, args.split, paths)
+        except (ValueError, FileNotFoundError) as exc:  # a damaged checkpoint's NaN scores among them
+            ap.error(str(exc))
     else:
         if not args.dataset_dir:
             ap.error("--scores / --image-emb need --dataset-dir (the dataset.json fixing the split's order)")
+        seed = 0 if args.seed is None else args.seed
         try:
-            val, banks = _source(args, "val-", "--val"), _banks(args)
+            (val, val_name), (banks, banks_name) = _source(args, "val-", "--val"), _banks(args)
             ids = {
                 name: {
                     key: read_ids(pattern.format(split=name), f"--{flag}")
@@ -694,13 +836,14 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 for name in dict.fromkeys((args.split,) + (("val",) if val is not None or banks is not None else ()))
             }
+            names = {"val": val_name, "banks": banks_name}
             run = lambda S, val, banks, what: evaluate_files(  # noqa: E731
-                args.dataset_dir, ec, S, val, banks, args.seed, args.split, ids, what
+                args.dataset_dir, ec, S, val, banks, seed, args.split, ids, what, names
             )
-            m = run(test, val, banks, "--scores")
+            m = run(test, val, banks, test_name)
             if against is not None:
-                b = run(against, None, None, "--against")
-                m = {"scores": m, "against": b, "paired": compare(m, b, ec.n_boot, args.seed)}
+                b = run(against, None, None, against_name)
+                m = {"scores": m, "against": b, "paired": compare(m, b, ec.n_boot, seed)}
         except (ValueError, FileNotFoundError) as exc:
             ap.error(str(exc))
     if args.out:

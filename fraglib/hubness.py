@@ -28,13 +28,14 @@ The bank ``B`` (n_bank, n_candidates) holds other queries' scores against the sa
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from fraglib.metrics import DIRECTIONS, KS, annotation_ranks, recall_table, search_ranks
+from fraglib.metrics import DIRECTIONS, KS, ScoreError, annotation_ranks, check_scores, recall_table, search_ranks
 
 METHODS = ("inverted_softmax", "csls", "dis", "nnn")
 PROTOCOLS = ("inductive", "transductive")
@@ -49,10 +50,53 @@ NNN_ALPHAS = (0.25, 0.5, 0.75, 1.0)
 NNN_KS = (1, 10, 50)
 
 
+# ----------------------------------------------------------------------------- checks where a matrix enters
+def whole_number(name: str, k: Any) -> int:
+    """``k`` as an int when it is a whole number (``2.0`` is 2: the CSLS grid holds floats), else a ValueError
+    naming ``name`` (NaN, 2.5, True, "3" and None are refused, never truncated); its range is checked where it
+    is used, against the matrix."""
+    if not (isinstance(k, numbers.Real) and not isinstance(k, bool) and math.isfinite(k) and k == int(k)):
+        raise ValueError(f"{name}: a whole number is needed, got {k!r}")
+    return int(k)
+
+
+def _real(name: str, x: Any) -> float:
+    """``x`` as a float when it is a real number (not a bool, a string or a pair), else a ValueError naming ``name``."""
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        raise ValueError(f"{name}: a number is needed, got {x!r}")
+    return float(x)
+
+
+def _scores(Q: Any, name: str) -> torch.Tensor:
+    """``Q`` as a 2-D tensor of scores that can be ranked (NaN and +inf refused, naming ``name``)."""
+    Q = torch.as_tensor(Q)
+    if Q.dim() != 2:
+        raise ScoreError(f"{name}: a (n_queries, n_candidates) matrix is needed, got shape {tuple(Q.shape)}")
+    check_scores(Q, name)
+    return Q
+
+
+def _bank(Q: torch.Tensor, bank: Any, name: str) -> torch.Tensor | None:
+    """``bank`` (None: transductive) as a tensor checked against the scores ``Q``: 2-D, at least one bank query,
+    one column per candidate of ``Q`` (both shapes named otherwise), no NaN or +inf (-inf: a candidate without
+    rows, as in the scores)."""
+    if bank is None:
+        return None
+    B = torch.as_tensor(bank)
+    if B.dim() != 2 or B.shape[0] == 0 or B.shape[1] != Q.shape[1]:
+        raise ScoreError(
+            f"{name}: the bank must be (n_bank >= 1, {Q.shape[1]}), bank queries x the scores' candidates; got "
+            f"bank {tuple(B.shape)} for scores {tuple(Q.shape)}"
+        )
+    check_scores(B, f"{name}: bank")
+    return B
+
+
 # ----------------------------------------------------------------------------- measuring
 def k_occurrence(Q: torch.Tensor | np.ndarray, k: int = 10, chunk: int = 1024) -> np.ndarray:
     """(n_candidates,) int64 ``N_k``: for each candidate, the queries having it in their top ``k``."""
-    Q = torch.as_tensor(Q)
+    Q = _scores(Q, "k-occurrence")
+    k = whole_number("hubness k (evaluation.hub_k)", k)
     n_q, n_c = Q.shape
     if not 1 <= k < n_c:  # with k >= n_c every candidate is in every top k: N_k constant, skewness 0
         raise ValueError(f"hubness k = {k}: needs 1 <= k < {n_c}, the number of candidates (evaluation.hub_k sets k)")
@@ -92,12 +136,15 @@ def hubness_stats(counts: np.ndarray, k: int) -> dict[str, float]:
 def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``β Q − log Σ_b exp(β B[b, c])``; ``bank`` (n_b, n_c), or None: the other
     queries of ``Q`` (row q left out of its own normaliser)."""
+    beta = _real("inverted softmax β", beta)
     if not (math.isfinite(beta) and beta > 0):  # NaN or inf would make every score NaN
         raise ValueError(f"inverted softmax: the inverse temperature β must be finite and > 0, got {beta}")
-    Q = torch.as_tensor(Q).double()
+    Q = _scores(Q, "inverted softmax")
+    bank = _bank(Q, bank, "inverted softmax")
+    Q = Q.double()
     X = beta * Q
     if bank is not None:
-        norm = torch.logsumexp(beta * torch.as_tensor(bank).double(), dim=0)[None, :]
+        norm = torch.logsumexp(beta * bank.double(), dim=0)[None, :]
     else:
         if Q.shape[0] < 2:
             raise ValueError("transductive inverted softmax needs at least 2 queries")
@@ -117,8 +164,9 @@ def inverted_softmax(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = N
 def _bank_top_mean(Q: torch.Tensor, k: int, bank: torch.Tensor | None, name: str) -> torch.Tensor:
     """(1 or n_q, n_c) float64 ``r(c)``: the mean of the ``k`` largest bank scores of candidate c; ``bank`` None:
     the other rows of ``Q`` (row q left out of its own ``r``). ``name`` names the correction in errors."""
+    k = whole_number(f"{name} k", k)
     if bank is not None:
-        B = torch.as_tensor(bank).double()
+        B = _bank(Q, bank, name).double()
         if not 1 <= k <= B.shape[0]:
             raise ValueError(f"{name} k={k}: needs 1 <= k <= {B.shape[0]} bank queries")
         return B.topk(k, dim=0).values.mean(dim=0)[None, :]
@@ -138,15 +186,16 @@ def _keep_empty(Q: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 def csls(Q: torch.Tensor, k: int, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``2 Q − r(c)``, ``r(c)`` the mean of the ``k`` largest bank scores of candidate c;
     ``bank`` None: the other queries of ``Q`` (row q left out of its own ``r``)."""
-    Q = torch.as_tensor(Q).double()
+    Q = _scores(Q, "CSLS").double()
     return _keep_empty(Q, 2 * Q - _bank_top_mean(Q, k, bank, "CSLS"))
 
 
 def nnn(Q: torch.Tensor, alpha: float, k: int, bank: torch.Tensor | None = None) -> torch.Tensor:
     """(n_q, n_c) float64 ``Q − α r(c)``, ``r(c)`` as in :func:`csls` (``bank`` None: row q left out)."""
+    alpha = _real("NNN α", alpha)
     if not (math.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"NNN: the weight α must be finite and >= 0, got {alpha}")
-    Q = torch.as_tensor(Q).double()
+    Q = _scores(Q, "NNN").double()
     return _keep_empty(Q, Q - alpha * _bank_top_mean(Q, k, bank, "NNN"))
 
 
@@ -160,11 +209,12 @@ def _in_top(X: torch.Tensor, k: int) -> torch.Tensor:
 def activated(Q: torch.Tensor, k: int = DIS_K, bank: torch.Tensor | None = None, chunk: int = 1024) -> torch.Tensor:
     """(n_q,) bool: DIS normalises query q — one of its top-1 candidates (ties included) is in the top ``k`` of a
     bank query; ``bank`` None: of another row of ``Q`` (q's own top k activates nothing for q)."""
-    Q = torch.as_tensor(Q)
+    Q = _scores(Q, "DIS")
     n_c = Q.shape[1]
+    k = whole_number("DIS k", k)
     if not 1 <= k <= n_c:
         raise ValueError(f"DIS k={k}: needs 1 <= k <= {n_c} candidates")
-    B = Q if bank is None else torch.as_tensor(bank)
+    B = Q if bank is None else _bank(Q, bank, "DIS")
     votes = torch.zeros(n_c, dtype=torch.long)
     for a in range(0, B.shape[0], chunk):
         votes += _in_top(B[a : a + chunk], k).sum(dim=0).cpu()
@@ -183,9 +233,10 @@ def dis(Q: torch.Tensor, beta: float, bank: torch.Tensor | None = None, k: int =
     """(n_q, n_c) float64: QB-Norm's dynamic inverted softmax — :func:`inverted_softmax`'s row for the queries
     :func:`activated` selects, the raw score row for the others; ``bank`` None: the other queries of ``Q``, for
     the activation set and the normaliser alike."""
-    Q = torch.as_tensor(Q)
+    Q = _scores(Q, "DIS")
     if bank is None and Q.shape[0] < 2:
         raise ValueError("transductive DIS needs at least 2 queries")
+    _bank(Q, bank, "DIS")
     return _dis_rows(Q, inverted_softmax(Q, beta, bank), activated(Q, k, bank))
 
 
@@ -194,16 +245,18 @@ Param = float | tuple[float, int]
 
 def correct(Q: torch.Tensor, method: str, param: Param, bank: torch.Tensor | None = None) -> torch.Tensor:
     """``Q`` corrected by ``method`` (``inverted_softmax`` and ``dis``: ``param`` = β in score units; ``csls``: K;
-    ``nnn``: (α, k))."""
-    if method == "inverted_softmax":
-        return inverted_softmax(Q, float(param), bank)
+    ``nnn``: (α, k)). A parameter of the wrong kind (K = NaN or 2.5, β = "1", NNN's without its k) is a ValueError
+    naming the method; the matrices are checked by each correction (NaN, +inf, an empty bank or one of another
+    width than ``Q``)."""
+    if method in ("inverted_softmax", "dis"):
+        beta = _real(f"{method} β", param)
+        return inverted_softmax(Q, beta, bank) if method == "inverted_softmax" else dis(Q, beta, bank)
     if method == "csls":
-        return csls(Q, int(param), bank)
-    if method == "dis":
-        return dis(Q, float(param), bank)
+        return csls(Q, whole_number("csls K", param), bank)
     if method == "nnn":
-        alpha, k = param
-        return nnn(Q, float(alpha), int(k), bank)
+        if not (isinstance(param, (tuple, list)) and len(param) == 2):
+            raise ValueError(f"nnn: the parameter is a pair (α, k), got {param!r}")
+        return nnn(Q, _real("nnn α", param[0]), whole_number("nnn k", param[1]), bank)
     raise ValueError(f"hubness correction {method!r}: expected one of {', '.join(METHODS)}")
 
 
@@ -260,6 +313,34 @@ def _rsum(ranks: np.ndarray) -> float:
     return float(sum(t[f"r{k}"] for k in KS))
 
 
+# Finite scores beyond 2**±HUGE overflow (or underflow) float64 in the statistics and corrections (the sd's
+# squares; CSLS's 2Q): such matrices are scaled by a power of two first, which changes no rank and no bit.
+HUGE = 500
+
+
+def _exponent(mats: list[torch.Tensor], chunk: int = 1024) -> int:
+    """0, or the e of ``2**e`` by which to divide ``mats`` when their largest finite magnitude ``m`` lies
+    outside [2**-HUGE, 2**HUGE] (float64 scores of another tool; float16/32 never do): ``m / 2**e`` in [0.5, 1)."""
+    m = 0.0
+    for X in mats:
+        if X.dtype != torch.float64:  # float32's range lies inside the bounds
+            continue
+        for a in range(0, X.shape[0], chunk):
+            blk = X[a : a + chunk]
+            m = max(m, float(blk.abs().masked_fill(~torch.isfinite(blk), 0).amax()) if blk.numel() else 0.0)
+    if m == 0.0 or 2.0**-HUGE <= m <= 2.0**HUGE:
+        return 0
+    return math.frexp(m)[1]
+
+
+def _scaled(X: torch.Tensor | None, e: int) -> torch.Tensor | None:
+    """``X / 2**e`` in float64, exactly (two steps: 2**±1074 is not a float64)."""
+    if X is None or e == 0:
+        return X
+    h = -e // 2
+    return X.double() * 2.0**h * 2.0 ** (-e - h)
+
+
 def scale_of(S: torch.Tensor) -> float:
     """sd of the finite entries of ``S`` (1 if there are none or they are constant)."""
     v = torch.as_tensor(S)[torch.isfinite(torch.as_tensor(S))].double()
@@ -286,7 +367,11 @@ def evaluate(
     R-sum (that direction's R@1+5+10), the uncorrected validation R-sum, and the test metrics/ranks; NNN's
     two parameters as ``param`` (α) and ``param_k`` (k); DIS also ``active``, the % of test queries it
     normalised. ``protocols``: the corrections' protocols to run (``banks`` is needed for the inductive one
-    only); ``val`` None: the k-occurrence statistics alone (no parameter is chosen without validation scores)."""
+    only); ``val`` None: the k-occurrence statistics alone (no parameter is chosen without validation scores).
+    Every matrix is checked first (NaN and +inf refused; each bank against its scores' width, named
+    ``banks['<split>']['<direction>']``); float64 scores beyond 2**±HUGE are corrected at a power of two's scale
+    (the same ranks, β and ``beta_unit`` reported in the scores' own units)."""
+    test = _scores(test, "test scores")
     summary: dict[str, Any] = {"k": k}
     lists: dict[str, Any] = {"occurrence": {}, "corrected": {}}
     for d in DIRECTIONS:
@@ -295,7 +380,15 @@ def evaluate(
         lists["occurrence"][d] = occ.tolist()
     if val is None:
         return summary, lists
-    scale = summary["beta_unit"] = scale_of(val)
+    val = _scores(val, "validation scores")
+    if "inductive" in protocols:
+        banks = _checked_banks(banks, {"val": val, "test": test})
+    e = _exponent([val, test, *(b for s in (banks or {}).values() for b in s.values())])
+    if e:  # scores a float64 holds, beyond what its statistics hold: the same ranks at a power of two's scale
+        val, test = _scaled(val, e), _scaled(test, e)
+        banks = {s: {d: _scaled(b, e) for d, b in v.items()} for s, v in banks.items()} if banks else banks
+    scale = scale_of(val)
+    summary["beta_unit"] = math.ldexp(scale, e)
     out: dict[str, dict[str, Any]] = {f"{m}_{p}": {} for m in METHODS for p in protocols}
     for protocol in protocols:
         for d in DIRECTIONS:
@@ -317,6 +410,8 @@ def evaluate(
                 what = f"{key} ({d}): test scores at parameter {_show(param)}"
                 r = _ranks(correct(qt, method, param, bt), d, test_image, what)
                 chosen = {"param": param[0], "param_k": param[1]} if method == "nnn" else {"param": param}
+                if e and method in ("inverted_softmax", "dis"):  # β in the scores' own units
+                    chosen["param"] = math.ldexp(param, -e)
                 extra = {"active": float(100.0 * activated(qt, DIS_K, bt).double().mean())} if method == "dis" else {}
                 out[key][d] = {
                     **recall_table(r),
@@ -328,6 +423,20 @@ def evaluate(
                 lists["corrected"].setdefault(key, {})[d] = r.tolist()
     summary.update(out)
     return summary, lists
+
+
+def _checked_banks(banks: Any, scores: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """The inductive banks, each checked against its split's scores (:func:`_bank`: NaN, +inf, empty, another
+    width), named ``banks['<split>']['<direction>']`` in an error."""
+    if not isinstance(banks, dict) or any(not isinstance(banks.get(s), dict) for s in scores):
+        raise ValueError("hubness: the inductive protocol needs banks {'val': {...}, 'test': {...}}")
+    out = {}
+    for s, S in scores.items():
+        missing = [d for d in DIRECTIONS if d not in banks[s]]
+        if missing:
+            raise ValueError(f"hubness: banks[{s!r}] lacks {', '.join(missing)}")
+        out[s] = {d: _bank(_orient(S, d), banks[s][d], f"banks[{s!r}][{d!r}]") for d in DIRECTIONS}
+    return out
 
 
 def _show(p: Param) -> str:

@@ -55,6 +55,22 @@ def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | No
         )
 
 
+def check_matrix(a: np.ndarray | torch.Tensor, what: str, finite: bool = False) -> None:
+    """Refuse a matrix at the point it enters a ranking (a score file, a bank, embeddings; :class:`ScoreError`
+    naming ``what``): not 2-D, empty (no rows or no columns), NaN or +inf entries, and with ``finite`` -inf too
+    (embeddings: -inf is a score's "no score", never a coordinate). One reduction screens a clean matrix; the
+    entries are located only when it is not. Its shape against the split's is the caller's check."""
+    t = torch.as_tensor(a).detach()
+    if t.dim() != 2 or 0 in t.shape:
+        raise ScoreError(f"{what}: a non-empty 2-D matrix is needed, got shape {tuple(t.shape)}")
+    if t.dtype.is_floating_point:
+        check_scores(t, what)
+        if finite and bool(torch.isneginf(t.amin())):
+            bad = torch.isneginf(t)
+            i, j = (int(x) for x in torch.nonzero(bad)[0])
+            raise ScoreError(f"{what}: {int(bad.sum())} of {t.numel()} entries are -inf (first at [{i}, {j}])")
+
+
 def _matrix(
     scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str
 ) -> tuple[torch.Tensor, torch.Tensor]:

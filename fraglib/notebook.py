@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_bytes, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_bytes, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 IOPUB_TIMEOUT = 120  # s a finished cell may wait for its last output (papermill: 4 s, too short on a busy machine)
@@ -288,11 +288,12 @@ def parameters(pairs: list[list[str]]) -> dict[str, Any]:
     return {k: yaml.safe_load(v) for k, v in pairs}
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
     pages = [Path(args.html), executed_path(args.notebook, args.html, args.executed)]
-    claim_cli(ap, pages, pages, args.overwrite, f"fraglib.notebook {args.notebook}")
+    claim_cli(ap, [*pages, *figure_files(args.html)], pages, args.overwrite, f"fraglib.notebook {args.notebook}")
     out = run_notebook(args.notebook, args.html, parameters(args.parameter), args.executed, args.kernel, progress=True)
     print(f"wrote {out}")
 
@@ -327,11 +328,13 @@ def at_project_root() -> Path:
 
 def note(*parts: Any) -> None:
     """A remark on the page (what ``print`` would write, joined by spaces) as italic Markdown, so no raw text output
-    sits among the tables; ``<`` and ``>`` are shown as written."""
+    sits among the tables; every part is shown as written (``fraglib.pagetext.text``: no tag, link or Markdown
+    of a path, label or caption acts), but a ``fraglib.pagetext.Safe`` one (``fragment("… `code` …", x)``)."""
     from IPython.display import Markdown, display
 
-    text = " ".join(map(str, parts)).replace("<", "&lt;").replace(">", "&gt;")
-    display(Markdown(f"*{text.strip()}*"))
+    from fraglib.pagetext import join
+
+    display(Markdown(f"*{join(' ', parts).strip()}*"))
 
 
 def section(ok: bool, what: str, command: str) -> bool:
@@ -339,11 +342,15 @@ def section(ok: bool, what: str, command: str) -> bool:
     outputs): when ``ok`` is false, say in place what is missing and the command that builds it, and return
     False so the section is skipped; the rest of the page still renders from the committed results."""
     if not ok:
-        from IPython.display import Markdown, display
+        from IPython.display import display
+
+        from fraglib.pagetext import md
 
         display(
-            Markdown(
-                f"*This section needs {what}, which this copy of the project does not hold: `{command}` builds them.*"
+            md(
+                "*This section needs {}, which this copy of the project does not hold: {:code} builds them.*",
+                what,
+                command,
             )
         )
     return ok

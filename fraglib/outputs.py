@@ -63,7 +63,12 @@ class Refused(FileExistsError):
 
 
 class WriteFailed(OSError):
-    """Writing a file failed (full disk, permissions); the message names the file, the previous one is whole."""
+    """Writing a file failed (full disk, permissions); the message names the file, the previous one is whole.
+    ``errno`` is the failed write's."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 @dataclasses.dataclass
@@ -203,8 +208,8 @@ def atomic(path: str | Path) -> Iterator[Path]:
             if exc.filename not in (None, str(tmp), str(path), str(path.parent)) or isinstance(exc, FileNotFoundError):
                 raise
             raise WriteFailed(
-                exc.errno,
                 f"{path}: could not write it ({exc.strerror or exc}); the file there before, if any, is unchanged",
+                exc.errno,
             ) from exc
     finally:
         tmp.unlink(missing_ok=True)

@@ -14,7 +14,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from fraglib.config import ConfigError, did_you_mean, read_yaml
+from fraglib.config import (
+    DATASETS,
+    SECTIONS,  # noqa: F401  (re-exported: the file's sections, checked by check_sections)
+    ConfigError,
+    check_sections,
+    did_you_mean,
+    read_yaml,
+)
 from fraglib.data.synthetic import SynthConfig
 from fraglib.evaluate import EvalConfig
 from fraglib.systems import SYSTEMS
@@ -22,40 +29,14 @@ from fraglib.text.build import TextConfig
 from fraglib.train import TrainConfig
 from fraglib.vision.rcnn import VisionConfig
 
-# the real-data studies' sections (root, splits, train, systems, runs): a new study adds its name here, and only
-# here (docs/adding_a_dataset.md); flickr30k is the walkthrough's (docs/own_data.md)
-DATASETS = ("pascal1k", "flickr8k", "flickr30k")
-SECTIONS = (
-    "synthetic",
-    "data_report",
-    "text",
-    "text_report",
-    *DATASETS,
-    "vision",
-    "vision_report",
-    "train",
-    "evaluation",
-    "systems",
-    "study",
-    "runs",
-    "fusion",
-    "captions",
-    "results_report",
-    "explorer",
-    "bench",
-)
+# DATASETS (the real-data studies' sections: a new study adds its name there) and SECTIONS live in fraglib.config,
+# the bottom layer, so that every command checks the file's sections (fraglib.config.read_settings)
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """The whole params file as a dict, checked against the schema (an error names the file: missing or
     malformed, a duplicated key, an unknown section or key anywhere, with a "did you mean")."""
-    data = read_yaml(path)
-    unknown = [k for k in data if k not in SECTIONS]
-    if unknown:
-        raise ConfigError(
-            f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
-            f"sections: {', '.join(SECTIONS)}"
-        )
+    data = check_sections(read_yaml(path), path)
     try:
         check_params(data)
     except ConfigError as exc:

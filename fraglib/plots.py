@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 
 from fraglib.metrics import DIRECTIONS
+from fraglib.pagetext import figure_text
 
 
 def draw_boxes(
@@ -31,7 +32,7 @@ def draw_boxes(
             ax.text(
                 x0 + 1,
                 y0 + 1,
-                labels[k],
+                figure_text(labels[k]),
                 color="black",
                 fontsize=7,
                 va="top",
@@ -64,7 +65,9 @@ def synthetic_samples(
         for c in rec["captions"]:
             refs = " ".join(f"[#{m['object']}]" for m in c["mentions"])
             lines.append("\n".join(textwrap.wrap(f"- {c['raw']} {refs}", wrap)))
-        ax.text(0, -0.02, "\n".join(lines), transform=ax.transAxes, va="top", fontsize=7.5, family="monospace")
+        ax.text(
+            0, -0.02, figure_text("\n".join(lines)), transform=ax.transAxes, va="top", fontsize=7.5, family="monospace"
+        )
     fig.subplots_adjust(hspace=0.95, wspace=0.08, top=0.98, bottom=0.02)
     return fig
 
@@ -89,7 +92,9 @@ def differences_figure(diffs) -> plt.Figure:
                 capsize=3,
             )
         ax.axvline(0, color="k", lw=1)
-        ax.set_yticks(range(len(sub)), [f"{r['run']}  {r['metric']}" for _, r in sub.iterrows()], fontsize=8)
+        ax.set_yticks(
+            range(len(sub)), [figure_text(f"{r['run']}  {r['metric']}") for _, r in sub.iterrows()], fontsize=8
+        )
         ax.set(title=f"image {d}: run − base (points)", xlabel="difference with 95% CI (red: excludes 0)")
     fig.tight_layout()
     return fig
@@ -100,6 +105,8 @@ def breakdown_figure(sub, base_label: str, order: list[str], direction: str, by:
     import pandas as pd
     import seaborn as sns
 
+    sub = sub.assign(run=sub["run"].map(figure_text), group=sub["group"].map(figure_text))  # labels drawn as written
+    base_label, order = figure_text(base_label), [figure_text(g) for g in order]
     wide = sub.pivot(index="group", columns="run", values="value")
     diff = pd.DataFrame({f"base − {c}": wide[base_label] - wide[c] for c in wide.columns if c != base_label})
     fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 * len(order) + 2.0), sharey=True, layout="constrained")
@@ -118,6 +125,7 @@ def curves_figure(hist) -> plt.Figure:
     both plots, in as many columns as it needs to stay short (56 runs: 4 columns of 14), never over the data."""
     import seaborn as sns
 
+    hist = hist.assign(run=hist["run"].map(figure_text))  # labels drawn as written
     runs = list(dict.fromkeys(hist["run"]))
     ncol = max(1, min(4, -(-len(runs) // 8)))
     fig, axes = plt.subplots(1, 2, figsize=(15, 4 + 0.16 * -(-len(runs) // ncol)), layout="constrained")
@@ -144,13 +152,13 @@ def retrieval_figure(panels: list[dict[str, Any]]) -> plt.Figure:
         ax.text(
             0,
             -0.02,
-            "\n".join(textwrap.fill(t, 62, subsequent_indent="     ") for t in p["lines"]),
+            figure_text("\n".join(textwrap.fill(t, 62, subsequent_indent="     ") for t in p["lines"])),
             transform=ax.transAxes,
             va="top",
             fontsize=8,
             family="monospace",
         )
-        ax.set_title(p["title"], fontsize=9)
+        ax.set_title(figure_text(p["title"]), fontsize=9)
     fig.subplots_adjust(bottom=0.3, wspace=0.08)
     return fig
 
@@ -160,10 +168,10 @@ def crops_figure(crops: list[tuple[np.ndarray, str]], title: str) -> plt.Figure:
     fig, axes = plt.subplots(1, max(1, len(crops)), figsize=(2.6 * max(1, len(crops)), 2.9), squeeze=False)
     for ax, (img, label) in zip(axes[0], crops):
         ax.imshow(img)
-        ax.set_title(label, fontsize=9)
+        ax.set_title(figure_text(label), fontsize=9)
     for ax in axes[0]:
         ax.set_axis_off()
-    fig.suptitle(title)
+    fig.suptitle(figure_text(title))
     fig.tight_layout()
     return fig
 
@@ -184,7 +192,7 @@ def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
         pts.sort()
         x = [p[0] for p in pts]
         for ax, k in zip(axes, (1, 2)):
-            ax.plot(x, [p[k] for p in pts], marker="o", label=comp)
+            ax.plot(x, [p[k] for p in pts], marker="o", label=figure_text(comp))
     for ax, label in zip(axes, ("seconds", "peak RSS (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -210,7 +218,7 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
                 where="post",
                 color=f"C{i % 10}",
                 ls="-" if i < 10 else "--",
-                label=labels.get(r, r),
+                label=figure_text(labels.get(r, r)),
             )
         ax.set_yscale("log")
         ax.set(
@@ -233,7 +241,7 @@ def collapse_figure(hist) -> plt.Figure:
     for ax, col in zip(axes[0], have):
         for run, g in mean.groupby("run", sort=False):
             if g[col].notna().any():
-                (line,) = ax.plot(g.epoch, 100 * g[col], marker="o", ms=3, label=run)
+                (line,) = ax.plot(g.epoch, 100 * g[col], marker="o", ms=3, label=figure_text(run))
                 if col == "train_hardest_same_group" and "train_same_group_negatives" in g:
                     ax.plot(g.epoch, 100 * g.train_same_group_negatives, ls="--", color=line.get_color(), lw=1)
         ax.set_xlabel("epoch")
@@ -255,7 +263,7 @@ def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
     for label, by_w in curves.items():
         w = np.array([float(k) for k in by_w])
         v = np.array(list(by_w.values()), dtype=float)
-        (line,) = ax.plot(w, v, marker="o", ms=3, label=label)
+        (line,) = ax.plot(w, v, marker="o", ms=3, label=figure_text(label))
         ax.plot(w[v.argmax()], v.max(), "o", ms=8, color=line.get_color(), mfc="none")
     ax.set_xlabel("w (weight of the first run's standardised score)")
     ax.set_ylabel("validation R-sum")

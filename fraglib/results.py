@@ -22,6 +22,7 @@ import pandas as pd
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
+from fraglib.pagetext import fragment, plain
 from fraglib.study import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
@@ -101,17 +102,23 @@ def left_out_runs(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[s
     return {d: list(runs) for d, runs in _sizes(params, runs_dirs)[1].items()}
 
 
-def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path]) -> dict[str, str]:
-    """Folder -> why some of its runs are left out (:func:`left_out_runs`), naming them and the sizes."""
+def other_test_sets(params: dict[str, Any], runs_dirs: list[str | Path], page: bool = False) -> dict[str, str]:
+    """Folder -> why some of its runs are left out (:func:`left_out_runs`), naming them and the sizes; with ``page``
+    as page text (:func:`fraglib.pagetext.fragment`: the run and folder names escaped)."""
     first, other = _sizes(params, runs_dirs)
     out = {}
     for d, runs in other.items():
         ref = _short(next(str(f) for f in runs_dirs if test_queries(params, f) == first))
         sizes = sorted(set(runs.values()))
-        out[d] = (
-            f"{len(runs)} run(s) of `{_short(d)}/` ({', '.join(runs)}) were scored on "
-            f"{' or '.join(map(str, sizes))} test images, `{ref}/` on {first}: not one test set, so they are left out "
-            "until re-run (docs/runs.md)"
+        out[d] = (fragment if page else plain)(
+            "{} run(s) of {:code} ({}) were scored on {} test images, {:code} on {}: not one test set, so they are "
+            "left out until re-run (docs/runs.md)",
+            len(runs),
+            f"{_short(d)}/",
+            ", ".join(runs),
+            " or ".join(map(str, sizes)),
+            f"{ref}/",
+            first,
         )
     return out
 

@@ -34,7 +34,7 @@ from fraglib.config import ConfigError, check_choice, check_range, did_you_mean,
 from fraglib.evaluate import EvalConfig, check_evaluable, evaluate_split, score_matrix
 from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
-from fraglib.outputs import write_text
+from fraglib.outputs import command, resumes, write_text
 from fraglib.systems import get_system
 
 
@@ -612,8 +612,9 @@ def write_outputs(
     return metrics
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
-    from fraglib.config import read_yaml
+    from fraglib.config import read_settings
     from fraglib.evaluate import eval_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -637,11 +638,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stop-after", type=int, metavar="N", help="end after N epochs as if killed (resume later)")
     ap.add_argument("--checkpoint-dir", help="checkpoints and timing.json here instead of --out")
     args = ap.parse_args(argv)
-    params, extra = read_yaml(args.params), parse_overrides(args.set)
-    ev = {k: extra.pop(k) for k in [f.name for f in dataclasses.fields(EvalConfig)] if k in extra}
-    spec, ec = resolve_run(params, args.run, args.dataset, extra), eval_config(params, ev)
+    try:  # the file's sections checked, as by every command: a misspelt `evaluaton:` is an error, not ignored
+        params, extra = read_settings(args.params), parse_overrides(args.set)
+        ev = {k: extra.pop(k) for k in [f.name for f in dataclasses.fields(EvalConfig)] if k in extra}
+        spec, ec = resolve_run(params, args.run, args.dataset, extra), eval_config(params, ev)
+    except ConfigError as exc:
+        ap.error(str(exc))
     if args.seed is not None:
         spec = spec.with_seed(args.seed)
+    resumes(args.out, *([args.checkpoint_dir] if args.checkpoint_dir else []))  # a killed run resumes
     try:
         m = train(
             DataPaths(args.dataset_dir, args.features_dir),

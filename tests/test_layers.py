@@ -26,6 +26,7 @@ LAYERS = (
             "fraglib.reference",
             "fraglib.batches",
             "fraglib.notebook",
+            "fraglib.pagetext",
         ),
     ),
     ("metrics", ("fraglib.metrics", "fraglib.hubness", "fraglib.distributed")),

@@ -110,6 +110,13 @@ COMMANDS = {
     ),
     "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
     "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
+    "fraglib.summary --csv": ("fraglib.summary", lambda t, d: ["--csv", str(t / "o" / "README.md")], "o/README.md"),
+    # refused before it reads either folder
+    "fraglib.rerun --json": (
+        "fraglib.rerun",
+        lambda t, d: [str(t / "new"), "--reference-dir", str(t / "ref"), "--json", str(t / "o" / "cmp.json")],
+        "o/cmp.json",
+    ),
     # the explorer's data of one run of tiny_study (its seed folder linked into t/m by the test)
     "fraglib.explore": (
         "fraglib.explore",
@@ -213,7 +220,7 @@ KEEPS_ON_PURPOSE = {
     "fraglib.costs": "a register: a make target's next successful run replaces its record (tests/test_costs.py)",
     "fraglib.data.download": "resumes a download: keeps the images whose checksums verify (tests/test_download.py)",
 }
-OUT_FLAGS = ("--out", "--out-dir", "--parse-file")
+OUT_FLAGS = ("--out", "--out-dir", "--parse-file", "--csv", "--json", "--cv-out", "--executed", "--save-scores")
 
 
 def _package_files():

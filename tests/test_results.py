@@ -968,7 +968,7 @@ def full_disk(monkeypatch):
     monkeypatch.setattr(pathlib.Path, "write_bytes", cut(pathlib.Path.write_bytes))
 
 
-def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path, monkeypatch, request):
+def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path, monkeypatch, request, capsys):
     from fraglib.index import build
     from fraglib.summary import main
 
@@ -978,9 +978,11 @@ def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path
     before = {p: p.read_bytes() for p in (Path("docs/results.md"), Path("reports/index.html"))}
     _fake_run(Path("runs/synthetic/random"), seed=2)  # the new page differs
     request.getfixturevalue("full_disk")
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(SystemExit) as exc:  # the command: one line naming the file, exit status 1
         main([])
-    with pytest.raises(OSError, match="No space left"):
+    assert exc.value.code == 1
+    assert "docs/results.md: could not write it (No space left on device)" in capsys.readouterr().err
+    with pytest.raises(OSError, match="reports/index.html: could not write it .No space left"):
         build("reports/index.html")
     assert {p: p.read_bytes() for p in before} == before
     assert sorted(p.name for p in Path("docs").iterdir()) == ["results.md"]  # no temporary file left

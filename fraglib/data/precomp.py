@@ -15,6 +15,10 @@ no whole-image descriptor; views ``top36``, ``rcnn``, ``fullframe``). Nothing is
 check them and once to write the cache block by block, so the import of SCAN's COCO regions (123,287 ×
 36 × 2,048 float16, ≈ 18 GB; ≈ 37 GB as a float32 cache, which ``top36.npz`` and ``rcnn.npz`` share by a hard
 link) holds a few hundred MB whatever the size.
+
+The cache is float32 whatever the file's type: float64 (or integer) features are rounded to float32, and a file
+holding finite values beyond float32's range (±3.4e38, which would become inf in the cache) is refused, naming
+the file, the range and the first rows, before anything is written.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +86,14 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, Chunks, 
         ndims.add(ndim)
         first = first or ims_file.name
         caps = caps_file.read_text(encoding="utf-8").splitlines()
+        blank = len(caps)
         while caps and not caps[-1].strip():
             caps.pop()
+        if len(caps) < blank:  # counted and reported, never dropped unsaid (a blank caption elsewhere is an error)
+            print(
+                f"fraglib.data precomp: {caps_file}: {blank - len(caps)} blank line(s) at its end skipped",
+                file=sys.stderr,
+            )
         if len(caps) % ims.shape[0]:
             raise ValueError(
                 f"{caps_file}: {len(caps)} captions for {ims.shape[0]} images in {ims_file.name} "
@@ -98,11 +109,17 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, Chunks, 
             images.append({"imgid": imgid, "filename": f"{s}/{k}", "split": SPLIT_OF[s]})
             for c in caps[k * per : (k + 1) * per]:
                 sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": c.strip(), "tokens": tokenize(c)})
-        rows = nonfinite_rows(ims)
+        rows, beyond = _bad_rows(ims)
         if len(rows):
             raise ValueError(
                 f"{ims_file}: {len(rows)} image row(s) hold NaN or Inf (first: row "
                 f"{', '.join(map(str, rows[:5]))}); the features are unusable"
+            )
+        if len(beyond):
+            raise ValueError(
+                f"{ims_file}: {len(beyond)} image row(s) hold {ims.dtype} values beyond float32's range "
+                f"(±{F32_MAX:.4g}; first: row {', '.join(map(str, beyond[:5]))}): the feature cache is float32 and "
+                "would hold inf; rescale the features"
             )
         per_image = ims.shape[1] + 1 if ndim == 3 else 1  # regions + their mean as the whole-image row
         counts.append(np.full(ims.shape[0], per_image, np.int64))
@@ -119,12 +136,36 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, Chunks, 
     return Dataset(f"precomp:{root.name}", root, images, sentences), stream, np.concatenate(counts)
 
 
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _bad_rows(ims: Chunks) -> tuple[np.ndarray, np.ndarray]:
+    """(rows holding NaN or Inf, rows holding finite values beyond float32's range), in one pass: the cache is
+    float32, so a float64 feature of 1e300 is refused by name here rather than written as inf (float16/32 and
+    integer files cannot hold such values: the plain NaN/Inf check)."""
+    if not (ims.dtype.kind == "f" and ims.dtype.itemsize > 4):
+        return nonfinite_rows(ims), np.zeros(0, np.int64)
+    nonfinite, beyond, start = [], [], 0
+    for block in ims:
+        flat = block.reshape(len(block), -1)
+        finite = np.isfinite(flat)
+        nonfinite.append(start + np.flatnonzero(~finite.all(axis=1)))
+        beyond.append(start + np.flatnonzero((np.abs(np.where(finite, flat, 0)) > F32_MAX).any(axis=1)))
+        start += len(block)
+    return np.concatenate(nonfinite), np.concatenate(beyond)
+
+
 def _cache_rows(block: np.ndarray) -> np.ndarray:
     """A block of ``{split}_ims.npy`` (n, D) or (n, R, D) as the cache's float32 rows: (n, D), or (n·(R+1), D)
-    with each image's regions then their mean."""
+    with each image's regions then their mean (in float32, as always; in float64 where that overflows: regions
+    near float32's largest value, whose mean float32 still holds)."""
     x = block.astype(np.float32)
     if x.ndim == 3:
-        x = np.concatenate([x, x.mean(axis=1, keepdims=True)], axis=1)
+        with np.errstate(over="ignore"):  # an overflow is redone in float64 below
+            mean = x.mean(axis=1, keepdims=True)
+        if not np.isfinite(mean).all():
+            mean = block.astype(np.float64).mean(axis=1, keepdims=True).astype(np.float32)
+        x = np.concatenate([x, mean], axis=1)
     return x.reshape(-1, x.shape[-1])
 
 

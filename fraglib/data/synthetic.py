@@ -50,7 +50,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from fraglib.config import ConfigError, check_range
 from fraglib.data.dataset import tokenize
-from fraglib.outputs import OVERWRITE_HELP, atomic, claim, write_text
+from fraglib.outputs import OVERWRITE_HELP, atomic, claim, command, write_text
 
 # ----------------------------------------------------------------------------- vocabulary
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -722,6 +722,7 @@ def write_benchmark(
     return stats
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     import argparse
 

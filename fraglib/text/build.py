@@ -25,7 +25,7 @@ import numpy as np
 
 from fraglib.config import check_choice, check_range, load_section
 from fraglib.data import read_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.text.fragments import (
     MODES,
     Fragments,
@@ -230,6 +230,7 @@ def run_fragments(
     return stats
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["parse", "fragments"])

@@ -37,7 +37,7 @@ from fraglib.config import load_with_overrides
 from fraglib.data import Dataset, read_karpathy_json
 from fraglib.data.cache import FeatureCache, cache_family
 from fraglib.data.dataset import Chunks, read_rows
-from fraglib.outputs import OVERWRITE_HELP, claim, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim, command, write_text
 from fraglib.vision.rcnn import (
     Backbone,
     BadImage,
@@ -387,6 +387,7 @@ def _merged_stats(shards: list[dict[str, Any]], caches: dict[str, FeatureCache],
     }
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True)
