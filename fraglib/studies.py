@@ -270,12 +270,16 @@ def git(*args: str) -> str:
 def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
     """The Markdown header of the page at ``page`` (a path; the registry's title for it, else ``title``): its
     study, the commit and date it is rendered from (and whether the tree differs from it outside ``reports/``),
-    when its study's results were last committed, and links back to the index and to ``docs/``."""
+    when its study's results were last committed, and links back to the index and to ``docs/``. A ``title``
+    given by the caller (a notebook parameter) and the folder names are escaped (:mod:`fraglib.pagetext`); the
+    registry's titles and headings are the project's own Markdown."""
+    from fraglib.pagetext import code, text
+
     root = Path(root).resolve()
     where = Path(page).resolve() if page else None
     found = [(s, p) for s in studies(root) for p in s.pages if where == (root / p.html).resolve()]
     study, known = found[0] if found else (None, None)
-    head = known.title if known else (title, "")
+    head = known.title if known else (text(title), "")
     here = where.parent if where else root / "notebooks"
     rel = lambda path: os.path.relpath(root / path, here).replace(os.sep, "/")  # noqa: E731
     commit = git("-C", str(root), "log", "-1", "--format=`%h` (%cs)") or "unknown"
@@ -289,7 +293,8 @@ def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
         shown = known.parameters.get("runs_dir") or known.parameters.get("run_dir") or []
         for folder in [shown] if isinstance(shown, str) else shown:
             runs = git("-C", str(root), "log", "-1", "--format=`%h` (%cs)", "--", folder)
-            facts.append(f"results in `{folder}/` last committed at {runs}" if runs else f"no results in `{folder}/`")
+            where_ = code(f"{folder}/")
+            facts.append(f"results in {where_} last committed at {runs}" if runs else f"no results in {where_}")
     lines += ["; ".join(facts) + ".", ""]
     lines.append(f"[← all reports]({rel(INDEX)}) · [the documentation]({rel('docs/README.md')})")
     return "\n".join(lines)

@@ -134,6 +134,8 @@ def test_every_page_has_its_own_title_and_a_header_that_places_it():
     assert re.search(r"Rendered from commit `[0-9a-f]{7,}` \(\d{4}-\d\d-\d\d\)", head)
     assert "[← all reports](../index.html)" in head and "(../../docs/README.md)" in head
     assert page_header("", "Fallback title", ROOT).startswith("# Fallback title\n")
+    hostile = page_header("", "<script>alert(1)</script> [x](javascript:alert(2))", ROOT)
+    assert "<script>" not in hostile and "](javascript" not in hostile  # a caller's title is text, not Markdown
 
 
 def test_a_study_heading_states_its_data_from_params(tmp_path):
