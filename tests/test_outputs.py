@@ -585,3 +585,20 @@ def test_figures_deletes_only_the_crops_its_triplets_json_lists(tmp_path):
     assert written_crops(tmp_path) == [tmp_path / "crops" / "on_dog_sofa_1.jpg"]
     (tmp_path / "triplets.json").write_text("[cut")
     assert written_crops(tmp_path) == []
+
+
+def test_unsummarised_finds_a_run_killed_before_its_summary(tmp_path):
+    import shutil
+
+    from fraglib.studies import studies
+    from fraglib.summary import unsummarised
+
+    from conftest import ROOT
+
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    runs = tmp_path / studies(tmp_path)[0].runs
+    (runs / "killed" / "seeds" / "seed0").mkdir(parents=True)
+    (runs / "done" / "seeds" / "seed0").mkdir(parents=True)
+    (runs / "done" / "metrics.json").write_text("{}")
+    assert unsummarised(tmp_path) == [runs / "killed"]

@@ -271,3 +271,15 @@ def test_precomp_import_memory_does_not_grow_with_the_array(tmp_path):
     grown_mb = float(out.strip().splitlines()[-1])
     assert (tmp_path / "out" / "features" / "top36.npz").stat().st_size > 600 * 37 * 2048 * 4
     assert grown_mb < 60, f"peak RSS grew {grown_mb:.0f} MB during the import"
+
+
+def test_blank_lines_at_the_end_of_a_captions_file_are_counted_and_reported(tmp_path, capsys):
+    """Never dropped unsaid: trailing blank lines are skipped with their count and the file on stderr."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "p"
+    write_precomp(root, "train", rng.standard_normal((2, 3)).astype(np.float32), ["a dog ."] * 10)
+    caps = root / "train_caps.txt"
+    caps.write_text(caps.read_text() + "\n\n  \n")
+    ds, _, _ = read_precomp(root, ["train"])
+    assert len(ds.sentences) == 10
+    assert f"{caps}: 3 blank line(s) at its end skipped" in capsys.readouterr().err
