@@ -46,7 +46,7 @@ import yaml
 
 from fraglib.config import ConfigError, read_yaml
 from fraglib.inputs import DataPaths
-from fraglib.outputs import OVERWRITE_HELP, command, resumes, write_text
+from fraglib.outputs import OVERWRITE_HELP, command, remove, resumes, write_text
 from fraglib.params import check_params, read_params
 from fraglib.study import run_study
 
@@ -289,7 +289,7 @@ def confirm(
     stages = data_stages(root, dataset, params, data, frozen.relative_to(root))
     inputs = build_data(root, stages, data, sha, overwrite or legacy)
     if legacy:
-        (root / data / "done").unlink()  # the older confirm's marker, replaced by STATE
+        remove(root / data / "done")  # the older confirm's marker, replaced by STATE
     folds = dataset == "pascal1k"
     paths = DataPaths(root / data / "fold{seed}", root / "data/pascal1k/features") if folds else DataPaths(root / data)
     for r in runs:

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fraglib.outputs import command, git_revision, updates, write_text
+from fraglib.outputs import command, git_revision, remove, updates, write_text
 
 if TYPE_CHECKING:
     from fraglib.tables import Block, Table
@@ -256,7 +256,8 @@ def stop(clock: Path, target: str, path: Path = COSTS) -> dict[str, Any]:
     costs[target, str(record.get("machine", ""))] = record
     updates(path)  # a register: this machine's record of the target is replaced, the others kept
     write_text(path, json.dumps(list(costs.values()), indent=1) + "\n")
-    clock.unlink()
+    updates(clock)  # read and checked above: a clock file, this target's
+    remove(clock)
     return record
 
 

@@ -72,14 +72,17 @@ def describe(preference: str | None = None) -> str:
 
 def hardware(device: torch.device) -> dict[str, str | int]:
     """What a timing was measured on: ``device`` (the GPU's name and memory, or ``cpu``), ``machine`` (the CPU's
-    model name and logical cores) and ``threads`` (torch's intra-op threads)."""
+    model name, the instruction set torch's kernels use on it, e.g. ``AMD EPYC (AVX2), 2 logical cores``: two CPUs
+    of one model name but other kernels give other floats and times, so they are never one machine) and
+    ``threads`` (torch's intra-op threads)."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
         cpu = names[0] if names else cpu
+    isa = torch.backends.cpu.get_cpu_capability()
     return {
         "device": _cuda_name(device.index or 0) if device.type == "cuda" else device.type,
-        "machine": f"{cpu}, {os.cpu_count()} logical cores",
+        "machine": f"{cpu} ({isa}), {os.cpu_count()} logical cores",
         "threads": torch.get_num_threads(),
     }
 

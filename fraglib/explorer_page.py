@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.notebook import TEMPLATES
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, remove, write_text
 
 TEMPLATE = "explorer.html.j2"  # in fraglib/templates
 
@@ -117,7 +117,7 @@ def build(data_dir: str | Path, html: str | Path, title: str = "") -> tuple[Path
     js = data_file(html)
     write_text(js, f"window.EXPLORER = {_script_json(json.dumps(data, separators=(',', ':')))};\n")
     for old in set(js.parent.glob("align_*.js")) - set(aligns):  # a run no longer aligned
-        old.unlink()
+        remove(old)
     for path, (run, text) in aligns.items():
         head = f"(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {{}})[{json.dumps(run)}] = "
         write_text(path, f"{head}{_script_json(text)};\n")

@@ -17,7 +17,8 @@ A number in prose names its source with an HTML comment right after it (invisibl
 * ``fact: claim A B STUDY TASK``: our difference (and CI) in the claims table's row comparing runs A − B on STUDY
   and TASK (its measure: the claim's, e.g. the R@K sum; :func:`fraglib.claims.project_rows`);
 * ``fact: cost TARGET [on MACHINE]``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json``, the last
-  one, or the last of a machine whose name contains MACHINE (``cost make test``, ``cost make on Intel``;
+  one, or the last of a machine whose name contains MACHINE (``cost make test``, ``cost make on AMD EPYC (AVX2)``:
+  name the instruction set too, so that another CPU of the model never stands for it;
   :mod:`fraglib.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
   CI (:func:`fraglib.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness

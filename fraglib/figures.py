@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.explore import SOURCES, compact
-from fraglib.outputs import command, write_bytes, write_text
+from fraglib.outputs import command, remove, write_bytes, write_text
 from fraglib.results import query_record, relation_norms
 
 
@@ -141,7 +141,7 @@ def build(
     write_text(out / "queries.json", compact(queries))
     written: dict[str, Any] = {"queries": queries}
     for old in written_crops(out):
-        old.unlink(missing_ok=True)
+        remove(old)
     if triplet_run:
         seed = splits[0]
         entries = triplet_record(

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_bytes, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, remove, write_bytes, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 IOPUB_TIMEOUT = 120  # s a finished cell may wait for its last output (papermill: 4 s, too short on a busy machine)
@@ -118,7 +118,7 @@ def write_figures(html: str | Path, files: dict[str, bytes]) -> None:
     folder = figures_folder(html)
     for old in figure_files(html):
         if old.name not in files:
-            old.unlink()
+            remove(old)
     for name, data in files.items():
         write_bytes(folder / name, data)
     if folder.is_dir() and not any(folder.iterdir()):
@@ -232,8 +232,8 @@ def run_notebook(
 
     html = Path(html)
     executed = executed_path(notebook, html, executed)
-    html.unlink(missing_ok=True)
-    executed.unlink(missing_ok=True)
+    remove(html)
+    remove(executed)
     failed = None
     with tempfile.TemporaryDirectory() as scratch:  # papermill saves as it goes: the notebook appears once complete
         written = Path(scratch) / executed.name

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in pages:
             print(f"{p.html:48s} {p.stage}")
         return 0
-    # its pages are the report stages' outputs (dvc.yaml): replacing them is what this command is for
-    updates(*(x for p in pages for x in (p.html, p.executed, figures_folder(p.html))))
+    # its pages are the report stages' outputs (dvc.yaml): replacing them is what this command is for; STAGING its own
+    updates(STAGING, *(x for p in pages for x in (p.html, p.executed, figures_folder(p.html))))
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
         outcomes = list(pool.map(render, pages))

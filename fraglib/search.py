@@ -44,7 +44,7 @@ import numpy as np
 from fraglib.config import parse_overrides
 from fraglib.distributed import worker_pool
 from fraglib.inputs import DataPaths
-from fraglib.outputs import appending, claim_cli, command, write_text
+from fraglib.outputs import appending, claim_cli, command, remove, resumes, write_text
 from fraglib.params import read_params
 
 SPACE: dict[str, list[Any]] = {
@@ -351,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
     claim_cli(
         ap, [out, out.with_suffix(".json")], [out, out.with_suffix(".json")], args.overwrite, "fraglib.search --out"
     )
+    resumes(
+        out.with_suffix(".partial.jsonl")
+    )  # its journal: a killed search resumes from it, a finished one removes it
     configs, prev = None, None
     if args.rescore:
         if not args.splits:
@@ -429,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         + "\n",
     )
-    out.with_suffix(".partial.jsonl").unlink(missing_ok=True)
+    remove(out.with_suffix(".partial.jsonl"))
     print(f"best: {rows[0]}")
 
 

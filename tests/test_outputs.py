@@ -602,3 +602,50 @@ def test_unsummarised_finds_a_run_killed_before_its_summary(tmp_path):
     (runs / "done" / "seeds" / "seed0").mkdir(parents=True)
     (runs / "done" / "metrics.json").write_text("{}")
     assert unsummarised(tmp_path) == [runs / "killed"]
+
+
+# deletions outside fraglib.outputs.remove (which a command checks against its claims), each with why it is safe
+OWN_DELETIONS = {
+    "checkpoint.py": "a training run's own best.pt / last.pt / lock, in the run folder it resumes",
+    "features.py": "rmdir of the empty output folder this run made, after a failure",
+    "notebook.py": "rmdir of a page's figures folder once empty",
+    "reports.py": "its own staging copies under build/reports, moved into place",
+    "rehearsal.py": "the benchmark's temporary inputs it made",
+    "scale.py": "the benchmark's temporary folders it made",
+}
+
+
+def test_every_deletion_in_the_package_goes_through_the_output_contract():
+    """A file is deleted through fraglib.outputs.remove (refused inside a command unless claimed or written by it),
+    or in a module of OWN_DELETIONS, which deletes only what it made itself."""
+    import ast
+
+    found = []
+    for p in _package_files():
+        if p.name == "outputs.py" or p.name in OWN_DELETIONS:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("unlink", "rmdir", "rmtree") or (
+                    node.func.attr == "remove" and getattr(node.func.value, "id", "") == "os"
+                ):
+                    found.append(f"{p.name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not found, "\n".join(found)
+
+
+def test_remove_inside_a_command_deletes_only_what_it_claimed(tmp_path, capsys):
+    from fraglib.outputs import claim, remove
+
+    mine, theirs = tmp_path / "align_full.js", tmp_path / "align_mine.js"
+    for p in (mine, theirs):
+        p.write_text("x")
+
+    def body():
+        claim([mine], [mine], True, "test")
+        remove(mine)
+        remove(theirs)
+
+    with pytest.raises(SystemExit):
+        _command(body)()
+    assert "refusing to delete a file this command did not write or claim" in capsys.readouterr().err
+    assert not mine.exists() and theirs.exists()
