@@ -2,10 +2,12 @@
 
 A claim (``fraglib/reference/claims.yaml``, docs/claims.md) compares two sides a and b in one metric on some
 tasks. The paper's difference a − b is computed from two rows of ``published_results.yaml``, never typed; ours is
-the mean over the training runs both runs have of a − b, with the 95 % percentile CI of the paired three-level
-bootstrap of :mod:`fraglib.results` (groups of units sharing a test set, training runs, test queries; the same
-draws for both runs). :func:`verdict` is the rule, written before any verdict was computed; :func:`claim_blocks`
-is the table docs/results.md and the index render.
+the mean over the training runs both runs have of a − b, with an analytic 95 % CI calibrated by the study's own
+A/A check (:func:`paired_analytic`: the test queries' standard error plus the training noise estimated from every
+run trained twice, :func:`training_variance`; between splits where a study has several) and a p-value adjusted by
+Holm within each paper's claims in each study. :func:`verdict` is the rule; :func:`aa_rows` checks it against each
+run compared with itself (docs/claims.md "The rule against itself"); :func:`claim_blocks` is the table
+docs/results.md and the index render.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import read_yaml
-from fraglib.metrics import KS, bootstrap_draws
+from fraglib.metrics import KS, holm, stratified_mean_se
 from fraglib.reference import PUBLISHED, published
 from fraglib.results import (
     PAPER_TASKS,
@@ -34,18 +36,25 @@ from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
 CLAIMS = Path(__file__).parent / "reference" / "claims.yaml"
-N_BOOT = 1000
+ALPHA = 0.05  # two-sided: 95 % CIs; Holm's family-wise level within a paper's claims in a study
 
 REPRODUCED = "reproduced"
 SAME_DIRECTION = "same direction, not significant"
 NOT_REPRODUCED = "not reproduced"
 REVERSED = "reversed"
 NOT_TESTABLE = "not testable here"
-VERDICTS = (REPRODUCED, SAME_DIRECTION, NOT_REPRODUCED, REVERSED, NOT_TESTABLE)
+UNDECIDED = "undecided"  # the rule cannot weigh the training noise: no run of the study's kind trained twice
+VERDICTS = (REPRODUCED, SAME_DIRECTION, NOT_REPRODUCED, REVERSED, UNDECIDED, NOT_TESTABLE)
 
 
 # ----------------------------------------------------------------------------- the rule
-def verdict(paper: float, diff: float | None, ci: tuple[float, float] | None, comparable: bool = True) -> str:
+def verdict(
+    paper: float,
+    diff: float | None,
+    ci: tuple[float, float] | None,
+    comparable: bool = True,
+    significant: bool | None = None,
+) -> str:
     """The verdict on one claim, one task, one study. ``paper``: the paper's difference a − b; ``diff``: ours
     (None: no runs for it here); ``ci``: our 95 % CI (lo, hi); ``comparable``: whether the paper's effect size
     can be set beside ours (it was printed on this study's data, so the metric has the same scale).
@@ -66,8 +75,10 @@ def verdict(paper: float, diff: float | None, ci: tuple[float, float] | None, co
 
     So where the CI excludes zero its side decides, whatever the point difference; an effect size counts only
     where it is comparable and only when the CI covers zero (a significant difference of the paper's sign is
-    reproduced even when smaller than the paper's). A paper difference of zero (a printed tie claims no order),
-    a CI with lo > hi and NaNs are refused (ValueError)."""
+    reproduced even when smaller than the paper's). ``significant`` (default: the CI excludes zero) is the
+    family's decision after Holm's adjustment: False sends a CI that excludes zero down the not-significant
+    branches. A paper difference of zero (a printed tie claims no order), a CI with lo > hi and NaNs are refused
+    (ValueError)."""
     if diff is None:
         return NOT_TESTABLE
     if ci is None:
@@ -80,7 +91,7 @@ def verdict(paper: float, diff: float | None, ci: tuple[float, float] | None, co
     if lo > hi:
         raise ValueError(f"a CI with lo {lo} > hi {hi}")
     side = 1.0 if paper > 0 else -1.0
-    if lo > 0 or hi < 0:
+    if (lo > 0 or hi < 0) if significant is None else significant:
         return REPRODUCED if (lo > 0) == (side > 0) else REVERSED
     if diff * side <= 0 or (comparable and not lo <= paper <= hi):
         return NOT_REPRODUCED
@@ -244,19 +255,67 @@ def query_values(ranks: np.ndarray, metric: str) -> np.ndarray:
     raise ValueError(f"no per-query values of {metric!r} from ranks")
 
 
-def paired_mean_difference(
-    a: np.ndarray, b: np.ndarray, groups, n_boot: int = N_BOOT, seed: int = 0, strata=None
-) -> dict[str, float]:
-    """Mean over units (rows) and queries of a − b (per-query values of the same units and queries), with the
-    95 % percentile CI of the three-level bootstrap (:func:`fraglib.metrics.bootstrap_draws`, the same draws for
-    both; ``strata``: the queries' folds; for a metric that is a mean over queries this is
-    :func:`fraglib.metrics.paired_difference`)."""
+def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var: float = 0.0) -> dict[str, float]:
+    """Mean over units (rows) and queries of a − b (units × queries, paired by unit and query), its 95 % CI and
+    two-sided p-value, analytic:
+
+    * several groups (splits, each with its own test set and trainings): between the groups' means, with Student's
+      t on G − 1 degrees of freedom (the spread of the splits holds their queries', trainings' and data's noise);
+    * one group (one split, or a k-fold run's pooled folds): the test queries' standard error of the units' mean
+      difference (:func:`fraglib.metrics.stratified_mean_se`, within folds where ``strata`` is given) plus the
+      training noise of each side's mean over its U training runs, ``train_var`` × 2 / U (``train_var``: one
+      training's variance, :func:`training_variance`), with the normal quantile.
+
+    Returns diff, lo, hi, p and se (the standard error)."""
+    from scipy import stats
+
     if a.shape != b.shape:
         raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
-    d = a - b
-    units, queries = bootstrap_draws(groups, d.shape[1], n_boot, seed, strata)
-    draws = d[units[..., None], queries[:, :, None, :]].mean(axis=(1, 2, 3))
-    return {"diff": float(d.mean()), "lo": float(np.percentile(draws, 2.5)), "hi": float(np.percentile(draws, 97.5))}
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    groups = np.asarray(groups)
+    names = np.unique(groups)
+    if len(names) >= 2:
+        means = np.array([d[groups == g].mean() for g in names])
+        diff, se, dist = float(means.mean()), float(means.std(ddof=1) / np.sqrt(len(means))), stats.t(len(means) - 1)
+    else:
+        diff, se_q = stratified_mean_se(d.mean(axis=0), strata)
+        se, dist = float(np.sqrt(se_q**2 + train_var * 2 / len(d))), stats.norm()
+    q = float(dist.ppf(1 - ALPHA / 2))
+    p = float(2 * dist.sf(abs(diff) / se)) if se > 0 else float(diff == 0)
+    return {"diff": diff, "lo": diff - q * se, "hi": diff + q * se, "p": p, "se": se}
+
+
+def aa_pairs(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> list[dict[str, Any]]:
+    """The A/A pairs of run ``folder`` in ``task`` and ``metric``: its first two training runs of one test set
+    (a split trained twice, or a k-fold run's two pooled replicates), compared as if two systems: ``d`` the mean
+    over queries of first − second, ``se`` its queries' standard error (within folds), ``run``. None for a run
+    trained once per test set (or that ranks no such queries)."""
+    try:
+        units, groups, x, run = _side(folder, task, metric, cache)
+    except (Untestable, FileNotFoundError):
+        return []
+    groups = np.asarray(groups)
+    for g in dict.fromkeys(groups.tolist()):
+        idx = np.flatnonzero(groups == g)
+        if len(idx) >= 2:
+            strata = (run.get("strata") or {}).get(task) if isinstance(run, dict) else None
+            d, se = stratified_mean_se(x[idx[0]] - x[idx[1]], strata)
+            return [{"run": folder.name, "task": task, "metric": metric, "d": d, "se": se}]
+    return []
+
+
+def training_variance(pairs: list[dict[str, Any]], leave_out: str | None = None) -> float:
+    """One training's variance of a run's mean (the same test queries, another training seed) over A/A ``pairs``
+    (:func:`aa_pairs`; without run ``leave_out``): σ²_T = mean(d²) / 2, pooled over the study's systems. The whole
+    spread of two trainings counts, their queries' share (se²) included, which the queries' standard error of a
+    claim counts again: conservative on purpose. Subtracting it (the method of moments, mean(d² − se²) / 2) left
+    the rule calling 15 of 210 synthetic runs different from themselves (7 %): systems differ in training noise
+    (VSE's most, kCCA's least), and the pooled estimate must cover the noisiest; this one keeps the A/A check at or
+    below 5 % in every study (docs/claims.md). NaN without pairs."""
+    use = [p for p in pairs if p["run"] != leave_out]
+    if not use:
+        return float("nan")
+    return float(np.mean([p["d"] ** 2 for p in use])) / 2
 
 
 def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, dict[str, Any]]:
@@ -302,13 +361,24 @@ def _side(
     return list(run["units"]), list(run["groups"]), query_values(run["ranks"][task], metric), run
 
 
+class Undecided(Exception):
+    """The rule cannot weigh a difference: one test set and no estimate of the training noise (no run of the
+    study trained twice on it in this task and metric)."""
+
+
 def our_difference(
-    a: Path, b: Path, task: str, metric: str, n_boot: int = N_BOOT, cache: dict[Path, Any] | None = None
+    a: Path,
+    b: Path,
+    task: str,
+    metric: str,
+    cache: dict[Path, Any] | None = None,
+    train_var: float = float("nan"),
 ) -> dict[str, Any]:
     """Run folder ``a`` minus ``b`` in ``metric`` on ``task`` over the training runs both have
-    (:func:`paired_mean_difference`): diff, lo, hi, ``units`` (the training runs paired) and ``protocol`` ("5
-    splits", "10 folds": the test sets). Untestable when they share none or were tested on test splits of
-    different sizes (one of them is from an older benchmark: its study needs a re-run)."""
+    (:func:`paired_analytic`, ``train_var`` one training's variance in the study: :func:`training_variance`):
+    diff, lo, hi, p, se, ``units`` (the training runs paired) and ``protocol`` ("5 splits", "10 folds": the test
+    sets). Untestable when they share none or were tested on test splits of different sizes (one of them is from
+    an older benchmark: its study needs a re-run); Undecided on one test set when ``train_var`` is NaN."""
     cache = {} if cache is None else cache
     (ua, ga, xa, ra), (ub, _, xb, rb) = _side(a, task, metric, cache), _side(b, task, metric, cache)
     common = [u for u in ua if u in ub]
@@ -323,7 +393,13 @@ def our_difference(
     strata, groups = shared_strata([ra, rb], task), [ga[i] for i in ia]
     n = len(np.unique(strata)) if strata is not None else len(set(groups))
     protocol = f"{n} folds" if strata is not None else f"{n} split{'s' * (n > 1)}"
-    ours = paired_mean_difference(xa[ia], xb[ib], groups, n_boot, strata=strata)
+    if len(set(groups)) < 2 and np.isnan(train_var):
+        d = float((xa[ia] - xb[ib]).mean())
+        raise Undecided(
+            f"{d:+.1f}, but no run of this study trained twice on one test set in this measure: the training noise "
+            "is not estimated (docs/claims.md)"
+        )
+    ours = paired_analytic(xa[ia], xb[ib], groups, strata, 0.0 if np.isnan(train_var) else train_var)
     return {**ours, "units": len(common), "protocol": protocol}
 
 
@@ -337,9 +413,11 @@ class Row:
     study: str
     paper: float
     ours: dict[str, Any] | None
-    verdict: str
+    verdict: str  # after Holm within the paper's claims in this study (what the counts count)
     why: str = ""
     confirmed: dict[int, str] = field(default_factory=dict)  # partition N -> the verdict on it, or "—"
+    raw: str = ""  # the verdict of this row alone (its own 95 % CI), before the family's adjustment
+    p_holm: float | None = None  # its p-value adjusted by Holm within the family
 
 
 def dataset_folders(root: str | Path = ".", folds: bool = False) -> dict[str, list[Path]]:
@@ -377,19 +455,32 @@ def _pair(params: dict[str, Any], folders: list[Path], c: dict[str, Any]) -> tup
     return found[c["runs"]["a"]], found[c["runs"]["b"]]
 
 
+def study_noise(
+    params: dict[str, Any], folders: list[Path], task: str, metric: str, cache: dict[Any, Any]
+) -> tuple[list[dict[str, Any]], float]:
+    """(the A/A pairs of every run in ``folders``, :func:`aa_pairs`; the study's training variance from them,
+    :func:`training_variance`) for ``task`` and ``metric``, once per folders and measure in ``cache``."""
+    key = ("noise", tuple(folders), task, metric)
+    if key not in cache:
+        pairs = [x for f in run_folders(params, folders).values() for x in aa_pairs(f, task, metric, cache)]
+        cache[key] = (pairs, training_variance(pairs))
+    return cache[key]
+
+
 def claim_rows(
     params: dict[str, Any],
     folders: dict[str, list[Path]],
     claims: list[dict[str, Any]] | None = None,
-    n_boot: int = N_BOOT,
     folds: dict[str, list[Path]] | None = None,
     confirmed: dict[str, dict[int, Path]] | None = None,
 ) -> list[Row]:
     """A :class:`Row` per claim (default: :func:`read_claims`), task and dataset it is tested on, its runs looked up
-    in ``folds`` (k-fold runs folders, :func:`dataset_folders`) where both are there, else in ``folders``; with
-    ``confirmed`` (:func:`confirmations`) the verdict, by the same rule, on each partition's runs ("—" where they
-    are not there). A claim not tested here: one row per task, study ""."""
-    cache: dict[Path, Any] = {}
+    in ``folds`` (k-fold runs folders, :func:`dataset_folders`) where both are there, else in ``folders``, each
+    difference weighed with the training noise of the folders it came from (:func:`study_noise`); the verdicts then
+    adjusted by Holm within each paper's rows of each study (:func:`adjust`). With ``confirmed``
+    (:func:`confirmations`) the verdict, by the same rule, on each partition's runs ("—" where they are not there).
+    A claim not tested here: one row per task, study ""."""
+    cache: dict[Any, Any] = {}
     rows = []
     for c in read_claims() if claims is None else claims:
         for task in c["tasks"]:
@@ -399,21 +490,48 @@ def claim_rows(
             for data in c["tested_on"]:
                 on = comparable(c, data)
                 again = {
-                    n: _confirmation(params, f, c, task, paper, on, n_boot, cache)
+                    n: _confirmation(params, f, c, task, paper, on, cache)
                     for n, f in ((confirmed or {}).get(data) or {}).items()
                 }
                 try:
+                    where = (folds or {}).get(data, [])
                     try:  # the k-fold runs where both are there
-                        a, b = _pair(params, (folds or {}).get(data, []), c)
+                        a, b = _pair(params, where, c)
                     except Untestable:
-                        a, b = _pair(params, folders.get(data, []), c)
-                    ours = our_difference(a, b, task, c["metric"], n_boot, cache)
+                        where = folders.get(data, [])
+                        a, b = _pair(params, where, c)
+                    noise = study_noise(params, where, task, c["metric"], cache)[1]
+                    ours = our_difference(a, b, task, c["metric"], cache, noise)
                 except Untestable as why:
                     rows.append(Row(c, task, data, paper, None, NOT_TESTABLE, str(why), again))
                     continue
+                except Undecided as why:
+                    rows.append(Row(c, task, data, paper, None, UNDECIDED, str(why), again, UNDECIDED))
+                    continue
                 v = verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
-                rows.append(Row(c, task, data, paper, ours, v, "", again))
-    return rows
+                rows.append(Row(c, task, data, paper, ours, v, "", again, v))
+    return adjust(rows)
+
+
+def adjust(rows: list[Row]) -> list[Row]:
+    """``rows`` with each tested row's verdict decided at Holm's family-wise level :data:`ALPHA` within its
+    paper's rows of its study (:func:`fraglib.metrics.holm`): a row is significant only when its adjusted p is
+    below ALPHA; ``raw`` keeps the verdict of its own CI."""
+    from dataclasses import replace
+
+    out = list(rows)
+    families: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.ours is not None:
+            families.setdefault((paper_of(r.claim), r.study), []).append(i)
+    for idx in families.values():
+        for i, q in zip(idx, holm([rows[i].ours["p"] for i in idx])):
+            r = rows[i]
+            v = verdict(
+                r.paper, r.ours["diff"], (r.ours["lo"], r.ours["hi"]), comparable(r.claim, r.study), bool(q < ALPHA)
+            )
+            out[i] = replace(r, verdict=v, p_holm=float(q))
+    return out
 
 
 def _confirmation(
@@ -423,15 +541,17 @@ def _confirmation(
     task: str,
     paper: float,
     on: bool,
-    n_boot: int,
-    cache: dict[Path, Any],
+    cache: dict[Any, Any],
 ) -> str:
-    """The verdict on claim ``c`` and ``task`` from the confirmation runs in ``folder`` by the same rule, "—" where
-    its runs or their results are not there."""
+    """The verdict on claim ``c`` and ``task`` from the confirmation runs in ``folder`` by the same rule (its own CI,
+    the training noise of the partition's own runs), "—" where its runs or their results are not there."""
     try:
-        ours = our_difference(*_pair(params, [folder], c), task, c["metric"], n_boot, cache)
+        noise = study_noise(params, [folder], task, c["metric"], cache)[1]
+        ours = our_difference(*_pair(params, [folder], c), task, c["metric"], cache, noise)
     except Untestable:
         return "—"
+    except Undecided:
+        return UNDECIDED
     return verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
 
 
@@ -447,9 +567,15 @@ def _paper_cell(r: Row) -> str:
     return f"{r.paper:+.1f}" + (" †" if r.study and comparable(r.claim, r.study) else "")
 
 
+def _p(p: float) -> str:
+    """A p-value for a reader: two significant digits, "< 0.001" below that."""
+    return "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
 def claims_table(rows: list[Row]) -> Table:
-    """Claim, measure, source, study, the paper's difference, ours [95 % CI], training runs paired, their test sets
-    ("5 splits", "10 folds"), verdict, and a column "confirmed on partition N" per partition any row has."""
+    """Claim, measure, source, study, the paper's difference, ours [95 % CI], its p-value after Holm, training runs
+    paired, their test sets ("5 splits", "10 folds"), verdict (after Holm), the verdict of its own CI alone ("same"
+    where Holm changed nothing), and a column "confirmed on partition N" per partition any row has."""
     again = sorted({n for r in rows for n in r.confirmed})
     return Table(
         (
@@ -459,9 +585,11 @@ def claims_table(rows: list[Row]) -> Table:
             "study",
             "paper's difference",
             "ours [95 % CI]",
+            "p (Holm)",
             "runs paired",
             "test sets",
             "verdict",
+            "its own CI alone",
             *(f"confirmed on partition {n}" for n in again),
         ),
         tuple(
@@ -472,9 +600,11 @@ def claims_table(rows: list[Row]) -> Table:
                 f"`{r.study}`",
                 _paper_cell(r),
                 "—" if r.ours is None else f"{r.ours['diff']:+.1f} [{r.ours['lo']:+.1f}, {r.ours['hi']:+.1f}]",
+                "—" if r.p_holm is None else _p(r.p_holm),
                 "—" if r.ours is None else str(int(r.ours["units"])),
                 "—" if r.ours is None else r.ours["protocol"],
                 r.verdict + (f": {r.why}" if r.why else ""),
+                "—" if r.ours is None else ("same" if r.raw == r.verdict else r.raw),
                 *(r.confirmed.get(n, "—") for n in again),
             )
             for r in rows
@@ -505,7 +635,7 @@ def counts(rows: list[Row]) -> str:
 
 
 PAPERS = {"Karpathy": "Karpathy et al. 2014", "Socher": "Socher et al. 2014", "Peri": "Peri 2018"}
-VERDICT_WORDS = dict(zip(("reproduced", "same", "not", "reversed", "untestable"), VERDICTS))  # short names (facts)
+VERDICT_WORDS = dict(zip(("reproduced", "same", "not", "reversed", "undecided", "untestable"), VERDICTS))  # facts
 
 
 def paper_of(c: dict[str, Any]) -> str:
@@ -540,33 +670,34 @@ def by_paper(rows: list[Row]) -> list[str]:
     return lines
 
 
-def project_rows(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Row]:
+def project_rows(root: str | Path, params: dict[str, Any]) -> list[Row]:
     """:func:`claim_rows` of the project at ``root``: its studies' runs, their k-fold runs first, its confirmations."""
     return claim_rows(
         params,
         dataset_folders(root),
-        n_boot=n_boot,
         folds=dataset_folders(root, folds=True),
         confirmed=confirmations(root),
     )
 
 
-def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT) -> list[Block]:
+def claim_blocks(root: str | Path, params: dict[str, Any]) -> list[Block]:
     """The verdicts of every claim (:func:`claim_rows`): a paragraph on the rule, the counts, per dataset tested
     a heading, what its CIs cover, its counts and its table, then the claims not testable here (read from ``root``)."""
-    rows = project_rows(root, params, n_boot)
+    rows = project_rows(root, params)
     if not rows:
         return []
     found = {s.dataset: s for s in reversed(studies(root))}  # a dataset's first study
     out: list[Block] = [
         "Every comparative claim of the three papers' tables (`fraglib/reference/claims.yaml`, docs/claims.md): "
         "the paper's difference a − b computed from its printed rows, ours the mean over the training runs both "
-        "runs have, with the 95 % CI of the paired bootstrap over splits, training runs and test queries. "
-        "Verdict by the rule of `fraglib.claims.verdict`, fixed before any verdict was computed: **reproduced** "
-        "(the CI excludes zero on the paper's side), **reversed** (on the other side), **same direction, not "
-        "significant**, **not reproduced** (the CI covers zero and our difference has the other sign, or excludes "
-        "the paper's difference where that is comparable: † marks a difference printed on this study's data). "
-        "↑: higher is better, ↓: lower is better.",
+        "runs have, with a 95 % CI that weighs the test queries and the training noise, calibrated by the study's "
+        "own A/A check (below each study's table: every run trained twice, compared with itself). Verdict by the "
+        "rule of `fraglib.claims.verdict`: **reproduced** (significant on the paper's side), **reversed** (on the "
+        "other side), **same direction, not significant**, **not reproduced** (not significant and our difference "
+        "has the other sign, or the CI excludes the paper's difference where that is comparable: † marks a "
+        "difference printed on this study's data), **undecided** (no estimate of the training noise for it). "
+        "Significant: the p-value adjusted by Holm within the paper's claims in the study is below 0.05; the "
+        "verdict of a row's own CI alone is in the last column. ↑: higher is better, ↓: lower is better.",
         f"All studies: {counts(rows)} (claim × task × study rows).",
         *by_paper(rows),
     ]
@@ -574,17 +705,17 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
         part = [r for r in rows if r.study == data]
         study = found.get(data)
         scope = (
-            "A CI covers the splits both runs have, their training runs and the test queries."
-            if study is not None and study.unit == "splits"
-            else "One data split: a CI covers the test queries and, where both runs trained more than once, those "
-            f"training runs ({sum(r.ours is not None and r.ours['units'] == 1 for r in part)} of "
-            f"{sum(r.ours is not None for r in part)} rows pair a single training run per side: their CIs come "
-            "from the test queries alone)."
+            "Over several splits a CI is Student's t between the splits' mean differences (their spread holds the "
+            "queries', the trainings' and the data's noise). On one test set (one split, or the pooled folds) it is "
+            "the normal interval of the test queries' standard error plus the training noise of each side's mean "
+            "(one training's variance, from the study's A/A pairs, over the training runs paired: "
+            f"{sum(r.ours is not None and r.ours['units'] == 1 for r in part)} of "
+            f"{sum(r.ours is not None for r in part)} rows pair a single training run per side)."
         )
         if any(r.ours is not None and "folds" in r.ours["protocol"] for r in part):
             scope += (
                 ' Rows on folds (column "test sets") pool the k-fold runs: every test query once, ranked in its own '
-                "fold by its fold's model; a CI draws queries within each fold and never draws folds."
+                "fold by its fold's model; the queries' standard error is taken within each fold."
             )
         if any(r.confirmed for r in part):
             scope += (
@@ -594,6 +725,7 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
             )
         title = study.title if study is not None else data
         out += [Heading(3, f"Tested on `{data}`: {title}"), scope, f"Verdicts: {counts(part)}.", claims_table(part)]
+        out += aa_blocks(params, data, root, part)
     out += rerun_blocks(root)
     untested = [r for r in rows if not r.study]
     if untested:
@@ -603,6 +735,67 @@ def claim_blocks(root: str | Path, params: dict[str, Any], n_boot: int = N_BOOT)
             untested_table(untested),
         ]
     return out
+
+
+def aa_rows(params: dict[str, Any], folders: list[Path], measures: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The A/A check of the rule: every A/A pair of the runs in ``folders`` (:func:`aa_pairs`) in each (task,
+    metric) of ``measures``, its difference with the CI of the test queries alone (``before``: the rule until the
+    training noise was weighed) and with the training noise estimated from the other pairs (``after``, leave one
+    out, as a claim on this run would be weighed), each flagged where it calls the run different from itself."""
+    from scipy import stats
+
+    z = float(stats.norm.ppf(1 - ALPHA / 2))
+    cache: dict[Any, Any] = {}
+    out = []
+    for task, metric in measures:
+        pairs = study_noise(params, folders, task, metric, cache)[0]
+        for p in pairs:
+            var = training_variance(pairs, leave_out=p["run"])
+            se = float(np.sqrt(p["se"] ** 2 + 2 * var)) if not np.isnan(var) else float("nan")
+            out.append(
+                {
+                    **p,
+                    "before": abs(p["d"]) > z * p["se"],
+                    "after": bool(abs(p["d"]) > z * se) if not np.isnan(se) else None,
+                    "ci": (p["d"] - z * se, p["d"] + z * se),
+                    "pairs": len(pairs),
+                }
+            )
+    return out
+
+
+def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Row]) -> list[Block]:
+    """A study's A/A check (:func:`aa_rows`) over the folders its rows were read from, in the measures its claims
+    use: how often the rule calls a run different from itself, before and after it weighs the training noise, and
+    the pairs."""
+    measures = list(dict.fromkeys((r.task, r.claim["metric"]) for r in part if r.task in RETRIEVAL))
+    lists = [f for f in (dataset_folders(root, folds=True).get(data), dataset_folders(root).get(data)) if f]
+    rows = [r for folders in lists for r in aa_rows(params, folders, measures)]
+    if not rows:
+        return []
+    decided = [r for r in rows if r["after"] is not None]
+    before, after = sum(r["before"] for r in rows), sum(bool(r["after"]) for r in decided)
+    return [
+        f"**The rule against itself (A/A check), `{data}`**: each run trained twice on one test set, its two "
+        "trainings compared as if two systems, in every measure its claims use. With the test queries' error alone "
+        f"(the rule before it weighed the training noise) {before} of {len(rows)} comparisons "
+        f"({100 * before / len(rows):.0f} %) call a run different from itself; with the training noise estimated "
+        f"from the other runs' pairs (left out: the run itself) {after} of {len(decided)} "
+        f"({100 * after / max(1, len(decided)):.0f} %), against the 5 % a calibrated rule allows.",
+        Table(
+            ("run", "measure", "first − second training", "queries alone", "with training noise"),
+            tuple(
+                (
+                    f"`{r['run']}`",
+                    f"{r['task']}, {METRICS[r['metric']][0]}",
+                    f"{r['d']:+.2f} [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]",
+                    "differs" if r["before"] else "same",
+                    "—" if r["after"] is None else ("differs" if r["after"] else "same"),
+                )
+                for r in rows
+            ),
+        ),
+    ]
 
 
 RERUNS = Path("benchmarks") / "reruns"  # python -m fraglib.rerun … --json: a re-run on another machine, compared
@@ -656,8 +849,8 @@ def rerun_blocks(root: str | Path = ".") -> list[Block]:
                         f"`{f.name}`",
                         f"`{v['claim']}`",
                         v["task"],
-                        f"{v['committed']}: {ci(v['committed_ours'])}" if "committed_ours" in v else v["committed"],
-                        f"{v['new']}: {ci(v['new_ours'])}" if "new_ours" in v else v["new"],
+                        f"{v['committed']}: {ci(v['committed_ours'])}" if v.get("committed_ours") else v["committed"],
+                        f"{v['new']}: {ci(v['new_ours'])}" if v.get("new_ours") else v["new"],
                     )
                     for f, v in changed
                 ),

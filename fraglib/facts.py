@@ -127,7 +127,7 @@ def _rows(root: Path) -> list:
     from fraglib import claims
     from fraglib.params import read_params
 
-    return claims.project_rows(root, read_params(root / "params.yaml"), N_BOOT)
+    return claims.project_rows(root, read_params(root / "params.yaml"))
 
 
 def _paper_counts(root: Path) -> dict[str, dict[str, dict[str, int]]]:

@@ -338,3 +338,41 @@ def paired_difference(
     point = float((rank_metric(a, name) - rank_metric(b, name)).mean())
     lo, hi = float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
     return {"diff": point, "lo": lo, "hi": hi, "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+# ----------------------------------------------------------------------------- analytic paired differences
+def stratified_mean_se(d: np.ndarray, strata=None) -> tuple[float, float]:
+    """Mean of per-query values ``d`` (n,) and its standard error when the queries are a sample: within each
+    stratum (a fold of a k-fold protocol: its size fixed) when ``strata`` (n,) is given,
+    SE² = Σ_s (n_s / n)² var_s / n_s (var_s with n_s − 1), else SE² = var / n. The analytic counterpart of the
+    stratified query bootstrap (:func:`bootstrap_draws`); ValueError on fewer than 2 values in a stratum."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 1 or len(d) < 2:
+        raise ValueError(f"a standard error needs at least 2 per-query values, got shape {d.shape}")
+    if strata is None:
+        return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
+    strata = np.asarray(strata)
+    if strata.shape != d.shape:
+        raise ValueError(f"strata must give one stratum per query ({len(d)}), got shape {strata.shape}")
+    var = 0.0
+    for s in np.unique(strata):
+        x = d[strata == s]
+        if len(x) < 2:
+            raise ValueError(f"stratum {s} holds {len(x)} query: a standard error needs 2 per stratum")
+        var += (len(x) / len(d)) ** 2 * float(x.var(ddof=1)) / len(x)
+    return float(d.mean()), math.sqrt(var)
+
+
+def holm(p: Any) -> np.ndarray:
+    """Holm's step-down adjusted p-values of ``p`` (a family of tests, any order): the k-th smallest is
+    max over j ≤ k of min(1, (m − j + 1) p_(j)); a test is significant at level α when its adjusted p < α.
+    Controls the family-wise error rate at α for any dependence between the tests."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 1 or np.isnan(p).any() or (p < 0).any() or (p > 1).any():
+        raise ValueError(f"holm: p-values in [0, 1] needed, got {p}")
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, remove, write_bytes, write_text
+from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, remove, updates, write_bytes, write_text
 
 KERNEL = os.environ.get("FRAGLIB_KERNEL", "fraglib")
 IOPUB_TIMEOUT = 120  # s a finished cell may wait for its last output (papermill: 4 s, too short on a busy machine)
@@ -293,7 +293,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
     pages = [Path(args.html), executed_path(args.notebook, args.html, args.executed)]
-    claim_cli(ap, [*pages, *figure_files(args.html)], pages, args.overwrite, f"fraglib.notebook {args.notebook}")
+    # the page's figures (figNN files of <page>_files/, committed beside it, not DVC outputs) are the page's own:
+    # a page this command may write may have its figures replaced (write_figures touches no other file there)
+    claim_cli(ap, pages, pages, args.overwrite, f"fraglib.notebook {args.notebook}")
+    updates(figures_folder(args.html))
     out = run_notebook(args.notebook, args.html, parameters(args.parameter), args.executed, args.kernel, progress=True)
     print(f"wrote {out}")
 

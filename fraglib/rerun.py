@@ -148,7 +148,7 @@ def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
 
 
 def verdict_agreement(
-    params: dict[str, Any], reference: Path, fresh: Path, dataset: str = "synthetic", n_boot: int = 1000
+    params: dict[str, Any], reference: Path, fresh: Path, dataset: str = "synthetic"
 ) -> list[dict[str, Any]]:
     """One row per claim and task that both ``reference`` and ``fresh`` (two folders of one study's runs) test:
     claim id, task, the two verdicts, ``same``, and each side's difference with its 95 % CI (``committed_ours``,
@@ -156,11 +156,11 @@ def verdict_agreement(
     from fraglib.claims import NOT_TESTABLE, claim_rows
 
     def verdicts(folder: Path) -> dict[tuple[str, str], Any]:
-        rows = claim_rows(params, {dataset: [folder]}, n_boot=n_boot)
+        rows = claim_rows(params, {dataset: [folder]})
         return {(r.claim["id"], r.task): r for r in rows if r.study == dataset and r.verdict != NOT_TESTABLE}
 
-    def ours(r: Any) -> dict[str, float]:
-        return {k: round(float(r.ours[k]), 3) for k in ("diff", "lo", "hi")}
+    def ours(r: Any) -> dict[str, float] | None:  # None: undecided (no training-noise estimate)
+        return None if r.ours is None else {k: round(float(r.ours[k]), 3) for k in ("diff", "lo", "hi")}
 
     a, b = verdicts(reference), verdicts(fresh)
     return [

@@ -9,7 +9,7 @@ import pytest
 
 from fraglib import claims as C
 from fraglib.config import read_yaml
-from fraglib.metrics import DIRECTIONS, _boot_values, bootstrap_draws, paired_difference, recall_table
+from fraglib.metrics import DIRECTIONS, recall_table
 from fraglib.tables import markdown
 
 from conftest import ROOT
@@ -59,7 +59,8 @@ def test_the_rule_on_hand_made_cases(args, expected):
 
 
 def test_every_verdict_is_reached_and_no_runs_is_not_testable():
-    assert {v for _, v in RULE} | {C.verdict(3.0, None, None)} == set(C.VERDICTS)
+    # undecided is claim_rows' (no estimate of the training noise: tests/test_folds.py), never the rule's
+    assert {v for _, v in RULE} | {C.verdict(3.0, None, None), C.UNDECIDED} == set(C.VERDICTS)
     assert C.verdict(-3.0, None, None, False) == C.NOT_TESTABLE
 
 
@@ -174,21 +175,98 @@ def test_a_claim_the_papers_do_not_make_is_refused(over, match, tmp_path):
         C.read_claims(f)
 
 
-# ----------------------------------------------------------------------------- the paired bootstrap
-def test_the_paired_mean_difference_is_results_paired_difference_for_a_mean_metric():
+# ----------------------------------------------------------------------------- the analytic paired difference
+def test_paired_analytic_one_test_set_is_the_queries_error_plus_the_training_noise():
+    """Straight from the equations: d = mean over units of a − b per query; SE² = Σ_s (n_s/n)² var_s / n_s over
+    the folds, + train_var × 2 / U; CI = d ± z SE; p two-sided normal."""
+    from scipy import stats
+
     rng = np.random.default_rng(3)
-    a, b = rng.integers(1, 40, size=(6, 50)), rng.integers(1, 40, size=(6, 50))
-    groups = [0, 0, 1, 1, 2, 2]
-    ref = paired_difference(a, b, "mean_rank", 300, groups=groups)
-    got = C.paired_mean_difference(C.query_values(a, "mean_rank"), C.query_values(b, "mean_rank"), groups, 300)
-    assert (got["diff"], got["lo"], got["hi"]) == pytest.approx((ref["diff"], ref["lo"], ref["hi"]))
-    # the R@K sum: the three recalls of the same draws, summed
-    units, queries = bootstrap_draws(groups, 50, 300, 0)
-    draws = sum(_boot_values(a, f"r{k}", units, queries) - _boot_values(b, f"r{k}", units, queries) for k in (1, 5, 10))
-    got = C.paired_mean_difference(C.query_values(a, "rsum"), C.query_values(b, "rsum"), groups, 300)
-    assert (got["lo"], got["hi"]) == pytest.approx((np.percentile(draws, 2.5), np.percentile(draws, 97.5)))
+    a, b = rng.normal(0, 3, size=(2, 30)), rng.normal(0.5, 3, size=(2, 30))
+    strata = np.repeat([0, 1, 2], 10)
+    got = C.paired_analytic(a, b, [0, 0], strata, train_var=0.7)
+    d = (a - b).mean(axis=0)
+    se2 = sum((10 / 30) ** 2 * d[strata == s].var(ddof=1) / 10 for s in range(3)) + 0.7 * 2 / 2
+    z = stats.norm.ppf(0.975)
+    assert got["diff"] == pytest.approx(d.mean()) and got["se"] == pytest.approx(np.sqrt(se2))
+    assert (got["lo"], got["hi"]) == pytest.approx((d.mean() - z * np.sqrt(se2), d.mean() + z * np.sqrt(se2)))
+    assert got["p"] == pytest.approx(2 * stats.norm.sf(abs(d.mean()) / np.sqrt(se2)))
     with pytest.raises(ValueError, match="same units"):
-        C.paired_mean_difference(a[:2], b, groups)
+        C.paired_analytic(a[:1], b, [0])
+
+
+def test_paired_analytic_several_splits_is_student_t_between_them():
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(1, 2, size=(6, 40)), rng.normal(0, 2, size=(6, 40))
+    groups = [0, 0, 1, 1, 2, 2]
+    got = C.paired_analytic(a, b, groups, train_var=99.0)  # the spread of the splits holds the training noise
+    means = np.array([(a - b)[2 * g : 2 * g + 2].mean() for g in range(3)])
+    se, q = means.std(ddof=1) / np.sqrt(3), stats.t.ppf(0.975, 2)
+    assert (got["diff"], got["lo"], got["hi"]) == pytest.approx(
+        (means.mean(), means.mean() - q * se, means.mean() + q * se)
+    )
+
+
+def test_training_variance_and_the_aa_pairs(tmp_path):
+    """A run trained twice on one test set is an A/A pair: d = mean(first − second), se its queries' error;
+    one training's variance is mean(d²) / 2 over the pairs, leaving one out on request; none: NaN."""
+    r = np.arange(1, 21).reshape(1, 20) % 12 + 1
+    twice = put_run(
+        tmp_path / "twice", {"annotation": np.vstack([r, r + 2]), "search": np.vstack([r, r])}, ["0", "0r1"], [0, 0]
+    )
+    once = put_run(tmp_path / "once", {"annotation": r, "search": r}, ["0"], [0])
+    (pair,) = C.aa_pairs(twice, "annotation", "mean_rank", {})
+    assert pair["run"] == "twice" and pair["d"] == pytest.approx(-2.0) and pair["se"] == pytest.approx(0.0)
+    assert C.aa_pairs(once, "annotation", "mean_rank", {}) == []
+    pairs = [pair, {"run": "other", "d": 4.0, "se": 1.0}]
+    assert C.training_variance(pairs) == pytest.approx((4.0 + 16.0) / 2 / 2)
+    assert C.training_variance(pairs, leave_out="other") == pytest.approx(2.0)
+    assert np.isnan(C.training_variance([]))
+
+
+def test_a_calibrated_rule_passes_its_own_aa_check_where_the_queries_alone_fail():
+    """Simulated runs whose trainings shift a run's mean (σ_T = 2) and move each query (σ 20) on 200 queries: two
+    trainings compared with the queries' error alone differ far beyond 5 % of the time (about 26 %); with the
+    training noise estimated from the other runs' pairs (leave one out) at most 5 % (about 2.4 %)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    z = stats.norm.ppf(0.975)
+    pairs = []
+    for j in range(1000):
+        x = rng.normal(0, 10, size=200) + rng.normal(0, 2, size=(2, 1)) + rng.normal(0, 20, size=(2, 200))
+        d, se = C.stratified_mean_se(x[0] - x[1])
+        pairs.append({"run": str(j), "d": d, "se": se})
+    before = np.mean([abs(p["d"]) > z * p["se"] for p in pairs])
+    after = np.mean([abs(p["d"]) > z * np.sqrt(p["se"] ** 2 + 2 * C.training_variance(pairs, p["run"])) for p in pairs])
+    assert before > 0.15 and after <= 0.05
+
+
+def test_holm_adjusts_a_family_and_decides_the_verdicts(tmp_path):
+    """Three rows of one paper in one study: Holm's adjusted p by hand; the row significant alone but not in its
+    family keeps its CI, gets the not-significant verdict, and its own verdict stays in ``raw``."""
+    from fraglib.metrics import holm
+
+    p = np.array([0.01, 0.04, 0.03])
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06])  # 3 × 0.01; max(2 × 0.03, 0.03); max(1 × 0.04, 0.06)
+    c = _claim(source="Socher et al. 2014")
+    rows = [
+        C.Row(
+            c,
+            "search",
+            "synthetic",
+            -3.0,
+            {"diff": -2.0, "lo": -3.0, "hi": -1.0, "p": q},
+            C.REPRODUCED,
+            raw=C.REPRODUCED,
+        )
+        for q in p
+    ]
+    out = C.adjust(rows)
+    assert [r.verdict for r in out] == [C.REPRODUCED, C.SAME_DIRECTION, C.SAME_DIRECTION]
+    assert [r.raw for r in out] == [C.REPRODUCED] * 3 and [r.p_holm for r in out] == pytest.approx([0.03, 0.06, 0.06])
 
 
 def put_run(folder: Path, ranks: dict[str, np.ndarray], units: list[str], groups: list[int], cider=None) -> Path:
@@ -225,33 +303,40 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
         cider=[[0.5, 0.25, 0.0]],
     )
     b = put_run(tmp_path / "b", {"annotation": r + 1, "search": r * 0 + 11}, ["0"], [0], cider=[[0.25, 0.25, 0.5]])
-    got = C.our_difference(a, b, "annotation", "mean_rank", 200)
+    got = C.our_difference(a, b, "annotation", "mean_rank", train_var=0.0)
     assert got == {
         "diff": pytest.approx(-1.0),
         "lo": pytest.approx(-1.0),
         "hi": pytest.approx(-1.0),
+        "p": 0.0,
+        "se": 0.0,
         "units": 1,
         "protocol": "1 split",
     }
+    with pytest.raises(C.Undecided, match=r"-1\.0, but no run of this study trained twice"):
+        C.our_difference(a, b, "annotation", "mean_rank")  # one test set, no estimate of the training noise
     # search: b ranks everything 11th (no hit); a's R@1 / R@5 / R@10 over ranks 1..12 (20 queries)
     hits = sum(np.mean(r <= k) for k in (1, 5, 10))
-    assert C.our_difference(a, b, "search", "rsum", 200)["diff"] == pytest.approx(100 * hits)
-    assert C.our_difference(a, b, "captioning", "cider", 200)["diff"] == pytest.approx(100 * (0.75 - 1.0) / 3)
+    assert C.our_difference(a, b, "search", "rsum", train_var=1.0)["diff"] == pytest.approx(100 * hits)
+    assert C.our_difference(a, b, "captioning", "cider", train_var=1.0)["diff"] == pytest.approx(100 * (0.75 - 1.0) / 3)
     with pytest.raises(C.Untestable, match="ranks no similarity"):
-        C.our_difference(b, a, "similarity", "mean_rank", 200)
+        C.our_difference(b, a, "similarity", "mean_rank", train_var=1.0)
     c = put_run(tmp_path / "c", {"annotation": r, "search": r}, ["1"], [1])
     with pytest.raises(C.Untestable, match="share no training run"):
-        C.our_difference(a, c, "annotation", "mean_rank", 200)
+        C.our_difference(a, c, "annotation", "mean_rank", train_var=1.0)
     older = put_run(tmp_path / "older", {"annotation": r[:, :5], "search": r[:, :5]}, ["0"], [0])  # a smaller test
     with pytest.raises(C.Untestable, match="`a` has 20 annotation queries, `older` 5: not one test set"):
-        C.our_difference(a, older, "annotation", "mean_rank", 200)
+        C.our_difference(a, older, "annotation", "mean_rank", train_var=1.0)
 
 
 def test_claim_rows_and_the_table_by_hand(tmp_path):
     """A claim whose runs are here gets a verdict, one whose run is missing is not testable (why), one no study
     can test keeps its reason; the table and the counts name every verdict."""
     r = np.arange(1, 21).reshape(1, 20) % 12 + 1
-    put_run(tmp_path / "s" / "sdtrnn", {"annotation": r, "search": r}, ["0"], [0])
+    # sdtrnn trained twice to the same ranks: the study's A/A pair, training noise 0
+    put_run(
+        tmp_path / "s" / "sdtrnn", {"annotation": np.vstack([r, r]), "search": np.vstack([r, r])}, ["0", "0r1"], [0, 0]
+    )
     put_run(tmp_path / "s" / "dtrnn", {"annotation": r + 2, "search": r + 2}, ["0"], [0])
     params = {"runs": {"sdtrnn": {}, "dtrnn": {}, "kcca": {}}}
     found = {c["id"]: c for c in C.read_claims()}
@@ -261,7 +346,7 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     ]
     picked += [found["karpathy_t3_finetune"]]
     picked[0] = {**picked[0], "runs": {"a": "sdtrnn", "b": "dtrnn"}, "tested_on": ["synthetic", "pascal1k"]}
-    rows = C.claim_rows(params, {"synthetic": [tmp_path / "s"]}, picked, n_boot=100)
+    rows = C.claim_rows(params, {"synthetic": [tmp_path / "s"]}, picked)
     assert [(r.claim["id"], r.task, r.study, r.verdict) for r in rows] == [
         ("socher_t2_margin_vs_squared_sdtrnn", "search", "synthetic", C.REPRODUCED),
         ("socher_t2_margin_vs_squared_sdtrnn", "search", "pascal1k", C.NOT_TESTABLE),
@@ -274,17 +359,22 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     assert rows[0].ours["diff"] == pytest.approx(-2.0) and rows[4].why == "no run `kcca` in this study"
     tested = C.claims_table([r for r in rows if r.study])
     # Socher et al.: SDT-RNN image search mean rank 12.5 (Table 1), 15.8 (Table 2)
-    assert tested.rows[0][3:] == ("`synthetic`", "-3.3", "-2.0 [-2.0, -2.0]", "1", "1 split", C.REPRODUCED)
+    assert tested.rows[0][3:] == (
+        "`synthetic`", "-3.3", "-2.0 [-2.0, -2.0]", "< 0.001", "1", "1 split", C.REPRODUCED, "same"
+    )  # fmt: skip
     assert tested.rows[1][3:] == (
         "`pascal1k`",
         "-3.3 †",
         "—",
         "—",
         "—",
+        "—",
         "not testable here: no run `sdtrnn` or `dtrnn` in this study",
+        "—",
     )
     assert C.counts(rows) == (
-        "2 reproduced, 0 same direction, not significant, 0 not reproduced, 0 reversed, 5 not testable here"
+        "2 reproduced, 0 same direction, not significant, 0 not reproduced, 0 reversed, 0 undecided, "
+        "5 not testable here"
     )
     untested = markdown([C.untested_table([r for r in rows if not r.study])])
     assert "python -m fraglib.study --run full_finetune" in untested and "Flickr30K" in untested
@@ -311,7 +401,7 @@ def test_claim_blocks_render_per_study_and_the_untestable_claims(tmp_path):
     put_run(tmp_path / "runs" / "synthetic" / "sdtrnn", {"annotation": r, "search": r, "similarity": r}, ["0"], [0])
     put_run(tmp_path / "runs" / "synthetic_extended" / "dtrnn", {"annotation": r, "search": r}, ["0"], [0])
     params = {"runs": {"sdtrnn": {}, "dtrnn": {}}}
-    text = markdown(C.claim_blocks(tmp_path, params, n_boot=50))
+    text = markdown(C.claim_blocks(tmp_path, params))
     assert "### Tested on `synthetic`: Synthetic benchmark" in text and "### Not testable here" in text
     assert "`sdtrnn` − `dtrnn`" in text and "`dtrnn` ranks no similarity queries" in text
     assert "### Tested on `pascal1k`: Pascal1K" in text  # every claim tested there is named, not testable: no runs

@@ -95,7 +95,9 @@ def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatc
     import fraglib.facts as F
     from fraglib.claims import VERDICTS
 
-    counts = {"Peri": {"synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0))), "": dict(zip(VERDICTS, (0, 0, 0, 0, 1)))}}
+    counts = {
+        "Peri": {"synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0, 0))), "": dict(zip(VERDICTS, (0, 0, 0, 0, 0, 1)))}
+    }
     monkeypatch.setattr(F, "_paper_counts", lambda root: counts)
     (tmp_path / "benchmarks").mkdir()
     records = [{"target": "make test", "seconds": 1058.1, "machine": "AMD EPYC"}, {"target": "make test", "seconds": 600.0,

@@ -126,17 +126,22 @@ def test_folds_are_never_drawn():
 
 
 # ----------------------------------------------------------------------------- a k-fold run read back
-def put_folds(folder, ranks_by_fold: list[dict[str, np.ndarray]], partition: int = 0):
-    """A k-fold run as ``fraglib.study --folds`` writes it: one unit per fold, ranks of each fold's queries."""
-    per = {str(f): {d: recall_table(r[d]) for d in DIRECTIONS} for f, r in enumerate(ranks_by_fold)}
-    pooled = {d: recall_table(np.concatenate([r[d] for r in ranks_by_fold])) for d in DIRECTIONS}
+def put_folds(folder, ranks_by_fold: list[dict[str, np.ndarray]], partition: int = 0, replicate=None):
+    """A k-fold run as ``fraglib.study --folds`` writes it: one unit per fold, ranks of each fold's queries; with
+    ``replicate`` (the same layout) a second training per fold (units ``<fold>r1``)."""
     n = len(ranks_by_fold)
+    units = {str(f): r for f, r in enumerate(ranks_by_fold)}
+    units |= {f"{f}r1": r for f, r in enumerate(replicate or [])}
+    per = {u: {d: recall_table(r[d]) for d in DIRECTIONS} for u, r in units.items()}
+    pooled = {d: recall_table(np.concatenate([r[d] for r in ranks_by_fold])) for d in DIRECTIONS}
     head = {"run": folder.name, "system": "x", "seeds": list(range(n)), "protocol": "folds", "folds": n}
+    if replicate:
+        head |= {"units": list(units), "groups": [int(u.split("r")[0]) for u in units], "replicates": 2}
     (folder / "seeds").mkdir(parents=True)
     (folder / "metrics.json").write_text(json.dumps({**head, "partition": partition, "per_seed": per, **pooled}))
-    for f, r in enumerate(ranks_by_fold):
-        (folder / "seeds" / f"seed{f}").mkdir()
-        (folder / "seeds" / f"seed{f}" / "ranks.json").write_text(json.dumps({d: v.tolist() for d, v in r.items()}))
+    for u, r in units.items():
+        (folder / "seeds" / f"seed{u}").mkdir()
+        (folder / "seeds" / f"seed{u}" / "ranks.json").write_text(json.dumps({d: v.tolist() for d, v in r.items()}))
     return folder
 
 
@@ -173,25 +178,33 @@ def test_a_claim_on_k_fold_runs_pairs_the_same_queries_and_says_so(tmp_path):
     }
     claim["runs"] = {"a": "sdtrnn", "b": "dtrnn"}
     params = {"runs": {"sdtrnn": {}, "dtrnn": {}}}
-    rows = C.claim_rows(
-        params, {"pascal1k": [tmp_path / "splits"]}, [claim], 300, folds={"pascal1k": [tmp_path / "folds"]}
-    )
+    rows = C.claim_rows(params, {"pascal1k": [tmp_path / "splits"]}, [claim], folds={"pascal1k": [tmp_path / "folds"]})
+    assert rows[0].verdict == C.UNDECIDED  # one training per fold: no estimate of the training noise
+    # a third run trained twice per fold (its A/A pair: the study's training noise), then the claim is weighed
+    put_folds(tmp_path / "folds" / "kcca", [a[0], a[1], a[2]], replicate=[b[0], b[1], b[2]])
+    params["runs"]["kcca"] = {}
+    rows = C.claim_rows(params, {"pascal1k": [tmp_path / "splits"]}, [claim], folds={"pascal1k": [tmp_path / "folds"]})
     got = rows[0].ours
     pa, pb = (np.concatenate([f["search"] for f in x]) for x in (a, b))
     assert got["protocol"] == "3 folds" and got["units"] == 1
     assert got["diff"] == pytest.approx(pa.mean() - pb.mean())  # mean rank over the 19 pooled queries
     strata = np.repeat([0, 1, 2], [6, 7, 6])
-    ref = paired_difference(pa[None], pb[None], "mean_rank", 300, groups=[0], strata=strata)
+    (pair,) = C.aa_pairs(tmp_path / "folds" / "kcca", "search", "mean_rank", {})
+    ref = C.paired_analytic(pa[None], pb[None], [0], strata, pair["d"] ** 2 / 2)
     assert (got["lo"], got["hi"]) == pytest.approx((ref["lo"], ref["hi"]))
-    assert C.claims_table(rows).rows[0][7] == "3 folds"
+    assert C.claims_table(rows).rows[0][8] == "3 folds"
     # where the folds lack a side, the splits answer
     r = np.arange(1, 21).reshape(1, 20) % 12 + 1
     for run, shift in (("sdtrnn", 0), ("dtrnn", 2)):
         put_run(tmp_path / "splits" / run, {"annotation": r + shift, "search": r + shift}, ["0"], [0])
     (tmp_path / "folds" / "dtrnn" / "metrics.json").unlink()
-    rows = C.claim_rows(
-        params, {"pascal1k": [tmp_path / "splits"]}, [claim], 50, folds={"pascal1k": [tmp_path / "folds"]}
+    put_run(
+        tmp_path / "splits" / "kcca",
+        {"annotation": np.vstack([r, r]), "search": np.vstack([r, r])},
+        ["0", "0r1"],
+        [0, 0],
     )
+    rows = C.claim_rows(params, {"pascal1k": [tmp_path / "splits"]}, [claim], folds={"pascal1k": [tmp_path / "folds"]})
     assert rows[0].ours["protocol"] == "1 split" and rows[0].ours["diff"] == pytest.approx(-2.0)
 
 

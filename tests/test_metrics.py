@@ -144,3 +144,33 @@ def test_fold_protocol_ranks_each_fold_against_its_own_images():
     assert m["folds"] == 2 and m["fold_images"] == 2
     with pytest.raises(ValueError, match="3 equal folds"):
         fold_metrics(S, si, folds=3)
+
+
+def test_holm_equals_the_step_down_procedure_written_as_a_loop():
+    """fraglib.metrics.holm against Holm (1979) as a loop: sort, multiply the j-th smallest by m − j + 1, carry
+    the running maximum, cap at 1, back to the input order; ties and one-element families included."""
+    from fraglib.metrics import holm
+
+    rng = np.random.default_rng(7)
+    for m in (1, 2, 5, 17):
+        p = np.round(rng.random(m) ** 3, 3)  # rounding makes ties
+        order = sorted(range(m), key=lambda i: p[i])
+        ref, running = np.empty(m), 0.0
+        for j, i in enumerate(order):
+            running = max(running, min(1.0, (m - j) * p[i]))
+            ref[i] = running
+        np.testing.assert_allclose(holm(p), ref)
+    with pytest.raises(ValueError, match="p-values"):
+        holm([0.2, 1.5])
+
+
+def test_stratified_mean_se_by_hand():
+    from fraglib.metrics import stratified_mean_se
+
+    d = np.array([1.0, 3.0, 2.0, 2.0, 8.0])
+    mean, se = stratified_mean_se(d, [0, 0, 1, 1, 1])
+    # SE² = (2/5)² · var([1, 3]) / 2 + (3/5)² · var([2, 2, 8]) / 3, var with n − 1
+    assert mean == pytest.approx(3.2) and se == pytest.approx(np.sqrt(0.16 * 2.0 / 2 + 0.36 * 12.0 / 3))
+    assert stratified_mean_se(d)[1] == pytest.approx(d.std(ddof=1) / np.sqrt(5))
+    with pytest.raises(ValueError, match="stratum 1 holds 1 query"):
+        stratified_mean_se(d, [0, 0, 0, 0, 1])

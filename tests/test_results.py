@@ -1137,9 +1137,9 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
         return tmp_path / folder
 
     ref, same, flipped = study("ref", good, bad), study("same", good, bad), study("flip", bad, good)
-    rows = verdict_agreement(params, ref, same, n_boot=200)
+    rows = verdict_agreement(params, ref, same)
     assert rows and all(r["same"] for r in rows) and {r["claim"] for r in rows} >= {"karpathy_t2_dependencies_vs_bow"}
-    flips = verdict_agreement(params, ref, flipped, n_boot=200)
+    flips = verdict_agreement(params, ref, flipped)
     assert flips and not any(r["same"] for r in flips if r["claim"] == "karpathy_t2_dependencies_vs_bow")
     (ref / "full" / "seeds" / "0").mkdir(parents=True, exist_ok=True)
     (ref / "full" / "seeds" / "0" / "timing.json").write_text(json.dumps({"machine": "CPU A"}))
