@@ -67,10 +67,14 @@ def read_yaml(path: str | Path = "params.yaml") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: parameter file not found")
+    if not path.is_file():
+        raise ConfigError(f"{path}: a folder, not a parameter file")
     try:
-        data = yaml.load(path.read_text(), Loader=_StrictLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: malformed YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if not isinstance(data, dict):

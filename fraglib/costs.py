@@ -140,6 +140,8 @@ def read_costs(path: Path = COSTS) -> dict[tuple[str, str], dict[str, Any]]:
 
     if not path.exists():
         return {}
+    if not path.is_file():
+        raise ValueError(f"{path}: a folder, not the cost register")
     entries = read_json(path)
     if not isinstance(entries, list):
         raise ValueError(f"{path}: expected a JSON list of target records, got a {type(entries).__name__}")
@@ -206,6 +208,8 @@ def read_clock(clock: Path) -> dict[str, Any]:
 
     if not clock.exists():
         raise ValueError(f"{clock}: no clock file; `python -m fraglib.costs start {clock}` writes it")
+    if not clock.is_file():
+        raise ValueError(f"{clock}: a folder, not a clock file")
     try:
         began = read_json(clock)
     except ValueError as exc:

@@ -766,7 +766,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dataset-dir", help="default: the one the run was trained on; with --scores: required")
     ap.add_argument("--features-dir", help="with --dataset-dir (default <dataset-dir>/features)")
     ap.add_argument(
-        "--params", default="params.yaml", help="its `evaluation` section applies (a missing file: defaults)"
+        "--params",
+        help="its `evaluation` section applies (default: params.yaml where it is, else the defaults; `none`: the "
+        "defaults; a file named here must exist)",
     )
     ap.add_argument(
         "--set",
@@ -803,7 +805,12 @@ def main(argv: list[str] | None = None) -> None:
     outs += [Path(args.save_scores) / n for n in ("test.npy", "val.npy", "banks.npz")] if args.save_scores else []
     claim_cli(ap, outs, outs, args.overwrite, "fraglib.evaluate")
     try:  # the file's sections checked, as by every command (a misspelt section is an error, not ignored)
-        ec = eval_config(read_settings(args.params) if Path(args.params).exists() else {}, parse_overrides(args.set))
+        if args.params not in (None, "none") and not Path(args.params).is_file():
+            ap.error(f"--params {args.params}: no such parameter file (--params none: the defaults)")
+        params_file = {None: "params.yaml" if Path("params.yaml").is_file() else None, "none": None}.get(
+            args.params, args.params
+        )
+        ec = eval_config(read_settings(params_file) if params_file else {}, parse_overrides(args.set))
         (test, test_name), (against, against_name) = _source(args, "", "scores"), _source(args, "against-", "--against")
         if (test is None) == (args.seed_dir is None):
             raise ValueError("give a SEED_DIR, or a score matrix (--scores / --image-emb + --sentence-emb), not both")

@@ -266,7 +266,7 @@ def build(
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    from fraglib.outputs import OVERWRITE_HELP, claim_cli
+    from fraglib.outputs import OVERWRITE_HELP, claim_cli, prune
     from fraglib.params import read_params
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -295,9 +295,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"no best.pt in {', '.join(missing[:3])}{' …' * (len(missing) > 3)}: train those runs first")
     out = Path(args.out)
     family = [out / "explorer.json", *out.glob("alignments_*.json"), *written_thumbnails(out)]
-    claim_cli(ap, family, [], args.overwrite, "fraglib.explore")
+    # nothing is deleted before the work: the earlier set stays whole until the new one is written (then pruned)
+    claim_cli(ap, family, family, args.overwrite, "fraglib.explore")
     labels = {r: (params["runs"].get(r) or {}).get("label", r) for r in runs}
     data = build(seed_dirs, cfg, out, args.dataset, args.truth, args.seed, labels)
+    prune(family)  # the earlier run's alignments and thumbnails the new data no longer has
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out}: {len(data['runs'])} runs, {len(data['images'])} images, {size / 1e6:.2f} MB")
 

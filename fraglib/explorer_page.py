@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 from fraglib.notebook import TEMPLATES
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, remove, write_text
+from fraglib.outputs import OVERWRITE_HELP, Refused, claim_cli, command, remove, write_text
 
 TEMPLATE = "explorer.html.j2"  # in fraglib/templates
 
@@ -45,6 +46,18 @@ FIELDS = {"dataset": str, "seed": int, "k": int, "runs": dict, "aligned": list, 
 IMAGE_FIELDS = {"id": int, "thumb": str}
 SENTENCE_FIELDS = {"id": int, "image": int, "text": str}
 RUN_FIELDS = {"label": str, "image_top": list, "sentence_top": list}
+MAP_FIELDS = {"method": str, "images": list, "sentences": list, "n_images": list, "n_sentences": list}
+ALIGN_FIELDS = {"boxes": list, "fragments": dict, "pairs": dict}
+RUN_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # an aligned run's name: part of its script's file name
+ALIGN_HEAD = "(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {})["  # how every alignment script it writes starts
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def check_explorer(src: Path) -> dict[str, Any]:
@@ -73,12 +86,112 @@ def check_explorer(src: Path) -> dict[str, Any]:
         need(s, SENTENCE_FIELDS, f"sentences[{i}]")
         if not 0 <= s["image"] < n:
             raise ValueError(f"{src}: sentences[{i}].image={s['image']}: no such image (the data holds {n})")
+    if data["k"] < 1:
+        raise ValueError(f"{src}: explorer.k={data['k']}: expected at least 1 (items listed per query)")
+    m = len(data["sentences"])
     for run, r in data["runs"].items():
         need(r, RUN_FIELDS, f"runs.{run}")
+        for key, rows, of, what in (("image_top", n, m, "sentences"), ("sentence_top", m, n, "images")):
+            top = r[key]
+            if len(top) != rows:
+                raise ValueError(f"{src}: runs.{run}.{key}: {len(top)} rows, expected one per query ({rows})")
+            for q, row in enumerate(top):
+                if not isinstance(row, list) or len(row) != data["k"]:
+                    raise ValueError(
+                        f"{src}: runs.{run}.{key}[{q}]={row!r}: expected a list of k={data['k']} positions"
+                    )
+                bad = [x for x in row if not _is_int(x) or not 0 <= x < of]
+                if bad:
+                    raise ValueError(
+                        f"{src}: runs.{run}.{key}[{q}] holds {bad[0]!r}: not a position among the {of} {what}"
+                    )
     bad = [r for r in data["aligned"] if r not in data["runs"]]
     if bad:
         raise ValueError(f"{src}: aligned names {bad[0]!r}, which is not among its runs")
+    bad = [r for r in data["aligned"] if not re.fullmatch(RUN_NAME, r)]
+    if bad:
+        raise ValueError(f"{src}: aligned names {bad[0]!r}: not a run name (letters, digits, _ . -) for a file name")
+    maps = data.get("maps", {})
+    if not isinstance(maps, dict):
+        raise ValueError(f"{src}: explorer.maps={maps!r}: expected an object")
+    for run, M in maps.items():
+        where = f"maps.{run}"
+        if run not in data["runs"]:
+            raise ValueError(f"{src}: {where}: not among its runs")
+        need(M, MAP_FIELDS, where)
+        for key, size in (("images", n), ("sentences", m)):
+            if len(M[key]) != size:
+                raise ValueError(f"{src}: {where}.{key}: {len(M[key])} points, expected {size} (one per item)")
+            for i, pt in enumerate(M[key]):
+                if not (isinstance(pt, list) and len(pt) == 2 and all(_is_number(x) and 0 <= x <= 1 for x in pt)):
+                    raise ValueError(f"{src}: {where}.{key}[{i}]={pt!r}: expected [x, y], two numbers in [0, 1]")
+            counts = M[f"n_{key}"]
+            if len(counts) != size or not all(_is_int(c) and c >= 0 for c in counts):
+                raise ValueError(f"{src}: {where}.n_{key}: expected {size} counts N_k (whole numbers >= 0)")
     return data
+
+
+def check_alignments(src: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The alignments of ``src`` (an ``alignments_<run>.json`` of :mod:`fraglib.explore`) for the checked explorer
+    ``data``: ValueError naming the file and what is wrong when it is not JSON or not that shape (``boxes`` per
+    image, ``fragments`` per sentence, ``pairs`` ``"i,j"`` -> [box, score × 10, …] two numbers per fragment)."""
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{src}: {what}; python -m fraglib.explore writes it, rebuild it")
+
+    def constant(name: str) -> None:
+        raise ValueError(f"{name} is no JSON number")
+
+    try:
+        A = json.loads(src.read_text(encoding="utf-8"), parse_constant=constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"not valid JSON ({exc})") from None
+    if not isinstance(A, dict):
+        raise bad(f"expected an object with {', '.join(ALIGN_FIELDS)}, got {type(A).__name__}")
+    for key, kind in ALIGN_FIELDS.items():
+        if not isinstance(A.get(key), kind):
+            raise bad(
+                f"{key}={A.get(key)!r:.60}: expected a{'n' * (kind is dict)} {'object' if kind is dict else 'list'}"
+            )
+    n, m = len(data["images"]), len(data["sentences"])
+    if len(A["boxes"]) != n:
+        raise bad(f"boxes: {len(A['boxes'])} images, expected {n}")
+    for i, boxes in enumerate(A["boxes"]):
+        ok = isinstance(boxes, list) and all(
+            isinstance(b, list) and len(b) == 4 and all(_is_number(x) for x in b) for b in boxes
+        )
+        if not ok:
+            raise bad(f"boxes[{i}]={boxes!r:.60}: expected a list of [x0, y0, x1, y1] boxes")
+    for j, frags in A["fragments"].items():
+        if not (re.fullmatch(r"\d+", j) and int(j) < m):
+            raise bad(f"fragments.{j}: not a sentence position (the data holds {m})")
+        if not isinstance(frags, list) or not all(isinstance(f, str) for f in frags):
+            raise bad(f"fragments.{j}={frags!r:.60}: expected a list of texts")
+    for key, flat in A["pairs"].items():
+        pos = re.fullmatch(r"(\d+),(\d+)", key)
+        if not pos or int(pos[1]) >= n or int(pos[2]) >= m:
+            raise bad(f"pairs.{key}: not an image,sentence pair of positions (the data holds {n}, {m})")
+        i, j = int(pos[1]), int(pos[2])
+        frags = A["fragments"].get(str(j))
+        ok = isinstance(flat, list) and all(_is_number(x) for x in flat) and frags is not None
+        if not ok or len(flat) != 2 * len(frags):
+            raise bad(f"pairs.{key}={flat!r:.60}: expected a box and a score per fragment of sentence {j}")
+        if not all(_is_int(b) and 0 <= b < len(A["boxes"][i]) for b in flat[::2]):
+            raise bad(f"pairs.{key}: a box outside the {len(A['boxes'][i])} of image {i}")
+    return A
+
+
+def written_scripts(folder: Path) -> list[Path]:
+    """The alignment scripts in ``folder`` (a page's ``<stem>_files/``) that this command wrote: those starting with
+    ``ALIGN_HEAD``; what ``--overwrite`` may replace or delete. Any other ``align_*.js`` there is never touched."""
+    head = ALIGN_HEAD.encode()
+    out = []
+    for p in sorted(folder.glob("align_*.js")):
+        if p.is_file() and not p.is_symlink():
+            with p.open("rb") as fh:
+                if fh.read(len(head)) == head:
+                    out.append(p)
+    return out
 
 
 def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
@@ -91,6 +204,7 @@ def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
     if not src.is_file():
         raise FileNotFoundError(f"{src}: no explorer data; {how}")
     data = check_explorer(src)
+    data.setdefault("maps", {})  # older data without maps: the page shows none
     folder = Path(html).resolve().parent
     for im in data["images"]:
         thumb = data_dir / im["thumb"]
@@ -102,25 +216,34 @@ def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
 
 def build(data_dir: str | Path, html: str | Path, title: str = "") -> tuple[Path, Path]:
     """Write the page ``html``, its data script (:func:`data_file`) and one alignment script per aligned run;
-    returns (page, data script). Raises FileNotFoundError as :func:`page_data`."""
+    returns (page, data script). Raises FileNotFoundError as :func:`page_data`, ValueError naming a damaged
+    alignments file (:func:`check_alignments`) and FileExistsError naming an ``align_<run>.js`` it would replace
+    that it did not write (:func:`written_scripts`)."""
     import jinja2
 
     html = Path(html)
     data = page_data(data_dir, html)
+    js = data_file(html)
+    ours = set(written_scripts(js.parent))
     aligns = {}
     for run in data["aligned"]:
         src = Path(data_dir) / f"alignments_{run}.json"
         if not src.is_file():
             raise FileNotFoundError(f"{src}: alignments of run {run} missing; python -m fraglib.explore writes them")
-        aligns[data_file(html).with_name(f"align_{run}.js")] = (run, src.read_text(encoding="utf-8"))
+        path = js.with_name(f"align_{run}.js")
+        if (path.exists() or path.is_symlink()) and path not in ours:
+            raise FileExistsError(
+                f"{path}: not an alignment script this command wrote: refusing to replace it, with or without "
+                "--overwrite; move it away or write the page elsewhere"
+            )
+        aligns[path] = (run, check_alignments(src, data))
     title = title or f"Explorer: {data['dataset']} test split (seed {data['seed']})"
-    js = data_file(html)
     write_text(js, f"window.EXPLORER = {_script_json(json.dumps(data, separators=(',', ':')))};\n")
-    for old in set(js.parent.glob("align_*.js")) - set(aligns):  # a run no longer aligned
+    for old in ours - set(aligns):  # a run no longer aligned; never a script it did not write
         remove(old)
-    for path, (run, text) in aligns.items():
-        head = f"(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {{}})[{json.dumps(run)}] = "
-        write_text(path, f"{head}{_script_json(text)};\n")
+    for path, (run, found) in aligns.items():  # re-serialised: only data reaches the script
+        text = json.dumps(found, separators=(",", ":"), allow_nan=False)
+        write_text(path, f"{ALIGN_HEAD}{json.dumps(run)}] = {_script_json(text)};\n")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, keep_trailing_newline=True)
     index = Path(os.path.relpath(Path("reports/index.html").resolve(), html.resolve().parent)).as_posix()
     scripts = [p.relative_to(html.parent).as_posix() for p in (js, *aligns)]
@@ -138,11 +261,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
     html = Path(args.html)
-    family = [html, data_file(html), *data_file(html).parent.glob("align_*.js")]
+    family = [html, data_file(html), *written_scripts(data_file(html).parent)]
     claim_cli(ap, family, family, args.overwrite, "fraglib.explorer_page")
     try:
         page, js = build(args.data, html, args.title)
-    except (FileNotFoundError, ValueError) as exc:
+    except Refused:  # the output contract's own refusal: the command wrapper names it
+        raise
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
         ap.error(str(exc))
     print(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB) and {js} ({js.stat().st_size / 1e3:.0f} kB)")
 

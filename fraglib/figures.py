@@ -135,13 +135,12 @@ def build(
     fragment run, trained on split ``splits[0]``), ``out/triplets.json`` and its crops; with ``relation_run`` (an
     SDT-RNN's seed folder per split, ``{seed}`` for the split), ``out/relation_norms.csv``. Returns what was
     written (``queries``, ``triplets``, ``relation_norms``). The crops of the earlier ``triplets.json`` are removed
-    first (:func:`written_crops`; no other file of ``crops/``)."""
+    once the new ones are written (:func:`written_crops`, :func:`fraglib.outputs.prune`; no other file of ``crops/``)."""
     out = Path(out)
     queries = {str(s): query_record(dataset_dir.format(seed=s), parse_file) for s in splits}
     write_text(out / "queries.json", compact(queries))
     written: dict[str, Any] = {"queries": queries}
-    for old in written_crops(out):
-        remove(old)
+    old = written_crops(out)  # removed once the new crops are written (prune, below), never before
     if triplet_run:
         seed = splits[0]
         entries = triplet_record(
@@ -155,6 +154,10 @@ def build(
         }
         write_text(out / "triplets.json", json.dumps(record, indent=1) + "\n")
         written["triplets"] = record
+    new = {out / h["crop"] for e in written.get("triplets", {}).get("queries", []) for h in e.get("hits", [])}
+    for p in old:
+        if p not in new:
+            remove(p)
     if relation_run:
         norms = relation_norms(
             [relation_run.format(seed=s) for s in splits], [dataset_dir.format(seed=s) for s in splits], features_dir
@@ -166,7 +169,7 @@ def build(
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    from fraglib.outputs import OVERWRITE_HELP, claim_cli
+    from fraglib.outputs import OVERWRITE_HELP, claim_cli, prune
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset-dir", required=True, help='one split per seed, e.g. "data/pascal1k/split{seed}"')
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     family = [out / "queries.json", out / "triplets.json", out / "relation_norms.csv", *written_crops(out)]
-    claim_cli(ap, family, [], args.overwrite, "fraglib.figures")
+    # nothing is deleted before the work: the earlier set stays whole until the new one is written (then pruned)
+    claim_cli(ap, family, family, args.overwrite, "fraglib.figures")
     if args.triplet_run and not (Path(args.triplet_run) / "best.pt").is_file():
         ap.error(f"no best.pt in {args.triplet_run}: train that run first")
     splits = [int(s) for s in args.splits.split(",") if s]
@@ -202,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         args.dataset,
         relation_run=args.relation_run,
     )
+    prune(family)  # what the earlier run wrote and this one did not (its triplets, when none were asked for)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out}: {len(splits)} splits' queries, {size / 1e3:.0f} kB")
 

@@ -69,6 +69,12 @@ def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
+def _h(value: Any) -> str:
+    """A value read from a register (``benchmarks/results.json``) as HTML text: escaped, so a field holding markup
+    shows as that text and never runs in the reader's browser."""
+    return html.escape(str(value))
+
+
 def _scale_sections(entries: list[dict]) -> list[str]:
     """What a user needs to predict their cost: growth with data size (table and figure) and COCO-size
     evaluation per system, from ``python -m fraglib.bench growth`` / ``coco_eval``."""
@@ -89,8 +95,8 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         out.append(
             "<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
             "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
-            f"100 / 500 validation), median of {cpu[0].get('repeats')} epochs, train + validation seconds. CPU: "
-            f"{cpu[0].get('threads')} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
+            f"100 / 500 validation), median of {_h(cpu[0].get('repeats'))} epochs, train + validation seconds. CPU: "
+            f"{_h(cpu[0].get('threads'))} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
             f"{gpu_note}. <i>was</i>: the code before a change, measured just before it by the same command on "
             "the same machine (GPU: before the GPU forms of the relation maps and the attention tiles; CPU: before "
             "the pooled image views and the tree encoders' hand-written gradients; docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
@@ -105,17 +111,17 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             if e is None or e["value"] is None:
                 return "<td>—</td>" * 3
             cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
-            was = f" (was {e['before']['value']})" if e.get("before") else ""
+            was = f" (was {_h(e['before']['value'])})" if e.get("before") else ""
             was_over = (e.get("before") or {}).get("seconds_over_critical_path")
             return (
-                f"<td>{e['value']}{was}</td><td>{'—' if e['ratio'] is None else format(e['ratio'], '.2g')}</td>"
-                f"<td>{f'{cp} s ({over}×' + (f', was {was_over}×' if was_over else '') + ')' if cp else '—'}</td>"
+                f"<td>{_h(e['value'])}{was}</td><td>{'—' if e['ratio'] is None else format(e['ratio'], '.2g')}</td>"
+                f"<td>{f'{_h(cp)} s ({_h(over)}×' + (f', was {_h(was_over)}×' if was_over else '') + ')' if cp else '—'}</td>"
             )
 
         for e in cpu:
             out.append(
                 f"<tr><td>{html.escape(e['name'][len('epoch_') :])}</td><td>{html.escape(str(e.get('views')))}</td>"
-                f"<td>{e.get('gflop')}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>"
+                f"<td>{_h(e.get('gflop'))}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>"
             )
         out.append("</table>")
     prof = [e for e in entries if e["name"].startswith("profile_") and e.get("device_busy_share") is not None]
@@ -124,9 +130,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             "<p>Where a GPU training step goes (<code>python -m fraglib.bench profile</code>, "
             f"{html.escape(prof[0].get('device', ''))}): "
             + "; ".join(
-                f"{html.escape(e['name'][len('profile_') :])}: {e['ms_per_step']} ms per step"
+                f"{html.escape(e['name'][len('profile_') :])}: {_h(e['ms_per_step'])} ms per step"
                 + (
-                    f" (was {e['before']['ms_per_step']} ms, {e['before']['launches_per_step']:.0f} launches)"
+                    f" (was {_h(e['before']['ms_per_step'])} ms, {e['before']['launches_per_step']:.0f} launches)"
                     if e.get("before")
                     else ""
                 )
@@ -143,9 +149,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             "<p>The paper-size fragment step on a GPU (100 pairs, 20 × 4,096-d image fragments, <code>python -m "
             f"fraglib.bench train_step</code>, {html.escape(steps[0].get('device', ''))}): "
             + "; ".join(
-                f"{html.escape(e['objective'])} {e['value']} ms"
-                + (f" (was {e['before']['value']} ms)" if e.get("before") else "")
-                + f", ratio {e['ratio']}"
+                f"{html.escape(e['objective'])} {_h(e['value'])} ms"
+                + (f" (was {_h(e['before']['value'])} ms)" if e.get("before") else "")
+                + f", ratio {_h(e['ratio'])}"
                 for e in steps
             )
             + ".</p>"
@@ -156,7 +162,8 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             "<p>Pascal1K training stages timed on a GPU (" + html.escape(p1k.get("device", "")) + ", split 0, "
             "the trainer's clock): "
             + "; ".join(
-                f"{html.escape(k)} {v['train_seconds']} s for {v['epochs']} epochs" for k, v in p1k["runs"].items()
+                f"{html.escape(k)} {_h(v['train_seconds'])} s for {_h(v['epochs'])} epochs"
+                for k, v in p1k["runs"].items()
             )
             + ". "
             + html.escape(p1k.get("note", ""))
@@ -169,10 +176,10 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             "synthetic benchmark, seeds "
             f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib.bench amp</code>): "
             + "; ".join(
-                f"{html.escape(e['name'][len('amp_') :])}: annotation R@1 {e['fp32']['annotation_r1']} ± "
-                f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "
-                f"{e['bf16']['annotation_r1_sd']} (bf16), search {e['fp32']['search_r1']} vs {e['bf16']['search_r1']}, "
-                f"time × {e['ratio']}"
+                f"{html.escape(e['name'][len('amp_') :])}: annotation R@1 {_h(e['fp32']['annotation_r1'])} ± "
+                f"{_h(e['fp32']['annotation_r1_sd'])} (fp32) vs {_h(e['bf16']['annotation_r1'])} ± "
+                f"{_h(e['bf16']['annotation_r1_sd'])} (bf16), search {_h(e['fp32']['search_r1'])} vs "
+                f"{_h(e['bf16']['search_r1'])}, time × {_h(e['ratio'])}"
                 for e in amp
             )
             + " (± = SD over seeds).</p>"
@@ -190,7 +197,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         cell = {(step(e), e["scale"]): e for e in growth}
         out.append(
             "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
-            "the default size × " + ", ".join(map(str, scales)) + " (<code>python -m fraglib.bench growth</code>: "
+            "the default size × " + ", ".join(map(_h, scales)) + " (<code>python -m fraglib.bench growth</code>: "
             "real synthetic data, the training split × scale, validation and test at the protocol's 100 and 500 images "
             "(so the data and features lines, which also process those 600, grow more slowly in scale than in "
             "images; lines <code>…_alltest</code>: every split × scale) — generation with parse and fragments, features "
@@ -201,7 +208,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
             "(1 = linear; Eq. 5's all-negatives systems grow faster). Each line is from one machine, named on it: a "
             "slope never mixes machines.</p>"
-            "<table><tr><th>step</th>" + "".join(f"<th>× {s}</th>" for s in scales) + "<th>slope</th>"
+            "<table><tr><th>step</th>" + "".join(f"<th>× {_h(s)}</th>" for s in scales) + "<th>slope</th>"
             "<th>machine, threads</th></tr>"
         )
         for c in comps:
@@ -210,7 +217,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             out.append(
                 f"<tr><td>{html.escape(c[0])}</td>"
                 + "".join(
-                    f"<td>{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB</td>"
+                    f"<td>{_h(cell[c, s]['value'])} s, {_h(cell[c, s]['peak_rss_mb'])} MB</td>"
                     if (c, s) in cell
                     else "<td>—</td>"
                     for s in scales
@@ -253,9 +260,9 @@ def _scale_sections(entries: list[dict]) -> list[str]:
                 continue
             g = gpu.get(e["name"])
             out.append(
-                f"<tr><td>{html.escape(e['name'])}</td><td>{e['value']}</td><td>{e.get('peak_rss_mb')} MB</td>"
+                f"<tr><td>{html.escape(e['name'])}</td><td>{_h(e['value'])}</td><td>{_h(e.get('peak_rss_mb'))} MB</td>"
                 f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td>"
-                + (f"<td>{g['value']}</td><td>{g.get('peak_gpu_mb')} MB</td>" if g else "<td>—</td><td>—</td>")
+                + (f"<td>{_h(g['value'])}</td><td>{_h(g.get('peak_gpu_mb'))} MB</td>" if g else "<td>—</td><td>—</td>")
                 + "</tr>"
             )
         out.append("</table>")
@@ -288,10 +295,10 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
         "grammar; regions made from the objects' codes plus noise, docs/scale.md) at "
         + ", ".join(f"{n:,}" for n in sizes)
         + " images (Flickr30K: 29,000 / 1,014 / 1,000), through docs/own_data.md's commands, each stage a fresh "
-        f"process ({html.escape(rows[0]['machine'])}, {rows[0].get('threads')} thread(s); "
+        f"process ({html.escape(rows[0]['machine'])}, {_h(rows[0].get('threads'))} thread(s); "
         "<code>python -m fraglib.bench rehearsal</code>). Training: "
         + ", ".join(
-            f"{n:,} images: {', '.join(sorted({str(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
+            f"{n:,} images: {', '.join(sorted({_h(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
             for n in sizes
         )
         + " epoch(s) per run, "
@@ -313,8 +320,8 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
             for n in sizes
         ]
         epoch = f"{big['epoch_s']:.1f} s" if big.get("epoch_s") else "—"
-        r1 = " / ".join(map(str, big["test_r1"])) if big.get("test_r1") else "—"
-        when = f"{html.escape(str(big['commit']))}, {big.get('date', '')}" if big.get("commit") else "—"
+        r1 = " / ".join(map(_h, big["test_r1"])) if big.get("test_r1") else "—"
+        when = f"{_h(big['commit'])}, {_h(big.get('date', ''))}" if big.get("commit") else "—"
         out.append(
             f"<tr><td>{html.escape(st)}</td>{''.join(timed)}<td>{'—' if slope is None else f'{slope:.2f}'}</td>"
             f"<td>{epoch}</td><td>{r1}</td><td>{when}</td></tr>"

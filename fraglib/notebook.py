@@ -283,6 +283,15 @@ def executed_path(notebook: str | Path, html: str | Path, executed: str | Path |
     return Path(executed) if executed else Path(html).parent / "executed" / (Path(notebook).stem + ".ipynb")
 
 
+def notebook_parameters(notebook: str | Path) -> list[str]:
+    """The names the parameters cell of ``notebook`` assigns (papermill's inspection, ``page`` included: every
+    page gets it), in the cell's order."""
+    skip_iri_grammars()
+    import papermill as pm
+
+    return ["page", *(n for n in pm.inspect_notebook(str(notebook)) if n != "page")]
+
+
 def parameters(pairs: list[list[str]]) -> dict[str, Any]:
     """``-p NAME VALUE`` pairs as notebook parameters, each VALUE read as YAML."""
     return {k: yaml.safe_load(v) for k, v in pairs}
@@ -292,12 +301,24 @@ def parameters(pairs: list[list[str]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
+    if not Path(args.notebook).is_file():
+        ap.error(f"{args.notebook}: no such notebook")
+    try:
+        given = parameters(args.parameter)
+    except yaml.YAMLError as exc:
+        ap.error(f"-p: a VALUE is read as YAML and one is not valid YAML ({exc})".replace("\n", " "))
+    unknown = sorted(set(given) - set(notebook_parameters(args.notebook)))
+    if unknown:  # papermill only warns, and the page is rendered from the defaults: a typo must not pass
+        ap.error(
+            f"{args.notebook} has no parameter {', '.join(unknown)}; its parameters: "
+            + ", ".join(notebook_parameters(args.notebook))
+        )
     pages = [Path(args.html), executed_path(args.notebook, args.html, args.executed)]
     # the page's figures (figNN files of <page>_files/, committed beside it, not DVC outputs) are the page's own:
     # a page this command may write may have its figures replaced (write_figures touches no other file there)
     claim_cli(ap, pages, pages, args.overwrite, f"fraglib.notebook {args.notebook}")
     updates(figures_folder(args.html))
-    out = run_notebook(args.notebook, args.html, parameters(args.parameter), args.executed, args.kernel, progress=True)
+    out = run_notebook(args.notebook, args.html, given, args.executed, args.kernel, progress=True)
     print(f"wrote {out}")
 
 

@@ -80,6 +80,7 @@ class _Contract:
     roots: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (claimed folder, its real location)
     kept: list[str] = dataclasses.field(default_factory=list)  # files and folders it resumes or updates in place
     created: list[Path] = dataclasses.field(default_factory=list)  # files it created (none was there)
+    written: set[str] = dataclasses.field(default_factory=set)  # files it wrote, created or replaced
 
 
 _NOW = _Contract()
@@ -134,6 +135,10 @@ def claim(
             )
         _NOW.roots.append((_key(top), os.path.realpath(top)))
     existing = [p for p in family if p.exists() or p.is_symlink()]
+    odd = [p for p in existing if not (p.is_symlink() or p.is_file())]
+    if odd:
+        kind = "a folder" if odd[0].is_dir() else "not a regular file (a device, a pipe, a socket)"
+        raise Refused(f"{what}: {odd[0]} is {kind}: refusing to replace it, with or without --overwrite")
     if existing and not overwrite:
         shown = ", ".join(str(p) for p in existing[:5]) + (
             f" and {len(existing) - 5} more" if len(existing) > 5 else ""
@@ -155,6 +160,17 @@ def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite
         claim(family, writes, overwrite, what)
     except FileExistsError as exc:
         ap.error(str(exc))
+
+
+def prune(family: Iterable[Path]) -> list[Path]:
+    """After a command's work: delete the members of ``family`` it did not write in this run (an earlier run's
+    outputs that the new set no longer has), and return them. Claim such a family with ``writes=family`` (nothing
+    deleted before the work), then prune once the new set is complete: a run that fails half way leaves the
+    earlier set whole instead of nothing (never lost work)."""
+    gone = [Path(p) for p in family if (Path(p).exists() or Path(p).is_symlink()) and _key(p) not in _NOW.written]
+    for p in gone:
+        remove(p)
+    return gone
 
 
 def updates(*paths: str | Path) -> None:
@@ -193,8 +209,12 @@ def atomic(path: str | Path) -> Iterator[Path]:
     :class:`WriteFailed` naming ``path``. Creates the parent folder. Inside a :func:`command`, refuses
     (:class:`Refused`) to replace a file the command may not touch."""
     path = Path(path)
+    if path.is_dir():
+        raise Refused(f"{path}: is a folder, not a file: refusing to write over it")
     new = _check_write(path)
-    tmp = path.parent / f".tmp-{os.getpid()}-{path.name}"
+    # short whatever the target's name (a 255-byte name stays writable), its suffix kept (savefig and np.savez read it)
+    tag = hashlib.sha1(path.name.encode()).hexdigest()[:8]
+    tmp = path.parent / f".tmp-{os.getpid()}-{tag}{path.suffix if len(path.suffix) < 16 else ''}"
     try:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,8 +232,10 @@ def atomic(path: str | Path) -> Iterator[Path]:
                 exc.errno,
             ) from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never hides the error that ended the write
+            tmp.unlink(missing_ok=True)
     _NOW.allowed.add(_key(path))
+    _NOW.written.add(_key(path))
     if new:
         _NOW.created.append(path)
 

@@ -130,8 +130,16 @@ def committed_copy(runs_dir: str | Path, ref: str, dest: Path) -> Path:
 def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
     """A copy of ``runs_dir`` under ``dest`` where each run keeps only training run ``unit`` (a run without it:
     its first): its summary's ``units``, ``groups`` and figures are that run's (the spread ``*_sd`` stays the
-    run's over all its training runs, the contract's yardstick)."""
+    run's over all its training runs, the contract's yardstick). ValueError when no run has ``unit`` (a typo would
+    otherwise compare every run's first training run)."""
     out = dest / Path(runs_dir).name
+    found = {
+        u
+        for p in Path(runs_dir).glob("*/metrics.json")
+        for u in (json.loads(p.read_text()).get("units") or [str(x) for x in json.loads(p.read_text())["seeds"]])
+    }
+    if unit not in found:
+        raise ValueError(f"training run {unit!r}: no run of {runs_dir} has it (they have {', '.join(sorted(found))})")
     for p in sorted(Path(runs_dir).glob("*/metrics.json")):
         m = json.loads(p.read_text())
         units = m.get("units") or [str(x) for x in m["seeds"]]
@@ -207,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", help="also write the comparison (every metric's z, every verdict, the machines) here")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    if not 0 < args.z_max < float("inf"):
+        ap.error(f"--z-max {args.z_max}: a positive number of standard deviations, e.g. 3")
     if args.json:  # refused before the work, not after
         claim_cli(ap, [Path(args.json)], [Path(args.json)], args.overwrite, "fraglib.rerun --json")
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,6 +13,7 @@ with unit u of the other. Tables also show the mean ± sd over units.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,14 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     ]
     if missing:
         raise ValueError(f"{path}: not a run summary fraglib.study writes: it lacks {', '.join(missing)}; {RERUN}")
+    for d in (d for d in (*DIRECTIONS, "similarity") if isinstance(m.get(d), dict)):
+        for k, v in m[d].items():
+            recall = k.startswith("r") and k[1:].isdigit()
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            ok = ok and (0 <= v <= 100 if recall else v >= 1 if k.endswith("rank") else True)
+            if not ok:
+                want = "a percentage in [0, 100]" if recall else "a rank of at least 1" if k.endswith("rank") else ""
+                raise ValueError(f"{path}: {d}.{k}={v!r} is impossible ({want or 'a finite number'}); {RERUN}")
     return m
 
 

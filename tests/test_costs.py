@@ -194,3 +194,14 @@ def test_stop_refuses_a_clock_that_is_not_a_time(tmp_path, began, capsys):
     assert str(clock) in capsys.readouterr().err
     assert register.read_bytes() == before
     assert all(isinstance(e["seconds"], float) for e in costs.read_costs(register).values())
+
+
+def test_a_folder_where_a_clock_or_the_register_belongs_is_named(tmp_path, capsys):
+    (tmp_path / "clock").mkdir()
+    (tmp_path / "reg").mkdir()
+    for argv in (["start", str(tmp_path / "clock")], ["stop", str(tmp_path / "clock"), "make"]):
+        with pytest.raises(SystemExit):
+            costs.main(argv)
+        assert "a folder, not a clock file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="a folder, not the cost register"):
+        costs.read_costs(tmp_path / "reg")

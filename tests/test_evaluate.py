@@ -116,7 +116,7 @@ def _cli(argv, tmp_path, name="m.json"):
             "--set",
             "hub_k=2",
             "--params",
-            str(tmp_path / "none.yaml"),
+            "none",
             "--out",
             str(tmp_path / name),
             "--overwrite",
@@ -135,7 +135,7 @@ def test_a_runs_own_scores_through_scores_give_the_runs_metrics(tiny_study, tmp_
     from fraglib.evaluate import main
 
     seed = tiny_study / run / "seeds" / "seed0"
-    main([str(seed), "--save-scores", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    main([str(seed), "--save-scores", str(tmp_path), "--params", "none"])
     data = json.loads((seed / "metrics.json").read_text())["info"]["dataset_dir"]
     got = _cli(
         [
@@ -284,7 +284,7 @@ def test_against_gives_a_paired_difference_with_a_ci(made, tmp_path):
     d = out["paired"]["search"]["r1"]
     assert d["diff"] == pytest.approx(100.0 - out["against"]["search"]["r1"]) and d["lo"] <= d["diff"] <= d["hi"]
     assert d["diff"] > 0
-    main([*base, "--sentence-emb", str(tmp_path / "g.npy"), "--set", "n_boot=50", "--params", "none.yaml"])
+    main([*base, "--sentence-emb", str(tmp_path / "g.npy"), "--set", "n_boot=50", "--params", "none"])
 
 
 @pytest.mark.parametrize(
@@ -311,7 +311,7 @@ def test_bad_score_files_are_refused_naming_the_cause(made, tmp_path, capsys, ma
     (tmp_path / "ids.txt").write_text("\n".join(str(x + 10_000) for x in idx["sentid"]))
     flags = [f.format(tmp=tmp_path) for f in flags]
     with pytest.raises(SystemExit) as e:
-        main(["--scores", str(tmp_path / "s.npy"), "--dataset-dir", str(made), "--params", "none.yaml", *flags])
+        main(["--scores", str(tmp_path / "s.npy"), "--dataset-dir", str(made), "--params", "none", *flags])
     assert e.value.code == 2 and says in capsys.readouterr().err
 
 

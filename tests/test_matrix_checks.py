@@ -47,9 +47,7 @@ def _main(argv, d, capsys=None):
     from fraglib.evaluate import main
 
     out = d / "m.json"
-    base = ["--set", "n_boot=50", "--set", "hub_k=2"] + (
-        [] if "--params" in argv else ["--params", str(d / "none.yaml")]
-    )
+    base = ["--set", "n_boot=50", "--set", "hub_k=2"] + ([] if "--params" in argv else ["--params", "none"])
     try:
         main([*argv, *base, "--out", str(out), "--overwrite"])
     except SystemExit as e:
@@ -385,7 +383,17 @@ def test_save_scores_of_a_nan_checkpoint_is_refused_naming_it(tiny_full, tmp_pat
     ck["model"] = {k: torch.full_like(v, math.nan) if v.is_floating_point() else v for k, v in ck["model"].items()}
     checkpoint.save(best, ck)
     with pytest.raises(SystemExit) as e:
-        main([str(run), "--save-scores", str(tmp_path / "out"), "--params", str(tmp_path / "none.yaml")])
+        main([str(run), "--save-scores", str(tmp_path / "out"), "--params", "none"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"{best}: its test scores (--save-scores writes nothing)" in err, err
     assert "NaN or +inf" in err and not (tmp_path / "out").exists()
+
+
+def test_a_params_file_named_but_missing_is_refused(ds, capsys):
+    """--params naming no file was read as "the defaults" without a word; it is refused, naming it."""
+    from fraglib.evaluate import main
+
+    d = ds[0]
+    with pytest.raises(SystemExit):
+        main(["--scores", str(d / "S.npy"), "--dataset-dir", str(d), "--params", str(d / "no_such.yaml")])
+    assert "--params" in capsys.readouterr().err

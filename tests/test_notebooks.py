@@ -439,3 +439,31 @@ def test_note_shows_a_remark_as_markdown_not_raw_text():
         note("no run of", "a, b", "<run>")
     (md,), _ = shown.call_args
     assert md.data == "*no run of a, b &lt;run&gt;*"
+
+
+def test_a_misspelt_or_broken_parameter_is_refused_before_the_page(tmp_path, capsys):
+    """papermill only warns on an unknown parameter and renders the defaults: the command refuses it, naming the
+    notebook's parameters; a VALUE that is not YAML, or a missing notebook, is a one-line error too."""
+    from fraglib.notebook import main
+
+    for argv, says in (
+        (["notebooks/data_report.ipynb", str(tmp_path / "d.html"), "-p", "dat_dir", "x"], "has no parameter dat_dir"),
+        (["notebooks/data_report.ipynb", str(tmp_path / "d.html"), "-p", "n_show", "["], "not valid YAML"),
+        (["notebooks/no_such.ipynb", str(tmp_path / "d.html")], "no such notebook"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "d.html").exists()
+
+
+def test_every_stage_passes_only_parameters_its_notebook_has():
+    from fraglib.notebook import notebook_parameters
+    from fraglib.reports import report_pages
+
+    bad = [
+        (p.stage, sorted(set(p.parameters) - set(notebook_parameters(p.notebook))))
+        for p in report_pages()
+        if p.kind != "explorer" and set(p.parameters) - set(notebook_parameters(p.notebook))
+    ]
+    assert not bad

@@ -649,3 +649,115 @@ def test_remove_inside_a_command_deletes_only_what_it_claimed(tmp_path, capsys):
         _command(body)()
     assert "refusing to delete a file this command did not write or claim" in capsys.readouterr().err
     assert not mine.exists() and theirs.exists()
+
+
+def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, monkeypatch):
+    """explore --overwrite whose work fails (a damaged checkpoint) deletes nothing: the earlier explorer data and
+    thumbnails stay as they were (claimed with writes=family, pruned only after a complete new set)."""
+    import yaml
+
+    from fraglib.explore import main
+
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"] = {**params["explorer"], "k": 3, "align_runs": ["full"], "map_runs": []}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "m" / "full").mkdir(parents=True)
+    (tmp_path / "m" / "full" / "seed0").symlink_to(tiny_study / "full" / "seeds" / "seed0")
+    out = tmp_path / "o"
+    argv = ["--out", str(out), "--runs", "full", "--params", str(tmp_path / "params.yaml")]
+    main(["--models-dir", str(tmp_path / "m"), *argv])
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (tmp_path / "broken" / "full" / "seed0").mkdir(parents=True)
+    (tmp_path / "broken" / "full" / "seed0" / "best.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception):
+        main(["--models-dir", str(tmp_path / "broken"), *argv, "--overwrite"])
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_prune_removes_only_what_this_run_did_not_write(tmp_path):
+    from fraglib.outputs import claim, prune, write_text
+
+    family = [tmp_path / f"{n}.json" for n in ("a", "b", "c")]
+    for p in family:
+        p.write_text("old")
+
+    def body():
+        claim(family, family, True, "test")  # nothing deleted before the work
+        assert all(p.exists() for p in family)
+        write_text(family[0], "new")
+        assert prune(family) == family[1:]
+
+    _command(body)()
+    assert [p.exists() for p in family] == [True, False, False] and family[0].read_text() == "new"
+
+
+def test_a_claim_never_replaces_a_folder_or_a_device(tmp_path):
+    from fraglib.outputs import Refused, claim, write_text
+
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(Refused, match=r"out.json is a folder: refusing to replace it, with or without --overwrite"):
+        claim([tmp_path / "out.json"], [tmp_path / "out.json"], True, "test")
+    with pytest.raises(Refused, match=r"is not a regular file"):
+        claim([Path("/dev/null")], [Path("/dev/null")], True, "test")
+    with pytest.raises(Refused, match=r"out.json: is a folder, not a file"):
+        write_text(tmp_path / "out.json", "x")
+
+
+def test_a_long_legal_name_is_writable_and_a_blocked_folder_names_the_file(tmp_path):
+    from fraglib.outputs import WriteFailed, write_text
+
+    long = tmp_path / ("y" * 250 + ".json")  # the file system allows 255 bytes: the temporary name must fit too
+    write_text(long, "{}")
+    assert long.read_text() == "{}"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(WriteFailed, match=r"afile/out.json: could not write it"):
+        write_text(tmp_path / "afile" / "out.json", "x")
+
+
+def test_summary_replaces_only_its_own_page_without_overwrite(tmp_path, monkeypatch, capsys):
+    """A file that quotes the generated-by line somewhere (a user's notes) is not the tool's page."""
+    from fraglib.summary import GENERATED, main, written_here
+
+    notes = tmp_path / "notes.md"
+    notes.write_text(f"# My notes\n\nThe page says:\n{GENERATED}\n")
+    assert not written_here(notes)
+    page = tmp_path / "page.md"
+    page.write_text(f"# Results\n\n{GENERATED}\n\nold\n")
+    assert written_here(page)
+    with pytest.raises(SystemExit):
+        main(["--out", str(notes)])
+    assert "refusing to replace a file fraglib.summary did not write" in capsys.readouterr().err
+    assert notes.read_text().startswith("# My notes")
+
+
+@pytest.mark.parametrize("value", [340.0, -1.0, float("nan"), float("inf")])
+def test_a_run_summary_with_impossible_figures_is_named(tmp_path, value):
+    """summary, --csv, the claims and the pages read run summaries through read_summary: R@K beyond [0, 100], a
+    rank below 1 or a non-finite figure is an error naming the file and the field, not a row on a page."""
+    from fraglib.results import read_summary
+
+    m = {"system": "x", "seeds": [0], "annotation": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0},
+         "search": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0}}  # fmt: skip
+    key = "mean_rank" if value < 0 else "r1"
+    m["annotation"][key] = value
+    f = tmp_path / "metrics.json"
+    f.write_text(json.dumps(m).replace("NaN", "NaN"))
+    with pytest.raises(ValueError, match=rf"metrics.json: annotation.{key}=.* is impossible"):
+        read_summary(f)
+
+
+def test_rerun_refuses_a_unit_no_run_has_and_a_meaningless_z(tmp_path, capsys):
+    from fraglib.rerun import main, one_unit
+
+    run = tmp_path / "runs" / "full"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"seeds": [0], "units": ["0", "0r1"]}))
+    with pytest.raises(ValueError, match=r"training run 'nosuch': no run of .* has it \(they have 0, 0r1\)"):
+        one_unit(tmp_path / "runs", "nosuch", tmp_path / "cut")
+    for z in ("-1", "nan", "0"):
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "runs"), "--z-max", z, "--no-claims"])
+        assert "--z-max" in capsys.readouterr().err

@@ -283,3 +283,22 @@ def test_blank_lines_at_the_end_of_a_captions_file_are_counted_and_reported(tmp_
     ds, _, _ = read_precomp(root, ["train"])
     assert len(ds.sentences) == 10
     assert f"{caps}: 3 blank line(s) at its end skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--images", "x"], ["--token", "t"], ["--json", "j"], ["--split-seed", "3"]])
+def test_an_option_the_converter_does_not_read_is_refused(tmp_path, capsys, extra):
+    """precomp read neither --images, --token, --json nor --split-seed: given, they were silently ignored."""
+    rng = np.random.default_rng(0)
+    write_precomp(tmp_path / "p", "train", rng.standard_normal((2, 3)).astype(np.float32), ["a dog ."] * 10)
+    with pytest.raises(SystemExit):
+        convert(["precomp", "--root", str(tmp_path / "p"), "--splits", "train", "--out", str(tmp_path / "o"), *extra])
+    assert f"precomp does not read {extra[0]}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_captions_that_are_not_utf8_are_named(tmp_path):
+    rng = np.random.default_rng(0)
+    write_precomp(tmp_path / "p", "train", rng.standard_normal((2, 3)).astype(np.float32), ["a dog ."] * 10)
+    (tmp_path / "p" / "train_caps.txt").write_bytes(b"a caf\xe9\n" * 10)
+    with pytest.raises(ValueError, match=r"train_caps.txt: not UTF-8 text"):
+        read_precomp(tmp_path / "p", ["train"])

@@ -58,6 +58,23 @@ def main(argv: list[str] | None = None) -> None:
     for n in need:
         if not getattr(args, n):
             ap.error(f"{args.dataset} needs --{n}")
+    uses = {  # the options each converter reads: any other one given is refused, never silently ignored
+        "pascal1k": {"root", "split_seed", "folds", "partition"},
+        "flickr8k": {"root", "images", "text_only"},
+        "flickr30k": {"token", "images", "split_seed", "n_val", "n_test"},
+        "karpathy": {"json", "images"},
+        "precomp": {"root", "splits"},
+    }[args.dataset]
+    ignored = [
+        f"--{k.replace('_', '-')}"
+        for k in ("root", "images", "token", "json", "splits", "text_only", "split_seed", "folds", "partition")
+        + ("n_val", "n_test")
+        if k not in uses and getattr(args, k) != ap.get_default(k)
+    ]
+    if ignored:
+        ap.error(
+            f"{args.dataset} does not read {', '.join(ignored)}: leave {'it' if len(ignored) == 1 else 'them'} out"
+        )
     if args.text_only and (args.dataset != "flickr8k" or args.images):
         ap.error("--text-only: flickr8k only, without --images")
     if args.folds is not None:

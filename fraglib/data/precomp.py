@@ -85,7 +85,10 @@ def read_precomp(root: str | Path, splits: list[str]) -> tuple[Dataset, Chunks, 
             )
         ndims.add(ndim)
         first = first or ims_file.name
-        caps = caps_file.read_text(encoding="utf-8").splitlines()
+        try:
+            caps = caps_file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{caps_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         blank = len(caps)
         while caps and not caps[-1].strip():
             caps.pop()
