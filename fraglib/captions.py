@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fraglib.checkpoint import CheckpointError
 from fraglib.inputs import DataPaths
 from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
 
@@ -439,6 +441,63 @@ def caption_family(run_dir: Path, name: str, seeds: list[int] | None = None) -> 
     return [run_dir / f"{name}.json"] + per
 
 
+# the run folder's own files and folders (training, fraglib.explore): a caption name never collides with them
+RESERVED_NAMES = ("metrics", "history", "seeds", "timing", "ranks", "explorer", "thumbs", "crops", "triplets")
+NAME_CHARS = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it is a plain file-name stem for ``<run-dir>/<name>.json`` and ``<run-dir>/<name>/``:
+    letters, digits, ``_``, ``-`` and ``.``, not starting with ``.`` (no path: ``.``, ``..``, ``a/b``), and
+    not one of the run's own files (:data:`RESERVED_NAMES`, ``alignments_*``); ValueError saying why otherwise."""
+    if not NAME_CHARS.fullmatch(name or ""):
+        raise ValueError(
+            f"--name {name!r}: not a plain file name; use letters, digits, '_', '-' and '.', not starting with "
+            "'.' and without '/' or '\\' (it names <run-dir>/<name>.json and <run-dir>/<name>/, e.g. transfer_flickr8k)"
+        )
+    low = name.lower()
+    if low in RESERVED_NAMES or low.startswith("alignments_"):
+        raise ValueError(
+            f"--name {name!r}: the run folder's own files are named so ({', '.join(RESERVED_NAMES)}, "
+            "alignments_*); choose another name (e.g. captions_beam5)"
+        )
+    return name
+
+
+def missing_checkpoints(run_dir: Path, seeds: list[int]) -> list[str]:
+    """For each seed of the run whose checkpoint :func:`fraglib.checkpoint.best_of` does not find: why (the path)."""
+    from fraglib.checkpoint import best_of
+
+    why = []
+    for s in seeds:
+        try:
+            best_of(run_dir / "seeds" / f"seed{s}")
+        except CheckpointError as exc:
+            why.append(str(exc))
+    return why
+
+
+def _claim_outputs(
+    run_dir: Path, name: str, seeds: list[int], overwrite: bool, claimer: Any, check: bool = False
+) -> None:
+    """Claim ``name``'s outputs (``claimer(family, writes, overwrite, what)``), never deleting one before every
+    seed's checkpoint is found: an existing output without ``overwrite`` is refused first, then (with
+    ``overwrite``, or ``check``) a missing checkpoint stops the command (:class:`fraglib.checkpoint.CheckpointError`,
+    naming it), and only then are ``overwrite``'s stale files removed."""
+    family, writes = caption_family(run_dir, name), caption_family(run_dir, name, seeds)
+    what = f"fraglib.captions --run-dir {run_dir} --name {name}"
+    if not overwrite:
+        claimer(family, writes, False, what)
+    missing = missing_checkpoints(run_dir, seeds) if overwrite or check else []
+    if missing:
+        raise CheckpointError(
+            f"{run_dir}: {len(missing)} of {len(seeds)} seed(s) without a checkpoint (nothing was written or "
+            "deleted): " + "; ".join(missing)
+        )
+    if overwrite:
+        claimer(family, writes, True, what)
+
+
 def run_captions(
     run_dir: str | Path,
     split: str = "test",
@@ -461,14 +520,10 @@ def run_captions(
     from fraglib.text.build import run_tokens
 
     run_dir = Path(run_dir)
+    check_name(name)
     summary = json.loads((run_dir / "metrics.json").read_text())
     seeds = summary["seeds"]
-    claim(
-        caption_family(run_dir, name),
-        caption_family(run_dir, name, seeds),
-        overwrite,
-        f"fraglib.captions --run-dir {run_dir} --name {name}",
-    )
+    _claim_outputs(run_dir, name, seeds, overwrite, claim)
     (run_dir / name).mkdir(exist_ok=True)
     if parse_file and paths is None:
         raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its paths")
@@ -529,26 +584,35 @@ def main(argv: list[str] | None = None) -> None:
         "re-encoded in each model's vocabulary (transfer)",
     )
     ap.add_argument("--images", choices=["none"], help="none: text only (paraphrasing alone), e.g. data without images")
-    ap.add_argument("--name", default="captions", help="output name: <run-dir>/<name>.json and <run-dir>/<name>/")
+    ap.add_argument(
+        "--name",
+        default="captions",
+        help="output name, a plain file-name stem: <run-dir>/<name>.json and <run-dir>/<name>/",
+    )
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         ap.error(f"--beam {args.beam}: the beam width is at least 1 (1 = greedy)")
     if args.n_boot < 1:
         ap.error(f"--n-boot {args.n_boot}: at least 1 bootstrap resample")
+    try:
+        check_name(args.name)
+    except ValueError as exc:
+        ap.error(str(exc))
     why = java_missing()
     if why:
         raise SystemExit(f"fraglib.captions: {why}")
     run_dir = Path(args.run_dir)
-    if (run_dir / "metrics.json").exists():
-        seeds = json.loads((run_dir / "metrics.json").read_text()).get("seeds", [])
-        claim_cli(
-            ap,
-            caption_family(run_dir, args.name),
-            caption_family(run_dir, args.name, seeds),
-            args.overwrite,
-            f"fraglib.captions --run-dir {run_dir} --name {args.name}",
-        )
+    if not (run_dir / "metrics.json").is_file():
+        ap.error(f"--run-dir {run_dir}: no metrics.json (a study run's folder, runs/<data>/<run>; train it first)")
+    try:
+        seeds = json.loads((run_dir / "metrics.json").read_text())["seeds"]
+    except (ValueError, KeyError, TypeError) as exc:
+        ap.error(f"--run-dir {run_dir}: its metrics.json lists no seeds ({exc!r}): not a finished study run")
+    try:
+        _claim_outputs(run_dir, args.name, seeds, args.overwrite, lambda *a: claim_cli(ap, *a), check=True)
+    except CheckpointError as exc:
+        raise SystemExit(f"fraglib.captions: {exc}") from None
     s = run_captions(
         args.run_dir,
         args.split,

@@ -11,7 +11,10 @@ weight. Units pair by name (``seed0`` with ``seed0``, ``seed0r1`` with ``seed0r1
 itself pairs its two training runs per split (``seed{s}`` with ``seed{s}r1``: the ensemble control, what
 fusing any two models gains). The output folder has the layout of a trained run (``metrics.json``,
 ``seeds/seed<unit>/{metrics.json,ranks.json}``), so the reports' paired bootstrap reads it like one.
-It is never one of the two runs, and an existing one is replaced (whole) only with ``--overwrite``.
+It is never one of the two runs nor any trained run's folder (checkpoints, ``history.csv``, ``timing.json``,
+a trained run's ``metrics.json``), and an existing fused run is replaced only with ``--overwrite``: then
+fusion's own files there (``metrics.json``, ``seeds/seed<unit>/{metrics,ranks}.json``) are replaced or removed,
+and any other file is left alone.
 """
 
 from __future__ import annotations
@@ -86,14 +89,22 @@ def trained_on(seed_dir: Path) -> tuple[str | None, str]:
 
 
 def fusion_pairs(run_a: Path, run_b: Path, out: Path) -> list[tuple[str, str, str]]:
-    """:func:`unit_pairs`, after the checks that need no scoring: ``out`` is neither run, and each pair of
-    units was trained on the same dataset (:func:`trained_on`). ValueError names what to change."""
+    """:func:`unit_pairs`, after the checks that need no scoring: ``out`` is neither run nor any trained run's
+    folder (:func:`trained_run_files`), and each pair of units was trained on the same dataset
+    (:func:`trained_on`). ValueError names what to change."""
     for r in (run_a, run_b):
         if out.resolve() == r.resolve():
             raise ValueError(
                 f"the fused run's folder {out} is the input run {r}: fusion never writes into a run it "
                 f"reads; give another folder (e.g. {r.parent / f'fuse_{run_a.name}_{run_b.name}'})"
             )
+    why = trained_run_files(out)
+    if why:
+        raise ValueError(
+            f"--out {out} is a trained run's folder ({why}): fusion writes only a fused run's folder and never "
+            f"replaces or deletes another run's results, with or without --overwrite; give another folder "
+            f"(e.g. {out.parent / f'fuse_{run_a.name}_{run_b.name}'})"
+        )
     pairs = unit_pairs(run_a, run_b)
     for name, ua, ub in pairs:
         (ha, da), (hb, db) = trained_on(run_a / "seeds" / f"seed{ua}"), trained_on(run_b / "seeds" / f"seed{ub}")
@@ -120,14 +131,46 @@ def check_scored(name: str, run_a: Path, run_b: Path, a: dict[str, Any], b: dict
         raise ValueError(f"unit {name}: {run_a} and {run_b} were scored on different {split} splits ({what})")
 
 
+FUSED_UNIT_FILES = ("metrics.json", "ranks.json")  # what fusion writes in each seeds/seed<unit>/
+
+
 def fused_files(out: Path, pairs: list[tuple[str, str, str]] | None = None) -> list[Path]:
-    """The files of a fused run folder: those there now (``metrics.json``, everything under ``seeds/``), or
-    (``pairs``) those a fusion of ``pairs`` writes."""
+    """The files of a fused run folder that fusion writes: those there now (``metrics.json`` and each
+    ``seeds/seed<unit>/{metrics,ranks}.json``; nothing else in the folder is fusion's), or (``pairs``)
+    those a fusion of ``pairs`` writes."""
     if pairs is None:
-        return [out / "metrics.json"] + sorted(p for p in (out / "seeds").rglob("*") if p.is_file())
-    return [out / "metrics.json"] + [
-        out / "seeds" / f"seed{n}" / f for n, _, _ in pairs for f in ("metrics.json", "ranks.json")
-    ]
+        return [out / "metrics.json"] + sorted(
+            p for f in FUSED_UNIT_FILES for p in (out / "seeds").glob(f"seed*/{f}") if p.is_file() or p.is_symlink()
+        )
+    return [out / "metrics.json"] + [out / "seeds" / f"seed{n}" / f for n, _, _ in pairs for f in FUSED_UNIT_FILES]
+
+
+TRAINING_FILES = ("*.pt", "history.csv", "timing.json")  # a trained run's files, never a fused run's
+
+
+def _json_dict(path: Path) -> dict[str, Any] | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def trained_run_files(out: Path) -> str | None:
+    """Why ``out`` is (or holds) a trained run's folder rather than a fused run's, or None: checkpoints,
+    ``history.csv`` or ``timing.json`` in it or in ``seeds/<unit>/``, a ``metrics.json`` of another system
+    (a fused run's says ``"system": "fusion"``), or a unit's ``metrics.json`` written by training."""
+    found = sorted(p for f in TRAINING_FILES for p in [*out.glob(f), *(out / "seeds").glob(f"*/{f}")] if p.is_file())
+    if found:
+        return f"it holds {found[0]}" + (f" and {len(found) - 1} more training file(s)" if len(found) > 1 else "")
+    top = _json_dict(out / "metrics.json")
+    if top is not None and "system" in top and top["system"] != "fusion":
+        return f"its metrics.json is a trained run's (system {top['system']!r}), not one fusion wrote"
+    for m in sorted((out / "seeds").glob("seed*/metrics.json")):
+        d = _json_dict(m)
+        if d is not None and ({"system", "checkpoint_dir", "train_config"} & set(d)):
+            return f"{m} is a trained unit's metrics.json, not one fusion wrote"
+    return None
 
 
 def unit_scores(seed_dir: Path) -> dict[str, Any]:

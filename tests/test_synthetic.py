@@ -38,8 +38,8 @@ def test_existing_benchmark_never_replaced_without_overwrite(tmp_path):
     mine = tmp_path / "user" / "images"
     mine.mkdir(parents=True)
     (mine / "holiday.png").write_bytes(b"not ours")
-    with pytest.raises(FileExistsError, match="holiday.png"):
-        write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path / "user", progress=False)
+    # a user's own picture is not the benchmark's: neither refused nor touched (the benchmark writes beside it)
+    write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path / "user", progress=False)
     assert (mine / "holiday.png").read_bytes() == b"not ours"
     write_benchmark(SynthConfig(n_train=3, n_val=1, n_test=1), tmp_path, progress=False, overwrite=True)
     assert len(list((tmp_path / "images").glob("*.png"))) == 5  # the explicit flag replaces it completely

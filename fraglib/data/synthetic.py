@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -608,7 +609,7 @@ def generate(cfg: SynthConfig, progress: bool = True):
         record["split"] = _split_of(cfg, index)
         if block[1] is not None:
             record["gallery"] = block[1]
-        record["filename"] = f"{index:06d}.png"
+        record["filename"] = image_name(index)
         record["width"] = record["height"] = cfg.image_size
         previous = record
         yield record["filename"], image, record
@@ -657,6 +658,22 @@ def summarize(records: list[dict[str, Any]], dataset: dict[str, Any]) -> dict[st
 
 
 OUTPUT_FILES = ("dataset.json", "ground_truth.json", "stats.json", "caption_lengths.csv")
+IMAGE_NAME = re.compile(r"[0-9]{6,}\.png")  # the generator's image names (image_name), nothing else in images/
+
+
+def image_name(index: int) -> str:
+    """The file name of image ``index`` in ``images/`` (``NNNNNN.png``)."""
+    return f"{index:06d}.png"
+
+
+def benchmark_files(out_dir: str | Path) -> list[Path]:
+    """The files of a benchmark in ``out_dir`` that the generator writes, those there now: :data:`OUTPUT_FILES` and
+    the images named as it names them (:data:`IMAGE_NAME`); another file in ``images/`` (a user's
+    ``holiday.png``) is not the benchmark's."""
+    out = Path(out_dir)
+    img_dir = out / "images"
+    images = sorted(p for p in img_dir.glob("*.png") if IMAGE_NAME.fullmatch(p.name)) if img_dir.is_dir() else []
+    return [out / f for f in OUTPUT_FILES] + images
 
 
 def write_benchmark(
@@ -664,13 +681,14 @@ def write_benchmark(
 ) -> dict[str, Any]:
     """Generate the benchmark into ``out_dir``; returns the statistics.
 
-    An earlier benchmark there (``images/*.png``, :data:`OUTPUT_FILES`) is an error unless
-    ``overwrite``, which replaces it completely (see :mod:`fraglib.outputs`).
+    An earlier benchmark there (:func:`benchmark_files`: its ``images/NNNNNN.png`` and :data:`OUTPUT_FILES`)
+    is an error unless ``overwrite``, which replaces it completely (see :mod:`fraglib.outputs`); any other
+    file (a user's picture in ``images/``) is neither listed nor deleted.
     """
     out = Path(out_dir)
     img_dir = out / "images"
     outputs = [out / f for f in OUTPUT_FILES]
-    claim(outputs + sorted(img_dir.glob("*.png")), outputs, overwrite, f"synthetic benchmark in {out}")
+    claim(benchmark_files(out), outputs, overwrite, f"synthetic benchmark in {out}")
     img_dir.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []
