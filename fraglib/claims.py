@@ -774,6 +774,7 @@ def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Ro
     if not rows:
         return []
     decided = [r for r in rows if r["after"] is not None]
+    shown = [r for r in rows if r["before"] or r["after"] or r["after"] is None]
     before, after = sum(r["before"] for r in rows), sum(bool(r["after"]) for r in decided)
     return [
         f"**The rule against itself (A/A check), `{data}`**: each run trained twice on one test set, its two "
@@ -781,7 +782,8 @@ def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Ro
         f"(the rule before it weighed the training noise) {before} of {len(rows)} comparisons "
         f"({100 * before / len(rows):.0f} %) call a run different from itself; with the training noise estimated "
         f"from the other runs' pairs (left out: the run itself) {after} of {len(decided)} "
-        f"({100 * after / max(1, len(decided)):.0f} %), against the 5 % a calibrated rule allows.",
+        f"({100 * after / max(1, len(decided)):.0f} %), against the 5 % a calibrated rule allows. The pairs that either "
+        f"rule calls different ({len(shown)}; the other {len(rows) - len(shown)} are the same both ways):",
         Table(
             ("run", "measure", "first − second training", "queries alone", "with training noise"),
             tuple(
@@ -792,7 +794,7 @@ def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Ro
                     "differs" if r["before"] else "same",
                     "—" if r["after"] is None else ("differs" if r["after"] else "same"),
                 )
-                for r in rows
+                for r in shown
             ),
         ),
     ]
