@@ -11,7 +11,7 @@ A number in prose names its source with an HTML comment right after it (invisibl
 * ``fact: FILE KEY``: the value at dotted ``KEY`` of the JSON ``FILE`` (a path from the project root; ``STUDY/RUN``
   for ``runs/STUDY/RUN/metrics.json``);
 * ``fact: claims PAPER STUDY VERDICT``: how many of the paper's claim rows tested on ``STUDY`` (a dataset) got
-  ``VERDICT`` (reproduced, same, not, reversed; :data:`fraglib.claims.VERDICT_WORDS`; ``all``: every row), as
+  ``VERDICT`` (reproduced, same, not, reversed, undecided; :data:`fraglib.claims.VERDICT_WORDS`; ``all``: every row), as
   docs/results.md counts them
   (:func:`fraglib.claims.paper_counts`; PAPER: Karpathy, Socher or Peri; STUDY ``none``: not testable here);
 * ``fact: claim A B STUDY TASK``: our difference (and CI) in the claims table's row comparing runs A − B on STUDY
