@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from fraglib.config import ConfigError, check_range, from_dict
 from fraglib.evaluate import load_trained, score_matrix
 from fraglib.hubness import k_occurrence
 from fraglib.inputs import DataPaths
-from fraglib.outputs import command, write_bytes, write_text
+from fraglib.outputs import command, listed_files, write_bytes, write_text
 
 SOURCES = {  # dataset -> where its pictures come from, shown on the page beside them
     "synthetic": "Synthetic benchmark drawn by fraglib.data.synthetic (this project; params.yaml synthetic).",
@@ -94,14 +93,7 @@ def written_thumbnails(out: Path) -> list[Path]:
     """The thumbnails an earlier run wrote into ``out`` (those its ``explorer.json`` lists): what ``--overwrite``
     may delete; any other file in ``out/thumbs/`` is never touched. None of them when ``explorer.json`` is damaged (it
     then vouches for no thumbnail: one to be written over is refused, naming it)."""
-    path = out / "explorer.json"
-    if not path.is_file():
-        return []
-    try:
-        names = [im["thumb"] for im in json.loads(path.read_text(encoding="utf-8"))["images"]]
-    except (ValueError, KeyError, TypeError):
-        return []
-    return [out / n for n in names if isinstance(n, str) and re.fullmatch(r"thumbs/[^/\\]+\.jpg", n)]
+    return listed_files(out, "explorer.json", lambda data: (im["thumb"] for im in data["images"]), "thumbs")
 
 
 def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> list[dict[str, Any]]:

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fraglib.explore import SOURCES, compact
-from fraglib.outputs import command, remove, write_bytes, write_text
+from fraglib.outputs import command, listed_files, remove, write_bytes, write_text
 from fraglib.results import query_record, relation_norms
 
 
@@ -103,12 +102,9 @@ def triplet_record(
 def written_crops(out: str | Path) -> list[Path]:
     """The crops an earlier run wrote into ``out`` (those its ``triplets.json`` lists): the only files of
     ``out/crops/`` this module ever deletes (none when ``triplets.json`` is absent or damaged)."""
-    path = Path(out) / "triplets.json"
-    try:
-        names = [h["crop"] for e in json.loads(path.read_text(encoding="utf-8"))["queries"] for h in e.get("hits", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-    return [Path(out) / n for n in names if isinstance(n, str) and re.fullmatch(r"crops/[^/\\]+\.jpg", n)]
+    return listed_files(
+        out, "triplets.json", lambda data: (h["crop"] for e in data["queries"] for h in e.get("hits", [])), "crops"
+    )
 
 
 def run_name(seed_dir: str | Path) -> str:

@@ -133,7 +133,8 @@ def claim(
                 f"{what}: {out[0]} lies through a symlink outside {top} (really {_real(out[0])}): refusing to "
                 "write or delete anything there, with or without --overwrite. Remove the link or write elsewhere."
             )
-        _NOW.roots.append((_key(top), os.path.realpath(top)))
+        if _NOW.strict:
+            _NOW.roots.append((_key(top), os.path.realpath(top)))
     existing = [p for p in family if p.exists() or p.is_symlink()]
     odd = [p for p in existing if not (p.is_symlink() or p.is_file())]
     if odd:
@@ -150,7 +151,8 @@ def claim(
     for p in existing:
         if p not in writes:
             p.unlink()
-    _NOW.allowed.update(_key(p) for p in [*family, *writes])
+    if _NOW.strict:  # outside a command nothing is kept: a notebook or a test process keeps no growing state
+        _NOW.allowed.update(_key(p) for p in [*family, *writes])
 
 
 def claim_cli(ap: Any, family: Iterable[Path], writes: Iterable[Path], overwrite: bool, what: str) -> None:
@@ -166,17 +168,37 @@ def prune(family: Iterable[Path]) -> list[Path]:
     """After a command's work: delete the members of ``family`` it did not write in this run (an earlier run's
     outputs that the new set no longer has), and return them. Claim such a family with ``writes=family`` (nothing
     deleted before the work), then prune once the new set is complete: a run that fails half way leaves the
-    earlier set whole instead of nothing (never lost work)."""
+    earlier set whole instead of nothing (never lost work). Only inside a :func:`command`, which knows what it
+    wrote (RuntimeError elsewhere)."""
+    if not _NOW.strict:
+        raise RuntimeError("outputs.prune runs inside a command (fraglib.outputs.command): only it knows what it wrote")
     gone = [Path(p) for p in family if (Path(p).exists() or Path(p).is_symlink()) and _key(p) not in _NOW.written]
     for p in gone:
         remove(p)
     return gone
 
 
+def listed_files(out: str | Path, record: str, names: Callable[[Any], Iterable[Any]], folder: str) -> list[Path]:
+    """The files an earlier run wrote into ``out/folder/`` as its JSON ``record`` (a file in ``out``) lists them:
+    ``names(data)`` gives the listed paths relative to ``out``; only plain ``<folder>/<name>.jpg`` entries count
+    (never a path out of the folder). None when ``record`` is absent or damaged: it then vouches for no file."""
+    import json
+    import re
+
+    try:
+        found = list(names(json.loads((Path(out) / record).read_text(encoding="utf-8"))))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    pattern = re.compile(rf"{re.escape(folder)}/[^/\\]+\.jpg")
+    return [Path(out) / n for n in found if isinstance(n, str) and pattern.fullmatch(n)]
+
+
 def updates(*paths: str | Path) -> None:
     """Declare files the running command updates in place on purpose (a register such as
-    ``benchmarks/costs.json``), or folders it resumes (:func:`resumes`): writes there are not refused."""
-    _NOW.kept.extend(_key(p) for p in paths)
+    ``benchmarks/costs.json``), or folders it resumes (:func:`resumes`): writes there are not refused. Nothing to
+    declare outside a command."""
+    if _NOW.strict:
+        _NOW.kept.extend(_key(p) for p in paths)
 
 
 resumes = updates  # a folder a command resumes (a training run's checkpoints, a download): the same permission
@@ -234,10 +256,11 @@ def atomic(path: str | Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):  # never hides the error that ended the write
             tmp.unlink(missing_ok=True)
-    _NOW.allowed.add(_key(path))
-    _NOW.written.add(_key(path))
-    if new:
-        _NOW.created.append(path)
+    if _NOW.strict:
+        _NOW.allowed.add(_key(path))
+        _NOW.written.add(_key(path))
+        if new:
+            _NOW.created.append(path)
 
 
 def write_text(path: str | Path, text: str) -> None:
