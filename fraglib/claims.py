@@ -44,7 +44,27 @@ NOT_REPRODUCED = "not reproduced"
 REVERSED = "reversed"
 NOT_TESTABLE = "not testable here"
 UNDECIDED = "undecided"  # the rule cannot weigh the training noise: no run of the study's kind trained twice
-VERDICTS = (REPRODUCED, SAME_DIRECTION, NOT_REPRODUCED, REVERSED, UNDECIDED, NOT_TESTABLE)
+UNINFORMATIVE = "uninformative"  # a side near chance (NEAR_CHANCE): a difference against it says nothing
+ORDERING = "an ordering, not a claim"  # table only, inside the paper's own noise (ORDERING_SE): not tested
+NO_ORDER = "no order claimed"  # the text calls the two level (or claims no difference): not tested
+VERDICTS = (
+    REPRODUCED,
+    SAME_DIRECTION,
+    NOT_REPRODUCED,
+    REVERSED,
+    UNDECIDED,
+    UNINFORMATIVE,
+    ORDERING,
+    NO_ORDER,
+    NOT_TESTABLE,
+)
+UNTESTED = (UNINFORMATIVE, ORDERING, NO_ORDER)  # shown with our difference, outside Holm's family and the rule
+
+# Registered with the analysis plan (docs/analysis_plan.md; git tag `registration-1`):
+NEAR_CHANCE = 0.2  # a side whose R@K sum covers under a fifth of the way from chance to perfect (300) is near chance
+ORDERING_SE = 1.0  # a table-only difference under 1 standard error of the paper's own test set is an ordering
+EDGE_Z = 1.645  # a decision a re-run flips with probability ≥ 5 % (one-sided) is undecided (on_edge)
+TEXT = ("a_better", "b_better", "no_order")  # what a claim's text states per task (claims.yaml `text`)
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -165,18 +185,107 @@ def published_value(ref: str, task: str, metric: str) -> float:
     return sum(row[f"r{k}"] for k in KS) if metric == "rsum" else row[metric]
 
 
-def paper_difference(claim: dict[str, Any], task: str) -> float:
-    """The paper's a − b for ``task``, from its two rows (rounded to 6 places: the printed figures have two);
-    for a claim made in text without a row, ±1 in the direction it states."""
-    p, higher = claim["paper"], METRICS[claim["metric"]][1]
+def table_difference(claim: dict[str, Any], task: str) -> float | None:
+    """The a − b of the paper's two printed rows for ``task`` (rounded to 6 places: the figures have two); None for
+    a claim made in text without a row."""
+    p = claim["paper"]
     if "direction" in p:
-        return (1.0 if p["direction"] == "a_better" else -1.0) * (1.0 if higher else -1.0)
+        return None
     return round(published_value(p["a"], task, claim["metric"]) - published_value(p["b"], task, claim["metric"]), 6)
 
 
-def comparable(claim: dict[str, Any], dataset: str) -> bool:
-    """Whether the paper's effect size can be set beside ours on ``dataset``: it has rows, printed on that data."""
-    return "a" in claim["paper"] and printed_on(claim["paper"]["a"]) == dataset
+def stated(claim: dict[str, Any], task: str) -> str | None:
+    """What the paper's text states for ``task`` (a_better | b_better | no_order, claims.yaml ``text``; a claim
+    without rows states its direction), or None where only the table orders the two."""
+    if "direction" in claim["paper"]:
+        return claim["paper"]["direction"]
+    return (claim.get("text") or {}).get(task)
+
+
+def paper_difference(claim: dict[str, Any], task: str) -> float:
+    """The paper's a − b for ``task`` in the direction the paper claims: the table's difference, its sign the
+    text's where the text states one (:func:`conflicts`: they disagree); ±1 in the stated direction for a claim
+    without rows (or a row tie the text orders). A claim of no order: the table's difference as printed."""
+    said, table, higher = stated(claim, task), table_difference(claim, task), METRICS[claim["metric"]][1]
+    if said in ("a_better", "b_better"):
+        sign = (1.0 if said == "a_better" else -1.0) * (1.0 if higher else -1.0)
+        return sign * (abs(table) if table else 1.0)
+    return table if table is not None else 0.0
+
+
+def conflicts(claim: dict[str, Any], task: str) -> bool:
+    """Whether the text states a direction its own table contradicts (the claim is the text's)."""
+    table = table_difference(claim, task)
+    return (
+        stated(claim, task) in ("a_better", "b_better")
+        and table is not None
+        and table * paper_difference(claim, task) < 0
+    )
+
+
+def comparable(claim: dict[str, Any], dataset: str, task: str | None = None) -> bool:
+    """Whether the paper's effect size can be set beside ours on ``dataset``: it has rows, printed on that data
+    (and, for ``task``, its table does not contradict the text)."""
+    p = claim["paper"]
+    return "a" in p and printed_on(p["a"]) == dataset and not (task and conflicts(claim, task))
+
+
+# Test images of each printed table (the papers' protocol sections; published_results.yaml's comments): a query
+# set is its images (annotation) or their five sentences each (search, similarity).
+TEST_IMAGES = {
+    "karpathy2014_defrag.pascal1k": 100,
+    "karpathy2014_defrag.flickr8k": 1000,
+    "karpathy2014_defrag.flickr30k": 1000,
+    "socher2014_dtrnn": 100,
+    "peri2018_thesis.mscoco_5k_test": 5000,
+    "peri2018_thesis.flickr30k_1k_test": 1000,
+}
+
+
+def paper_se(ref: str, task: str, metric: str) -> float | None:
+    """The standard error of one printed figure from its own test set of n queries: an R@K sum's is the sum of its
+    three recalls' binomial errors, 100 √(p(1 − p)/n) each (the three as perfectly correlated: an upper bound); a
+    mean rank m's is m/√n (ranks spread as an exponential's, sd = mean). None for CIDEr-D (no error from a table)."""
+    paper, table, _ = _ref(ref)
+    images = TEST_IMAGES.get(f"{paper}.{table}", TEST_IMAGES.get(paper))
+    if images is None or metric == "cider":
+        return None
+    n = images if task == "annotation" else 5 * images
+    row = published_row(ref, task)
+    if metric == "rsum":
+        return float(sum(100 * math.sqrt(row[f"r{k}"] / 100 * (1 - row[f"r{k}"] / 100) / n) for k in KS))
+    return float(row["mean_rank"] / math.sqrt(n))
+
+
+def paper_noise(claim: dict[str, Any], task: str) -> float | None:
+    """The standard error of the paper's difference a − b: its two figures' errors (:func:`paper_se`) added in
+    quadrature (the paper gives no pairing); None without rows or for CIDEr-D."""
+    p = claim["paper"]
+    if "a" not in p:
+        return None
+    se = [paper_se(p[s], task, claim["metric"]) for s in ("a", "b")]
+    return None if None in se else float(math.hypot(*se))
+
+
+def kind(claim: dict[str, Any], task: str) -> str | None:
+    """Whether a claim's task is tested: None (tested by the rule), :data:`NO_ORDER` (the text calls the two
+    level or claims no difference) or :data:`ORDERING` (only the table orders them, and by less than
+    :data:`ORDERING_SE` standard errors of its own test set, :func:`paper_noise`)."""
+    said = stated(claim, task)
+    if said == "no_order":
+        return NO_ORDER
+    noise = paper_noise(claim, task)
+    if said is None and noise is not None and abs(table_difference(claim, task) or 0.0) < ORDERING_SE * noise:
+        return ORDERING
+    return None
+
+
+def magnitude(paper: float, lo: float, hi: float) -> str:
+    """Our CI against the paper's difference printed on the same data: "as large" (it covers it), "smaller" (it
+    lies between zero's side and it, or beyond zero) or "larger"."""
+    if lo <= paper <= hi:
+        return "as large"
+    return "smaller" if (hi < paper if paper > 0 else lo > paper) else "larger"
 
 
 def _check(c: dict[str, Any]) -> None:
@@ -185,7 +294,7 @@ def _check(c: dict[str, Any]) -> None:
     for key in ("id", "claim", "source", "paper", "metric", "tasks", "tested_on"):
         if key not in c:
             raise ValueError(f"claim {name}: no {key!r}")
-    for key, kind in (
+    for key, typ in (
         ("id", str),
         ("claim", str),
         ("paper", dict),
@@ -193,8 +302,8 @@ def _check(c: dict[str, Any]) -> None:
         ("tasks", list),
         ("tested_on", list),
     ):
-        if not isinstance(c[key], kind):
-            raise ValueError(f"claim {name}: {key}={c[key]!r}: expected a {kind.__name__}")
+        if not isinstance(c[key], typ):
+            raise ValueError(f"claim {name}: {key}={c[key]!r}: expected a {typ.__name__}")
     for key in ("runs", "not_testable"):
         if key in c and not isinstance(c[key], dict):
             raise ValueError(f"claim {name}: {key}={c[key]!r}: expected a mapping")
@@ -212,12 +321,26 @@ def _check(c: dict[str, Any]) -> None:
         raise ValueError(f"claim {name}: tested on {c['tested_on']} but no runs a and b")
     if not c["tested_on"] and set(c.get("not_testable") or {}) != {"why", "command", "cost"}:
         raise ValueError(f"claim {name}: not tested here, so not_testable needs why, command and cost")
+    text = c.get("text") or {}
+    if not isinstance(text, dict) or any(t not in c["tasks"] or v not in TEXT for t, v in text.items()):
+        raise ValueError(f"claim {name}: text={text!r}: expected task: {' | '.join(TEXT)} for tasks of the claim")
+    if text or "direction" in p:
+        for key in ("quote", "where"):
+            if not isinstance(c.get(key), str) or not c[key].strip():
+                raise ValueError(f"claim {name}: the text states it, so it needs its {key!r} (the paper's words)")
+    beside = c.get("beside")
+    if beside is not None and (
+        not isinstance(beside, dict) or not beside or set(beside) - {"a", "b"} or not c["tested_on"]
+    ):
+        raise ValueError(
+            f"claim {name}: beside={beside!r}: expected a or b (another run for a side), on a tested claim"
+        )
     for t in c["tasks"]:
         try:
-            d = paper_difference(c, t)
+            d, k = paper_difference(c, t), kind(c, t)
         except KeyError as exc:
             raise ValueError(f"claim {name}: {t}: the paper prints no {exc} for it") from None
-        if d == 0:
+        if d == 0 and k is None:
             raise ValueError(f"claim {name}: {t}: the paper's rows tie (a tie claims no order)")
 
 
@@ -266,9 +389,8 @@ def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var
       training noise of each side's mean over its U training runs, ``train_var`` × 2 / U (``train_var``: one
       training's variance, :func:`training_variance`), with the normal quantile.
 
-    Returns diff, lo, hi, p and se (the standard error)."""
-    from scipy import stats
-
+    Returns diff, lo, hi, p, se (the standard error), df (the t's degrees of freedom; inf: the normal) and tau (the
+    training noise's share of the standard error, √(``train_var`` × 2 / U), which a re-run would draw anew)."""
     if a.shape != b.shape:
         raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
@@ -276,13 +398,32 @@ def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var
     names = np.unique(groups)
     if len(names) >= 2:
         means = np.array([d[groups == g].mean() for g in names])
-        diff, se, dist = float(means.mean()), float(means.std(ddof=1) / np.sqrt(len(means))), stats.t(len(means) - 1)
+        diff, se, df = float(means.mean()), float(means.std(ddof=1) / np.sqrt(len(means))), float(len(means) - 1)
     else:
         diff, se_q = stratified_mean_se(d.mean(axis=0), strata)
-        se, dist = float(np.sqrt(se_q**2 + train_var * 2 / len(d))), stats.norm()
-    q = float(dist.ppf(1 - ALPHA / 2))
-    p = float(2 * dist.sf(abs(diff) / se)) if se > 0 else float(diff == 0)
-    return {"diff": diff, "lo": diff - q * se, "hi": diff + q * se, "p": p, "se": se}
+        se, df = float(np.sqrt(se_q**2 + train_var * 2 / len(d))), math.inf
+    q = float(_dist(df).ppf(1 - ALPHA / 2))
+    tau = float(np.sqrt(train_var * 2 / len(d)))
+    return {
+        "diff": diff,
+        "lo": diff - q * se,
+        "hi": diff + q * se,
+        "p": _p_value(diff, se, df),
+        "se": se,
+        "df": df,
+        "tau": tau,
+    }
+
+
+def _dist(df: float):
+    from scipy import stats
+
+    return stats.norm() if math.isinf(df) else stats.t(df)
+
+
+def _p_value(diff: float, se: float, df: float) -> float:
+    """Two-sided p of a difference ``diff`` with standard error ``se`` (normal, or Student's t on ``df``)."""
+    return float(2 * _dist(df).sf(abs(diff) / se)) if se > 0 else float(diff == 0)
 
 
 def aa_pairs(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> list[dict[str, Any]]:
@@ -418,6 +559,12 @@ class Row:
     confirmed: dict[int, str] = field(default_factory=dict)  # partition N -> the verdict on it, or "—"
     raw: str = ""  # the verdict of this row alone (its own 95 % CI), before the family's adjustment
     p_holm: float | None = None  # its p-value adjusted by Holm within the family
+    beside: bool = False  # another form of a side (claims.yaml `beside`), shown beside the claim, not counted
+
+    @property
+    def tested(self) -> bool:
+        """Whether the row is a test of the rule: in its paper's Holm family and the counts' decided verdicts."""
+        return self.ours is not None and not self.beside and self.verdict not in UNTESTED
 
 
 def dataset_folders(root: str | Path = ".", folds: bool = False) -> dict[str, list[Path]]:
@@ -467,6 +614,78 @@ def study_noise(
     return cache[key]
 
 
+def chance_rsum(task: str, images: float, sentences: float) -> float:
+    """The R@K sum (K = 1, 5, 10) of a random ranking of one test set of ``images`` images and ``sentences``
+    sentences (five an image): each query's G candidates hold c correct, P(rank ≤ K) = 1 − C(G − c, K) / C(G, K)."""
+    per = sentences / images
+    g, c = {"search": (images, 1), "annotation": (sentences, per), "similarity": (sentences - 1, per - 1)}[task]
+    g, c = int(round(g)), int(round(c))
+    return 100 * sum(1.0 if k >= g else 1 - math.comb(g - c, k) / math.comb(g, k) for k in KS)
+
+
+def skill(folder: Path, task: str, cache: dict[Any, Any]) -> float | None:
+    """How far run ``folder``'s R@K sum in ``task`` goes from chance (0) to perfect (1), each test set's chance from
+    its size (:func:`chance_rsum`; a k-fold run's test sets are its folds); None without the ranks to tell."""
+    if task not in RETRIEVAL:
+        return None
+    _side(folder, task, "rsum", cache)
+    ranks, strata = cache[folder]["ranks"], (cache[folder].get("strata") or {}).get("annotation")
+    if not {"annotation", "search"} <= set(ranks):
+        return None
+    sets = len(np.unique(strata)) if strata is not None else 1
+    chance = chance_rsum(task, ranks["annotation"].shape[1] / sets, ranks["search"].shape[1] / sets)
+    return float((query_values(ranks[task], "rsum").mean() - chance) / (300 - chance))
+
+
+def _near_chance(a: Path, b: Path, task: str, cache: dict[Any, Any]) -> str:
+    """Why a claim between runs ``a`` and ``b`` says nothing in ``task`` (a side near chance), or ""."""
+    near = []
+    for f in (a, b):
+        k = skill(f, task, cache)
+        if k is not None and k < NEAR_CHANCE:
+            near.append(f"`{f.name}` {100 * k:.0f} %")
+    if not near:
+        return ""
+    return (
+        f"near chance in {task} ({', '.join(near)} of the way from chance to perfect in R@K sum; the criterion: "
+        f"under {100 * NEAR_CHANCE:.0f} %)"
+    )
+
+
+def _row(
+    params: dict[str, Any],
+    folds: dict[str, list[Path]],
+    folders: dict[str, list[Path]],
+    c: dict[str, Any],
+    task: str,
+    data: str,
+    cache: dict[Any, Any],
+    again: dict[int, str],
+    beside: bool = False,
+) -> Row:
+    """Claim ``c``'s row on ``task`` in the study of ``data`` (its runs: the k-fold ones where both are there)."""
+    paper, on, untested = paper_difference(c, task), comparable(c, data, task), kind(c, task)
+    try:
+        where = (folds or {}).get(data, [])
+        try:
+            a, b = _pair(params, where, c)
+        except Untestable:
+            where = folders.get(data, [])
+            a, b = _pair(params, where, c)
+        noise = study_noise(params, where, task, c["metric"], cache)[1]
+        ours = our_difference(a, b, task, c["metric"], cache, noise)
+    except Untestable as why:
+        return Row(c, task, data, paper, None, NOT_TESTABLE, str(why), again, beside=beside)
+    except Undecided as why:
+        return Row(c, task, data, paper, None, untested or UNDECIDED, str(why), again, UNDECIDED, beside=beside)
+    near = _near_chance(a, b, task, cache) if untested is None else ""
+    if untested or near:
+        v = untested or UNINFORMATIVE
+        return Row(c, task, data, paper, ours, v, near, again, v, beside=beside)
+    v = verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
+    return Row(c, task, data, paper, ours, v, "", again, v, beside=beside)
+
+
 def claim_rows(
     params: dict[str, Any],
     folders: dict[str, list[Path]],
@@ -476,61 +695,72 @@ def claim_rows(
 ) -> list[Row]:
     """A :class:`Row` per claim (default: :func:`read_claims`), task and dataset it is tested on, its runs looked up
     in ``folds`` (k-fold runs folders, :func:`dataset_folders`) where both are there, else in ``folders``, each
-    difference weighed with the training noise of the folders it came from (:func:`study_noise`); the verdicts then
-    adjusted by Holm within each paper's rows of each study (:func:`adjust`). With ``confirmed``
+    difference weighed with the training noise of the folders it came from (:func:`study_noise`); a row the
+    registry does not test (:func:`kind`) or against a side near chance (:data:`NEAR_CHANCE`) keeps our difference
+    under its own label; the tested verdicts then adjusted by Holm within each paper's rows of each study
+    (:func:`adjust`). A claim's ``beside`` runs give a row after it, not counted. With ``confirmed``
     (:func:`confirmations`) the verdict, by the same rule, on each partition's runs ("—" where they are not there).
     A claim not tested here: one row per task, study ""."""
     cache: dict[Any, Any] = {}
     rows = []
     for c in read_claims() if claims is None else claims:
         for task in c["tasks"]:
-            paper = paper_difference(c, task)
             if not c["tested_on"]:
-                rows.append(Row(c, task, "", paper, None, NOT_TESTABLE, c["not_testable"]["why"]))
+                rows.append(Row(c, task, "", paper_difference(c, task), None, NOT_TESTABLE, c["not_testable"]["why"]))
             for data in c["tested_on"]:
-                on = comparable(c, data)
                 again = {
-                    n: _confirmation(params, f, c, task, paper, on, cache)
+                    n: _confirmation(params, f, c, task, paper_difference(c, task), comparable(c, data, task), cache)
                     for n, f in ((confirmed or {}).get(data) or {}).items()
                 }
-                try:
-                    where = (folds or {}).get(data, [])
-                    try:  # the k-fold runs where both are there
-                        a, b = _pair(params, where, c)
-                    except Untestable:
-                        where = folders.get(data, [])
-                        a, b = _pair(params, where, c)
-                    noise = study_noise(params, where, task, c["metric"], cache)[1]
-                    ours = our_difference(a, b, task, c["metric"], cache, noise)
-                except Untestable as why:
-                    rows.append(Row(c, task, data, paper, None, NOT_TESTABLE, str(why), again))
-                    continue
-                except Undecided as why:
-                    rows.append(Row(c, task, data, paper, None, UNDECIDED, str(why), again, UNDECIDED))
-                    continue
-                v = verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
-                rows.append(Row(c, task, data, paper, ours, v, "", again, v))
+                rows.append(_row(params, folds or {}, folders, c, task, data, cache, again))
+                if c.get("beside"):
+                    other = {**c, "runs": {**c["runs"], **c["beside"]}}
+                    rows.append(_row(params, folds or {}, folders, other, task, data, cache, {}, beside=True))
     return adjust(rows)
 
 
+def on_edge(ps: list[float], i: int, ours: dict[str, Any]) -> bool:
+    """Whether a re-run could change row ``i``'s decision in its family (p-values ``ps``, Holm): its difference
+    moved by :data:`EDGE_Z` × √2 × tau (a re-run draws each side's trainings anew: the difference of two estimates
+    has √2 × their training noise tau) toward zero, or away from it, decides it the other way."""
+    diff, se, df, tau = ours["diff"], ours["se"], ours.get("df", math.inf), ours.get("tau", 0.0)
+    shift = EDGE_Z * math.sqrt(2) * tau
+    if shift == 0:
+        return False
+    now = holm(ps)[i] < ALPHA
+    for moved in (max(0.0, abs(diff) - shift), abs(diff) + shift):
+        q = holm([*ps[:i], _p_value(moved, se, df), *ps[i + 1 :]])[i]
+        if (q < ALPHA) != now:
+            return True
+    return False
+
+
 def adjust(rows: list[Row]) -> list[Row]:
-    """``rows`` with each tested row's verdict decided at Holm's family-wise level :data:`ALPHA` within its
-    paper's rows of its study (:func:`fraglib.metrics.holm`): a row is significant only when its adjusted p is
-    below ALPHA; ``raw`` keeps the verdict of its own CI."""
+    """``rows`` with each tested row's verdict (:attr:`Row.tested`) decided at Holm's family-wise level
+    :data:`ALPHA` within its paper's tested rows of its study (:func:`fraglib.metrics.holm`): a row is significant
+    only when its adjusted p is below ALPHA; a row whose decision a re-run could change (:func:`on_edge`) is
+    :data:`UNDECIDED`; ``raw`` keeps the verdict of its own CI."""
     from dataclasses import replace
 
     out = list(rows)
     families: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
-        if r.ours is not None:
+        if r.tested:
             families.setdefault((paper_of(r.claim), r.study), []).append(i)
     for idx in families.values():
-        for i, q in zip(idx, holm([rows[i].ours["p"] for i in idx])):
+        ps = [rows[i].ours["p"] for i in idx]
+        for k, (i, q) in enumerate(zip(idx, holm(ps))):
             r = rows[i]
-            v = verdict(
-                r.paper, r.ours["diff"], (r.ours["lo"], r.ours["hi"]), comparable(r.claim, r.study), bool(q < ALPHA)
+            on = comparable(r.claim, r.study, r.task)
+            v = verdict(r.paper, r.ours["diff"], (r.ours["lo"], r.ours["hi"]), on, bool(q < ALPHA))
+            edge = on_edge(ps, k, r.ours)
+            why = (
+                f"on the edge: {v} at this run, but a re-run's training noise (±{EDGE_Z} × √2 × "
+                f"{r.ours.get('tau', 0.0):.2f}) could decide it the other way"
+                if edge
+                else r.why
             )
-            out[i] = replace(r, verdict=v, p_holm=float(q))
+            out[i] = replace(r, verdict=UNDECIDED if edge else v, p_holm=float(q), why=why)
     return out
 
 
@@ -545,13 +775,18 @@ def _confirmation(
 ) -> str:
     """The verdict on claim ``c`` and ``task`` from the confirmation runs in ``folder`` by the same rule (its own CI,
     the training noise of the partition's own runs), "—" where its runs or their results are not there."""
+    if kind(c, task):
+        return kind(c, task)
     try:
+        pair = _pair(params, [folder], c)
         noise = study_noise(params, [folder], task, c["metric"], cache)[1]
-        ours = our_difference(*_pair(params, [folder], c), task, c["metric"], cache, noise)
+        ours = our_difference(*pair, task, c["metric"], cache, noise)
     except Untestable:
         return "—"
     except Undecided:
         return UNDECIDED
+    if _near_chance(*pair, task, cache):
+        return UNINFORMATIVE
     return verdict(paper, ours["diff"], (ours["lo"], ours["hi"]), on)
 
 
@@ -562,9 +797,27 @@ def _measure(c: dict[str, Any], task: str) -> str:
 
 
 def _paper_cell(r: Row) -> str:
-    if "direction" in r.claim["paper"]:
-        return f"{'a' if r.claim['paper']['direction'] == 'a_better' else 'b'} better (text, no number)"
-    return f"{r.paper:+.1f}" + (" †" if r.study and comparable(r.claim, r.study) else "")
+    said, table = stated(r.claim, r.task), table_difference(r.claim, r.task)
+    if table is None:
+        return f"{'a' if said == 'a_better' else 'b'} better (text, no number)"
+    cell = f"{table:+.1f}" + (" †" if r.study and comparable(r.claim, r.study, r.task) else "")
+    noise = paper_noise(r.claim, r.task)
+    return cell + (f" (SE {noise:.1f})" if noise is not None else "")
+
+
+def _stated_cell(r: Row) -> str:
+    """Where the claim is read from: the text (its words in the registry) or the table; ⚑ where they disagree."""
+    said = stated(r.claim, r.task)
+    if said is None:
+        return "table"
+    words = {"a_better": "a better", "b_better": "b better", "no_order": "no order"}[said]
+    return f"text: {words}" + (" ⚑ the table says the reverse" if conflicts(r.claim, r.task) else "")
+
+
+def _size_cell(r: Row) -> str:
+    if r.ours is None or not r.study or not comparable(r.claim, r.study, r.task) or r.verdict in UNTESTED:
+        return "—"
+    return magnitude(r.paper, r.ours["lo"], r.ours["hi"])
 
 
 def _p(p: float) -> str:
@@ -582,9 +835,11 @@ def claims_table(rows: list[Row]) -> Table:
             "claim (a − b)",
             "measure",
             "source",
+            "stated",
             "study",
-            "paper's difference",
+            "paper's difference (its SE)",
             "ours [95 % CI]",
+            "size against † (our CI)",
             "p (Holm)",
             "runs paired",
             "test sets",
@@ -594,12 +849,15 @@ def claims_table(rows: list[Row]) -> Table:
         ),
         tuple(
             (
-                f"{r.claim['claim']} (`{r.claim['runs']['a']}` − `{r.claim['runs']['b']}`)",
+                f"{r.claim['claim']} (`{r.claim['runs']['a']}` − `{r.claim['runs']['b']}`)"
+                + (" — shown beside, not counted" if r.beside else ""),
                 _measure(r.claim, r.task),
                 r.claim["source"],
+                _stated_cell(r),
                 f"`{r.study}`",
                 _paper_cell(r),
                 "—" if r.ours is None else f"{r.ours['diff']:+.1f} [{r.ours['lo']:+.1f}, {r.ours['hi']:+.1f}]",
+                _size_cell(r),
                 "—" if r.p_holm is None else _p(r.p_holm),
                 "—" if r.ours is None else str(int(r.ours["units"])),
                 "—" if r.ours is None else r.ours["protocol"],
@@ -630,12 +888,18 @@ def untested_table(rows: list[Row]) -> Table:
 
 
 def counts(rows: list[Row]) -> str:
-    """'n reproduced, n same direction, not significant, …' over ``rows``, every verdict named."""
-    return ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in VERDICTS)
+    """'n reproduced, n same direction, not significant, …' over ``rows`` (the rows shown beside not counted),
+    every verdict named."""
+    return ", ".join(f"{sum(r.verdict == v and not r.beside for r in rows)} {v}" for v in VERDICTS)
 
 
 PAPERS = {"Karpathy": "Karpathy et al. 2014", "Socher": "Socher et al. 2014", "Peri": "Peri 2018"}
-VERDICT_WORDS = dict(zip(("reproduced", "same", "not", "reversed", "undecided", "untestable"), VERDICTS))  # facts
+VERDICT_WORDS = dict(  # facts: a word per verdict
+    zip(
+        ("reproduced", "same", "not", "reversed", "undecided", "uninformative", "ordering", "noorder", "untestable"),
+        VERDICTS,
+    )
+)
 
 
 def paper_of(c: dict[str, Any]) -> str:
@@ -651,7 +915,7 @@ def paper_counts(rows: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
     out: dict[str, dict[str, dict[str, int]]] = {}
     for r in rows:
         per = out.setdefault(paper_of(r.claim), {}).setdefault(r.study, dict.fromkeys(VERDICTS, 0))
-        per[r.verdict] += 1
+        per[r.verdict] += not r.beside
     return out
 
 

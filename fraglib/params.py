@@ -62,6 +62,7 @@ DATASET_KEYS = (
     "runs",
     "folds",
     "partition",
+    "fold_replicates",
     "fold_runs",
     "fold_captions",
 )

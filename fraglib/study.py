@@ -70,17 +70,22 @@ def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | N
 REPLICATE_STRIDE = 1000  # replicate r of seed s trains with seed s + 1000 r
 
 
-def study_replicates(params: dict[str, Any], run: str | None = None, dataset: str | None = None) -> int:
+def study_replicates(
+    params: dict[str, Any], run: str | None = None, dataset: str | None = None, folds: bool = False
+) -> int:
     """``runs.<run>.replicates``, else ``<dataset>.replicates`` (a dataset's study) or ``study.replicates``
-    (the synthetic study), else 1: training runs per seed (split)."""
+    (the synthetic study), else 1: training runs per seed (split); with ``folds`` at least
+    ``<dataset>.fold_replicates`` (default 1: every claim run trains twice per fold, docs/analysis_plan.md)."""
     where = f"{dataset}.replicates" if dataset else "study.replicates"
     r = (params.get(dataset or "study") or {}).get("replicates", 1)
     own = ((params.get("runs") or {}).get(run) or {}).get("replicates") if run else None
     if own is not None:
         where, r = f"runs.{run}.replicates", own
-    if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < REPLICATE_STRIDE:
-        raise ConfigError(f"{where}={r!r}: expected an integer in [1, {REPLICATE_STRIDE - 1}]")
-    return r
+    least = (params.get(dataset) or {}).get("fold_replicates", 1) if folds and dataset else 1
+    for key, v in ((where, r), (f"{dataset}.fold_replicates", least)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < REPLICATE_STRIDE:
+            raise ConfigError(f"{key}={v!r}: expected an integer in [1, {REPLICATE_STRIDE - 1}]")
+    return max(r, least)
 
 
 def study_jobs(params: dict[str, Any]) -> int:
@@ -125,14 +130,42 @@ def pool_fold_metrics(summary: dict[str, Any], out: Path) -> None:
         summary[d] = {m: pooled[m] for m in METRICS}
 
 
-def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None]) -> dict[str, Any]:
-    paths, spec, ec, seed, replicate, out, threads, models_dir = args
+def kept_result(folder: Path, spec: Any, ec: Any, checkpoint_dir: Path | None) -> dict[str, Any] | None:
+    """The finished result of one training unit in ``folder`` (its ``metrics.json``) to keep instead of training it
+    again, or None: only where its checkpoint is not here (``checkpoint_dir`` holds no last.pt or best.pt: the
+    models did not travel, the results in git did) and it records this run's system, trainer and evaluation
+    settings. Its inputs cannot be checked without the checkpoint: ``--keep-results`` is for the inputs it was made
+    from (adding a replicate to a run trained on another machine)."""
+    import dataclasses
+
+    f = folder / "metrics.json"
+    if checkpoint_dir is None or any((checkpoint_dir / n).exists() for n in ("last.pt", "best.pt")) or not f.exists():
+        return None
+    m = json.loads(f.read_text())
+    same = (
+        m.get("system_config") == dataclasses.asdict(spec.system_config)
+        and m.get("train_config") == dataclasses.asdict(spec.train_config)
+        and m.get("eval_config") == dataclasses.asdict(ec)
+    )
+    return m if same and "test" in m else None
+
+
+def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, bool]) -> dict[str, Any]:
+    paths, spec, ec, seed, replicate, out, threads, models_dir, keep = args
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
+    seeded = spec.with_seed(seed + REPLICATE_STRIDE * replicate)
+    if keep:
+        m = kept_result(
+            Path(out) / "seeds" / f"seed{key}", seeded, ec, Path(models_dir) / f"seed{key}" if models_dir else None
+        )
+        if m is not None:
+            print(f"[{spec.run} seed {key}] kept: its result is here with this run's settings, its checkpoint is not")
+            return m
     m = train(
         paths.for_seed(seed),
         Path(out) / "seeds" / f"seed{key}",
-        spec.with_seed(seed + REPLICATE_STRIDE * replicate),
+        seeded,
         ec,
         device=None,
         progress=False,
@@ -186,8 +219,10 @@ def run_study(
     seeds: list[int] | None = None,
     models_dir: str | None = None,
     folds: bool = False,
+    keep: bool = False,
 ) -> dict[str, Any]:
-    """Train run ``run`` for every seed and summarise; ``paths`` may hold ``{seed}``; ``models_dir``:
+    """Train run ``run`` for every seed and summarise; ``paths`` may hold ``{seed}``; ``keep``: a unit's finished
+    result without its checkpoint is kept (:func:`kept_result`); ``models_dir``:
     checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git); ``folds``:
     the k-fold protocol (module docstring; ``seeds`` default: every fold)."""
     spec = resolve_run(params, run, dataset)  # fails before any work
@@ -205,10 +240,10 @@ def run_study(
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset))]
+    units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset, folds))]
     keys = [unit_key(s, r) for s, r in units]
     work = [
-        (paths, spec, ec, s, r, str(out), t, models_dir)
+        (paths, spec, ec, s, r, str(out), t, models_dir, keep)
         for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))
     ]
     if jobs > 1 and len(units) > 1:
@@ -273,6 +308,12 @@ def main(argv: list[str] | None = None) -> None:
         help="checkpoints under <models-dir>/seed<N>/ (a DVC output) instead of beside "
         "the per-seed results in <out>/seeds/ (kept in git)",
     )
+    ap.add_argument(
+        "--keep-results",
+        action="store_true",
+        help="keep a unit whose result is here with this run's settings and whose checkpoint is not (its inputs are "
+        "not re-checked: for adding replicates to results made on another machine from the same inputs)",
+    )
     args = ap.parse_args(argv)
     params = read_params(args.params)
     try:
@@ -281,7 +322,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     paths = DataPaths(args.dataset_dir, args.features_dir)
     resumes(args.out, *([args.models_dir] if args.models_dir else []))  # each unit resumes from its checkpoint
-    s = run_study(paths, args.run, params, args.out, args.dataset, seeds, args.models_dir, args.folds)
+    s = run_study(
+        paths, args.run, params, args.out, args.dataset, seeds, args.models_dir, args.folds, args.keep_results
+    )
     print(
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
         f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"

@@ -133,7 +133,7 @@ def test_the_data_commands_are_the_pipelines_with_the_partition_and_its_folder(t
 
 def test_the_claims_runs_are_both_sides_of_every_claim_tested_there():
     found = claim_runs("pascal1k")
-    assert {"full", "devise", "stt", "stt_att", "kcca"} <= set(found) and len(found) == len(set(found))
+    assert {"full", "devise", "stt", "stt_att", "kcca_linear"} <= set(found) and len(found) == len(set(found))
     assert "fr_lr01" not in found  # the fight's runs are no claim's
     assert set(claim_runs("synthetic")) == {
         r for c in C.read_claims() if "synthetic" in c["tested_on"] for r in c["runs"].values()

@@ -192,7 +192,7 @@ def test_a_claim_on_k_fold_runs_pairs_the_same_queries_and_says_so(tmp_path):
     (pair,) = C.aa_pairs(tmp_path / "folds" / "kcca", "search", "mean_rank", {})
     ref = C.paired_analytic(pa[None], pb[None], [0], strata, pair["d"] ** 2 / 2)
     assert (got["lo"], got["hi"]) == pytest.approx((ref["lo"], ref["hi"]))
-    assert C.claims_table(rows).rows[0][8] == "3 folds"
+    assert C.claims_table(rows).rows[0][10] == "3 folds"
     # where the folds lack a side, the splits answer
     r = np.arange(1, 21).reshape(1, 20) % 12 + 1
     for run, shift in (("sdtrnn", 0), ("dtrnn", 2)):
@@ -300,3 +300,53 @@ def test_a_k_fold_study_trains_each_fold_per_replicate_and_its_claims_read_it_po
     )
     assert not (run["ranks"]["annotation"][0] == run["ranks"]["annotation"][1]).all()  # two trainings, two rankings
     assert s["annotation"]["r1"] == pytest.approx(recall_table(run["ranks"]["annotation"].ravel())["r1"])
+
+
+def test_fold_replicates_add_trainings_and_keep_results_keeps_the_first(tiny_full, tmp_path, capsys):
+    """A run trained once per fold, its checkpoints gone (results in git, models not): with
+    ``<dataset>.fold_replicates: 2`` and ``keep`` the study keeps each fold's first training as it was and trains the
+    second; a result of other settings is trained again; without ``keep`` nothing is kept."""
+    import shutil
+
+    from fraglib.inputs import DataPaths
+    from fraglib.study import run_study, study_replicates
+
+    from conftest import tiny_params
+
+    ds = json.loads((tiny_full / "dataset.json").read_text())
+    fold_of = [im["imgid"] * 3 // len(ds["images"]) for im in ds["images"]]
+    for f in range(3):
+        d = tmp_path / "data" / f"fold{f}"
+        d.mkdir(parents=True)
+        for im, s in zip(ds["images"], fold_split(fold_of, f, 3)):
+            im["split"] = s
+        (d / "dataset.json").write_text(json.dumps(ds))
+        for sub in ("fragments", "parse.conllu"):
+            (d / sub).symlink_to(tiny_full / sub)
+    params = {**tiny_params(), "pascal1k": {"folds": 3, "partition": 0}}
+    params["runs"] = {"devise": {"system": "devise"}}
+    paths, out, models = (
+        DataPaths(tmp_path / "data" / "fold{seed}", tiny_full / "features"),
+        tmp_path / "r",
+        tmp_path / "m",
+    )
+    s = run_study(paths, "devise", params, out, "pascal1k", models_dir=str(models), folds=True)
+    assert s["seeds"] == [0, 1, 2] and "units" not in s
+    first = {f: (out / "seeds" / f"seed{f}" / "ranks.json").read_bytes() for f in range(3)}
+    shutil.rmtree(models)
+    params["pascal1k"]["fold_replicates"] = 2
+    assert study_replicates(params, "devise", "pascal1k", folds=True) == 2
+    assert study_replicates(params, "devise", "pascal1k") == 1  # the splits' study is not the folds'
+    done = out / "seeds" / "seed2" / "metrics.json"
+    done.write_text(json.dumps({**json.loads(done.read_text()), "train_config": {}}))  # fold 2: of other settings
+    capsys.readouterr()
+    s = run_study(paths, "devise", params, out, "pascal1k", models_dir=str(models), folds=True, keep=True)
+    said = capsys.readouterr().out
+    assert s["units"] == ["0", "0r1", "1", "1r1", "2", "2r1"]
+    assert "[devise seed 0] kept" in said and "[devise seed 1] kept" in said and "[devise seed 2] kept" not in said
+    assert all((out / "seeds" / f"seed{f}" / "ranks.json").read_bytes() == first[f] for f in range(3))
+    assert (models / "seed0r1" / "best.pt").exists() and (models / "seed2" / "best.pt").exists()
+    assert not (models / "seed0" / "best.pt").exists()
+    params["pascal1k"]["fold_replicates"] = 0
+    with pytest.raises(ConfigError, match="pascal1k.fold_replicates=0"):
+        study_replicates(params, "devise", "pascal1k", folds=True)
