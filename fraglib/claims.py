@@ -430,7 +430,9 @@ def aa_pairs(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> li
     """The A/A pairs of run ``folder`` in ``task`` and ``metric``: its first two training runs of one test set
     (a split trained twice, or a k-fold run's two pooled replicates), compared as if two systems: ``d`` the mean
     over queries of first − second, ``se`` its queries' standard error (within folds), ``run``. None for a run
-    trained once per test set (or that ranks no such queries)."""
+    trained once per test set (or that ranks no such queries), and for one whose two trainings rank every query
+    alike (a deterministic fit, e.g. linear kCCA: no training noise to measure, and pooled it would lower the noise
+    the other runs' claims are weighed with; docs/deviations.md)."""
     try:
         units, groups, x, run = _side(folder, task, metric, cache)
     except (Untestable, FileNotFoundError):
@@ -439,6 +441,8 @@ def aa_pairs(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> li
     for g in dict.fromkeys(groups.tolist()):
         idx = np.flatnonzero(groups == g)
         if len(idx) >= 2:
+            if np.array_equal(x[idx[0]], x[idx[1]]):
+                return []
             strata = (run.get("strata") or {}).get(task) if isinstance(run, dict) else None
             d, se = stratified_mean_se(x[idx[0]] - x[idx[1]], strata)
             return [{"run": folder.name, "task": task, "metric": metric, "d": d, "se": se}]

@@ -225,6 +225,7 @@ def test_training_variance_and_the_aa_pairs(tmp_path):
     (pair,) = C.aa_pairs(twice, "annotation", "mean_rank", {})
     assert pair["run"] == "twice" and pair["d"] == pytest.approx(-2.0) and pair["se"] == pytest.approx(0.0)
     assert C.aa_pairs(once, "annotation", "mean_rank", {}) == []
+    assert C.aa_pairs(twice, "search", "mean_rank", {}) == []  # two identical trainings: a deterministic fit, no pair
     pairs = [pair, {"run": "other", "d": 4.0, "se": 1.0}]
     assert C.training_variance(pairs) == pytest.approx((4.0 + 16.0) / 2 / 2)
     assert C.training_variance(pairs, leave_out="other") == pytest.approx(2.0)
@@ -370,9 +371,15 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     """A claim whose runs are here gets a verdict, one whose run is missing is not testable (why), one no study
     can test keeps its reason; the table and the counts name every verdict."""
     r = np.arange(1, 21).reshape(1, 20) % 4 + 1  # far from chance (ranks of 20 candidates)
-    # sdtrnn trained twice to the same ranks: the study's A/A pair, training noise 0
+    # sdtrnn trained twice, the second ranking two queries the other way round: the study's A/A pair, training noise
+    # 0 (two identical trainings would be a deterministic fit, no pair)
+    r2 = r.copy()
+    r2[0, [0, 1]] = r[0, [1, 0]]
     put_run(
-        tmp_path / "s" / "sdtrnn", {"annotation": np.vstack([r, r]), "search": np.vstack([r, r])}, ["0", "0r1"], [0, 0]
+        tmp_path / "s" / "sdtrnn",
+        {"annotation": np.vstack([r, r2]), "search": np.vstack([r, r2])},
+        ["0", "0r1"],
+        [0, 0],
     )
     put_run(tmp_path / "s" / "dtrnn", {"annotation": r + 2, "search": r + 2}, ["0"], [0])
     params = {"runs": {"sdtrnn": {}, "dtrnn": {}, "kcca": {}}}
@@ -526,8 +533,10 @@ def test_a_side_near_chance_makes_the_row_uninformative(tmp_path):
     Holm's family; the magnitude of a comparable row by hand."""
     rng = np.random.default_rng(0)
     good = np.ones((1, 20), int)
+    good2 = good.copy()
+    good2[0, 0] = 2
     bad = rng.integers(1, 21, size=(1, 20))  # ranks of 20 candidates drawn at random
-    put_run(tmp_path / "s" / "sdtrnn", {"annotation": np.vstack([good, good]), "search": np.vstack([good, good])},
+    put_run(tmp_path / "s" / "sdtrnn", {"annotation": np.vstack([good, good2]), "search": np.vstack([good, good2])},
             ["0", "0r1"], [0, 0])  # fmt: skip
     put_run(tmp_path / "s" / "dtrnn", {"annotation": bad, "search": bad}, ["0"], [0])
     claim = {

@@ -198,9 +198,11 @@ def test_a_claim_on_k_fold_runs_pairs_the_same_queries_and_says_so(tmp_path):
     for run, shift in (("sdtrnn", 0), ("dtrnn", 2)):
         put_run(tmp_path / "splits" / run, {"annotation": r + shift, "search": r + shift}, ["0"], [0])
     (tmp_path / "folds" / "dtrnn" / "metrics.json").unlink()
+    r2 = r.copy()
+    r2[0, [0, 1]] = r[0, [1, 0]]  # a second training (not identical: identical ones give no A/A pair)
     put_run(
         tmp_path / "splits" / "kcca",
-        {"annotation": np.vstack([r, r]), "search": np.vstack([r, r])},
+        {"annotation": np.vstack([r, r2]), "search": np.vstack([r, r2])},
         ["0", "0r1"],
         [0, 0],
     )
