@@ -923,19 +923,19 @@ def paper_counts(rows: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def by_paper(rows: list[Row]) -> list[str]:
-    """One line per paper: its verdicts per study, then its claims not testable here."""
-    lines = []
-    for paper, per in paper_counts(rows).items():
-        parts = [
-            f"on `{s}`: " + ", ".join(f"{n} {v}" for v, n in c.items() if v != NOT_TESTABLE or n)
-            for s, c in per.items()
-            if s
-        ]
-        if "" in per:
-            parts.append(f"not testable here: {per[''][NOT_TESTABLE]}")
-        lines.append(f"**{PAPERS[paper]}** — " + "; ".join(parts) + ".")
-    return lines
+def counts_table(rows: list[Row]) -> Table:
+    """Paper × study (its dataset; "none" for the claims not testable here) × verdict: how many rows, after Holm
+    (the rows shown beside not counted)."""
+    short = ("reproduced", "same direction", "not reproduced", "reversed", "undecided", "uninformative",
+             "ordering", "no order", "not testable")  # fmt: skip
+    return Table(
+        ("paper", "study", *short),
+        tuple(
+            (PAPERS[paper], f"`{study}`" if study else "none", *(str(per[v]) for v in VERDICTS))
+            for paper, studies_ in paper_counts(rows).items()
+            for study, per in studies_.items()
+        ),
+    )
 
 
 def project_rows(root: str | Path, params: dict[str, Any]) -> list[Row]:
@@ -956,18 +956,26 @@ def claim_blocks(root: str | Path, params: dict[str, Any]) -> list[Block]:
         return []
     found = {s.dataset: s for s in reversed(studies(root))}  # a dataset's first study
     out: list[Block] = [
-        "Every comparative claim of the three papers' tables (`fraglib/reference/claims.yaml`, docs/claims.md): "
-        "the paper's difference a − b computed from its printed rows, ours the mean over the training runs both "
+        "Every comparative claim of the three papers (`fraglib/reference/claims.yaml`, read from their words and "
+        "tables: docs/claims.md), under the rule and plan registered at the git tag `registration-1` "
+        "(docs/analysis_plan.md; later changes: docs/deviations.md). The paper's difference a − b is computed from "
+        "its printed rows, with its standard error on its own test set; where the text states a direction the claim "
+        "is the text's, and ⚑ marks a table that says the reverse. Ours is the mean over the training runs both "
         "runs have, with a 95 % CI that weighs the test queries and the training noise, calibrated by the study's "
-        "own A/A check (below each study's table: every run trained twice, compared with itself). Verdict by the "
-        "rule of `fraglib.claims.verdict`: **reproduced** (significant on the paper's side), **reversed** (on the "
-        "other side), **same direction, not significant**, **not reproduced** (not significant and our difference "
-        "has the other sign, or the CI excludes the paper's difference where that is comparable: † marks a "
-        "difference printed on this study's data), **undecided** (no estimate of the training noise for it). "
-        "Significant: the p-value adjusted by Holm within the paper's claims in the study is below 0.05; the "
-        "verdict of a row's own CI alone is in the last column. ↑: higher is better, ↓: lower is better.",
+        "own A/A check (below each study's table). Verdict by `fraglib.claims.verdict`: **reproduced** "
+        "(significant on the paper's side), **reversed** (on the other side), **same direction, not significant**, "
+        "**not reproduced** (not significant and our difference has the other sign, or the CI excludes the paper's "
+        "difference where that is comparable: † marks a difference printed on this study's data, whose size our CI "
+        "then judges), **undecided** (no estimate of the training noise, or a decision a re-run's training noise "
+        "could turn). Not tested, our difference shown: **uninformative** (a side near chance), **an ordering, not "
+        "a claim** (only the table orders the two, by less than one standard error of its own test set), **no "
+        "order claimed** (the text calls them level). Significant: the p-value adjusted by Holm within the "
+        "paper's tested claims in the study is below 0.05; the verdict of a row's own CI alone is in the last "
+        "column. Rows \"shown beside\" use another form of a side (its exact or Gaussian form) and are not "
+        "counted. ↑: higher is better, ↓: lower is better. The verdicts on runs committed before the tag are not "
+        "pre-registered: the registry's fixes were made with them known.",
         f"All studies: {counts(rows)} (claim × task × study rows).",
-        *by_paper(rows),
+        counts_table(rows),
     ]
     for data in dict.fromkeys(r.study for r in rows if r.study):
         part = [r for r in rows if r.study == data]
@@ -994,6 +1002,7 @@ def claim_blocks(root: str | Path, params: dict[str, Any]) -> list[Block]:
         title = study.title if study is not None else data
         out += [Heading(3, f"Tested on `{data}`: {title}"), scope, f"Verdicts: {counts(part)}.", claims_table(part)]
         out += aa_blocks(params, data, root, part)
+        out += cost_blocks(params, data, root, part)
     out += rerun_blocks(root)
     untested = [r for r in rows if not r.study]
     if untested:
@@ -1065,6 +1074,49 @@ def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Ro
                 for r in shown
             ),
         ),
+    ]
+
+
+def run_seconds(folder: Path) -> tuple[float, int, set[str]]:
+    """(training + test seconds summed over the training runs of ``folder``, their count, the machines named) from
+    each ``seeds/*/timing.json`` (:mod:`fraglib.study`); a unit without timing counts 0 seconds."""
+    total, units, machines = 0.0, 0, set()
+    for f in sorted(folder.glob("seeds/*/timing.json")):
+        t = read_json(f)
+        total += float(t.get("train_seconds") or 0) + float(t.get("eval_seconds") or 0)
+        units += 1
+        machines.add(str(t.get("machine", "not recorded")))
+    return total, units, machines
+
+
+def cost_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Row]) -> list[Block]:
+    """What confirming each claim of ``data`` on a fresh partition costs (``python -m fraglib.confirm --partition
+    N --runs a,b``): the two k-fold runs' trainings and their measured seconds, from their timing records."""
+    found = run_folders(params, dataset_folders(root, folds=True).get(data) or [])
+    rows, seen = [], set()
+    for r in part:
+        c = r.claim
+        if r.beside or c["id"] in seen or not all(c["runs"][s] in found for s in "ab"):
+            continue
+        seen.add(c["id"])
+        (sa, na, ma), (sb, nb, mb) = (run_seconds(found[c["runs"][s]]) for s in "ab")
+        rows.append(
+            (
+                f"`{c['id']}`",
+                f"`{c['runs']['a']}`, `{c['runs']['b']}`",
+                str(na + nb),
+                f"{(sa + sb) / 60:.0f}",
+                ", ".join(sorted(ma | mb)),
+            )
+        )
+    if not rows:
+        return []
+    return [
+        f"**What confirming one claim costs, `{data}`** (`python -m fraglib.confirm --partition N --runs a,b`): its "
+        "two runs' trainings on the folds, with the CPU minutes they took here (training and test, from each "
+        "training's `timing.json`; one training per process, two at a time on two cores, so the wall time is about "
+        "half). A run shared by several claims is trained once.",
+        Table(("claim", "runs", "trainings", "CPU minutes", "measured on"), tuple(rows)),
     ]
 
 

@@ -13,7 +13,10 @@ it was trained on: :func:`fraglib.evaluate.load_trained`), ``<out>/explorer.json
   test images, ranked among each other as in the metrics), in split order; ``test_images``: the split's size; ``thumbs/<imgid>.jpg``: each test image, longer side ``thumb_px``;
 * ``runs.<run>.label`` (``params.yaml: runs.<run>.label``), ``system``, ``image_top`` (n_images, k) and ``sentence_top`` (n_sentences, k): the positions of the top ``k``
   sentences of each image query and the top ``k`` images of each sentence query (ties by position), from
-  :func:`fraglib.evaluate.score_matrix`;
+  :func:`fraglib.evaluate.score_matrix`; ``image_rank`` (n_images) and ``sentence_rank`` (n_sentences): where
+  the answer is, the rank among the shown items of each image query's best-ranked own sentence and of each sentence
+  query's image (1-based, pessimistic on ties as the metrics: :func:`correct_ranks`; data written before these two
+  lists lack them, and the page then says the rank beyond the top ``k`` is not stored);
 * ``aligned``: the fragment runs of ``explorer.align_runs``, each with its own ``alignments_<run>.json`` (a file
   under 1 MB): each test image's boxes (px of the original), each sentence's fragments ``rel(w1, w2)``, and for
   every pair that run lists or that is correct, per fragment the box it scores highest and that score (the paper's
@@ -87,6 +90,20 @@ def top_k(S: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     rows = np.argsort(-s, axis=1, kind="stable")[:, :k]
     cols = np.argsort(-s.T, axis=1, kind="stable")[:, :k]
     return rows, cols
+
+
+def correct_ranks(S: torch.Tensor, sentence_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(image_rank (n_images,), sentence_rank (n_sentences,)): the 1-based rank of each image query's best-ranked
+    own sentence (0: an image without sentences) and of each sentence query's image, ``sentence_image[j]`` the row
+    of sentence j's image; the metrics' ranks (:func:`fraglib.metrics.annotation_ranks`, :func:`search_ranks`:
+    pessimistic on ties, so never above the item's place in :func:`top_k`'s lists), NaN ranked last as there."""
+    from fraglib.metrics import annotation_ranks, search_ranks
+
+    s = S.double()
+    s = torch.where(torch.isnan(s), torch.full_like(s, float("-inf")), s)
+    s = torch.where(s == float("inf"), torch.full_like(s, torch.finfo(s.dtype).max), s)
+    si = np.asarray(sentence_image)
+    return annotation_ranks(s, si, what="explorer scores"), search_ranks(s, si, what="explorer scores")
 
 
 def written_thumbnails(out: Path) -> list[Path]:
@@ -225,11 +242,14 @@ def build(
             raise ValueError(f"{seed_dir}: run {run} was tested on another split than {next(iter(seed_dirs))}")
         S = score_matrix(system, split)[np.ix_(shown, cols)]
         image_top, sentence_top = top_k(S, cfg.k)
+        image_rank, sentence_rank = correct_ranks(S, np.array([s["image"] for s in data["sentences"]], np.int64))
         data["runs"][run] = {
             "label": (labels or {}).get(run, run),
             "system": ck["system"],
             "image_top": image_top.tolist(),
             "sentence_top": sentence_top.tolist(),
+            "image_rank": image_rank.tolist(),
+            "sentence_rank": sentence_rank.tolist(),
         }
         if run in cfg.align_runs:
             if not hasattr(system, "embed_images"):

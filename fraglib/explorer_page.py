@@ -46,6 +46,9 @@ FIELDS = {"dataset": str, "seed": int, "k": int, "runs": dict, "aligned": list, 
 IMAGE_FIELDS = {"id": int, "thumb": str}
 SENTENCE_FIELDS = {"id": int, "image": int, "text": str}
 RUN_FIELDS = {"label": str, "image_top": list, "sentence_top": list}
+# optional per run: image_rank and sentence_rank, where the answer is (the rank of each image query's best-ranked own
+# sentence, 0 for none, and of each sentence query's image); data written before fraglib.explore recorded them lack
+# them, and the page then says that a rank beyond the top k is not stored
 MAP_FIELDS = {"method": str, "images": list, "sentences": list, "n_images": list, "n_sentences": list}
 ALIGN_FIELDS = {"boxes": list, "fragments": dict, "pairs": dict}
 RUN_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # an aligned run's name: part of its script's file name
@@ -105,6 +108,31 @@ def check_explorer(src: Path) -> dict[str, Any]:
                     raise ValueError(
                         f"{src}: runs.{run}.{key}[{q}] holds {bad[0]!r}: not a position among the {of} {what}"
                     )
+        owner = [s["image"] for s in data["sentences"]]
+        correct = {  # the list position of each query's first correct item, None when its list holds none
+            "image_rank": [
+                next((p for p, j in enumerate(row) if owner[j] == q), None) for q, row in enumerate(r["image_top"])
+            ],
+            "sentence_rank": [
+                next((p for p, i in enumerate(row) if i == owner[q]), None) for q, row in enumerate(r["sentence_top"])
+            ],
+        }
+        for key, of, what, low in (("image_rank", m, "sentences", 0), ("sentence_rank", n, "images", 1)):
+            if key not in r:  # older data: no rank beyond the lists
+                continue
+            ranks = r[key]
+            if not isinstance(ranks, list) or len(ranks) != len(correct[key]):
+                raise ValueError(
+                    f"{src}: runs.{run}.{key}: expected a list of {len(correct[key])} ranks, one per query"
+                )
+            for q, (rank, pos) in enumerate(zip(ranks, correct[key])):
+                if not _is_int(rank) or not low <= rank <= of:
+                    raise ValueError(f"{src}: runs.{run}.{key}[{q}]={rank!r}: not a rank among the {of} {what}")
+                # the metrics' ranks are pessimistic on ties: never above the first correct item's place in the
+                # list, and within k only when the list holds one
+                if (pos is None and 1 <= rank <= data["k"]) or (pos is not None and rank <= pos):
+                    where = "not in" if pos is None else f"at place {pos + 1} of"
+                    raise ValueError(f"{src}: runs.{run}.{key}[{q}]={rank}: its first correct item is {where} the list")
     bad = [r for r in data["aligned"] if r not in data["runs"]]
     if bad:
         raise ValueError(f"{src}: aligned names {bad[0]!r}, which is not among its runs")

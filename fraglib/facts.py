@@ -25,6 +25,14 @@ A number in prose names its source with an HTML comment right after it (invisibl
   correction (:data:`fraglib.results.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
   CI, ``+8.4 [+2.4, +14.3]``.
 
+A verdict in prose names its row the same way, the verdict word in asterisks right before the marker:
+
+    MIL is *reversed*<!-- verdict: karpathy_t2_mil search pascal1k --> in image search
+
+* ``verdict: CLAIM TASK STUDY``: the verdict of claim ``CLAIM``'s row on ``TASK`` in ``STUDY`` (the claims table's,
+  after Holm; not a row shown beside). The quoted word is the verdict as the table prints it, or its short name
+  (:data:`fraglib.claims.VERDICT_WORDS`: reproduced, same, not, reversed, undecided, uninformative, ordering, …).
+
 A quoted number matches when the committed value, rounded to the decimals it is printed with, is that number. A
 marker in the prose keeps the number where a person reads it (a generated sentence would move it into code), and a
 re-run study that moves a number makes ``tests/test_facts.py`` fail naming the file, line and both values.
@@ -47,6 +55,7 @@ NUMBER = r"[−+-]?\d[\d,]*(?:\.\d+)?"
 FACT = re.compile(
     rf"(?P<value>{NUMBER})(?:\s*%)?(?:\s*\[(?P<lo>{NUMBER}),\s*(?P<hi>{NUMBER})\])?\s*<!-- fact: (?P<key>[^>]*?) -->"
 )
+VERDICT = re.compile(r"\*{1,2}(?P<word>[^*]+?)\*{1,2}\s*<!-- verdict: (?P<key>[^>]*?) -->")
 N_BOOT = 1000  # the pages' resamples: the same CIs
 
 
@@ -167,6 +176,22 @@ def _claims(root: Path, words: list[str]) -> float:
     return float(sum(per[study].values()) if verdict == "all" else per[study][VERDICT_WORDS[verdict]])
 
 
+def verdict_of(root: Path, key: str, word: str) -> str:
+    """``verdict: CLAIM TASK STUDY``: the verdict of that row of the claims table, printed as ``word`` is (the
+    table's label, or its short name when ``word`` is one)."""
+    from fraglib.claims import VERDICT_WORDS
+
+    words = key.split()
+    if len(words) != 3:
+        raise ValueError(f"verdict {key}: expected CLAIM TASK STUDY")
+    claim, task, study = words
+    found = [r for r in _rows(root) if not r.beside and (r.claim["id"], r.task, r.study) == (claim, task, study)]
+    if len(found) != 1:
+        raise ValueError(f"verdict {key}: {len(found)} rows of the claims table match")
+    short = {v: k for k, v in VERDICT_WORDS.items()}
+    return short[found[0].verdict] if word in VERDICT_WORDS else found[0].verdict
+
+
 def _cost(root: Path, words: list[str]) -> float:
     on = words.index("on") if "on" in words else len(words)
     target, machine = " ".join(words[:on]), " ".join(words[on + 1 :])
@@ -214,10 +239,13 @@ def facts(root: str | Path | None = None, files: list[Path] | None = None) -> li
     out = []
     for f in files:
         for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            name = f.relative_to(root) if f.is_relative_to(root) else f
             for m in FACT.finditer(line):
                 quoted = m["value"] + (f" [{m['lo']}, {m['hi']}]" if m["lo"] is not None else "")
-                name = f.relative_to(root) if f.is_relative_to(root) else f
                 out.append(Fact(str(name), n, quoted, m["key"], check(m, root)))
+            for m in VERDICT.finditer(line):
+                word = " ".join(m["word"].split())
+                out.append(Fact(str(name), n, word, f"verdict: {m['key']}", verdict_of(root, m["key"], word)))
     return out
 
 

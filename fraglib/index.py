@@ -484,6 +484,23 @@ def verdict_blocks(found: list[Study], params: dict) -> list[tables.Block]:
     return []
 
 
+def claim_parts(blocks: list[tables.Block]) -> tuple[list[tables.Block], list[dict[str, Any]]]:
+    """The claims blocks (:func:`fraglib.claims.claim_blocks`) split for the index: the head before the first
+    heading (the rule's paragraph, the counts, one line per paper) and each headed section (a study's table, its
+    A/A check and costs; the claims not testable here) as {title, counts: its "Verdicts: …" line or "", blocks},
+    which the page folds."""
+    cut = next((i for i, b in enumerate(blocks) if isinstance(b, tables.Heading)), len(blocks))
+    parts: list[dict[str, Any]] = []
+    for b in blocks[cut:]:
+        if isinstance(b, tables.Heading):
+            parts.append({"title": b.text, "counts": "", "blocks": []})
+        else:
+            if isinstance(b, str) and b.startswith("Verdicts: ") and not parts[-1]["counts"]:
+                parts[-1]["counts"] = b.removeprefix("Verdicts: ").rstrip(".")
+            parts[-1]["blocks"].append(b)
+    return blocks[:cut], parts
+
+
 def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
     """Per study with results: its title, when its summaries were committed (git) and its tables: retrieval, the
     papers' (:func:`fraglib.tables.papers`) and generated sentences."""
@@ -550,8 +567,11 @@ def build(out: str | Path = "reports/index.html") -> Path:
         keep_trailing_newline=True,
     )
     env.filters["blocks"] = lambda b: Markup(tables.html(b))
+    head, parts = claim_parts(claims.claim_blocks(".", params) if params else [])
     page = env.get_template(TEMPLATE).render(
-        claims=claims.claim_blocks(".", params) if params else [],
+        counts=head[2:] if head else [],
+        claims_head=head[:2],
+        claims_parts=parts,
         verdict=verdict_blocks(found, params) if params else [],
         reports=report_rows(found, params, out.parent),
         studies=study_sections(found, params) if params else [],

@@ -75,13 +75,47 @@ def synthetic_samples(
 PALETTE = ["#ffe119", "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#ffffff"]
 
 
-def differences_figure(diffs) -> plt.Figure:
-    """Paired differences (``results.differences_from``) as points with CIs, one panel per direction;
-    red where the CI excludes 0."""
-    n = diffs.groupby("direction").size().max()
-    fig, axes = plt.subplots(1, 2, figsize=(15, 0.45 * n + 1), sharey=True)
-    for ax, d in zip(axes, DIRECTIONS):
-        sub = diffs[diffs.direction == d].reset_index(drop=True)
+def difference_label(row, base: str | None = "base", group: str | None = "group", wrap: int = 60) -> str:
+    """A row of paired differences named by both sides: ``[<group>: ]<run>`` then, on its own line(s),
+    ``− <base>  (<metric>)``; without a ``base`` entry (an older table), ``<run>  <metric>`` as before. Each side
+    wrapped at ``wrap`` characters so a long run label stays beside its row."""
+    has = lambda key: bool(key) and key in row.index and row[key] is not None and row[key] == row[key]  # noqa: E731
+    left = (f"{row[group]}: " if has(group) else "") + str(row["run"])
+    if not has(base):
+        return figure_text(left + (f"  {row['metric']}" if has("metric") else ""))
+    right = f"− {row[base]}" + (f"  ({row['metric']})" if has("metric") else "")
+    lines = textwrap.wrap(left, wrap, subsequent_indent="  ") + textwrap.wrap(right, wrap, subsequent_indent="    ")
+    return figure_text("\n".join(lines))
+
+
+def differences_figure(diffs, base: str | None = "base", group: str | None = "group", wrap: int = 60) -> plt.Figure:
+    """Paired differences (``results.paired_differences``, ``results.group_differences``: a − b) as points with
+    95 % CIs, one panel per direction, red where the CI excludes 0; every row names both sides of its difference
+    (:func:`difference_label`: the ``run`` column minus the ``base`` column, after the ``group`` column where
+    there is one). The first row on top. Panels whose rows are the same side by side with one set of labels;
+    otherwise one under the other, each with its own."""
+    dirs = [d for d in DIRECTIONS if (diffs.direction == d).any()] or list(DIRECTIONS)
+    paired = bool(base) and base in diffs
+    subs = {d: diffs[diffs.direction == d].reset_index(drop=True) for d in dirs}
+    names = {d: [difference_label(r, base, group, wrap) for _, r in s.iterrows()] for d, s in subs.items()}
+    shared = all(names[d] == names[dirs[0]] for d in dirs)
+    row_h = {d: [0.13 * (1 + n.count("\n")) + 0.2 for n in names[d]] for d in dirs}
+    height = {d: sum(h) + 1.0 for d, h in row_h.items()}
+    if shared:
+        fig, axes = plt.subplots(
+            1, len(dirs), figsize=(15, height[dirs[0]]), sharey=True, squeeze=False, layout="constrained"
+        )
+    else:
+        fig, axes = plt.subplots(
+            len(dirs),
+            1,
+            figsize=(12, sum(height.values())),
+            squeeze=False,
+            layout="constrained",
+            height_ratios=[height[d] for d in dirs],
+        )
+    for ax, d in zip(axes.flat, dirs):
+        sub = subs[d]
         for y, r in sub.iterrows():
             ax.errorbar(
                 r["diff"],
@@ -92,54 +126,105 @@ def differences_figure(diffs) -> plt.Figure:
                 capsize=3,
             )
         ax.axvline(0, color="k", lw=1)
-        ax.set_yticks(
-            range(len(sub)), [figure_text(f"{r['run']}  {r['metric']}") for _, r in sub.iterrows()], fontsize=8
+        ax.set_yticks(range(len(sub)), names[d], fontsize=8)
+        ax.set_ylim(len(sub) - 0.5, -0.5)  # the first row on top, as in the table
+        ax.set(
+            title=f"image {d}: " + ("each row's run − the run after “−” (points)" if paired else "run − base (points)"),
+            xlabel="difference with 95% CI (red: excludes 0)",
         )
-        ax.set(title=f"image {d}: run − base (points)", xlabel="difference with 95% CI (red: excludes 0)")
-    fig.tight_layout()
     return fig
 
 
 def breakdown_figure(sub, base_label: str, order: list[str], direction: str, by: str) -> plt.Figure:
-    """Left: the metric per group for each run; right: base minus each other run."""
+    """Left: the metric per group for each run; right: base minus each other run; each legend under its panel."""
     import pandas as pd
     import seaborn as sns
 
     sub = sub.assign(run=sub["run"].map(figure_text), group=sub["group"].map(figure_text))  # labels drawn as written
     base_label, order = figure_text(base_label), [figure_text(g) for g in order]
     wide = sub.pivot(index="group", columns="run", values="value")
-    diff = pd.DataFrame({f"base − {c}": wide[base_label] - wide[c] for c in wide.columns if c != base_label})
+    runs = list(dict.fromkeys(sub["run"]))
+    colour = dict(zip(runs, sns.color_palette(n_colors=len(runs))))  # a run's colour in both panels
+    others = [c for c in runs if c != base_label]
+    diff = pd.DataFrame({f"{base_label} − {c}": wide[base_label] - wide[c] for c in others})
     fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 * len(order) + 2.0), sharey=True, layout="constrained")
-    sns.barplot(data=sub, y="group", x="value", hue="run", order=order, ax=axes[0], orient="h")
+    sns.barplot(
+        data=sub, y="group", x="value", hue="run", hue_order=runs, palette=colour, order=order, ax=axes[0], orient="h"
+    )
     axes[0].set(xlabel=f"{direction} R@5 (%)", ylabel=by, title=f"{direction}: R@5 by {by}")
-    axes[0].legend(fontsize=7, loc="best", framealpha=0.85)
-    diff.loc[order].plot.barh(ax=axes[1])
+    diff.loc[order].plot.barh(ax=axes[1], color=[colour[c] for c in others])
     axes[1].axvline(0, color="k", lw=0.8)
-    axes[1].set(xlabel="difference (points)", title=f"base ({base_label}) minus each run")
-    axes[1].legend(fontsize=7, loc="best", framealpha=0.85)
+    axes[1].set(xlabel="difference (points)")
+    axes[1].set_title("\n".join(textwrap.wrap(f"base ({base_label}) minus each run", 80)))
+    for ax in axes:  # each panel's legend under it, off the bars
+        ax.legend(
+            fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5 / fig.get_figheight() - 0.06), frameon=False
+        )
     return fig
 
 
-def curves_figure(hist) -> plt.Figure:
-    """Validation R-sum and training cost per epoch, one line per run (mean ± sd over seeds); the legend below
-    both plots, in as many columns as it needs to stay short (56 runs: 4 columns of 14), never over the data."""
-    import seaborn as sns
+def curve_panels(
+    runs: list[str], groups: dict[str, str] | None = None, per_panel: int = 8
+) -> list[tuple[str, list[str]]]:
+    """The panels of :func:`curves_figure`: (title, runs) per group of ``runs`` in their order — ``groups[run]``
+    (e.g. the run's system), else the run label's head before ": " ("Our model", "Peri", …) — a group of more
+    than ``per_panel`` runs split evenly over as few panels as keep each at most ``per_panel`` ("vse (1/2)")."""
+    by: dict[str, list[str]] = {}
+    for r in runs:
+        g = (groups or {}).get(r) or (r.split(": ", 1)[0] if ": " in r else "other runs")
+        by.setdefault(str(g), []).append(r)
+    panels = []
+    for g, rs in by.items():
+        k = -(-len(rs) // max(1, per_panel))
+        size = -(-len(rs) // k)
+        panels += [(g + (f" ({i + 1}/{k})" if k > 1 else ""), rs[i * size : (i + 1) * size]) for i in range(k)]
+    return panels
 
+
+def curves_figure(hist, groups: dict[str, str] | None = None, per_panel: int = 8) -> plt.Figure:
+    """Validation R-sum and training cost per epoch (mean ± sd over seeds), one row of panels per group of runs
+    (:func:`curve_panels`: ``groups`` maps a run label to its group, e.g. its system; by default a ``system``
+    column of ``hist``, else the label's head), at most ``per_panel`` lines a panel in distinct colours, each
+    row's legend to its right, off the data. Runs validated once per fit (closed-form fits, the random ranking) share
+    the last panels, a point (mean ± sd over fits) each."""
+    import seaborn as sns
+    from matplotlib.lines import Line2D
+
+    if groups is None and "system" in hist:
+        groups = dict(zip(hist["run"], hist["system"]))
+    groups = {figure_text(k): v for k, v in (groups or {}).items()}
     hist = hist.assign(run=hist["run"].map(figure_text))  # labels drawn as written
     runs = list(dict.fromkeys(hist["run"]))
-    ncol = max(1, min(4, -(-len(runs) // 8)))
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4 + 0.16 * -(-len(runs) // ncol)), layout="constrained")
-    palette = dict(zip(runs, sns.color_palette("husl", len(runs)) if len(runs) > 10 else sns.color_palette()))
-    sns.lineplot(data=hist, x="epoch", y="val_rsum", hue="run", ax=axes[0], errorbar="sd", palette=palette)
-    axes[0].set(ylabel="val R@1+5+10, both directions")
-    handles, names = axes[0].get_legend_handles_labels()
-    axes[0].get_legend().remove()
-    fig.legend(handles, names, loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
-    if "train_cost" in hist:
-        sns.lineplot(
-            data=hist, x="epoch", y="train_cost", hue="run", ax=axes[1], legend=False, errorbar="sd", palette=palette
+    once = set(hist.groupby("run")["epoch"].nunique().loc[lambda n: n == 1].index)  # fitted once: no curve
+    panels = curve_panels([r for r in runs if r not in once], groups, per_panel)
+    panels += curve_panels([r for r in runs if r in once], {r: "one fit each (no epochs)" for r in once}, per_panel)
+    cost = "train_cost" in hist and bool(hist["train_cost"].notna().any())
+    fig, axes = plt.subplots(
+        len(panels), 2 if cost else 1, figsize=(15, 2.8 * len(panels) + 0.4), squeeze=False, layout="constrained"
+    )
+    for (title, runs), row in zip(panels, axes):
+        h = hist[hist["run"].isin(runs)]
+        palette = dict(zip(runs, sns.color_palette(n_colors=len(runs))))
+        row[0].set(title=f"{title}: validation R@1+5+10, both directions", ylabel="val R-sum")
+        if runs[0] in once:  # a point per run: mean ± sd over its fits
+            for i, r in enumerate(runs):
+                v = h.loc[h["run"] == r, "val_rsum"]
+                row[0].errorbar(i, v.mean(), yerr=v.std(ddof=0), fmt="o", color=palette[r], capsize=3)
+            row[0].set(xticks=[], xlim=(-0.5, len(runs) - 0.5), xlabel="run (one validation per fit)")
+            for ax in row[1:]:
+                ax.set_axis_off()
+        else:
+            kw = dict(data=h, x="epoch", hue="run", hue_order=runs, palette=palette, errorbar="sd", legend=False)
+            sns.lineplot(y="val_rsum", ax=row[0], marker="o", ms=3, **kw)
+            if cost:
+                if h["train_cost"].notna().any():
+                    sns.lineplot(y="train_cost", ax=row[1], **kw)
+                    row[1].set(yscale="log")
+                row[1].set(title=f"{title}: training cost", ylabel="training cost per pair")
+        handles = [Line2D([], [], color=palette[r], lw=2, label="\n".join(textwrap.wrap(r, 48))) for r in runs]
+        row[-1].legend(
+            handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=7, frameon=False
         )
-        axes[1].set(yscale="log", ylabel="training cost per pair")
     return fig
 
 
@@ -179,7 +264,8 @@ def crops_figure(crops: list[tuple[np.ndarray, str]], title: str) -> plt.Figure:
 def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
     """Seconds and peak RSS against images on log-log axes, one line per component (``growth_*`` benchmark
     entries: name ``growth_<component>_x<scale>_s``, ``images``, ``peak_rss_mb``, ``machine``); a component measured
-    on several machines has a line per machine (its first word in the label)."""
+    on several machines has a line per machine (its first word in the label). Ten colours, then each again with
+    another line style and marker; the legend below both plots."""
     several = len({str(e.get("machine", "")) for e in entries}) > 1
     lines: dict[str, list[tuple[int, float, float]]] = {}
     for e in entries:
@@ -187,27 +273,34 @@ def growth_figure(entries: list[dict[str, Any]]) -> plt.Figure:
         if several:
             comp += f" ({(str(e.get('machine', '')).split() or ['?'])[0]})"
         lines.setdefault(comp, []).append((e["images"], e["value"], e["peak_rss_mb"]))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for comp, pts in sorted(lines.items()):
+    ncol = max(1, min(4, -(-len(lines) // 6)))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4 + 0.15 * -(-len(lines) // ncol)), layout="constrained")
+    for i, (comp, pts) in enumerate(sorted(lines.items())):
         pts.sort()
         x = [p[0] for p in pts]
+        style = dict(color=f"C{i % 10}", ls=("-", "--", ":", "-.")[i // 10 % 4], marker="os^D"[i // 10 % 4])
         for ax, k in zip(axes, (1, 2)):
-            ax.plot(x, [p[k] for p in pts], marker="o", label=figure_text(comp))
+            ax.plot(x, [p[k] for p in pts], ms=4, label=figure_text(comp), **style)
     for ax, label in zip(axes, ("seconds", "peak RSS (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("images in the synthetic benchmark")
         ax.set_ylabel(label)
-    axes[1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    if lines:  # below both plots, never over a line
+        fig.legend(
+            *axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=ncol, fontsize=7, frameon=False
+        )
     return fig
 
 
 def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, str], k: int = 10) -> plt.Figure:
     """Hubness at a glance: per direction, the share of candidates (%, log scale) that appear in at least
     x queries' top k, for each run (units pooled). Hubs make a long right tail; the value at x = 1 is the
-    share of candidates retrieved at all (100 − never %)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), dpi=72)  # line art: small enough for a page
+    share of candidates retrieved at all (100 − never %). The legend below both plots."""
+    ncol = max(1, min(3, -(-len(runs) // 5)))
+    fig, axes = plt.subplots(
+        1, 2, figsize=(11, 3.6 + 0.16 * -(-len(runs) // ncol)), dpi=72, layout="constrained"
+    )  # line art: small enough for a page
     for ax, d, cand in zip(axes, DIRECTIONS, ("sentences", "images")):
         for i, r in enumerate(runs):
             occ = np.concatenate(study[r]["occurrence"][d])
@@ -226,8 +319,10 @@ def occurrence_figure(study: dict[str, Any], runs: list[str], labels: dict[str, 
             xlabel=f"x = number of queries with the candidate in their top {k}",
             ylabel="% of candidates with N ≥ x",
         )
-    axes[1].legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+    if runs:  # below both plots: the right-hand tails are the data to read
+        fig.legend(
+            *axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=ncol, fontsize=7, frameon=False
+        )
     return fig
 
 
@@ -235,9 +330,15 @@ def collapse_figure(hist) -> plt.Figure:
     """The hardest-negative collapse per epoch (``history.csv`` columns of ``hinge_diagnostics``, the mean
     over seeds): the share of negatives within the margin, and the share of hardest negatives whose image
     is of the positive's category against that share among all negatives (dashed: chance)."""
+    from matplotlib.lines import Line2D
+
     have = [c for c in ("train_violating", "train_hardest_same_group") if c in hist]
-    fig, axes = plt.subplots(1, len(have), figsize=(5.2 * len(have), 3.4), squeeze=False)
     mean = hist.groupby(["run", "epoch"], sort=False).mean(numeric_only=True).reset_index()
+    n = mean["run"].nunique() + 1
+    ncol = max(1, min(2, -(-n // 4)))
+    fig, axes = plt.subplots(
+        1, len(have), figsize=(5.2 * len(have), 3.4 + 0.16 * -(-n // ncol)), squeeze=False, layout="constrained"
+    )
     for ax, col in zip(axes[0], have):
         for run, g in mean.groupby("run", sort=False):
             if g[col].notna().any():
@@ -251,15 +352,20 @@ def collapse_figure(hist) -> plt.Figure:
                 "train_hardest_same_group": "% hardest negatives, same category",
             }[col]
         )
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, names = axes[0][0].get_legend_handles_labels()
+    if "train_hardest_same_group" in have:
+        handles.append(Line2D([], [], color="grey", ls="--", lw=1))
+        names.append("dashed: share among all negatives (chance)")
+    if handles:  # below the plots, off the curves
+        fig.legend(handles, names, loc="outside lower center", ncol=ncol, fontsize=7, frameon=False)
     return fig
 
 
 def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
     """Validation R-sum against the fusion weight ``w`` of the first run (``fraglib.fusion``: label ->
-    {str(w): R-sum}); w = 0 is the second run alone, w = 1 the first; a dot marks each curve's choice."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    {str(w): R-sum}); w = 0 is the second run alone, w = 1 the first; a dot marks each curve's choice. The legend
+    below the plot."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.4 + 0.16 * len(curves)), layout="constrained")
     for label, by_w in curves.items():
         w = np.array([float(k) for k in by_w])
         v = np.array(list(by_w.values()), dtype=float)
@@ -267,6 +373,6 @@ def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
         ax.plot(w[v.argmax()], v.max(), "o", ms=8, color=line.get_color(), mfc="none")
     ax.set_xlabel("w (weight of the first run's standardised score)")
     ax.set_ylabel("validation R-sum")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    if curves:  # below the plot, off the curves
+        fig.legend(loc="outside lower center", fontsize=7, frameon=False)
     return fig

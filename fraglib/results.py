@@ -1196,27 +1196,40 @@ CORRECTIONS = {
 }
 
 
+MISSING = "—"  # a hubness table's cell for what a run did not measure
+
+
+def _cell(value: Any, fmt: str) -> str:
+    """``value`` formatted by ``fmt`` (a format spec), :data:`MISSING` for None or NaN."""
+    return MISSING if value is None or value != value else format(value, fmt)
+
+
 def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Rows: runs with hubness measured; columns (direction, statistic) of the test k-occurrence, mean over
-    units: skewness of N_k, % of candidates never in a top k, the largest N_k, % of top-k slots held by the
-    5 % most-retrieved candidates. Annotation's candidates are sentences, search's are images."""
+    """Rows: runs with hubness measured (``run``, in study order); columns (direction, statistic) of the test
+    k-occurrence, mean over units: skewness of N_k, % of candidates never in a top k, the largest N_k, % of top-k
+    slots held by the 5 % most-retrieved candidates. Annotation's candidates are sentences, search's are images.
+    Cells as text, rounded (skew to 0.01, the rest to 0.1); :data:`MISSING` where a run lacks a statistic."""
     rows = {}
+    k = None
     for r, s in study.items():
         h = s.get("hubness")
         if not h:
             continue
+        k = k or int(h["k"])
         rows[(labels or {}).get(r, r)] = {
-            (d, name): h[d][key]
+            (d, name): _cell(h.get(d, {}).get(key), fmt)
             for d in DIRECTIONS
-            for key, name in (
-                ("skewness", "skew"),
-                ("never", "never %"),
-                ("max", f"max N{int(h['k'])}"),
-                ("top5_share", "top-5% share"),
+            for key, name, fmt in (
+                ("skewness", "skew", ".2f"),
+                ("never", "never %", ".1f"),
+                ("max", f"max N{k}", ".1f"),
+                ("top5_share", "top-5% share", ".1f"),
             )
         }
     out = pd.DataFrame.from_dict(rows, orient="index")
-    return out.round(2) if len(out) else out
+    if len(out):
+        out = out.fillna(MISSING).rename_axis(index="run", columns=["direction", f"test N{k}"])
+    return out
 
 
 def correction_differences(
@@ -1281,7 +1294,8 @@ def corrected_study(study: dict[str, dict[str, Any]], key: str) -> dict[str, dic
 
 def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
     """:func:`correction_differences` as 'with (Δ [lo, hi])' strings: rows runs, columns (direction,
-    correction), plus each direction's uncorrected value."""
+    correction), plus each direction's uncorrected value (``none``, to 0.1); :data:`MISSING` where a run lacks a
+    correction."""
     if not len(diffs):
         return diffs
     d = diffs.assign(
@@ -1292,11 +1306,29 @@ def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
     )
     runs = list(dict.fromkeys(d["run"]))
     table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")
-    plain = d.pivot_table(index="run", columns="direction", values="without", aggfunc="first").round(1)
+    plain = d.pivot_table(index="run", columns="direction", values="without", aggfunc="first")
     for dirn in plain.columns:
-        table[(dirn, "none")] = plain[dirn]
+        table[(dirn, "none")] = [_cell(v, ".1f") for v in plain[dirn].reindex(table.index)]
     order = [(dirn, c) for dirn in DIRECTIONS for c in ["none", *CORRECTIONS.values()] if (dirn, c) in table.columns]
-    return table.loc[runs, order]
+    return table.loc[runs, order].fillna(MISSING)
+
+
+def correction_parameter_table(chosen: pd.DataFrame) -> pd.DataFrame:
+    """:func:`correction_parameters` as one cell per run (rows, in their order), direction and correction (columns,
+    in :data:`CORRECTIONS` order): the parameter to 3 significant figures (NNN: α, then its k) and, in brackets, the
+    validation R-sum it gained (points); :data:`MISSING` where a run lacks the correction (one written before it).
+    At most 16 columns, so a page shows them all."""
+    if not len(chosen):
+        return chosen
+
+    def cell(r) -> str:
+        k = "" if r["k"] != r["k"] else f", k {_cell(r['k'], '.0f')}"
+        return f"{_cell(r['parameter'], '.3g')}{k} ({_cell(r['val gain'], '+.1f')})"
+
+    d = chosen.assign(cell=[cell(r) for _, r in chosen.iterrows()])
+    table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")
+    order = [(dirn, c) for dirn in DIRECTIONS for c in CORRECTIONS.values() if (dirn, c) in table.columns]
+    return table.loc[list(dict.fromkeys(d["run"])), order].fillna(MISSING)
 
 
 def search_budget(tables: list[str | Path], params: dict[str, Any]) -> pd.DataFrame:

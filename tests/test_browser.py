@@ -91,10 +91,11 @@ def test_the_explorer_lists_and_aligns_what_is_clicked(browser, explorer_data, t
     assert page.locator("#alignment .box span").nth(0).inner_text().strip()
     page.click("#mode-sentences")
     page.locator("#sentlist div").nth(0).click()
-    assert page.locator("#columns .column .imgs img").count() == 3 * len(runs)
+    data = json.loads((out / "explorer.json").read_text())
+    missed = sum(data["sentences"][0]["image"] not in r["sentence_top"][0] for r in data["runs"].values())
+    assert page.locator("#columns .column .imgs img").count() == 3 * len(runs) + missed  # + the answer where missed
     page.click("#mode-map")
     assert page.locator("#maps rect").count() == 4 and page.locator("#maps circle").count() == 20
-    data = json.loads((out / "explorer.json").read_text())
     first_category = sorted({im["category"] for im in data["images"]})[0]
     page.select_option("#category", first_category)
     assert page.locator("#maps rect").count() == sum(im["category"] == first_category for im in data["images"])
@@ -104,3 +105,119 @@ def test_the_explorer_lists_and_aligns_what_is_clicked(browser, explorer_data, t
         thumbs.nth(0).click()
         first.nth(0).click()
         page.screenshot(path=os.path.join(os.environ["FRAGLIB_SCREENSHOTS"], "explorer_tiny.png"), full_page=True)
+
+
+RECTS = """sel => [...document.querySelectorAll(sel)].map(e => {
+    const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })"""
+
+
+def _overlap(a, b) -> bool:
+    """Two [left, top, right, bottom] rectangles share more than half a pixel each way."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
+
+
+def test_the_explorer_shows_where_the_answer_is(browser, explorer_data, tmp_path):
+    """Both directions ranked: a sentence query's images carry their ranks 1..k, and where a run's list misses the
+    answer its rank follows (the correct image after a gap, and a line); an image query's line says its best own
+    sentence's rank. Data written before the ranks were recorded say the rank is not stored."""
+    from fraglib.explorer_page import build
+
+    out, _ = explorer_data
+    data = json.loads((out / "explorer.json").read_text())
+    runs, k = list(data["runs"]), data["k"]
+    owner = [s["image"] for s in data["sentences"]]
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    stripped = json.loads((old / "explorer.json").read_text())
+    for r in stripped["runs"].values():
+        del r["image_rank"], r["sentence_rank"]
+    (old / "explorer.json").write_text(json.dumps(stripped))
+    for folder, stored in ((out, True), (old, False)):
+        html, _ = build(folder, tmp_path / folder.name / "explorer.html")
+        page, failed = open_page(browser, html)
+        assert [t.strip() for t in page.locator("#runs label").all_inner_texts()] == [
+            data["runs"][r]["label"] for r in runs
+        ]
+        page.click("#mode-sentences")
+        misses = 0
+        for q in range(len(data["sentences"])):
+            page.locator("#sentlist div").nth(q).click()
+            for c, r in enumerate(runs):
+                column = page.locator("#columns .column").nth(c)
+                assert column.locator("h3").inner_text() == data["runs"][r]["label"]
+                badges = column.locator(".rank").all_inner_texts()
+                top = data["runs"][r]["sentence_top"][q]
+                assert badges[:k] == [str(n) for n in range(1, k + 1)], (r, q, badges)
+                note = column.locator(".answer").all_inner_texts()
+                if owner[q] in top:
+                    assert len(badges) == k and not note
+                    continue
+                misses += 1
+                rank = data["runs"][r]["sentence_rank"][q]
+                assert badges[k:] == [str(rank) if stored else f">{k}"], (r, q, badges)
+                answer = page.locator("#query .own img").get_attribute("src")  # the query's own image
+                assert column.locator(".imgs img").nth(k).get_attribute("src") == answer
+                expect = f"rank {rank} of {len(data['images'])}" if stored else "its rank is not stored in these data"
+                assert len(note) == 1 and expect in note[0], note
+        assert misses, "no sentence query's list misses its image: the tiny runs no longer show the case"
+        page.click("#mode-images")
+        for i in range(len(data["images"])):
+            page.locator("#grid img.thumb").nth(i).click()
+            for c, r in enumerate(runs):
+                column = page.locator("#columns .column").nth(c)
+                assert column.locator("li").count() == k  # an <ol>: numbered 1..k
+                note = column.locator(".answer").all_inner_texts()
+                if any(owner[j] == i for j in data["runs"][r]["image_top"][i]):
+                    assert not note
+                elif stored:
+                    assert note == [f"No correct sentence in the top {k}: the best-ranked of its own is at rank "
+                                    f"{data['runs'][r]['image_rank'][i]} of {len(data['sentences'])}."]  # fmt: skip
+                else:
+                    assert len(note) == 1 and "its rank is not stored in these data" in note[0]
+        assert not broken_links(page, failed)
+        page.close()
+
+
+def test_the_explorer_keeps_labels_and_points_apart(browser, explorer_data, tmp_path):
+    """No two fragment labels on a picture overlap, whatever pair is clicked; on the map, every point is drawn
+    after every larger one (no hub's square covers a small point); each category its own colour."""
+    from fraglib.explorer_page import build
+
+    out, _ = explorer_data
+    data = json.loads((out / "explorer.json").read_text())
+    html, _ = build(out, tmp_path / "reports" / "explorer.html")
+    page, _ = open_page(browser, html)
+    pairs = 0
+    for i in range(len(data["images"])):
+        page.locator("#grid img.thumb").nth(i).click()
+        items = page.locator("#columns .column").nth(0).locator("li")
+        for n in range(items.count()):
+            items.nth(n).click()
+            labels = page.evaluate(RECTS, "#alignment .stage .box span")
+            assert labels, (i, n)
+            clash = [(a, b) for x, a in enumerate(labels) for b in labels[x + 1 :] if _overlap(a, b)]
+            assert not clash, (i, n, clash)
+            pairs += 1
+    assert pairs == len(data["images"]) * data["k"]
+    page.click("#mode-map")
+    sizes = page.evaluate("""() => [...document.querySelectorAll('#maps svg')[0].children].map(e =>
+        e.tagName === 'circle' ? Math.PI * e.r.baseVal.value ** 2 : e.width.baseVal.value * e.height.baseVal.value)""")
+    assert len(sizes) == len(data["images"]) + len(data["sentences"])
+    assert all(a >= b - 1e-6 for a, b in zip(sizes, sizes[1:])), sizes
+    colours = page.evaluate("() => [...document.querySelectorAll('.legend i')].map(e => e.style.background)")
+    assert len(colours) == len({im["category"] for im in data["images"]}) == len(set(colours))
+    page.close()
+
+
+def test_the_committed_pascal_explorer_colours_its_twenty_categories_apart(browser):
+    """Pascal1K's 20 classes: 20 legend colours, none repeated, and each point the colour of its category."""
+    path = ROOT / "reports/pascal1k/explorer.html"
+    if not path.exists():
+        pytest.skip("no Pascal1K explorer page committed")
+    page, failed = open_page(browser, path)
+    page.click("#mode-map")
+    legend = page.evaluate("""() => [...document.querySelectorAll('.legend span')].map(e =>
+        [e.textContent, e.querySelector('i').style.background])""")
+    assert len(legend) == 20 and len({c for _, c in legend}) == 20, legend
+    assert not broken_links(page, failed)
+    page.close()

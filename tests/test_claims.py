@@ -431,9 +431,9 @@ def test_claim_rows_and_the_table_by_hand(tmp_path):
     assert counted["Socher"]["synthetic"][C.REPRODUCED] == 2 and counted["Socher"]["synthetic"][C.NOT_TESTABLE] == 1
     assert counted["Socher"]["pascal1k"] == {**dict.fromkeys(C.VERDICTS, 0), C.NOT_TESTABLE: 2}
     assert counted["Karpathy"] == {"": {**dict.fromkeys(C.VERDICTS, 0), C.NOT_TESTABLE: 2}}
-    lines = C.by_paper(rows)
-    assert lines[0].startswith("**Socher et al. 2014** — on `synthetic`: 2 reproduced, 0 same direction")
-    assert lines[1] == "**Karpathy et al. 2014** — not testable here: 2."
+    table = C.counts_table(rows)
+    assert table.rows[0][:4] == ("Socher et al. 2014", "`synthetic`", "2", "0") and table.rows[0][-1] == "1"
+    assert table.rows[-1] == ("Karpathy et al. 2014", "none", *["0"] * 8, "2")
     with pytest.raises(ValueError, match="names none of"):
         C.paper_of({"id": "y", "source": "Someone 2020, Table 1"})
 

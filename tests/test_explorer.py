@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,28 @@ def test_top_k_orders_both_directions_ties_by_position_and_inf_last():
     assert cols.tolist() == [[0, 2], [2, 1], [0, 2], [1, 2]]  # column 2: 0.5 at rows 0 and 2, then nan last
     with pytest.raises(ValueError, match="explorer.k=3"):
         top_k(S, 3)
+
+
+def test_correct_ranks_are_the_metrics_ranks_and_agree_with_the_lists():
+    """The rank of each query's answer: pessimistic on ties as the metrics, NaN last; never above the answer's place
+    in top_k's list, and within k exactly when the list holds it."""
+    from fraglib.explore import correct_ranks
+
+    S = torch.tensor([[0.9, 0.1, 0.5, 0.5], [0.2, 0.2, float("nan"), 0.8], [0.3, 0.7, 0.5, 0.1]])
+    owner = np.array([0, 1, 2, 2])  # sentence -> image
+    a, s = correct_ranks(S, owner)
+    assert a.tolist() == [1, 3, 2]  # image 1: its sentence's 0.2 ties sentence 0's (pessimistic), nan ranks last
+    assert s.tolist() == [1, 2, 2, 3]  # sentence 2: its image's 0.5 ties image 0's, image 1's nan ranks last
+    rng = np.random.default_rng(0)
+    S = torch.tensor(rng.integers(0, 4, (7, 21)), dtype=torch.float32)  # many ties
+    owner = np.repeat(np.arange(7), 3)
+    a, s = correct_ranks(S, owner)
+    rows, cols = top_k(S, 4)
+    for ranks, lists, hit in ((a, rows, lambda q, x: owner[x] == q), (s, cols, lambda q, x: x == owner[q])):
+        for q, (rank, row) in enumerate(zip(ranks, lists)):
+            place = next((p for p, x in enumerate(row) if hit(q, x)), None)
+            assert rank > 4 or place is not None, (q, rank, row)  # within k: the list holds it
+            assert place is None or rank >= place + 1, (q, rank, row)  # never above its place
 
 
 def test_the_map_is_deterministic_and_in_the_unit_square():
@@ -53,6 +76,8 @@ def test_the_lists_agree_with_the_committed_ranks(explorer_data):
         hit_s = [owner[j] in top for j, top in enumerate(got["sentence_top"])]
         assert hit_a == [r <= 3 for r in ranks["annotation"]], run
         assert hit_s == [r <= 3 for r in ranks["search"]], run
+        # where the answer is beyond the top k: the evaluation's own ranks (the tiny split shows every test item)
+        assert got["image_rank"] == ranks["annotation"] and got["sentence_rank"] == ranks["search"], run
 
 
 def test_thumbnails_categories_alignments_and_map(explorer_data):
@@ -179,3 +204,121 @@ def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
     assert not list((tmp_path / "b").glob("alignments_*.json"))
     with pytest.raises(ConfigError, match="run devise is no fragment run"):
         main([*common, "--out", str(tmp_path / "c"), "--align-runs", "devise"])
+
+
+def _ranks(image_rank=None, sentence_rank=None, **top):
+    """A change of the small explorer data of test_hostile_inputs_pages (2 images, 2 sentences, k = 1, both lists
+    correct at place 1): run full's ranks and lists."""
+
+    def change(d):
+        r = d["runs"]["full"]
+        r.update(top)
+        r.update({k: v for k, v in (("image_rank", image_rank), ("sentence_rank", sentence_rank)) if v is not None})
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _ranks(),  # data written before explore recorded the ranks: they still make a page
+        _ranks([1, 1], [1, 1]),
+        _ranks([2, 1], [2, 1]),  # pessimistic on ties: below the answer's place in the list
+        _ranks([1, 1], [2, 1], sentence_top=[[1], [1]]),  # sentence 0's image is missed: its rank is beyond k = 1
+    ],
+)
+def test_the_ranks_of_the_answers_are_optional_and_pass(tmp_path, change):
+    from test_hostile_inputs_pages import _explorer
+
+    from fraglib.explorer_page import build
+
+    d = _explorer(tmp_path, change)
+    html, js = build(d, tmp_path / "out" / "explorer.html")
+    data = json.loads(js.read_text()[len("window.EXPLORER = ") : -2])
+    stored = json.loads((d / "explorer.json").read_text())["runs"]["full"]
+    assert {k: data["runs"]["full"].get(k) for k in ("image_rank", "sentence_rank")} == {
+        k: stored.get(k) for k in ("image_rank", "sentence_rank")
+    }
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_ranks(sentence_rank=[1]), r"runs\.full\.sentence_rank: expected a list of 2 ranks"),
+        (_ranks(image_rank={"0": 1}), r"runs\.full\.image_rank: expected a list of 2 ranks"),
+        (_ranks(sentence_rank=[1, "1"]), r"runs\.full\.sentence_rank\[1\]='1': not a rank among the 2 images"),
+        (_ranks(sentence_rank=[1, True]), r"runs\.full\.sentence_rank\[1\]=True"),
+        (_ranks(image_rank=[3, 1]), r"runs\.full\.image_rank\[0\]=3: not a rank among the 2 sentences"),
+        (_ranks(sentence_rank=[0, 1]), r"runs\.full\.sentence_rank\[0\]=0: not a rank among the 2 images"),
+        (_ranks(image_rank=[0, 1]), r"image_rank\[0\]=0: its first correct item is at place 1 of the list"),
+        (
+            _ranks(sentence_rank=[1, 1], sentence_top=[[1], [1]]),
+            r"runs\.full\.sentence_rank\[0\]=1: its first correct item is not in the list",
+        ),
+    ],
+)
+def test_bad_ranks_of_the_answers_are_refused_naming_the_field(tmp_path, capsys, change, match):
+    from test_hostile_inputs_pages import _explorer
+
+    from fraglib.explorer_page import main
+
+    d = _explorer(tmp_path, change)
+    html = tmp_path / "out" / "explorer.html"
+    with pytest.raises(SystemExit) as exc:
+        main([str(d), str(html)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"{d / 'explorer.json'}: " in err and re.search(match, err), err
+    assert not html.exists()
+
+
+def _script(page: str) -> str:
+    """The page's own script (the last one: after the data scripts)."""
+    return page.rsplit("<script>", 1)[1].split("</script>", 1)[0]
+
+
+def test_the_page_colours_twenty_categories_apart_and_ranks_both_directions(tmp_path):
+    """The page's script: 20 distinct category colours (Pascal1K's 20 classes, none repeated); a rank on every image
+    of a sentence query's list (image queries' lists are numbered <ol>s) and the answer's rank where the list misses
+    it; labels drawn apart; the map's points largest first; the runs' labels, not their names, as headings."""
+    from test_hostile_inputs_pages import _explorer
+
+    from fraglib.explorer_page import build
+
+    html, _ = build(_explorer(tmp_path, _ranks([1, 1], [2, 1], sentence_top=[[1], [1]])), tmp_path / "explorer.html")
+    script = _script(html.read_text())
+    palette = re.search(r"const CAT_COLOURS = \[([^\]]*)\]", script)
+    assert palette, "no fixed category palette"
+    colours = re.findall(r'"(#[0-9a-f]{6})"', palette[1])
+    assert len(colours) == len(set(colours)) == 20 and len(re.findall(r'"[^"]*"', palette[1])) == 20
+    assert "% COLOURS.length" not in script  # no category colour repeats
+    assert 'className: "rank"' in script and "sentence_rank" in script and "image_rank" in script
+    assert "its rank is not stored in these data" in script  # older data: said, never faked
+    assert "function placeLabels(" in script and "points.sort(" in script
+    assert "textContent: runLabel(" in script and "D.runs[r].label)" not in script
+    assert "innerHTML" not in script and "outerHTML" not in script  # data reach the page as text only
+
+
+def test_the_labels_come_from_params(tiny_study, tmp_path):
+    """explore writes each run's params.yaml label (runs.<run>.label), the name the page shows; a run without one
+    keeps its name."""
+    import yaml
+
+    from fraglib.explore import main
+
+    from conftest import ROOT
+
+    models = tmp_path / "models"
+    (models / "devise").mkdir(parents=True)
+    (models / "devise" / "seed0").symlink_to(tiny_study / "devise" / "seeds" / "seed0")
+    (models / "unnamed").mkdir(parents=True)
+    (models / "unnamed" / "seed0").symlink_to(tiny_study / "random" / "seeds" / "seed0")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    out = tmp_path / "out"
+    main(["--models-dir", str(models), "--runs", "devise,unnamed", "--params", str(tmp_path / "params.yaml"),
+          "--out", str(out), "--align-runs", "", "--map-runs", ""])  # fmt: skip
+    data = json.loads((out / "explorer.json").read_text())
+    assert data["runs"]["devise"]["label"] == params["runs"]["devise"]["label"] != "devise"
+    assert data["runs"]["unnamed"]["label"] == "unnamed"
+    assert all(len(r["image_rank"]) == 4 and len(r["sentence_rank"]) == 20 for r in data["runs"].values())

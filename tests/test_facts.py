@@ -155,3 +155,34 @@ def test_a_claim_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatch)
         doc.write_text(f"1.0<!-- fact: {marker} -->\n")
         with pytest.raises(ValueError, match="expected A B STUDY TASK|0 tested rows"):
             F.facts(tmp_path, [doc])
+
+
+def test_a_verdict_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatch):
+    """``verdict: CLAIM TASK STUDY`` checks the asterisked word before it against that row's verdict (its label or
+    its short name); a row shown beside never answers; no row is an error naming the marker."""
+    from dataclasses import replace
+
+    import fraglib.facts as F
+    from fraglib.claims import NOT_REPRODUCED, REVERSED, SAME_DIRECTION, Row
+
+    base = Row({"id": "karpathy_t2_mil", "runs": {"a": "full", "b": "no_mil"}}, "search", "pascal1k", 7.8, None, "")
+    rows = [
+        replace(base, verdict=REVERSED),
+        replace(base, verdict=SAME_DIRECTION, beside=True),
+        replace(base, task="annotation", verdict=NOT_REPRODUCED),
+    ]
+    monkeypatch.setattr(F, "_rows", lambda root: rows)
+    doc = tmp_path / "d.md"
+    doc.write_text(
+        "MIL is *reversed*<!-- verdict: karpathy_t2_mil search pascal1k --> and "
+        "**reproduced**<!-- verdict: karpathy_t2_mil annotation pascal1k -->, "
+        "*same direction, not significant* <!-- verdict: karpathy_t2_mil search pascal1k -->\n"
+    )
+    assert [(f.quoted, f.committed, f.ok) for f in F.facts(tmp_path, [doc])] == [
+        ("reversed", "reversed", True),
+        ("reproduced", "not", False),
+        ("same direction, not significant", REVERSED, False),
+    ]
+    doc.write_text("*reversed*<!-- verdict: karpathy_t2_mil similarity pascal1k -->\n")
+    with pytest.raises(ValueError, match="verdict karpathy_t2_mil similarity pascal1k: 0 rows"):
+        F.facts(tmp_path, [doc])

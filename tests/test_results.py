@@ -1126,7 +1126,7 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     params = read_params(ROOT / "params.yaml")
     rng = np.random.default_rng(0)
     good = rng.integers(1, 4, size=(2, 200))
-    bad = rng.integers(3, 30, size=(2, 200))
+    bad = rng.integers(2, 12, size=(2, 200))  # worse, but far from chance (a side near chance says nothing)
 
     def study(folder, full, bow):
         for name, r in (("full", full), ("bow", bow)):
@@ -1242,3 +1242,88 @@ def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_imag
     bare.mkdir()
     shutil.copy(src / "dataset.json", bare / "dataset.json")
     assert not has_pictures(bare)
+
+
+def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lacks_a_value():
+    """The results page's hubness tables (k-occurrence, corrected R@1, chosen parameters): text cells rounded, every
+    column named and few enough that pandas hides none, "—" (never NaN) where a run was measured before a
+    statistic or a correction existed."""
+    import pandas as pd
+
+    from fraglib.results import (
+        DIRECTIONS,
+        MISSING,
+        correction_parameter_table,
+        correction_parameters,
+        correction_table,
+        hubness_table,
+    )
+
+    def corr(**extra):
+        return {d: {"param": 0.5, "val_rsum": 3.0, "val_rsum_uncorrected": 1.04, **extra} for d in DIRECTIONS}
+
+    new = {"skewness": 1.2345, "never": 26.123, "max": 10.8, "top5_share": 16.49}
+    study = {
+        "new": {
+            "hubness": {
+                "k": 10.0,
+                "beta_unit": 2.0,
+                **{d: dict(new) for d in DIRECTIONS},
+                **{f"{m}_inductive": corr() for m in ("inverted_softmax", "csls", "dis")},
+                "nnn_inductive": corr(param_k=10.0),
+            }
+        },
+        "old": {  # before max N_k, the top-5 % share, DIS and NNN
+            "hubness": {
+                "k": 10.0,
+                "beta_unit": 2.0,
+                **{d: {"skewness": 3.0, "never": 40.0} for d in DIRECTIONS},
+                "csls_inductive": corr(),
+            }
+        },
+        "none": {},
+    }
+    labels = {"old": "Old run"}
+
+    def shown(t: pd.DataFrame) -> str:
+        with pd.option_context("display.max_columns", 20):  # the notebook's default: wider tables hide columns
+            html = t.to_html()
+        assert "nan" not in html.lower() and "..." not in html
+        return html
+
+    hub = hubness_table(study, labels)
+    assert list(hub.index) == ["new", "Old run"] and hub.index.name == "run"
+    assert list(hub.columns.names) == ["direction", "test N10"] and hub.shape == (2, 8)
+    assert hub.loc["new", ("annotation", "skew")] == "1.23" and hub.loc["new", ("search", "never %")] == "26.1"
+    assert hub.loc["Old run", ("search", "max N10")] == MISSING == "—"
+    shown(hub)
+
+    chosen = correction_parameter_table(correction_parameters(study, labels))
+    assert list(chosen.index) == ["new", "Old run"] and list(chosen.columns.names) == ["direction", "correction"]
+    assert chosen.shape[1] <= 16 and [c[1] for c in chosen.columns[:4]] == [
+        "inverted softmax, inductive",
+        "CSLS, inductive",
+        "DIS, inductive",
+        "NNN, inductive",
+    ]
+    assert chosen.loc["new", ("search", "DIS, inductive")] == "1 (+2.0)"  # β x the validation scores' sd
+    assert chosen.loc["new", ("annotation", "NNN, inductive")] == "0.5, k 10 (+2.0)"
+    assert chosen.loc["Old run", ("annotation", "CSLS, inductive")] == "0.5 (+2.0)"
+    assert chosen.loc["Old run", ("annotation", "DIS, inductive")] == MISSING
+    shown(chosen)
+    assert correction_parameter_table(correction_parameters({"none": {}})).empty
+
+    rows = [
+        dict(
+            run=r, correction=c, direction=d, metric="R@1", without=36.14, diff=0.1, lo=-4.2, hi=4.5, **{"with": 36.24}
+        )
+        for r, cs in (("new", ("CSLS, inductive", "DIS, inductive")), ("Old run", ("CSLS, inductive",)))
+        for c in cs
+        for d in DIRECTIONS
+    ]
+    table = correction_table(pd.DataFrame(rows))
+    assert list(table.index) == ["new", "Old run"] and table.shape == (2, 6)
+    assert table.loc["Old run", ("search", "none")] == "36.1"
+    assert table.loc["new", ("annotation", "DIS, inductive")] == "36.2 (+0.1 [-4.2, +4.5])"
+    assert table.loc["Old run", ("annotation", "DIS, inductive")] == MISSING
+    shown(table)
