@@ -971,7 +971,7 @@ def claim_blocks(root: str | Path, params: dict[str, Any]) -> list[Block]:
         "a claim** (only the table orders the two, by less than one standard error of its own test set), **no "
         "order claimed** (the text calls them level). Significant: the p-value adjusted by Holm within the "
         "paper's tested claims in the study is below 0.05; the verdict of a row's own CI alone is in the last "
-        "column. Rows \"shown beside\" use another form of a side (its exact or Gaussian form) and are not "
+        'column. Rows "shown beside" use another form of a side (its exact or Gaussian form) and are not '
         "counted. ↑: higher is better, ↓: lower is better. The verdicts on runs committed before the tag are not "
         "pre-registered: the registry's fixes were made with them known.",
         f"All studies: {counts(rows)} (claim × task × study rows).",

@@ -197,6 +197,12 @@ def _set_top(key, value):
     ],
 )
 def test_bad_explorer_data_are_refused_naming_the_file_and_the_field(tmp_path, capsys, change, match):
+    assert_refused(tmp_path, capsys, change, match)
+
+
+def assert_refused(tmp_path, capsys, change, match):
+    """The explorer page of data changed by ``change`` is refused (exit 2) naming the file and matching ``match``,
+    and no page is written."""
     from fraglib.explorer_page import main
 
     d = _explorer(tmp_path, change)
