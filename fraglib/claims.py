@@ -1041,13 +1041,19 @@ def aa_rows(params: dict[str, Any], folders: list[Path], measures: list[tuple[st
     return out
 
 
+def study_aa_rows(params: dict[str, Any], data: str, root: str | Path, part: list[Row]) -> list[dict[str, Any]]:
+    """The A/A check (:func:`aa_rows`) of the study of ``data`` over the folders its rows were read from (k-fold and
+    split runs), in the measures its claims (``part``) use."""
+    measures = list(dict.fromkeys((r.task, r.claim["metric"]) for r in part if r.task in RETRIEVAL))
+    lists = [f for f in (dataset_folders(root, folds=True).get(data), dataset_folders(root).get(data)) if f]
+    return [r for folders in lists for r in aa_rows(params, folders, measures)]
+
+
 def aa_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Row]) -> list[Block]:
     """A study's A/A check (:func:`aa_rows`) over the folders its rows were read from, in the measures its claims
     use: how often the rule calls a run different from itself, before and after it weighs the training noise, and
     the pairs."""
-    measures = list(dict.fromkeys((r.task, r.claim["metric"]) for r in part if r.task in RETRIEVAL))
-    lists = [f for f in (dataset_folders(root, folds=True).get(data), dataset_folders(root).get(data)) if f]
-    rows = [r for folders in lists for r in aa_rows(params, folders, measures)]
+    rows = study_aa_rows(params, data, root, part)
     if not rows:
         return []
     decided = [r for r in rows if r["after"] is not None]

@@ -16,6 +16,9 @@ A number in prose names its source with an HTML comment right after it (invisibl
   (:func:`fraglib.claims.paper_counts`; PAPER: Karpathy, Socher or Peri; STUDY ``none``: not testable here);
 * ``fact: claim A B STUDY TASK``: our difference (and CI) in the claims table's row comparing runs A − B on STUDY
   and TASK (its measure: the claim's, e.g. the R@K sum; :func:`fraglib.claims.project_rows`);
+* ``fact: aa STUDY before|after``: the percentage of the A/A check's comparisons on ``STUDY`` (a dataset) that call a
+  run different from itself, with the test queries' error alone (before) or with the training noise (after), as
+  docs/results.md prints it (:func:`fraglib.claims.study_aa_rows`);
 * ``fact: cost TARGET [on MACHINE]``: the minutes of ``make TARGET``'s record in ``benchmarks/costs.json``, the last
   one, or the last of a machine whose name contains MACHINE (``cost make test``, ``cost make on AMD EPYC (AVX2)``:
   name the instruction set too, so that another CPU of the model never stands for it;
@@ -192,6 +195,22 @@ def verdict_of(root: Path, key: str, word: str) -> str:
     return short[found[0].verdict] if word in VERDICT_WORDS else found[0].verdict
 
 
+def _aa(root: Path, words: list[str]) -> float:
+    from fraglib import claims
+    from fraglib.params import read_params
+
+    if len(words) != 2 or words[1] not in ("before", "after"):
+        raise ValueError(f"fact aa {' '.join(words)}: expected STUDY before|after")
+    study, when = words
+    rows = claims.study_aa_rows(
+        read_params(root / "params.yaml"), study, root, [r for r in _rows(root) if r.study == study]
+    )
+    used = [r for r in rows if r[when] is not None]
+    if not used:
+        raise ValueError(f"fact aa {' '.join(words)}: no A/A pair on {study!r}")
+    return 100.0 * sum(bool(r[when]) for r in used) / len(used)
+
+
 def _cost(root: Path, words: list[str]) -> float:
     on = words.index("on") if "on" in words else len(words)
     target, machine = " ".join(words[:on]), " ".join(words[on + 1 :])
@@ -217,6 +236,8 @@ def check(match: re.Match, root: Path) -> str:
         diff, lo, hi = _claim_row(root, words[1:])
     elif words[0] == "claims":
         diff, lo, hi = _claims(root, words[1:]), None, None
+    elif words[0] == "aa":
+        diff, lo, hi = _aa(root, words[1:]), None, None
     else:
         if len(words) != 2:
             raise ValueError(f"fact {match['key']}: expected FILE KEY or diff …")

@@ -22,12 +22,6 @@ from fraglib.config import (
     did_you_mean,
     read_yaml,
 )
-from fraglib.data.synthetic import SynthConfig
-from fraglib.evaluate import EvalConfig
-from fraglib.systems import SYSTEMS
-from fraglib.text.build import TextConfig
-from fraglib.train import TrainConfig
-from fraglib.vision.rcnn import VisionConfig
 
 # DATASETS (the real-data studies' sections: a new study adds its name there) and SECTIONS live in fraglib.config,
 # the bottom layer, so that every command checks the file's sections (fraglib.config.read_settings)
@@ -128,7 +122,15 @@ def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
 def check_params(data: dict[str, Any]) -> None:
     """Every nested mapping of a params dict against its schema: a misspelt key anywhere (``study.jobz``,
     ``pascal1k.trian``, ``systems.fragmnet``, ``runs.full.epohcs``) is a ConfigError with "did you mean";
-    so is a run list naming an unknown run. Values are checked where they are used."""
+    so is a run list naming an unknown run. Values are checked where they are used. (The sections' dataclasses
+    are imported here, not with the module: reading parameters loads no trainer, no system and no torch.)"""
+    from fraglib.data.synthetic import SynthConfig
+    from fraglib.evaluate import EvalConfig
+    from fraglib.systems import SYSTEMS
+    from fraglib.text.build import TextConfig
+    from fraglib.train import TrainConfig
+    from fraglib.vision.rcnn import VisionConfig
+
     names = lambda cls: tuple(f.name for f in dataclasses.fields(cls))  # noqa: E731
     trainer = names(TrainConfig)
     for sec, cls in (
@@ -193,3 +195,18 @@ def dataset_folds(data: dict[str, Any], dataset: str) -> tuple[int, int]:
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
         raise ConfigError(f"{dataset}.partition={partition!r}: expected a non-negative integer (the partition seed)")
     return k, partition
+
+
+def unit_key(seed: int, replicate: int) -> str:
+    """Name of one training run of a study: ``"3"`` (seed 3) or ``"3r1"`` (its replicate 1)."""
+    return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
+
+
+def unit_seed(unit: str) -> int:
+    """The seed (split) of a unit name, the inverse of :func:`unit_key`: ``"3r1"`` -> 3."""
+    return int(str(unit).split("r")[0])
+
+
+def unit_replicate(unit: str) -> int:
+    """The replicate of a unit name (:func:`unit_key`): ``"3r1"`` -> 1, ``"3"`` -> 0."""
+    return int(str(unit).split("r")[1]) if "r" in str(unit) else 0

@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
 from fraglib.pagetext import fragment, plain
-from fraglib.study import unit_key, unit_replicate, unit_seed
+from fraglib.params import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
 # against sentences (systems with a sentence space only)
@@ -848,6 +847,7 @@ def relation_norms(
     dir per split, each with its dataset dir), with the relation's count among that split's
     training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
     from fraglib.evaluate import load_trained
+    from fraglib.inputs import DataPaths
 
     rows = []
     for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
@@ -924,6 +924,7 @@ def retrieval_panels(
     """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
     for a fragment-system run with boxes the best box of each fragment of the top sentence."""
     from fraglib.evaluate import load_trained, score_matrix
+    from fraglib.inputs import DataPaths
     from fraglib.vision.rcnn import load_image
 
     system, ck, split = load_trained(seed_dir, DataPaths(dataset_dir, features_dir))
@@ -1045,6 +1046,7 @@ def caption_gallery(
     from fraglib.captions import read_record
     from fraglib.data import read_karpathy_json
     from fraglib.evaluate import load_trained, score_matrix
+    from fraglib.inputs import DataPaths
     from fraglib.vision.rcnn import load_image
 
     rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")

@@ -40,7 +40,7 @@ from fraglib.evaluate import eval_config
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, recall_table
 from fraglib.outputs import command, resumes, write_text
-from fraglib.params import dataset_folds, read_params
+from fraglib.params import dataset_folds, read_params, unit_key
 from fraglib.train import resolve_run, train
 
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
@@ -94,21 +94,6 @@ def study_jobs(params: dict[str, Any]) -> int:
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"study.jobs={jobs!r}: expected a positive integer (seeds trained at once, e.g. 2)")
     return jobs
-
-
-def unit_key(seed: int, replicate: int) -> str:
-    """Name of one training run of a study: ``"3"`` (seed 3) or ``"3r1"`` (its replicate 1)."""
-    return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
-
-
-def unit_seed(unit: str) -> int:
-    """The seed (split) of a unit name, the inverse of :func:`unit_key`: ``"3r1"`` -> 3."""
-    return int(str(unit).split("r")[0])
-
-
-def unit_replicate(unit: str) -> int:
-    """The replicate of a unit name (:func:`unit_key`): ``"3r1"`` -> 1, ``"3"`` -> 0."""
-    return int(str(unit).split("r")[1]) if "r" in str(unit) else 0
 
 
 def fold_head(params: dict[str, Any], dataset: str | None) -> dict[str, Any]:

@@ -257,9 +257,14 @@ def verdict(
     if d is None:
         return []
     folds = verdict_difference(fold_runs or {}, pair)
+    if folds:
+        k = {fold_runs[r].get("folds", len(fold_runs[r].get("seeds") or [])) for r in pair}
+        times = sorted({int(fold_runs[r].get("replicates", 1)) for r in pair})
+        trained = " or ".join({1: "once", 2: "twice"}.get(t, f"{t} times") for t in times)
     on_folds = (
-        f"On the ten folds (every image tested once, one training per fold): annotation {folds['annotation']:+.1f}, "
-        f"image search {folds['search']:+.1f} points. "
+        f"On the {' or '.join(str(x) for x in sorted(k))} folds (every image tested once, each run trained {trained} "
+        f"per fold; mean over all its training runs): annotation {folds['annotation']:+.1f}, image search "
+        f"{folds['search']:+.1f} points. "
         if folds
         else ""
     )

@@ -186,3 +186,20 @@ def test_a_verdict_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatc
     doc.write_text("*reversed*<!-- verdict: karpathy_t2_mil similarity pascal1k -->\n")
     with pytest.raises(ValueError, match="verdict karpathy_t2_mil similarity pascal1k: 0 rows"):
         F.facts(tmp_path, [doc])
+
+
+def test_an_aa_marker_reads_the_rule_against_itself(tmp_path, monkeypatch):
+    """``aa STUDY before|after``: the percentage of A/A comparisons called different, as docs/results.md prints it."""
+    import fraglib.claims as C
+    import fraglib.facts as F
+
+    pairs = [{"before": True, "after": False}, {"before": True, "after": None}, {"before": False, "after": True}]
+    monkeypatch.setattr(F, "_rows", lambda root: [])
+    monkeypatch.setattr(C, "study_aa_rows", lambda params, data, root, part: pairs if data == "pascal1k" else [])
+    (tmp_path / "params.yaml").write_text("{}\n")
+    doc = tmp_path / "d.md"
+    doc.write_text("67<!-- fact: aa pascal1k before --> % and 50<!-- fact: aa pascal1k after --> %\n")
+    assert [(f.quoted, f.committed) for f in F.facts(tmp_path, [doc])] == [("67", "67"), ("50", "50")]
+    doc.write_text("1<!-- fact: aa synthetic after -->\n")
+    with pytest.raises(ValueError, match="no A/A pair on 'synthetic'"):
+        F.facts(tmp_path, [doc])

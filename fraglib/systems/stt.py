@@ -187,7 +187,7 @@ class SttSystem(vse.VseSystem):
     # -------------------------------------------------------------- encoders
     def encode_sentences(self, rows: Rows) -> Sentences:
         out, last, lengths = self.text(rows)
-        c = self._unit(self.txt(last))
+        c = self._unit(self._caption_vectors(rows, out, last))
         if self.cfg.similarity != "attention":
             return Sentences(c, c, rows.index)
         E = self._unit(self.txt(out))

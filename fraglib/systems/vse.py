@@ -11,6 +11,11 @@ for ``cosine`` / ``order`` the mean of the rows (``images: fullframe`` = Peri's 
 for ``attention`` every row is a region (``top36``: 36 proposals by our detector's score + the full
 frame, the analogue of Peri's "proposals by objectness"; ``grid``; ``groundtruth``).
 
+**Pooling** (global similarities only): ``image_pooling`` mean (Peri; the mean row, then the map) | max | gpo
+and ``text_pooling`` last (Peri; the GRU's final state) | mean | max | gpo — max, mean and gpo over the mapped rows
+(regions) or the mapped GRU outputs (words) of each item; ``gpo`` is VSE∞'s Generalized Pooling Operator
+(:class:`fraglib.systems.gpo.GPO`, one per side, ``gpo_pe_dim`` / ``gpo_hidden`` = 32 / 32 as the authors').
+
 **Similarity** (all on L2-normalised vectors):
 
 * ``cosine``: ``v̂ · ĉ`` (Peri Eq. 8);
@@ -51,10 +56,13 @@ from fraglib.systems.base import (
     standardized_linear,
 )
 from fraglib.systems.cnn import tuned_cnn
+from fraglib.systems.gpo import GPO
 from fraglib.systems.gru import packed_gru
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 
 SIMILARITIES = ("cosine", "order", "attention")
+IMAGE_POOLING = ("mean", "max", "gpo")
+TEXT_POOLING = ("last", "mean", "max", "gpo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +86,10 @@ class Config:
     max_elems: int = 1 << 24  # attention: tile bound of the (images, captions, regions, words) tensors
     finetune: int = 0  # > 0: the CNN's last N blocks train with the system (pixels, no cache)
     finetune_lr_scale: float = 0.1  # their learning rate, × train.lr
+    image_pooling: str = "mean"  # cosine/order: mean (Peri) | max | gpo (VSE∞) of the image's mapped rows
+    text_pooling: str = "last"  # cosine/order: last (the GRU's final state, Peri) | mean | max | gpo of its outputs
+    gpo_pe_dim: int = 32  # gpo: positional-encoding size of the weight generator (VSE∞: 32; even)
+    gpo_hidden: int = 32  # gpo: its bidirectional GRU's state per direction (VSE∞: 32)
     SECTION: ClassVar[str] = "systems.vse"  # error messages name it (a subclass: its own)
     TEXT_ONLY: ClassVar[bool] = False  # may the image view be 'none'? (STT's paraphraser)
 
@@ -97,6 +109,17 @@ class Config:
         check_choice(f"{p}.clipped_l2norm", self.clipped_l2norm, (True, False))
         check_range(f"{p}.max_elems", self.max_elems, 1, 1 << 40, int)
         check_finetune(p, self)
+        check_choice(f"{p}.image_pooling", self.image_pooling, IMAGE_POOLING)
+        check_choice(f"{p}.text_pooling", self.text_pooling, TEXT_POOLING)
+        check_range(f"{p}.gpo_pe_dim", self.gpo_pe_dim, 2, 4096, int)
+        check_range(f"{p}.gpo_hidden", self.gpo_hidden, 1, 4096, int)
+        if self.gpo_pe_dim % 2:
+            raise ConfigError(f"{p}.gpo_pe_dim={self.gpo_pe_dim}: must be even (sine/cosine pairs)")
+        if self.similarity == "attention" and (self.image_pooling, self.text_pooling) != ("mean", "last"):
+            raise ConfigError(
+                f"{p}.image_pooling={self.image_pooling!r}, text_pooling={self.text_pooling!r}: attention keeps "
+                "every region and word (no pooling); pooling applies to cosine and order"
+            )
         if self.images == "none" and not self.TEXT_ONLY:
             raise ConfigError(
                 f"{p}.images='none': a retrieval system needs an image view with image information "
@@ -347,6 +370,10 @@ class VseSystem(System):
         self.txt = nn.Linear(cfg.hidden, cfg.embed_dim)
         self.img = image_map(dims["img_dim"], cfg.embed_dim)
         self.cnn = tuned_cnn(cfg, dims)
+        if cfg.image_pooling == "gpo":  # built last: the other modules' initialisation is unchanged
+            self.img_gpo = GPO(cfg.gpo_pe_dim, cfg.gpo_hidden)
+        if cfg.text_pooling == "gpo":
+            self.txt_gpo = GPO(cfg.gpo_pe_dim, cfg.gpo_hidden)
 
     def prepare(self, train: Any) -> None:
         """Standardisation of the image descriptors and, for ``word_init: glove``, the embedding rows."""
@@ -374,13 +401,40 @@ class VseSystem(System):
                 rows.cpu("owner"),
             )
             return V, mask, index
-        x = (x - self.img_mean) / self.img_std
-        return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
+        if self.cfg.image_pooling == "mean":
+            x = (x - self.img_mean) / self.img_std
+            return self._unit(self.img(mean_rows(x, rows.owner, rows.n))), None, index
+        owner = rows.cpu("owner")
+        V, _ = padded(standardized_linear(self.img, x, self.img_mean, self.img_std), rows.owner, rows.n, owner)
+        return self._unit(self._pool(self.cfg.image_pooling, V, self._lengths(rows), "img_gpo")), None, index
+
+    @staticmethod
+    def _lengths(rows: Rows) -> torch.Tensor:
+        """(n,) rows per item on the CPU, at least 1 (an item without rows pools its zero padding row)."""
+        return torch.bincount(rows.cpu("owner"), minlength=rows.n).clamp(min=1)
+
+    def _pool(self, how: str, X: torch.Tensor, lengths: torch.Tensor, gpo: str) -> torch.Tensor:
+        """(n, D) pooled rows of ``X`` (n, L, D), the first ``lengths`` (n,) rows of each item (CPU, ≥ 1):
+        their mean, their per-dimension max, or the GPO module named ``gpo``."""
+        if how == "gpo":
+            return getattr(self, gpo)(X, lengths)[0]
+        n = to_device(lengths, X.device)
+        real = (torch.arange(X.shape[1], device=X.device)[None, :] < n[:, None])[..., None]
+        if how == "max":
+            return X.masked_fill(~real, float("-inf")).amax(1)
+        return (X * real).sum(1) / n[:, None].to(X.dtype)
+
+    def _caption_vectors(self, rows: Rows, out: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """(m, D) the captions' vectors before normalisation (global similarities): the mapped final state
+        (``text_pooling: last``) or the pooled mapped outputs of :class:`TokenGRU` ``out``."""
+        if self.cfg.text_pooling == "last":
+            return self.txt(last)
+        return self._pool(self.cfg.text_pooling, self.txt(out), self._lengths(rows), "txt_gpo")
 
     def encode_sentences(self, rows: Rows) -> Any:
         out, last, lengths = self.text(rows)
         if self.cfg.similarity != "attention":
-            return self._unit(self.txt(last))
+            return self._unit(self._caption_vectors(rows, out, last))
         E = self._unit(self.txt(out))
         mask = torch.arange(E.shape[1], device=E.device)[None, :] < lengths.clamp(min=1)[:, None]
         return E * mask[..., None], mask
