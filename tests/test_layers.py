@@ -183,3 +183,18 @@ def test_data_stages_start_without_the_training_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_report_layer_imports_no_trainer_and_no_system():
+    """Reading committed results (tables, claims, facts, the index) loads neither the trainer nor a system: a change
+    to a system's code does not touch what renders the pages (issue #78). torch itself still comes with metrics."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import fraglib.tables, fraglib.claims, fraglib.facts, fraglib.index; "
+        "print(sorted(m for m in sys.modules if m in ('fraglib.train', 'fraglib.study', 'fraglib.evaluate') "
+        "or m.startswith('fraglib.systems')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out
