@@ -191,3 +191,18 @@ def test_every_committed_page_is_under_1_mb_with_its_figures_under_3_mb():
         files = figure_files(html)
         assert named == {p.name for p in files}, html
         assert sum(p.stat().st_size for p in files) < 3_000_000, html
+
+
+def test_every_committed_notebook_page_has_the_common_header():
+    """Each committed report page rendered from a notebook opens with the project's header: its contents box and a
+    link back to the index (a page from an old render, without them, fails here; the index and the explorers are
+    built otherwise)."""
+    pages = [
+        p for p in sorted((ROOT / "reports").rglob("*.html")) if "_files" not in str(p) and "executed" not in str(p)
+    ]
+    pages = [p for p in pages if p.name not in ("index.html", "explorer.html")]
+    assert len(pages) >= 10
+    bare = [
+        str(p.relative_to(ROOT)) for p in pages if "fraglib-toc" not in (t := p.read_text()) or "index.html" not in t
+    ]
+    assert not bare, f"pages without the common header (re-render them: make reports, or their DVC stage): {bare}"
