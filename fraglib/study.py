@@ -127,12 +127,17 @@ def kept_result(folder: Path, spec: Any, ec: Any, checkpoint_dir: Path | None) -
     if checkpoint_dir is None or any((checkpoint_dir / n).exists() for n in ("last.pt", "best.pt")) or not f.exists():
         return None
     m = json.loads(f.read_text())
-    same = (
-        m.get("system_config") == dataclasses.asdict(spec.system_config)
-        and m.get("train_config") == dataclasses.asdict(spec.train_config)
-        and m.get("eval_config") == dataclasses.asdict(ec)
+
+    def same(recorded: Any, now: Any) -> bool:
+        """Settings equal, a key the record lacks (added to the code since) counting as its default now."""
+        full = dataclasses.asdict(type(now)())
+        return isinstance(recorded, dict) and {**full, **recorded} == dataclasses.asdict(now)
+
+    ok = all(
+        same(m.get(k), v)
+        for k, v in (("system_config", spec.system_config), ("train_config", spec.train_config), ("eval_config", ec))
     )
-    return m if same and "test" in m else None
+    return m if ok and "test" in m else None
 
 
 def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, bool]) -> dict[str, Any]:

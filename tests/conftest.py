@@ -101,6 +101,7 @@ TINY_SYSTEMS = {
     "kcca": dict(rff_dim=64, components=8),
     "vse": dict(embed_dim=16, word_dim=12, hidden=16),
     "stt": dict(embed_dim=16, word_dim=12, hidden=16, dec_hidden=16, max_len=8),
+    "scan": dict(embed_dim=16, word_dim=12),
 }
 TINY_RUNS = {
     "full": {"system": "fragment"},

@@ -110,6 +110,12 @@ COMMANDS = {
     ),
     "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
     "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
+    # a timeline's figure, refused before the record is read (record's --out: tests/test_timeline.py)
+    "fraglib.bench timeline draw": (
+        "fraglib.bench.timeline",
+        lambda t, d: ["draw", str(t / "timeline.json"), "--out", str(t / "o" / "timeline.svg")],
+        "o/timeline.svg",
+    ),
     "fraglib.summary --csv": ("fraglib.summary", lambda t, d: ["--csv", str(t / "o" / "README.md")], "o/README.md"),
     # refused before it reads either folder
     "fraglib.rerun --json": (

@@ -27,7 +27,9 @@ def test_every_system_has_a_tiny_configuration():
 
 
 def test_unknown_system_names_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca, vse, stt"):
+    with pytest.raises(
+        ConfigError, match="unknown system, known: fragment, devise, random, socher, kcca, vse, stt, scan"
+    ):
         get_system("vsepp")
 
 
@@ -46,6 +48,8 @@ CASES = (
         ("vse", {"finetune": 1, "images": "rcnn"}),  # CNN fine-tuning
         ("fragment", {"cosine_scale": 10.0, "hardest": True, "tune_words": True}),  # the modern recipe (#18)
         ("fragment", {"images": "top36", "detections": 3}),
+        ("scan", {"cross_attn": "both", "agg_func": "LogSumExp", "raw_feature_norm": "softmax", "images": "grid"}),
+        ("scan", {"cross_attn": "i2t", "bi_gru": False, "max_violation": False, "max_elems": 1}),
     ]
 )  # fewer detections (#18)
 
@@ -312,7 +316,7 @@ def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
 
 
 # every system, with its random generators in use (dropout for the GRU systems)
-RESUME = {name: ({"dropout": 0.3} if name in ("vse", "stt") else {}) for name in SYSTEMS}
+RESUME = {name: ({"dropout": 0.3} if name in ("vse", "stt", "scan") else {}) for name in SYSTEMS}
 
 
 @pytest.mark.parametrize("name", list(SYSTEMS))

@@ -10,75 +10,113 @@ One module per area: :mod:`~fraglib.bench.pipeline` (generator, `dvc repro`, flo
 :mod:`~fraglib.bench.text`, :mod:`~fraglib.bench.vision`, :mod:`~fraglib.bench.systems` (steps,
 epochs with their FLOPs and critical paths, evaluation), :mod:`~fraglib.bench.scale` (COCO size,
 growth curves); :mod:`~fraglib.bench.common` holds the schema and the random inputs.
+``python -m fraglib.bench timeline record|draw`` (:mod:`~fraglib.bench.timeline`) records and draws a command's
+timeline: its DVC stages and the cores' use over time (`make` records ``benchmarks/timeline.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from fraglib.bench.common import RESULTS, merge
-from fraglib.bench.pipeline import bench_kernel_bits, bench_repro, bench_repro_pascal1k, bench_startup, bench_synthetic
-from fraglib.bench.rehearsal import bench_rehearsal
-from fraglib.bench.scale import (
-    bench_coco_eval,
-    bench_epoch_growth,
-    bench_growth,
-    bench_memory,
-    bench_socher_growth,
-)
-from fraglib.bench.systems import (
-    bench_amp,
-    bench_epoch,
-    bench_eval,
-    bench_peri,
-    bench_profile,
-    bench_socher,
-    bench_stt,
-    bench_systems_device,
-    bench_train_step,
-)
-from fraglib.bench.text import bench_parse
-from fraglib.bench.vision import bench_features, bench_rcnn_recall
 from fraglib.outputs import command, updates
-from fraglib.results import read_register
 
 __all__ = ["BENCHMARKS", "OPT_IN", "main", "merge"]
 
-BENCHMARKS: dict[str, Callable[[], list[dict[str, Any]]]] = {  # `make bench` (the default list)
-    "train_step": bench_train_step,
-    "epoch": bench_epoch,
-    "eval": bench_eval,
-    "synthetic": bench_synthetic,
-    "startup": bench_startup,
-    "parse": bench_parse,
-    "features": bench_features,
-}
 
-OPT_IN: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long, or need the Pascal1K study
-    "systems_device": bench_systems_device,
-    "rcnn_recall": bench_rcnn_recall,
-    "repro": bench_repro,
-    "repro_pascal1k": bench_repro_pascal1k,
-    "kernel_bits": bench_kernel_bits,
-    "socher": bench_socher,
-    "coco_eval": bench_coco_eval,
-    "growth": bench_growth,
-    "socher_growth": bench_socher_growth,
-    "epoch_growth": bench_epoch_growth,
-    "memory": bench_memory,
-    "rehearsal": bench_rehearsal,
-    "peri": bench_peri,
-    "stt": bench_stt,
-    "profile": bench_profile,
-    "amp": bench_amp,
-}
+def _registers() -> tuple[dict[str, Callable[[], list[dict[str, Any]]]], dict[str, Callable[[], list[dict[str, Any]]]]]:
+    """The benchmarks by name, imported on first use (every module of the package imports torch):
+    ``python -m fraglib.bench timeline``, which `make` runs around ``dvc repro``, starts without them."""
+    if "BENCHMARKS" in globals():
+        return globals()["BENCHMARKS"], globals()["OPT_IN"]
+    from fraglib.bench.pipeline import (
+        bench_kernel_bits,
+        bench_repro,
+        bench_repro_pascal1k,
+        bench_startup,
+        bench_synthetic,
+    )
+    from fraglib.bench.rehearsal import bench_rehearsal
+    from fraglib.bench.scale import (
+        bench_coco_eval,
+        bench_epoch_growth,
+        bench_growth,
+        bench_memory,
+        bench_socher_growth,
+    )
+    from fraglib.bench.systems import (
+        bench_amp,
+        bench_epoch,
+        bench_eval,
+        bench_peri,
+        bench_profile,
+        bench_socher,
+        bench_stt,
+        bench_systems_device,
+        bench_train_step,
+    )
+    from fraglib.bench.text import bench_parse
+    from fraglib.bench.vision import bench_features, bench_rcnn_recall
+
+    benchmarks: dict[str, Callable[[], list[dict[str, Any]]]] = {  # `make bench` (the default list)
+        "train_step": bench_train_step,
+        "epoch": bench_epoch,
+        "eval": bench_eval,
+        "synthetic": bench_synthetic,
+        "startup": bench_startup,
+        "parse": bench_parse,
+        "features": bench_features,
+    }
+    opt_in: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long, or need the Pascal1K study
+        "systems_device": bench_systems_device,
+        "rcnn_recall": bench_rcnn_recall,
+        "repro": bench_repro,
+        "repro_pascal1k": bench_repro_pascal1k,
+        "kernel_bits": bench_kernel_bits,
+        "socher": bench_socher,
+        "coco_eval": bench_coco_eval,
+        "growth": bench_growth,
+        "socher_growth": bench_socher_growth,
+        "epoch_growth": bench_epoch_growth,
+        "memory": bench_memory,
+        "rehearsal": bench_rehearsal,
+        "peri": bench_peri,
+        "stt": bench_stt,
+        "profile": bench_profile,
+        "amp": bench_amp,
+    }
+    globals().update(BENCHMARKS=benchmarks, OPT_IN=opt_in)
+    return benchmarks, opt_in
+
+
+def __getattr__(name: str) -> Any:
+    """``BENCHMARKS`` (what `make bench` runs), ``OPT_IN`` (by name only) and ``merge``, imported on first use."""
+    if name in ("BENCHMARKS", "OPT_IN"):
+        return dict(zip(("BENCHMARKS", "OPT_IN"), _registers()))[name]
+    if name == "merge":
+        from fraglib.bench.common import merge
+
+        return merge
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["timeline"]:  # `make`'s timeline (fraglib/bench/timeline.py), without torch
+        from fraglib.bench.timeline import main as timeline
+
+        return timeline(argv[1:])
+    from fraglib.bench.common import RESULTS, merge
+    from fraglib.results import read_register
+
+    BENCHMARKS, OPT_IN = _registers()
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="python -m fraglib.bench timeline record|draw ...: a command's timeline (fraglib/bench/timeline.py)",
+    )
     ap.add_argument(
         "names",
         nargs="*",
@@ -107,9 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     new: list[dict[str, Any]] = []
     for name in args.names or list(BENCHMARKS):
         print(f"[bench] {name} ...", flush=True)
-        run = (
-            (lambda: bench_repro_pascal1k(in_place=True)) if name == "repro_pascal1k" and args.in_place else known[name]
-        )
+        run = (lambda: known[name](in_place=True)) if name == "repro_pascal1k" and args.in_place else known[name]
         for e in run():
             print(
                 f"[bench]   {e['name']} = {e['value']} {e['unit']}" + (f" (ratio {e['ratio']})" if e["ratio"] else "")

@@ -13,6 +13,7 @@ from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem
 from fraglib.systems.kcca import KccaSystem
 from fraglib.systems.random import RandomSystem
+from fraglib.systems.scan import ScanSystem
 from fraglib.systems.socher import SocherSystem
 from fraglib.systems.stt import SttSystem
 from fraglib.systems.vse import VseSystem
@@ -25,6 +26,7 @@ SYSTEMS: dict[str, type[System]] = {
     "kcca": KccaSystem,
     "vse": VseSystem,
     "stt": SttSystem,
+    "scan": ScanSystem,
 }
 
 
