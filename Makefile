@@ -1,5 +1,5 @@
 # fraglib — every command of the README lives here.
-#   make          the main job: create the environment if missing, then `dvc repro`
+#   make          the main job: create the environment if missing, then `dvc repro` (its timeline: benchmarks/timeline.json)
 #   make test     the test suite (what .ci/run calls)
 #   make bench    benchmarks -> benchmarks/results.json
 #   make reports  every report page, docs/results.md and reports/index.html from the committed results (no training)
@@ -34,9 +34,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name fraglib --display-name "Python (fraglib)"
 	@touch $@
 
+# `make` records its timeline (fraglib/bench/timeline.py) in benchmarks/timeline.json: each DVC stage's start and end,
+# the training units', the cores' use every second; the output and exit status stay dvc's. A figure of it:
+# python -m fraglib.bench timeline draw benchmarks/timeline.json --out timeline.svg
 repro: env
 	$(call clock,start,make)
-	$(BIN)/dvc repro
+	$(BIN)/python -m fraglib.bench timeline record --out benchmarks/timeline.json -- $(BIN)/dvc repro
 	$(call clock,stop,make)
 
 pascal1k: env

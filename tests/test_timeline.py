@@ -263,3 +263,28 @@ def test_the_recorder_starts_without_torch():
     code = "import sys, fraglib.bench, fraglib.bench.timeline; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_term_sent_to_the_recorder_ends_the_command_and_the_record_says_so(tmp_path):
+    """`make` killed (TERM to the recorder alone): the command gets it, the record is written, and the recorder ends
+    by the same signal, as the command did."""
+    import signal
+
+    out = tmp_path / "t.json"
+    sleeper = [sys.executable, "-c", "import time; print(\"Running stage 'long':\", flush=True); time.sleep(600)"]
+    cmd = [sys.executable, "-m", "fraglib.bench", "timeline", "record", "--out", str(out), "--", *sleeper]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout.readline() == "Running stage 'long':\n"  # the command runs (and the recorder waits for it)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == -signal.SIGTERM
+    rec = T.read_record(out)
+    assert rec["status"] == -signal.SIGTERM and rec["failed"] and [s["name"] for s in rec["stages"]] == ["long"]
+
+
+def test_a_record_that_cannot_be_written_never_costs_the_command_its_status(tmp_path, capfd):
+    blocked = tmp_path / "afile"
+    blocked.write_text("x")  # --out below a file: the write fails after the command ran
+    with pytest.raises(SystemExit) as exc:
+        T.main(["record", "--out", str(blocked / "t.json"), "--", sys.executable, "-c", "raise SystemExit(5)"])
+    assert exc.value.code == 5
+    assert "NOT recorded" in capfd.readouterr().err

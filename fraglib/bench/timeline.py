@@ -340,42 +340,51 @@ def record(cmd: list[str], runs: Path = Path("runs"), interval: float = 1.0, mac
     sampler = Sampler(t0, interval)
     sampler.take(0)
     rusage = os.times()
-    ends = _endpoints()
-    done = threading.Event()
-    proc, error = None, None
-    try:
-        proc = subprocess.Popen(cmd, stdout=ends[0][1], stderr=ends[1][1])
-    except OSError as exc:
-        error = f"{cmd[0]}: {exc.strerror or exc}"
-    for write_end in {w for _, w, _ in ends}:  # ours closed: the readers see the end when the command's close
-        os.close(write_end)
-    readers = [
-        threading.Thread(target=_forward, args=(r, fd, on_line, done), name=f"timeline-{fd}", daemon=True)
-        for r, _, fd in ends
-        if r >= 0
-    ]
-    for t in readers:
-        t.start()
-    status = 127
-    if proc is not None:
-        sampler.start(proc.pid)
-        forwarded = {}
+    # A terminal's ^C, ^\ and hang-up reach the command's whole process group already: the command decides, we wait
+    # for it to end and write the record; a TERM sent to us alone is passed on. Handlers, not SIG_IGN: the command
+    # starts with the dispositions it would have without us.
+    proc: subprocess.Popen | None = None
+    got: list[int] = []
 
-        def forward(sig: int, _frame: Any) -> None:
+    def on_signal(sig: int, _frame: Any) -> None:
+        got.append(sig)
+        if proc is not None and sig == signal.SIGTERM:
             with contextlib.suppress(OSError):
                 proc.send_signal(sig)
 
-        # a terminal's ^C and ^\ and hang-up reach the command's whole process group already: we wait for it to end
-        # and write the record; a TERM sent to us alone is passed on
-        handlers = {signal.SIGINT: signal.SIG_IGN, signal.SIGQUIT: signal.SIG_IGN, signal.SIGHUP: signal.SIG_IGN}
-        handlers[signal.SIGTERM] = forward
-        if threading.current_thread() is threading.main_thread():
-            forwarded = {s: signal.signal(s, h) for s, h in handlers.items()}
-        try:
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # one ignored by us stays so (the command inherits it)
+        kept = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM)
+        previous = {s: signal.signal(s, on_signal) for s in kept if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        ends = _endpoints()
+        done = threading.Event()
+        error = None
+        if got:  # interrupted before the command started: it never runs
+            error = f"not started: signal {got[0]} before the command began"
+        else:
+            try:
+                proc = subprocess.Popen(cmd, stdout=ends[0][1], stderr=ends[1][1])
+                if signal.SIGTERM in got:  # came while it started
+                    proc.send_signal(signal.SIGTERM)
+            except OSError as exc:
+                error = f"{cmd[0]}: {exc.strerror or exc}"
+        for write_end in {w for _, w, _ in ends}:  # ours closed: the readers see the end when the command's close
+            os.close(write_end)
+        readers = [
+            threading.Thread(target=_forward, args=(r, fd, on_line, done), name=f"timeline-{fd}", daemon=True)
+            for r, _, fd in ends
+            if r >= 0
+        ]
+        for t in readers:
+            t.start()
+        status = -got[0] if got else 127
+        if proc is not None:
+            sampler.start(proc.pid)
             status = proc.wait()
-        finally:
-            for s, h in forwarded.items():
-                signal.signal(s, h)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     end = round(time.monotonic() - t0, 3)
     end_unix = start_unix + end
     done.set()
@@ -451,10 +460,12 @@ def read_record(path: Path) -> dict[str, Any]:
 
 def summary(rec: dict[str, Any]) -> str:
     """One line: the wall time and the idle-core fractions."""
+    from fraglib.costs import duration
+
     pct = lambda x: "n/a" if x is None else f"{x:.0%}"
     ran = sum(s["status"] != "skipped" for s in rec["stages"])
     return (
-        f"{rec['seconds'] / 60:.1f} min on {rec['cores']} cores, {ran} of {len(rec['stages'])} stages run; idle cores: "
+        f"{duration(rec['seconds'])} on {rec['cores']} cores, {ran} of {len(rec['stages'])} stages run; idle cores: "
         f"{pct(rec['idle_core_fraction'])} of the machine, {pct(rec['command_idle_core_fraction'])} counting only "
         "the command's processes"
     )
@@ -509,9 +520,11 @@ def figure(rec: dict[str, Any]) -> Any:
         ax.barh(y, (s["start"] - s["check_from"]) * m, left=s["check_from"] * m, height=0.7, color="0.82")
         if s["end"] > s["start"]:
             ax.barh(y, (s["end"] - s["start"]) * m, left=s["start"] * m, height=0.7, color=colors[s["status"]])
-        idle = s.get("idle_core_fraction")
+        idle, mine = s.get("idle_core_fraction"), s.get("command_idle_core_fraction")
         what = "skipped" if s["status"] == "skipped" else f"{s['seconds'] * m:.1f} min"
-        labels.append(f"{_label(s['name'])}  ({what}{'' if idle is None else f', {idle:.0%} idle'})")
+        if idle is not None:
+            what += f", idle {idle:.0%}" + ("" if mine is None else f" | {mine:.0%}")
+        labels.append(f"{_label(s['name'])}  ({what})")
     for u, k in zip(units, lane):
         ax.barh(len(stages) + k, (u["end"] - max(u["start"], 0)) * m, left=max(u["start"], 0) * m, height=0.7,
                 color="C1", edgecolor="white", linewidth=0.5)  # fmt: skip
@@ -529,6 +542,9 @@ def figure(rec: dict[str, Any]) -> Any:
         cpu.fill_between(t, busy, 1, step="pre", color="0.88", linewidth=0)
         cpu.fill_between(t, 0, busy, step="pre", color="C3", alpha=0.55, linewidth=0)
         cpu.step(t, mine, where="pre", color="black", linewidth=0.8)
+        for s in stages:
+            if s["status"] != "skipped":
+                cpu.axvline(s["start"] * m, color="white", linewidth=0.6)
     else:
         cpu.text(0.5, 0.5, "no CPU counters (no /proc/stat)", transform=cpu.transAxes, ha="center", va="center")
     cpu.set_ylim(0, 1)
@@ -536,19 +552,22 @@ def figure(rec: dict[str, Any]) -> Any:
     cpu.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     cpu.set_ylabel(f"of {rec['cores']} cores", fontsize=8)
     cpu.set_xlabel("minutes since the start")
+    seen = {s["status"] for s in stages}
     handles = [
         Patch(color="0.82", label="DVC checks the stage"),
-        Patch(color="C0", label="the stage runs"),
-        Patch(color="C2", label="restored from the run cache"),
-        Patch(color="C1", label="a training unit (train + test)"),
+        *([Patch(color="C0", label="the stage runs")] if seen & {"ran"} else []),
+        *([Patch(color="C2", label="restored from the run cache")] if "restored" in seen else []),
+        *([Patch(color="C1", label="a training unit (train + test)")] if units else []),
         Patch(color="C3", alpha=0.55, label="cores busy (every process)"),
         plt.Line2D([], [], color="black", linewidth=0.8, label="cores busy (the command's processes)"),
         Patch(color="0.88", label="cores idle"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7, frameon=False)
     failed = f", FAILED (status {rec['status']})" if rec.get("failed") else ""
+    shown = " ".join([Path(rec["command"][0]).name, *rec["command"][1:]]) if rec["command"] else ""
     fig.suptitle(
-        f"{' '.join(rec['command'])}{failed}, {rec.get('start', '')}\n{summary(rec)}\n{rec.get('machine', '')}",
+        f"{shown}{failed}, {rec.get('start', '')}: {summary(rec)}\n"
+        f"a stage: its minutes, idle cores of the machine | counting only the command's processes. {rec.get('machine', '')}",
         fontsize=8.5,
     )
     return fig
@@ -604,8 +623,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--interval {args.interval}: a positive number of seconds")
     _check_out(ap, args.out, args.overwrite)
     rec = record(cmd, args.runs, args.interval)
-    write_text(args.out, json.dumps(rec, indent=1) + "\n")
-    print(f"timeline: {summary(rec)} (recorded in {args.out})", file=sys.stderr)
+    try:
+        write_text(args.out, json.dumps(rec, indent=1) + "\n")
+        print(f"timeline: {summary(rec)} (recorded in {args.out})", file=sys.stderr)
+    except OSError as exc:  # a full disk, a refusal: the record is lost, never the command's exit status
+        print(f"timeline: {summary(rec)}; NOT recorded: {exc}", file=sys.stderr)
     status = rec["status"]
     if status < 0:  # ended by a signal: end by it too, so the caller (make) sees what the command met
         sys.stdout.flush()
