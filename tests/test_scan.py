@@ -296,21 +296,22 @@ def test_scores_and_gradients_equal_scans_code(direction, norm, scan_code):
 
 @pytest.mark.parametrize("direction", ["t2i", "i2t"])
 @pytest.mark.parametrize("max_violation", [True, False])
-@pytest.mark.parametrize("agg", ["Mean", "LogSumExp"])
-def test_loss_equals_scans_contrastive_loss(direction, max_violation, agg, scan_code, monkeypatch):
-    """SCAN's ContrastiveLoss (margin 0.2, summed or hardest negative, both directions) equals
-    contrastive_hinge on our scores, and so do its gradients, to 1e-10."""
+def test_loss_equals_scans_contrastive_loss(direction, max_violation, scan_code, monkeypatch):
+    """For every normalisation and pooling, SCAN's ContrastiveLoss (margin 0.2, summed or hardest negative,
+    both directions) equals contrastive_hinge on our scores, and so do its gradients, to 1e-10."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # it moves its mask to the GPU when it can
     V, vm, E, em, ne = scan_inputs(n=4, m=4, seed=7)
-    opt = scan_opt(direction, "clipped_l2norm", agg)
-    v1, e1 = V.clone().requires_grad_(), E.clone().requires_grad_()
-    want = call_scan(scan_code["ContrastiveLoss"](opt, margin=0.2, max_violation=max_violation), v1, e1, ne)
-    v2, e2 = V.clone().requires_grad_(), E.clone().requires_grad_()
-    cfg = Config(cross_attn=direction, agg_func=agg, max_violation=max_violation, lambda_lse=LSE)
-    got = contrastive_hinge(scan_scores(v2, vm, e2, em, cfg), 0.2, max_violation)
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    for a, b in zip(torch.autograd.grad(got, (v2, e2)), torch.autograd.grad(want, (v1, e1))):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    for norm in SCAN_NORMS:
+        for agg in AGG_FUNCS:
+            opt = scan_opt(direction, norm, agg)
+            v1, e1 = V.clone().requires_grad_(), E.clone().requires_grad_()
+            want = call_scan(scan_code["ContrastiveLoss"](opt, margin=0.2, max_violation=max_violation), v1, e1, ne)
+            v2, e2 = V.clone().requires_grad_(), E.clone().requires_grad_()
+            cfg = Config(cross_attn=direction, agg_func=agg, raw_feature_norm=norm, lambda_lse=LSE)
+            got = contrastive_hinge(scan_scores(v2, vm, e2, em, cfg), 0.2, max_violation)
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=f"{norm} {agg}")
+            for a, b in zip(torch.autograd.grad(got, (v2, e2)), torch.autograd.grad(want, (v1, e1))):
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=f"gradient {norm} {agg}")
 
 
 # ----------------------------------------------------------------------------- (c) gradients, devices, settings
