@@ -96,7 +96,10 @@ def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatc
     from fraglib.claims import VERDICTS
 
     counts = {
-        "Peri": {"synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0, 0))), "": dict(zip(VERDICTS, (0, 0, 0, 0, 0, 1)))}
+        "Peri": {
+            "synthetic": dict(zip(VERDICTS, (2, 2, 1, 2, 0, 0, 0, 0, 0))),
+            "": dict(zip(VERDICTS, (0, 0, 0, 0, 0, 0, 0, 0, 1))),
+        }
     }
     monkeypatch.setattr(F, "_paper_counts", lambda root: counts)
     (tmp_path / "benchmarks").mkdir()

@@ -224,16 +224,6 @@ def test_no_committed_file_reaches_one_megabyte():
     assert not big, f"files of 1 MB or more in git: {big}"
 
 
-def test_readme_make_timing_is_the_recorded_benchmark():
-    """The README's fresh-clone `make` figures are the committed `make_default_minutes` entry, not typed apart."""
-    entries = {e["name"]: e for e in json.loads((ROOT / "benchmarks" / "results.json").read_text())}
-    make = entries["make_default_minutes"]
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"`make` took **{make['value']} minutes**" in readme
-    assert f"{make['environment_minutes']} installing the environment, {make['repro_minutes']} in `dvc repro`" in readme
-    assert f"of which {entries['repro_default_minutes']['stages_minutes']['train_synthetic']:.1f} training" in readme
-
-
 def test_lock_files_hold_only_stages_that_exist():
     """DVC keeps a removed stage's lock entry (a run moved out of the default study) and re-reads and rewrites
     the whole file after every stage it runs: 19 dead entries were 28 % of dvc.lock's lines."""

@@ -753,9 +753,11 @@ def test_the_verdict_states_the_folds_where_they_hold_the_pair():
     pair, runs = ("best", "d"), {"best": run(40.0, 30.0), "d": run(36.0, 30.5)}
     plain = markdown(verdict(runs, pair, "fight.html"))
     assert "annotation +4.0, image search -0.5" in plain and "ten folds" not in plain
-    folds = markdown(verdict(runs, pair, "fight.html", {"best": run(30.0, 29.0), "d": run(31.5, 27.0)}))
+    on_folds = {"best": {**run(30.0, 29.0), "folds": 10, "replicates": 2}, "d": {**run(31.5, 27.0), "folds": 10}}
+    folds = markdown(verdict(runs, pair, "fight.html", on_folds))
     assert (
-        "On the ten folds (every image tested once, one training per fold): annotation -1.5, image search +2.0" in folds
+        "On the 10 folds (every image tested once, each run trained once or twice per fold; mean over all its "
+        "training runs): annotation -1.5, image search +2.0" in folds
     )
     assert verdict({"best": runs["best"]}, pair, "fight.html") == []
 
@@ -800,7 +802,7 @@ def test_markdown_and_html_render_one_table_with_the_same_cells():
     for title in ("Synthetic benchmark", "Pascal1K, five stratified splits"):
         section = results[results.index(f"## {title} (") :]
         table = section[section.index("Retrieval (") :].split("\n\n")[1]
-        on_index = index[index.index(f"<h2>{title}</h2>") :]
+        on_index = index[re.search(rf"<h2[^>]*>{re.escape(title)}</h2>", index).start() :]
         on_index = on_index[on_index.index("<table>") : on_index.index("</table>")]
         assert numbers(table) and numbers(table) == numbers(on_index), title
 
@@ -1327,3 +1329,14 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
     assert table.loc["new", ("annotation", "DIS, inductive")] == "36.2 (+0.1 [-4.2, +4.5])"
     assert table.loc["Old run", ("annotation", "DIS, inductive")] == MISSING
     shown(table)
+
+
+def test_the_committed_index_answers_before_its_tables():
+    """reports/index.html (issue #79): a contents line and the verdict counts per paper come first, then the links
+    to every report, and only then the claims tables, each study's folded in a <details>."""
+    page = (ROOT / "reports" / "index.html").read_text()
+    nav, reports, claims = (page.index(x) for x in ("<nav id='contents'>", "<h2 id='reports'>", "<h2 id='claims'>"))
+    assert nav < page.index("Verdicts per paper") < reports < claims < page.index("<details>")
+    links = re.findall(r"<td><a href='([^']+)'>", page[reports:claims])
+    assert len(links) >= 10 and all((ROOT / "reports" / link).exists() for link in links)
+    assert page.count("<details>") >= 3  # a study's claims table, its A/A check and costs, folded
