@@ -59,9 +59,11 @@ def test_record_passes_the_output_and_the_status_through_and_writes_the_stages(t
         pytest.skip("no /proc/stat: no CPU counters to check")
     assert rec["samples"] and all(0 <= s[1] <= 1 and 0 <= s[2] <= 1 for s in rec["samples"])
     assert [s[0] for s in rec["samples"]] == sorted(s[0] for s in rec["samples"])
-    for r in (rec, a, b):
-        assert 0 <= r["idle_core_fraction"] <= 1 and 0 <= r["command_idle_core_fraction"] <= 1
-        assert r["command_busy"] <= r["busy"] + 0.05  # the command's processes are some of the machine's
+    assert 0 <= rec["idle_core_fraction"] <= 1 and 0 <= rec["command_idle_core_fraction"] <= 1
+    assert rec["command_busy"] <= rec["busy"] + 0.05  # the command's processes are some of the machine's
+    for r in (a, b):  # a 0.3 s stage on a loaded machine may see no sample of its own: no share then, never a wrong one
+        fractions = (r["idle_core_fraction"], r["command_idle_core_fraction"])
+        assert fractions == (None, None) or all(0 <= x <= 1 for x in fractions)
 
 
 def test_record_writes_the_record_when_the_command_cannot_start(tmp_path, capfd):
