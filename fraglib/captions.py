@@ -39,7 +39,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -477,18 +477,77 @@ def missing_checkpoints(run_dir: Path, seeds: list[int]) -> list[str]:
     return why
 
 
+def kept_seeds(run_dir: Path, name: str, seeds: list[int], split: str, beam: int | None) -> list[int]:
+    """The seeds whose sentences ``--keep-results`` keeps instead of decoding again: their checkpoint is not here
+    (:func:`missing_checkpoints`) and their record ``<name>/seed<N>.json`` is, made on ``split`` with ``beam``
+    (None: the system's own, whatever the record says). They are re-scored from their sentences
+    (:func:`rescore`); a record made otherwise is refused (ValueError, naming it)."""
+    kept = []
+    for s in seeds:
+        path = run_dir / name / f"seed{s}.json"
+        if not path.is_file() or not missing_checkpoints(run_dir, [s]):
+            continue
+        rec = json.loads(path.read_text())
+        if rec.get("split") != split or (beam is not None and rec.get("beam") != beam):
+            raise ValueError(
+                f"{path}: made on split {rec.get('split')!r} with beam {rec.get('beam')!r}, not {split!r} / "
+                f"{beam!r}, and its checkpoint is not here to decode again: nothing kept or written"
+            )
+        kept.append(s)
+    return kept
+
+
+def rescore(path: Path) -> dict[str, Any]:
+    """The scores of a kept seed record (as :func:`seed_captions` returns them), computed again from its
+    sentences and references; its input dependence and grounding are read from it (they need the model).
+    ValueError naming the file if the sentences do not give the scores it records (|Δ| > 1e-9)."""
+    rec = read_record(path)
+    para = [p for p in rec["paraphrasing"] if p["references"]]
+    scores: dict[str, Any] = {
+        "paraphrasing": caption_scores(
+            {p["sentence"]: p["references"] for p in para}, {p["sentence"]: p["paraphrase"] for p in para}
+        )
+    }
+    caps = [c for c in rec["captioning"] if c["cider"] is not None]
+    if caps:
+        scores["captioning"] = caption_scores(
+            {c["image"]: c["references"] for c in caps}, {c["image"]: c["caption"] for c in caps}
+        )
+    if rec.get("grounding") is not None:
+        scores["grounding"] = rec["grounding"]
+    scores["input_dependence"] = rec["input_dependence"]
+    off = [
+        f"{t} {m} {scores[t][m]:.6g} vs {v:.6g}"
+        for t, ms in rec["scores"].items()
+        for m, v in ms.items()
+        if t not in scores or abs(scores[t][m] - v) > 1e-9
+    ]
+    if off or set(rec["scores"]) != {t for t in TASKS if t in scores}:
+        raise ValueError(f"{path}: its sentences do not give the scores it records ({'; '.join(off) or 'tasks'})")
+    return scores
+
+
 def _claim_outputs(
-    run_dir: Path, name: str, seeds: list[int], overwrite: bool, claimer: Any, check: bool = False
+    run_dir: Path,
+    name: str,
+    seeds: list[int],
+    overwrite: bool,
+    claimer: Any,
+    check: bool = False,
+    kept: Sequence[int] = (),
 ) -> None:
     """Claim ``name``'s outputs (``claimer(family, writes, overwrite, what)``), never deleting one before every
     seed's checkpoint is found: an existing output without ``overwrite`` is refused first, then (with
     ``overwrite``, or ``check``) a missing checkpoint stops the command (:class:`fraglib.checkpoint.CheckpointError`,
-    naming it), and only then are ``overwrite``'s stale files removed."""
-    family, writes = caption_family(run_dir, name), caption_family(run_dir, name, seeds)
+    naming it), and only then are ``overwrite``'s stale files removed. ``kept`` seeds' records
+    (:func:`kept_seeds`) are neither claimed nor checked for a checkpoint: they stay as they are."""
+    keep = {run_dir / name / f"seed{s}.json" for s in kept}
+    family = [p for p in caption_family(run_dir, name) if p not in keep]
+    writes = [p for p in caption_family(run_dir, name, seeds) if p not in keep]
     what = f"fraglib.captions --run-dir {run_dir} --name {name}"
     if not overwrite:
         claimer(family, writes, False, what)
-    missing = missing_checkpoints(run_dir, seeds) if overwrite or check else []
+    missing = missing_checkpoints(run_dir, [s for s in seeds if s not in kept]) if overwrite or check else []
     if missing:
         raise CheckpointError(
             f"{run_dir}: {len(missing)} of {len(seeds)} seed(s) without a checkpoint (nothing was written or "
@@ -508,12 +567,14 @@ def run_captions(
     images: str | None = None,
     name: str = "captions",
     overwrite: bool = False,
+    keep_results: bool = False,
 ) -> dict[str, Any]:
     """Every seed of a study run (``metrics.json: seeds``; ``{seed}`` in ``paths`` and
     ``parse_file``): writes ``<run_dir>/<name>/seed<N>.json`` (the sentences) and returns the run's
     summary, also written to ``<run_dir>/<name>.json`` (beside, never inside, the training stage's
     outputs). ``parse_file``: the data's captions re-encoded in each model's vocabulary (module docstring).
-    Existing outputs of ``name`` are refused before any decoding unless ``overwrite`` (:mod:`fraglib.outputs`)."""
+    Existing outputs of ``name`` are refused before any decoding unless ``overwrite`` (:mod:`fraglib.outputs`).
+    ``keep_results``: a seed whose checkpoint is not here keeps its record and is re-scored from it (:func:`kept_seeds`)."""
     import tempfile
 
     from fraglib.checkpoint import best_of, load
@@ -523,13 +584,19 @@ def run_captions(
     check_name(name)
     summary = json.loads((run_dir / "metrics.json").read_text())
     seeds = summary["seeds"]
-    _claim_outputs(run_dir, name, seeds, overwrite, claim)
-    (run_dir / name).mkdir(exist_ok=True)
     if parse_file and paths is None:
         raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its paths")
+    kept = kept_seeds(run_dir, name, seeds, split, beam) if keep_results and not parse_file else []
+    _claim_outputs(run_dir, name, seeds, overwrite, claim, kept=kept)
+    (run_dir / name).mkdir(exist_ok=True)
     per_seed, unk = [], []
     for s in seeds:
         seed_dir = run_dir / "seeds" / f"seed{s}"
+        if s in kept:
+            per_seed.append(rescore(run_dir / name / f"seed{s}.json"))
+            unk.append(json.loads((run_dir / name / f"seed{s}.json").read_text())["unk_share"])
+            print(f"[{summary['run']} seed {s}] kept: its sentences are here, its checkpoint is not (re-scored)")
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             tokens = reencoded = None
             if parse_file:
@@ -590,6 +657,12 @@ def main(argv: list[str] | None = None) -> None:
         help="output name, a plain file-name stem: <run-dir>/<name>.json and <run-dir>/<name>/",
     )
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    ap.add_argument(
+        "--keep-results",
+        action="store_true",
+        help="a seed whose checkpoint is not here (e.g. trained on another machine) keeps its committed sentences, "
+        "re-scored from them; only the others are decoded (not with --parse-file)",
+    )
     args = ap.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         ap.error(f"--beam {args.beam}: the beam width is at least 1 (1 = greedy)")
@@ -610,8 +683,9 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, KeyError, TypeError) as exc:
         ap.error(f"--run-dir {run_dir}: its metrics.json lists no seeds ({exc!r}): not a finished study run")
     try:
-        _claim_outputs(run_dir, args.name, seeds, args.overwrite, lambda *a: claim_cli(ap, *a), check=True)
-    except CheckpointError as exc:
+        kept = kept_seeds(run_dir, args.name, seeds, args.split, args.beam) if args.keep_results and not args.parse_file else []
+        _claim_outputs(run_dir, args.name, seeds, args.overwrite, lambda *a: claim_cli(ap, *a), True, kept)
+    except (CheckpointError, ValueError) as exc:
         raise SystemExit(f"fraglib.captions: {exc}") from None
     s = run_captions(
         args.run_dir,
@@ -623,6 +697,7 @@ def main(argv: list[str] | None = None) -> None:
         args.images,
         args.name,
         overwrite=True,
+        keep_results=args.keep_results and not args.parse_file,
     )
     for t in (t for t in TASKS if t in s):
         print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))

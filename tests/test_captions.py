@@ -120,6 +120,26 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
     assert len(panels) == 2 and panels[0]["lines"][0].startswith("caption: ")
     assert sum(line.startswith("truth: ") for line in panels[0]["lines"]) >= 1
     assert sum(" retrieved " in line for line in panels[0]["lines"]) == 3
+    # --keep-results: a seed whose checkpoint is gone keeps its sentences, re-scored to the same summary
+    from fraglib.captions import rescore
+    from fraglib.checkpoint import CheckpointError
+
+    for f in (tmp_path / "stt" / "seeds" / "seed0").glob("*.pt"):
+        f.unlink()
+    with pytest.raises(CheckpointError, match="without a checkpoint"):
+        run_captions(tmp_path / "stt", n_boot=20, overwrite=True)
+    record = tmp_path / "stt" / "captions" / "seed0.json"
+    before = record.read_bytes()
+    again = run_captions(tmp_path / "stt", n_boot=20, overwrite=True, keep_results=True)
+    assert record.read_bytes() == before
+    same = ("captioning", "paraphrasing", "grounding", "input_dependence")  # grounding may hold NaN: as JSON
+    assert json.dumps({k: again[k] for k in same}, sort_keys=True) == json.dumps({k: out[k] for k in same}, sort_keys=True)
+    with pytest.raises(ValueError, match="made on split 'test'"):
+        run_captions(tmp_path / "stt", "val", n_boot=20, overwrite=True, keep_results=True)
+    rec["captioning"][0]["caption"] = "zebra " + rec["captioning"][0]["caption"]  # a tampered sentence
+    record.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="do not give the scores it records"):
+        rescore(record)
 
 
 def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
