@@ -47,6 +47,7 @@ import torch
 from fraglib.checkpoint import CheckpointError
 from fraglib.inputs import DataPaths
 from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
+from fraglib.params import unit_seed
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 TASKS = ("captioning", "paraphrasing")
@@ -431,7 +432,13 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return rec
 
 
-def caption_family(run_dir: Path, name: str, seeds: list[int] | None = None) -> list[Path]:
+def run_units(summary: dict[str, Any]) -> list[str]:
+    """The training runs of a study run's ``metrics.json`` (``units``: ``"3"``, ``"3r1"``, …; a summary written
+    before replicates existed: its seeds), each captioned into ``<name>/seed<unit>.json``."""
+    return [str(u) for u in summary.get("units") or summary["seeds"]]
+
+
+def caption_family(run_dir: Path, name: str, seeds: list[str] | None = None) -> list[Path]:
     """``<name>.json`` and the per-seed files under ``<name>/``: those there now, or (``seeds``) those a run writes."""
     per = (
         [run_dir / name / f"seed{s}.json" for s in seeds]
@@ -464,7 +471,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def missing_checkpoints(run_dir: Path, seeds: list[int]) -> list[str]:
+def missing_checkpoints(run_dir: Path, seeds: Sequence[str | int]) -> list[str]:
     """For each seed of the run whose checkpoint :func:`fraglib.checkpoint.best_of` does not find: why (the path)."""
     from fraglib.checkpoint import best_of
 
@@ -477,7 +484,7 @@ def missing_checkpoints(run_dir: Path, seeds: list[int]) -> list[str]:
     return why
 
 
-def kept_seeds(run_dir: Path, name: str, seeds: list[int], split: str, beam: int | None) -> list[int]:
+def kept_seeds(run_dir: Path, name: str, seeds: list[str], split: str, beam: int | None) -> list[str]:
     """The seeds whose sentences ``--keep-results`` keeps instead of decoding again: their checkpoint is not here
     (:func:`missing_checkpoints`) and their record ``<name>/seed<N>.json`` is, made on ``split`` with ``beam``
     (None: the system's own, whatever the record says). They are re-scored from their sentences
@@ -530,11 +537,11 @@ def rescore(path: Path) -> dict[str, Any]:
 def _claim_outputs(
     run_dir: Path,
     name: str,
-    seeds: list[int],
+    seeds: list[str],
     overwrite: bool,
     claimer: Any,
     check: bool = False,
-    kept: Sequence[int] = (),
+    kept: Sequence[str] = (),
 ) -> None:
     """Claim ``name``'s outputs (``claimer(family, writes, overwrite, what)``), never deleting one before every
     seed's checkpoint is found: an existing output without ``overwrite`` is refused first, then (with
@@ -583,7 +590,7 @@ def run_captions(
     run_dir = Path(run_dir)
     check_name(name)
     summary = json.loads((run_dir / "metrics.json").read_text())
-    seeds = summary["seeds"]
+    seeds = run_units(summary)
     if parse_file and paths is None:
         raise ValueError("run_captions: parse_file re-encodes another dataset's captions: give its paths")
     kept = kept_seeds(run_dir, name, seeds, split, beam) if keep_results and not parse_file else []
@@ -602,15 +609,19 @@ def run_captions(
             if parse_file:
                 tokens = Path(tmp) / "tokens.npz"
                 vocab = load(best_of(seed_dir), torch.device("cpu"))["info"]["relations"]
-                reencoded = run_tokens(paths.for_seed(s).dataset, vocab, tokens, str(parse_file).format(seed=s))
-            scores, record = seed_captions(seed_dir, split, beam, paths.for_seed(s) if paths else None, tokens, images)
+                reencoded = run_tokens(
+                    paths.for_seed(unit_seed(s)).dataset, vocab, tokens, str(parse_file).format(seed=unit_seed(s))
+                )
+            data = paths.for_seed(unit_seed(s)) if paths else None
+            scores, record = seed_captions(seed_dir, split, beam, data, tokens, images)
         record["reencoded"] = reencoded  # counts over all the data's captions
         unk.append(record["unk_share"])
         write_text(run_dir / name / f"seed{s}.json", json.dumps(record, separators=(",", ":")) + "\n")
         per_seed.append(scores)
     out: dict[str, Any] = {
         "run": summary["run"],
-        "seeds": seeds,
+        "seeds": summary["seeds"],
+        "units": seeds,
         "split": split,
         "beam": beam,
         "n_boot": n_boot,
@@ -679,7 +690,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (run_dir / "metrics.json").is_file():
         ap.error(f"--run-dir {run_dir}: no metrics.json (a study run's folder, runs/<data>/<run>; train it first)")
     try:
-        seeds = json.loads((run_dir / "metrics.json").read_text())["seeds"]
+        seeds = run_units(json.loads((run_dir / "metrics.json").read_text()))
     except (ValueError, KeyError, TypeError) as exc:
         ap.error(f"--run-dir {run_dir}: its metrics.json lists no seeds ({exc!r}): not a finished study run")
     try:

@@ -21,6 +21,7 @@ import numpy as np
 
 from fraglib.config import read_yaml
 from fraglib.metrics import KS, holm, stratified_mean_se
+from fraglib.params import unit_key, unit_replicate, unit_seed
 from fraglib.reference import PUBLISHED, published
 from fraglib.results import (
     PAPER_TASKS,
@@ -370,12 +371,20 @@ class Untestable(Exception):
 
 def query_values(ranks: np.ndarray, metric: str) -> np.ndarray:
     """Per-query values (units × queries) whose mean over the queries is ``metric`` of the ranks: R@K sum
-    (100 × the number of K in 1, 5, 10 with rank ≤ K) or the rank itself (mean rank)."""
+    (100 × the number of K in 1, 5, 10 with rank ≤ K), one R@K (``r1``, ``r5``, …: 100 where rank ≤ K) or the rank
+    itself (mean rank). A median rank has none (it is no mean over the queries): ValueError."""
     if metric == "rsum":
         return 100.0 * sum((ranks <= k).astype(float) for k in KS)
     if metric == "mean_rank":
         return ranks.astype(float)
+    if metric[:1] == "r" and metric[1:].isdigit():
+        return 100.0 * (ranks <= int(metric[1:])).astype(float)
     raise ValueError(f"no per-query values of {metric!r} from ranks")
+
+
+def per_query(metric: str) -> bool:
+    """Whether ``metric`` is a mean over the test queries (:func:`query_values` has its per-query values)."""
+    return metric in ("rsum", "mean_rank") or (metric[:1] == "r" and metric[1:].isdigit())
 
 
 def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var: float = 0.0) -> dict[str, float]:
@@ -465,29 +474,37 @@ def training_variance(pairs: list[dict[str, Any]], leave_out: str | None = None)
 
 def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, dict[str, Any]]:
     """(units, groups, CIDEr-D × 100 per test image (units × images), the run) of a generating run; a k-fold
-    run's folds are pooled end to end into one unit, ``r0``, its run holding the images' folds (``strata``)."""
+    run is read as :func:`fraglib.results.pool_folds` reads its ranks: per replicate its folds end to end in fold
+    order (units ``r0``, ``r1``, …, one group), its run holding the images' folds (``strata``)."""
     m = read_summary(folder / "metrics.json")
     folds = m.get("protocol") == "folds"
-    group = dict(zip(m.get("units") or [str(s) for s in m["seeds"]], m.get("groups") or m["seeds"]))
-    units, rows, images = [], [], None
-    for s in m["seeds"]:
-        f = folder / "captions" / f"seed{s}.json"
+    units = [str(u) for u in m.get("units") or m["seeds"]]
+    group = dict(zip(units, m.get("groups") or m["seeds"]))
+    rows, seen = {}, {}
+    for u in units:
+        f = folder / "captions" / f"seed{u}.json"
         if not f.exists():
-            raise Untestable(f"`{folder.name}` has no captions of training run {s}")
+            raise Untestable(f"`{folder.name}` has no captions of training run {u}")
         caps = read_json(f)["captioning"]
         if not caps or any(c.get("cider") is None for c in caps):
             raise Untestable(f"`{folder.name}`: {f.name} has no per-image CIDEr-D for every test image")
-        seen = [c["image"] for c in caps]
-        if images is not None and seen != images and not folds:
-            raise Untestable(f"`{folder.name}`: its training runs captioned different test images")
-        images = seen
-        units.append(str(s))
-        rows.append(np.array([100 * c["cider"] for c in caps], dtype=float))
+        seen[u] = [c["image"] for c in caps]
+        rows[u] = np.array([100 * c["cider"] for c in caps], dtype=float)
+    first = {unit_seed(u) if folds else 0: seen[u] for u in reversed(units)}  # a test set's first unit's images
+    odd = [u for u in units if seen[u] != first[unit_seed(u) if folds else 0]]
+    if odd:
+        raise Untestable(f"`{folder.name}`: its training runs captioned different test images (seed{odd[0]}.json)")
     if not folds:
-        return units, [group.get(u, u) for u in units], np.asarray(rows), {}
-    strata = np.concatenate([np.full(len(r), int(s)) for r, s in zip(rows, m["seeds"])])
+        return units, [group.get(u, u) for u in units], np.stack([rows[u] for u in units]), {}
+    fold_ids = sorted({unit_seed(u) for u in units})
+    reps = sorted({unit_replicate(u) for u in units})
+    lacking = [unit_key(f, r) for r in reps for f in fold_ids if unit_key(f, r) not in rows]
+    if lacking:
+        raise Untestable(f"`{folder.name}`: k-fold run without the captions of training run(s) {', '.join(lacking)}")
+    pooled = np.stack([np.concatenate([rows[unit_key(f, r)] for f in fold_ids]) for r in reps])
+    strata = np.concatenate([np.full(len(rows[unit_key(f, reps[0])]), f) for f in fold_ids])
     run = {"run": m["run"], "protocol": "folds", "partition": m.get("partition"), "strata": {"captioning": strata}}
-    return ["r0"], [0], np.concatenate(rows)[None], run
+    return [f"r{r}" for r in reps], [0] * len(reps), pooled, run
 
 
 def _side(
@@ -511,6 +528,42 @@ class Undecided(Exception):
     study trained twice on it in this task and metric)."""
 
 
+# ----------------------------------------------------------------------------- one pairing rule for every page
+def pair(units_a: list[str], units_b: list[str]) -> tuple[list[str], list[int], list[int]]:
+    """The pairing of every difference the project prints (docs/claims.md, "How differences are paired"): the
+    training runs both sides have, unit by unit (the same split or fold and the same replicate), in ``units_a``'s
+    order, and their rows in each side. A side's training runs the other lacks are left out of the difference."""
+    common = [u for u in units_a if u in units_b]
+    return common, [units_a.index(u) for u in common], [units_b.index(u) for u in common]
+
+
+def paired_value(a: np.ndarray, b: np.ndarray, groups, strata=None) -> float:
+    """The difference a − b of per-query values (units × queries, paired by :func:`pair` and by query) as the rule
+    computes it (:func:`paired_analytic`'s ``diff``: the mean of the splits' mean differences over several splits,
+    else the mean over training runs and queries). The claims table and the result pages
+    (:func:`fraglib.results.paired_differences`) both print this number, so one difference prints one value."""
+    return paired_analytic(a, b, groups, strata)["diff"]
+
+
+def run_difference(a: dict[str, Any], b: dict[str, Any], task: str, metric: str) -> float:
+    """Loaded run ``a`` (:func:`fraglib.results.load_run`) minus ``b`` in a per-query ``metric`` (:func:`per_query`)
+    on ``task``, paired by :func:`pair` (:func:`paired_value`); ValueError when they share no training run."""
+    common, ia, ib = pair(list(a["units"]), list(b["units"]))
+    if not common:
+        raise ValueError(f"runs {a.get('run')} and {b.get('run')} share no training run")
+    return paired_value(
+        query_values(a["ranks"][task][ia], metric),
+        query_values(b["ranks"][task][ib], metric),
+        [a["groups"][i] for i in ia],
+        shared_strata([a, b], task),
+    )
+
+
+def ci_text(diff: float, lo: float, hi: float) -> str:
+    """A difference and its 95 % CI as every page prints them: signed, one decimal (``+7.6 [+1.6, +14.0]``)."""
+    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
 def our_difference(
     a: Path,
     b: Path,
@@ -526,10 +579,9 @@ def our_difference(
     an older benchmark: its study needs a re-run); Undecided on one test set when ``train_var`` is NaN."""
     cache = {} if cache is None else cache
     (ua, ga, xa, ra), (ub, _, xb, rb) = _side(a, task, metric, cache), _side(b, task, metric, cache)
-    common = [u for u in ua if u in ub]
+    common, ia, ib = pair(ua, ub)
     if not common:
         raise Untestable(f"`{a.name}` and `{b.name}` share no training run")
-    ia, ib = [ua.index(u) for u in common], [ub.index(u) for u in common]
     if xa.shape[1] != xb.shape[1]:
         raise Untestable(
             f"`{a.name}` has {xa.shape[1]} {task} queries, `{b.name}` {xb.shape[1]}: not one test set (the study of "
@@ -860,7 +912,7 @@ def claims_table(rows: list[Row]) -> Table:
                 _stated_cell(r),
                 f"`{r.study}`",
                 _paper_cell(r),
-                "—" if r.ours is None else f"{r.ours['diff']:+.1f} [{r.ours['lo']:+.1f}, {r.ours['hi']:+.1f}]",
+                "—" if r.ours is None else ci_text(r.ours["diff"], r.ours["lo"], r.ours["hi"]),
                 _size_cell(r),
                 "—" if r.p_holm is None else _p(r.p_holm),
                 "—" if r.ours is None else str(int(r.ours["units"])),

@@ -307,7 +307,7 @@ def test_a_decision_a_re_run_could_change_is_undecided():
 
 def put_run(folder: Path, ranks: dict[str, np.ndarray], units: list[str], groups: list[int], cider=None) -> Path:
     """A run as fraglib.study writes it: metrics.json with every unit's figures and each unit's ranks.json;
-    with ``cider`` (units × images) its captions records."""
+    with ``cider`` (units × images) its captions records, one per unit."""
     per = {u: {d: recall_table(ranks[d][i]) for d in DIRECTIONS} for i, u in enumerate(units)}
     mean = {d: {k: float(np.mean([p[d][k] for p in per.values()])) for k in per[units[0]][d]} for d in DIRECTIONS}
     seeds = sorted(set(groups))
@@ -321,9 +321,9 @@ def put_run(folder: Path, ranks: dict[str, np.ndarray], units: list[str], groups
         )
     if cider is not None:
         (folder / "captions").mkdir()
-        for s, row in zip(seeds, cider):
+        for u, row in zip(units, cider, strict=True):
             caps = [{"image": i, "cider": float(x), "caption": "", "references": []} for i, x in enumerate(row)]
-            (folder / "captions" / f"seed{s}.json").write_text(json.dumps({"captioning": caps}))
+            (folder / "captions" / f"seed{u}.json").write_text(json.dumps({"captioning": caps}))
     return folder
 
 
@@ -336,7 +336,7 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
         {"annotation": np.vstack([r, r + 5]), "search": np.vstack([r, r]), "similarity": np.vstack([r, r])},
         ["0", "0r1"],
         [0, 0],
-        cider=[[0.5, 0.25, 0.0]],
+        cider=[[0.5, 0.25, 0.0], [0.0, 0.0, 0.0]],
     )
     b = put_run(tmp_path / "b", {"annotation": r + 1, "search": r * 0 + 11}, ["0"], [0], cider=[[0.25, 0.25, 0.5]])
     got = C.our_difference(a, b, "annotation", "mean_rank", train_var=0.0)
@@ -365,6 +365,25 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
     older = put_run(tmp_path / "older", {"annotation": r[:, :5], "search": r[:, :5]}, ["0"], [0])  # a smaller test
     with pytest.raises(C.Untestable, match="`a` has 20 annotation queries, `older` 5: not one test set"):
         C.our_difference(a, older, "annotation", "mean_rank", train_var=1.0)
+
+
+def test_k_fold_captions_pool_each_training_fold_by_fold(tmp_path):
+    """A k-fold generating run trained twice per fold: its captions read as its ranks are (fraglib.results.pool_folds):
+    one unit per replicate, its folds end to end in fold order, each image's fold its stratum; a replicate without
+    a fold's captions is untestable, not pooled short."""
+    r = np.arange(1, 5).reshape(1, 4)
+    units = ["0", "0r1", "1", "1r1"]
+    ranks = {"annotation": np.vstack([r] * 4), "search": np.vstack([r] * 4)}
+    run = put_run(tmp_path / "k", ranks, units, [0, 0, 1, 1], cider=[[0.1, 0.2], [0.3, 0.4], [0.5], [0.6]])
+    summary = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**summary, "protocol": "folds", "partition": 0}))
+    got_units, groups, x, loaded = C._captions(run)
+    assert got_units == ["r0", "r1"] and groups == [0, 0]
+    assert x.tolist() == [[10.0, 20.0, 50.0], [30.0, 40.0, 60.0]]
+    assert loaded["strata"]["captioning"].tolist() == [0, 0, 1]
+    (run / "captions" / "seed1r1.json").unlink()
+    with pytest.raises(C.Untestable, match="no captions of training run 1r1"):
+        C._captions(run)
 
 
 def test_claim_rows_and_the_table_by_hand(tmp_path):
