@@ -329,6 +329,28 @@ def test_a_page_image_is_jpeg_only_when_that_is_much_smaller():
     noise = base64.b64decode(_png(Image.fromarray(np.random.default_rng(1).integers(0, 255, (200, 300, 3), np.uint8))))
     ext, data = page_image(noise, "png", quality=80)
     assert ext == "jpg" and 2 * len(data) <= len(noise) and Image.open(io.BytesIO(data)).size == (300, 200)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=150)  # a plot: antialiased lines and text, thousands of colours
+    for k in range(6):
+        ax.plot(np.sin(np.linspace(0, 6, 200) + k), label=f"run {k}")
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    plot = buf.getvalue()
+    full = io.BytesIO()
+    Image.open(io.BytesIO(plot)).save(full, format="PNG", optimize=True)
+    ext, data = page_image(plot, "png")
+    shown = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), float)
+    drawn = Image.open(io.BytesIO(plot)).convert("RGBA")
+    white = Image.new("RGB", drawn.size, "white")
+    white.paste(drawn, mask=drawn.getchannel("A"))
+    assert ext == "png" and len(data) < len(full.getvalue()) / 1.5  # in 256 colours
+    assert np.abs(shown - np.asarray(white, float)).mean() <= 1.0  # and it looks the same
 
 
 def test_a_page_without_figures_leaves_no_folder(tmp_path):
