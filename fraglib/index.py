@@ -23,10 +23,21 @@ from typing import Any
 from markupsafe import Markup
 
 from fraglib import claims, costs, tables
+from fraglib.metrics import bootstrap_seed_mean
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.params import read_params
-from fraglib.results import DIRECTIONS, read_json, read_register, run_folders, run_labels
+from fraglib.results import (
+    DIRECTIONS,
+    _queries,
+    load_run,
+    read_json,
+    read_register,
+    run_folders,
+    run_labels,
+    shared_strata,
+    test_queries,
+)
 from fraglib.studies import Page, Study, git, studies
 
 TEMPLATE = "index_page.html.j2"  # in fraglib/templates
@@ -334,17 +345,6 @@ def _json(path: str | Path) -> dict:
     return read_json(path) if Path(path).exists() else {}
 
 
-def best_runs_line(runs: dict[str, dict]) -> str:
-    """'best annotation R@1: run (x); best image search R@1: run (y), of n runs' over a study's summaries."""
-    if not runs:
-        return ""
-    best = {d: max(runs, key=lambda r: (runs[r][d]["r1"], r)) for d in DIRECTIONS}
-    return (
-        f"best annotation R@1: {best['annotation']} ({runs[best['annotation']]['annotation']['r1']:.1f}); "
-        f"best image search R@1: {best['search']} ({runs[best['search']]['search']['r1']:.1f}), of {len(runs)} runs"
-    )
-
-
 def hubness_line(runs: dict[str, dict]) -> str:
     """'; hubness: the largest skew …, inductive corrections raising R@1 in n of m run-directions' (or ''); a
     correction only some runs measured counts over those runs ('n of m' each)."""
@@ -448,30 +448,160 @@ def finding(study: Study, page: Page, params: dict) -> str:
             for r, m in tables.retrieval_runs(f, params).items()
         }
         runs = {r: runs[r] for r in shown if r in runs}
-        return best_runs_line(runs) + hubness_line(runs)
+        if not runs:
+            return ""
+        line = f"{len(runs)} runs (the best per direction and the runs tied with it: the table at the top)"
+        return line + hubness_line(runs)
     if kind != "fight_report":
         return ""
     folds = tables.retrieval_runs(Path(study.folds), params) if study.folds else {}
     return fight_line(tables.retrieval_runs(Path(study.runs), params), params, folds)
 
 
+N_BOOT = 1000  # bootstrap resamples of the best-per-direction CIs: as the reports compute theirs (seed 0)
+WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 10: "ten"}
+
+
+def labels_of(params: dict) -> dict[str, str]:
+    """Run -> its human label: ``params.yaml: runs.<run>.label`` (:func:`fraglib.results.run_labels`) and each late
+    fusion's ``fusion.<name>.label``."""
+    fused = {f: (e or {}).get("label") or f for f, e in (params.get("fusion") or {}).items()}
+    return {**fused, **run_labels(params)}
+
+
+def _ranked(folder: Path, summary: dict) -> bool:
+    """Every training run of a summary has its per-query ranks in ``folder`` (what a bootstrap CI needs)."""
+    units = summary.get("units") or [str(s) for s in summary["seeds"]]
+    return all((folder / "seeds" / f"seed{u}" / "ranks.json").exists() for u in units)
+
+
+def current_test_sizes(found: list[Study], params: dict) -> dict[str, int | None]:
+    """Dataset -> the image queries of its current test split: those of its first study's runs (the registry's
+    order; :func:`fraglib.results.test_queries`), the rule by which the results pages leave runs out."""
+    out: dict[str, int | None] = {}
+    for s in found:
+        out.setdefault(s.dataset, test_queries(params, s.runs))
+    return out
+
+
+def stale_runs(folder: Path, runs: dict[str, dict], current: int | None) -> dict[str, int]:
+    """Run -> the image queries of its test split, for the ``runs`` of ``folder`` scored on another split than the
+    ``current`` size (say before the benchmark's test split grew)."""
+    if current is None:
+        return {}
+    sizes = {r: _queries(folder / r) for r in runs}
+    return {r: n for r, n in sizes.items() if n is not None and n != current}
+
+
+def protocols(found: list[Study], params: dict) -> list[dict[str, Any]]:
+    """The protocols whose runs the index ranks: each dataset's k-fold runs first (where its study has them: the
+    protocol its verdicts read), then each dataset's split or seed runs (all its studies' folders, the first holding
+    a run wins); each {title, runs: run -> folder, left_out: [(run, why)]}. A run without every training run's
+    per-query ranks (no CI) or scored on an older test split is left out, saying so."""
+    by: dict[str, list[Study]] = {}
+    for s in found:
+        by.setdefault(s.dataset, []).append(s)
+    current = current_test_sizes(found, params)
+    folds, splits = [], []
+    for dataset, ss in by.items():
+        name = ss[0].title.split(",")[0]
+        for s in ss:
+            if s.folds and Path(s.folds).is_dir():
+                runs = tables.retrieval_runs(Path(s.folds), params)
+                k = sorted({int(m.get("folds") or len(m["seeds"])) for m in runs.values()})
+                title = f"{name}, {' or '.join(WORDS.get(x, str(x)) for x in k)} folds"
+                folds.append(_protocol(title, {r: (Path(s.folds), m) for r, m in runs.items()}, {}))
+        shown: dict[str, tuple[Path, dict]] = {}
+        old: dict[str, int] = {}
+        for s in ss:
+            runs = tables.retrieval_runs(Path(s.runs), params)
+            stale = stale_runs(Path(s.runs), runs, current[dataset])
+            for r, m in runs.items():
+                if r in stale:
+                    old.setdefault(r, stale[r])
+                else:
+                    shown.setdefault(r, (Path(s.runs), m))
+        splits.append(_protocol(ss[0].title, shown, {r: n for r, n in old.items() if r not in shown}))
+    return [p for p in folds + splits if p["runs"] or p["left_out"]]
+
+
+def _protocol(title: str, runs: dict[str, tuple[Path, dict]], old: dict[str, int]) -> dict[str, Any]:
+    left = [(r, f"scored on an older test split of {n:,} images") for r, n in old.items()]
+    left += [(r, "no per-query ranks here") for r, (f, m) in runs.items() if not _ranked(f / r, m)]
+    return {"title": title, "runs": {r: f / r for r, (f, m) in runs.items() if _ranked(f / r, m)}, "left_out": left}
+
+
+def r1_scores(runs: dict[str, Path]) -> dict[str, dict[str, tables.Score]]:
+    """Direction -> run -> (mean test R@1, its 95 % CI) of ``runs`` (run -> folder): the summary's mean and the
+    percentile bootstrap of :func:`fraglib.metrics.bootstrap_seed_mean` (splits or folds, training runs and test
+    queries resampled; :data:`N_BOOT` resamples, seed 0: the CIs the reports print)."""
+    out: dict[str, dict[str, tables.Score]] = {d: {} for d in DIRECTIONS}
+    for r, folder in runs.items():
+        s = load_run(folder)
+        for d in DIRECTIONS:
+            lo, hi = bootstrap_seed_mean(s["ranks"][d], "r1", N_BOOT, groups=s["groups"], strata=shared_strata([s], d))
+            out[d][r] = (float(s[d]["r1"]), lo, hi)
+    return out
+
+
+def best_blocks(found: list[Study], params: dict) -> tuple[list[tables.Block], list[tables.Block]]:
+    """The index's "Best per direction" (:func:`fraglib.tables.best_per_direction`) over :func:`protocols`: (its
+    sentence and compact table, for the first screen; the tied runs in full with what was left out, folded)."""
+    found_protocols = protocols(found, params)
+    if not any(p["runs"] for p in found_protocols):
+        return [], []
+    scored = [(p["title"], r1_scores(p["runs"])) for p in found_protocols if p["runs"]]
+    short, full = tables.best_per_direction(scored, labels_of(params))
+    left = [
+        f"{p['title']}: left out " + "; ".join(f"`{r}` ({why})" for r, why in p["left_out"]) + "."
+        for p in found_protocols
+        if p["left_out"]
+    ]
+    return (
+        [
+            "**Best per direction**: the highest mean test R@1 (%) per protocol, its 95% CI (bootstrap over splits "
+            "or folds, training runs and test queries, as the reports compute it) and the runs **tied** with it: every "
+            "run whose CI overlaps the best's (unpaired and coarse: the fight page has paired tests). Labels and CIs: "
+            "below.",
+            short,
+        ],
+        [full, *left],
+    )
+
+
 def report_rows(found: list[Study], params: dict, folder: Path) -> list[dict[str, str]]:
-    """One row per page of every study: its link from ``folder`` (None: not built), title, what it shows and its
-    finding."""
+    """One row per page of every study: its link from ``folder`` (None: not built), title, what it shows, its
+    finding, and for the links at the top its group (the study's data: its title before a comma) and its short name
+    (the title after the group's colon)."""
     rows = []
     for s in found:
         for p in s.pages:
             title, what = p.title
             rel = os.path.relpath(Path(p.html).resolve(), folder.resolve())
+            group = s.title.split(",")[0]
             rows.append(
                 {
                     "href": rel if Path(p.html).exists() else None,
                     "title": title,
                     "what": what,
                     "finding": finding(s, p, params),
+                    "group": group,
+                    "short": title.split(": ", 1)[-1],
                 }
             )
     return rows
+
+
+def link_groups(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The built pages of :func:`report_rows` by group, in order: [{title, pages: [row]}] (the first screen's links)."""
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        if not r["href"]:
+            continue
+        if not out or out[-1]["title"] != r["group"]:
+            out.append({"title": r["group"], "pages": []})
+        out[-1]["pages"].append(r)
+    return out
 
 
 def verdict_blocks(found: list[Study], params: dict) -> list[tables.Block]:
@@ -502,16 +632,23 @@ def claim_parts(blocks: list[tables.Block]) -> tuple[list[tables.Block], list[di
 
 
 def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
-    """Per study with results: its title, when its summaries were committed (git) and its tables: retrieval, the
-    papers' (:func:`fraglib.tables.papers`) and generated sentences."""
+    """Per study with results: its title, when its summaries were committed (git) and its tables: retrieval (runs
+    scored on an older test split than the dataset's current one marked and last:
+    :func:`fraglib.tables.retrieval_by_test_set`; the sentences' table marks them too), the papers'
+    (:func:`fraglib.tables.papers`) and generated sentences."""
     labels = run_labels(params)
+    current = current_test_sizes(found, params)
     out = []
     for s in found:
         folder = Path(s.runs)
         runs, caps = tables.retrieval_runs(folder, params), tables.captions(folder)
         if not runs and not caps:
             continue
-        blocks: list[tables.Block] = [tables.retrieval(runs, labels)] if runs else []
+        stale = stale_runs(folder, tables.study_runs(folder), current[s.dataset])
+        blocks: list[tables.Block] = (
+            tables.retrieval_by_test_set(runs, labels, stale, current[s.dataset], s.make or s.repro) if runs else []
+        )
+        caps = tables.flagged(caps, stale)
         blocks += [b for _, part in tables.papers(folder, s.dataset, params) for b in part]
         blocks += ["Generated sentences (pycocoevalcap, × 100):", caps] if caps else []
         out.append(
@@ -568,12 +705,17 @@ def build(out: str | Path = "reports/index.html") -> Path:
     )
     env.filters["blocks"] = lambda b: Markup(tables.html(b))
     head, parts = claim_parts(claims.claim_blocks(".", params) if params else [])
+    best, best_detail = best_blocks(found, params) if params else ([], [])
+    reports = report_rows(found, params, out.parent)
     page = env.get_template(TEMPLATE).render(
+        best=best,
+        best_detail=best_detail,
+        links=link_groups(reports),
         counts=head[2:] if head else [],
         claims_head=head[:2],
         claims_parts=parts,
         verdict=verdict_blocks(found, params) if params else [],
-        reports=report_rows(found, params, out.parent),
+        reports=reports,
         studies=study_sections(found, params) if params else [],
         provenance=provenance(),
         pipeline=[

@@ -535,3 +535,95 @@ def working_forms(folders: list[Path], params: dict[str, Any]) -> list[Block]:
         "system `vse`; chosen on Pascal1K validation), test R@1 in % (mean over training runs):",
         Table(("runs", "training runs", "annotation R@1", "search R@1", "captions CIDEr-D"), tuple(rows)),
     ]
+
+
+# ----------------------------------------------------------------------------- the best per direction (the index)
+Score = tuple[float, float, float]  # a run's mean, and the low and high ends of its 95 % CI
+
+
+def tied_with_best(scores: dict[str, Score]) -> tuple[str, list[str]] | None:
+    """(the best run, the runs tied with it) of ``scores`` (run -> (mean, CI low, CI high), higher is better): the
+    best has the highest mean (equal means: the first run name in sort order); tied with it is every other run whose
+    CI overlaps the best's (its low end ≤ the best's high end and its high end ≥ the best's low end), highest mean
+    first. None without runs."""
+    if not scores:
+        return None
+    order = sorted(scores, key=lambda r: (-scores[r][0], r))
+    best, (_, lo, hi) = order[0], scores[order[0]]
+    return best, [r for r in order[1:] if scores[r][1] <= hi and scores[r][2] >= lo]
+
+
+def _score(s: Score) -> str:
+    return f"{s[0]:.1f} [{s[1]:.1f}, {s[2]:.1f}]"
+
+
+def best_per_direction(
+    protocols: list[tuple[str, dict[str, dict[str, Score]]]], labels: dict[str, str], metric: str = "R@1"
+) -> tuple[Table, Table]:
+    """Two tables of each protocol's (title, direction -> run -> :data:`Score`) best run per direction
+    (:func:`tied_with_best`): a compact one (protocol, direction, the best by its label and name, its score and CI,
+    the runs tied with it by name, highest mean first, and the protocol's number of runs) and every best and tied
+    run in full (label and name, score and CI), one row each."""
+    short, full = [], []
+    for title, by in protocols:
+        for d in DIRECTIONS:
+            found = tied_with_best(by.get(d) or {})
+            if found is None:
+                continue
+            (best, tied), scores = found, by[d]
+            short.append(
+                (
+                    title,
+                    d,
+                    f"**{labels.get(best, best)}** (`{best}`)",
+                    _score(scores[best]),
+                    f"{len(tied)}: " + ", ".join(f"`{r}`" for r in tied) if tied else "none",
+                    str(len(scores)),
+                )
+            )
+            full += [
+                (title, d, "best" if r == best else "tied", _label(r, labels), _score(scores[r])) for r in (best, *tied)
+            ]
+    return (
+        Table(
+            ("protocol", "direction", "best run", f"{metric} [95% CI]", "tied with it (CIs overlap)", "runs"),
+            tuple(short),
+        ),
+        Table(("protocol", "direction", "", "run", f"{metric} [95% CI]"), tuple(full)),
+    )
+
+
+def flagged(table: Table, runs: set[str] | dict[str, Any], mark: str = "†") -> Table:
+    """``table`` with the rows of ``runs`` (a row's run: the first `code` name in its first cell, as :func:`retrieval`
+    and :func:`captions` write it) marked ``mark`` and moved after the others, each part in its order."""
+
+    def run(row: tuple[str, ...]) -> str:
+        found = re.search(r"`([^`]*)`", row[0]) if row else None
+        return found.group(1) if found else ""
+
+    keep = tuple(r for r in table.rows if run(r) not in runs)
+    moved = tuple((f"{mark} {r[0]}", *r[1:]) for r in table.rows if run(r) in runs)
+    return Table(table.header, keep + moved)
+
+
+def retrieval_by_test_set(
+    runs: dict[str, dict[str, Any]],
+    labels: dict[str, str],
+    other: dict[str, int],
+    current: int | None,
+    rerun: str = "",
+) -> list[Block]:
+    """:func:`retrieval` with the runs of ``other`` (run -> the image queries of the test split it was scored on,
+    not the ``current`` one) marked † and sorted after every current run (:func:`flagged`), and a footnote saying so
+    (``rerun``: the command that re-scores them); the plain table when there are none."""
+    stale = {r: n for r, n in other.items() if r in runs}
+    if not stale:
+        return [retrieval(runs, labels)]
+    sizes = " or ".join(f"{n:,}" for n in sorted(set(stale.values())))
+    return [
+        flagged(retrieval(runs, labels), stale),
+        f"† A run scored on an older test split of {sizes} images, not the current one"
+        + (f" of {current:,}" if current else "")
+        + f" ({len(stale)} here): not comparable with the unmarked rows, so listed after them; "
+        + (f"`{rerun}` re-scores them." if rerun else "re-running the study re-scores them."),
+    ]
