@@ -20,7 +20,9 @@ last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
 written for other settings or inputs trains from scratch. The run's summary goes to
 ``metrics.json`` (mean and sd over seeds, per-seed values; a DVC metric; nothing
-timing-dependent, so a re-run gives identical bytes on one machine) and ``history.csv``.
+timing-dependent, so a re-run gives identical bytes on one machine) and ``history.csv``. While it runs it prints on
+stderr (:mod:`fraglib.progress`) the units it will train, each unit's epoch lines and a line per finished unit with
+the time so far and an ETA (the mean unit time so far, ``study.jobs`` units a round).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, recall_table
 from fraglib.outputs import command, resumes, write_text
 from fraglib.params import dataset_folds, read_params, unit_key
+from fraglib.progress import Progress
 from fraglib.train import resolve_run, train
 
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
@@ -140,8 +145,12 @@ def kept_result(folder: Path, spec: Any, ec: Any, checkpoint_dir: Path | None) -
     return m if ok and "test" in m else None
 
 
-def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, bool]) -> dict[str, Any]:
-    paths, spec, ec, seed, replicate, out, threads, models_dir, keep = args
+def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, bool, str]) -> tuple[dict, float, bool]:
+    """One unit (in a worker process when several train at once): its metrics, its seconds and whether it was kept
+    rather than trained (those two for the progress lines only); ``args``'s last item names the unit in its epoch
+    lines (``seed 3r1``, ``fold 3r1``)."""
+    paths, spec, ec, seed, replicate, out, threads, models_dir, keep, name = args
+    t0 = time.monotonic()  # printing only: the progress lines' ETA
     torch.set_num_threads(threads)
     key = unit_key(seed, replicate)
     seeded = spec.with_seed(seed + REPLICATE_STRIDE * replicate)
@@ -151,25 +160,25 @@ def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, b
         )
         if m is not None:
             print(f"[{spec.run} seed {key}] kept: its result is here with this run's settings, its checkpoint is not")
-            return m
+            return m, time.monotonic() - t0, True
     m = train(
         paths.for_seed(seed),
         Path(out) / "seeds" / f"seed{key}",
         seeded,
         ec,
         device=None,
-        progress=False,
         restart=True,
         checkpoint_dir=Path(models_dir) / f"seed{key}" if models_dir else None,
+        label=f"{spec.run} {name}",
     )
-    if "test" not in m:
-        return m
-    print(
-        f"[{spec.run} seed {key}] test annotation R@1 {m['test']['annotation']['r1']:.1f}, "
-        f"search R@1 {m['test']['search']['r1']:.1f}",
-        flush=True,
-    )
-    return m
+    return m, time.monotonic() - t0, False
+
+
+def unit_line(name: str, m: dict[str, Any], kept: bool) -> str:
+    """What a study's progress line says of a finished unit: its name, trained or kept, its test R@1."""
+    t = m.get("test") or {}
+    scores = ", ".join(f"{d} R@1 {t[d]['r1']:.1f}" for d in DIRECTIONS if d in t)
+    return f"{name} {'kept' if kept else 'trained'}" + (f", test {scores}" if scores else "")
 
 
 def seed_threads(n_seeds: int, jobs: int, cores: int) -> list[int]:
@@ -232,17 +241,36 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset, folds))]
     keys = [unit_key(s, r) for s, r in units]
+    names = [f"{'fold' if folds else 'seed'} {k}" for k in keys]
     work = [
-        (paths, spec, ec, s, r, str(out), t, models_dir, keep)
-        for (s, r), t in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()))
+        (paths, spec, ec, s, r, str(out), t, models_dir, keep, name)
+        for (s, r), t, name in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()), names)
     ]
+    parallel = min(jobs, len(units))
+    shown = int(os.environ.get("RANK", "0")) == 0  # printing only: one process speaks under torchrun
+    if shown:
+        sys.stderr.write(f"[{run}] {len(units)} training units ({', '.join(names)}), {parallel} at a time\n")
+    lines = Progress(run, len(units), "unit", parallel=parallel)
+    done: dict[int, dict[str, Any]] = {}
+
+    def finished(i: int, unit: tuple[dict, float, bool]) -> None:
+        done[i], seconds, kept = unit
+        if shown:
+            lines.step(unit_line(names[i], done[i], kept), seconds=seconds, timed=not kept)
+
     if jobs > 1 and len(units) > 1:
+        from concurrent.futures import as_completed
+
         from fraglib.distributed import worker_pool
 
-        with worker_pool(min(jobs, len(units))) as ex:
-            results = list(ex.map(_run_seed, work))
+        with worker_pool(parallel) as ex:
+            futures = {ex.submit(_run_seed, w): i for i, w in enumerate(work)}
+            for f in as_completed(futures):  # as they finish; kept in the units' order below
+                finished(futures[f], f.result())
     else:
-        results = [_run_seed(w) for w in work]
+        for i, w in enumerate(work):
+            finished(i, _run_seed(w))
+    results = [done[i] for i in range(len(work))]
     if "test" not in results[0]:  # not rank 0: rank 0 summarises
         return {}
     # units on one test set share queries: the splits when the data is split per seed, else all one group

@@ -35,7 +35,10 @@ from fraglib.evaluate import EvalConfig, check_evaluable, evaluate_split, score_
 from fraglib.inputs import DataPaths, load_splits, make_batches
 from fraglib.metrics import DIRECTIONS, KS, evaluate_scores, rsum
 from fraglib.outputs import command, resumes, write_text
+from fraglib.progress import Progress, interactive
 from fraglib.systems import get_system
+
+UNIT_LINE_SECONDS = 10.0  # a study's unit prints an epoch line per this many seconds at most (its first and last)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +246,8 @@ def train_epoch(
     ``python -m fraglib.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
     :func:`fraglib.inputs.make_batches` (after the system's ``begin_epoch``), autocast when ``tc.amp``,
     gradient clipping. Returns (sums of the cost and the loss parts over the batches, number of batches,
-    pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title.
+    pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title, drawn
+    only on a terminal (:func:`fraglib.progress.interactive`: a log keeps every redraw of a bar).
 
     The sums stay on the device (float64, added in batch order: the floats a Python sum of the parts would
     give) and are read once, at the end: on a GPU every read makes the host wait for the device, and a step's
@@ -261,7 +265,7 @@ def train_epoch(
     batches = make_batches(tr, tc.batch_size, tc.seed, epoch, tc.distinct_images)
     skipped = sum(len(b) for b in batches if len(b) < ctx.world)  # every process needs one pair of a batch
     batches = [b for b in batches if len(b) >= ctx.world]
-    bar = tqdm(batches, desc=desc, disable=desc is None, leave=False, mininterval=2)
+    bar = tqdm(batches, desc=desc, disable=desc is None or not interactive(), leave=False, mininterval=2)
     shown = time.monotonic()
     for b in bar:
         b = distributed.shard(b, ctx)
@@ -275,7 +279,7 @@ def train_epoch(
         opt.step()
         for k, v in {**parts, "cost": cost}.items():
             sums[k] = sums.get(k, 0.0) + (v.detach().double() if isinstance(v, torch.Tensor) else v)
-        if desc is not None and time.monotonic() - shown > 2:  # the bar's numbers: one read per 2 s
+        if not bar.disable and time.monotonic() - shown > 2:  # the bar's numbers: one read per 2 s
             bar.set_postfix({k: f"{float(v):.3g}" for k, v in parts.items()})
             shown = time.monotonic()
     sums = {k: float(v) for k, v in sums.items()}
@@ -374,6 +378,7 @@ def train(
     stop_after: int | None = None,
     restart: bool = False,
     checkpoint_dir: str | Path | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """Fit (or resume) ``spec`` on the data at ``paths`` (:func:`fit`), then, with ``evaluation``, score its ``best.pt`` on the test split
     by the one test evaluation (:func:`fraglib.evaluate.evaluate_split`) and write the run's results:
@@ -383,7 +388,9 @@ def train(
     (default ``out_dir``; a DVC output), which ``metrics.json`` then names. ``stop_after`` ends the process's
     work after that many epochs (used to test resumption); ``restart``: a checkpoint of other settings or inputs
     is replaced instead of refused. One process trains a folder at a time: while another holds it,
-    :class:`fraglib.checkpoint.RunLocked` at once."""
+    :class:`fraglib.checkpoint.RunLocked` at once. ``progress``: a line per epoch on stderr with an ETA (and a bar
+    over the batches on a terminal); ``label``: those lines' name (default the run's), given by a study whose units
+    train side by side: then no bar, and a line per :data:`UNIT_LINE_SECONDS` at most."""
     from fraglib.device import make_deterministic, select_device
 
     spec.train_config.validate()
@@ -419,6 +426,7 @@ def train(
             stop_after,
             restart,
             ec.eval_chunk if ec else EvalConfig().eval_chunk,
+            label,
         )
         distributed.teardown(ctx)
         if "system" not in fitted:  # stopped early, or not rank 0
@@ -452,6 +460,7 @@ def fit(
     stop_after: int | None,
     restart: bool,
     eval_chunk: int,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """The loop: build the system from ``dims``, resume from ``ck_dir`` or prepare (a closed-form system is
     fitted once), train ``epochs`` epochs on ``splits["train"]``, validate each on ``splits["val"]`` (R-sum, both
@@ -459,7 +468,7 @@ def fit(
     last epoch) and ``last.pt``. Reads no other split. Returns ``system`` (``best.pt``'s weights loaded),
     ``best_epoch``, ``val_rsum_best`` and ``history`` on rank 0; ``{"stopped_at_epoch": e}`` after ``stop_after``
     epochs; ``{"rank": r}`` elsewhere. The checkpoint's identity is the system, both configs, the sizes and
-    the SHA-256 of ``inputs``; nothing of the evaluation."""
+    the SHA-256 of ``inputs``; nothing of the evaluation. ``progress`` and ``label``: as :func:`train`'s."""
     tc, cls = spec.train_config, get_system(spec.system)
     torch.manual_seed(tc.seed)
     system = cls(spec.system_config, dims, tc.seed).to(device)
@@ -534,6 +543,7 @@ def fit(
     if ctx.world > 1 and trainable:
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True, broadcast_buffers=False)
     done = 0
+    lines = Progress(label or spec.run, epochs, "epoch", done=start, every=UNIT_LINE_SECONDS if label else 0.0)
     for epoch in range(start, epochs):
         if stop_after is not None and done >= stop_after:
             return {"stopped_at_epoch": epoch}
@@ -548,7 +558,7 @@ def fit(
             epoch,
             device,
             ctx,
-            desc=f"epoch {epoch + 1}/{epochs} ({phase})" if progress else None,
+            desc=f"epoch {epoch + 1}/{epochs} ({phase})" if progress and label is None else None,
             run=spec.run,
         )
         t_train += time.perf_counter() - t0
@@ -558,10 +568,8 @@ def fit(
             continue
         row = validate(epoch + 1, phase, sums, n_batches, skipped)
         history.append(row)
-        if progress:
-            print(
-                f"epoch {epoch + 1}/{epochs}: cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}", flush=True
-            )
+        if progress:  # the epoch's time counts its validation and checkpoints too
+            lines.step(f"cost {row['train_cost']:.4g}, val R-sum {row['val_rsum']:.1f}")
         if row["val_rsum"] > best_rsum or tc.select == "last":
             best_rsum, best_epoch = row["val_rsum"], epoch + 1
             checkpoint.save(ck_dir / "best.pt", state(epoch + 1))

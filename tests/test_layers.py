@@ -27,6 +27,7 @@ LAYERS = (
             "fraglib.batches",
             "fraglib.notebook",
             "fraglib.pagetext",
+            "fraglib.progress",
         ),
     ),
     ("metrics", ("fraglib.metrics", "fraglib.hubness", "fraglib.distributed")),

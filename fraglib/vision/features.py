@@ -38,6 +38,7 @@ from fraglib.data import Dataset, read_karpathy_json
 from fraglib.data.cache import FeatureCache, cache_family
 from fraglib.data.dataset import Chunks, read_rows
 from fraglib.outputs import OVERWRITE_HELP, claim, command, write_text
+from fraglib.progress import track
 from fraglib.vision.rcnn import (
     Backbone,
     BadImage,
@@ -132,8 +133,6 @@ def extract(
 def _extract(dataset, cfg, out_dir, truth, device, progress, regions, region_views, backbone, objectness, spool):
     """:func:`extract`'s work (same arguments), each detector's descriptor rows (float32, backbone.dim)
     appended to the binary file ``spool[detector]`` as each image is done, the small arrays kept."""
-    from tqdm.auto import tqdm
-
     detectors = list(spool)
     acc: dict[str, dict[str, list]] = {d: {k: [] for k in ("boxes", "scores", "is_full", "counts")} for d in detectors}
     status = [""] * len(dataset.images)
@@ -141,12 +140,12 @@ def _extract(dataset, cfg, out_dir, truth, device, progress, regions, region_vie
     times: dict[str, list[float]] = {k: [] for k in ("load", "proposals", "backbone", "scoring", "features", "total")}
     n_props = []
     t_start = time.perf_counter()
-    for item in tqdm(
+    for item in track(  # a bar on a terminal, else a line per 30 s with an ETA (printing only)
         region_items(dataset, cfg, backbone, device, regions),
-        total=len(dataset.images),
-        desc=f"features ({backbone.name}, {device})",
-        disable=not progress,
-        mininterval=5,
+        f"features {out_dir} ({backbone.name}, {device})",
+        len(dataset.images),
+        "image",
+        enabled=progress,
     ):
         n = item["n"]
         if "error" in item:
