@@ -20,7 +20,17 @@ from typing import Any
 import numpy as np
 
 from fraglib.config import read_yaml
-from fraglib.metrics import KS, holm, stratified_mean_se
+from fraglib.metrics import (  # the pairing and the analytic difference live with the other statistics
+    ALPHA,
+    KS,
+    _p_value,
+    holm,
+    pair,
+    paired_analytic,
+    query_values,
+    stratified_mean_se,
+)
+from fraglib.pagetext import ci_text
 from fraglib.params import unit_key, unit_replicate, unit_seed
 from fraglib.reference import PUBLISHED, published
 from fraglib.results import (
@@ -37,7 +47,6 @@ from fraglib.studies import studies
 from fraglib.tables import Block, Heading, Table
 
 CLAIMS = Path(__file__).parent / "reference" / "claims.yaml"
-ALPHA = 0.05  # two-sided: 95 % CIs; Holm's family-wise level within a paper's claims in a study
 
 REPRODUCED = "reproduced"
 SAME_DIRECTION = "same direction, not significant"
@@ -369,72 +378,6 @@ class Untestable(Exception):
     """Why a claim cannot be tested in a study (its runs, or their per-query results, are not here)."""
 
 
-def query_values(ranks: np.ndarray, metric: str) -> np.ndarray:
-    """Per-query values (units × queries) whose mean over the queries is ``metric`` of the ranks: R@K sum
-    (100 × the number of K in 1, 5, 10 with rank ≤ K), one R@K (``r1``, ``r5``, …: 100 where rank ≤ K) or the rank
-    itself (mean rank). A median rank has none (it is no mean over the queries): ValueError."""
-    if metric == "rsum":
-        return 100.0 * sum((ranks <= k).astype(float) for k in KS)
-    if metric == "mean_rank":
-        return ranks.astype(float)
-    if metric[:1] == "r" and metric[1:].isdigit():
-        return 100.0 * (ranks <= int(metric[1:])).astype(float)
-    raise ValueError(f"no per-query values of {metric!r} from ranks")
-
-
-def per_query(metric: str) -> bool:
-    """Whether ``metric`` is a mean over the test queries (:func:`query_values` has its per-query values)."""
-    return metric in ("rsum", "mean_rank") or (metric[:1] == "r" and metric[1:].isdigit())
-
-
-def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var: float = 0.0) -> dict[str, float]:
-    """Mean over units (rows) and queries of a − b (units × queries, paired by unit and query), its 95 % CI and
-    two-sided p-value, analytic:
-
-    * several groups (splits, each with its own test set and trainings): between the groups' means, with Student's
-      t on G − 1 degrees of freedom (the spread of the splits holds their queries', trainings' and data's noise);
-    * one group (one split, or a k-fold run's pooled folds): the test queries' standard error of the units' mean
-      difference (:func:`fraglib.metrics.stratified_mean_se`, within folds where ``strata`` is given) plus the
-      training noise of each side's mean over its U training runs, ``train_var`` × 2 / U (``train_var``: one
-      training's variance, :func:`training_variance`), with the normal quantile.
-
-    Returns diff, lo, hi, p, se (the standard error), df (the t's degrees of freedom; inf: the normal) and tau (the
-    training noise's share of the standard error, √(``train_var`` × 2 / U), which a re-run would draw anew)."""
-    if a.shape != b.shape:
-        raise ValueError(f"paired difference needs the same units and queries: {a.shape} vs {b.shape}")
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    groups = np.asarray(groups)
-    names = np.unique(groups)
-    if len(names) >= 2:
-        means = np.array([d[groups == g].mean() for g in names])
-        diff, se, df = float(means.mean()), float(means.std(ddof=1) / np.sqrt(len(means))), float(len(means) - 1)
-    else:
-        diff, se_q = stratified_mean_se(d.mean(axis=0), strata)
-        se, df = float(np.sqrt(se_q**2 + train_var * 2 / len(d))), math.inf
-    q = float(_dist(df).ppf(1 - ALPHA / 2))
-    tau = float(np.sqrt(train_var * 2 / len(d)))
-    return {
-        "diff": diff,
-        "lo": diff - q * se,
-        "hi": diff + q * se,
-        "p": _p_value(diff, se, df),
-        "se": se,
-        "df": df,
-        "tau": tau,
-    }
-
-
-def _dist(df: float):
-    from scipy import stats
-
-    return stats.norm() if math.isinf(df) else stats.t(df)
-
-
-def _p_value(diff: float, se: float, df: float) -> float:
-    """Two-sided p of a difference ``diff`` with standard error ``se`` (normal, or Student's t on ``df``)."""
-    return float(2 * _dist(df).sf(abs(diff) / se)) if se > 0 else float(diff == 0)
-
-
 def aa_pairs(folder: Path, task: str, metric: str, cache: dict[Path, Any]) -> list[dict[str, Any]]:
     """The A/A pairs of run ``folder`` in ``task`` and ``metric``: its first two training runs of one test set
     (a split trained twice, or a k-fold run's two pooled replicates), compared as if two systems: ``d`` the mean
@@ -529,41 +472,6 @@ class Undecided(Exception):
 
 
 # ----------------------------------------------------------------------------- one pairing rule for every page
-def pair(units_a: list[str], units_b: list[str]) -> tuple[list[str], list[int], list[int]]:
-    """The pairing of every difference the project prints (docs/claims.md, "How differences are paired"): the
-    training runs both sides have, unit by unit (the same split or fold and the same replicate), in ``units_a``'s
-    order, and their rows in each side. A side's training runs the other lacks are left out of the difference."""
-    common = [u for u in units_a if u in units_b]
-    return common, [units_a.index(u) for u in common], [units_b.index(u) for u in common]
-
-
-def paired_value(a: np.ndarray, b: np.ndarray, groups, strata=None) -> float:
-    """The difference a − b of per-query values (units × queries, paired by :func:`pair` and by query) as the rule
-    computes it (:func:`paired_analytic`'s ``diff``: the mean of the splits' mean differences over several splits,
-    else the mean over training runs and queries). The claims table and the result pages
-    (:func:`fraglib.results.paired_differences`) both print this number, so one difference prints one value."""
-    return paired_analytic(a, b, groups, strata)["diff"]
-
-
-def run_difference(a: dict[str, Any], b: dict[str, Any], task: str, metric: str) -> float:
-    """Loaded run ``a`` (:func:`fraglib.results.load_run`) minus ``b`` in a per-query ``metric`` (:func:`per_query`)
-    on ``task``, paired by :func:`pair` (:func:`paired_value`); ValueError when they share no training run."""
-    common, ia, ib = pair(list(a["units"]), list(b["units"]))
-    if not common:
-        raise ValueError(f"runs {a.get('run')} and {b.get('run')} share no training run")
-    return paired_value(
-        query_values(a["ranks"][task][ia], metric),
-        query_values(b["ranks"][task][ib], metric),
-        [a["groups"][i] for i in ia],
-        shared_strata([a, b], task),
-    )
-
-
-def ci_text(diff: float, lo: float, hi: float) -> str:
-    """A difference and its 95 % CI as every page prints them: signed, one decimal (``+7.6 [+1.6, +14.0]``)."""
-    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-
-
 def our_difference(
     a: Path,
     b: Path,

@@ -408,11 +408,11 @@ def _training_line(path: Path) -> str:
     )
 
 
-def fight_line(runs: dict[str, dict], params: dict, fold_runs: dict[str, dict] | None = None) -> str:
-    """The verdict pair's R@1 differences (:func:`fraglib.tables.verdict_difference`) on the ten folds where
-    ``fold_runs`` hold the pair, then on the five splits; or ''."""
+def fight_line(folder: Path, params: dict, folds_folder: Path | None = None) -> str:
+    """The verdict pair's R@1 differences (:func:`fraglib.tables.verdict_difference`, paired by training run) on the
+    ten folds of ``folds_folder`` where it holds the pair, then on the five splits of ``folder``; or ''."""
     pair = tables.verdict_pair(params)
-    d, f = tables.verdict_difference(runs, pair), tables.verdict_difference(fold_runs or {}, pair)
+    d, f = tables.verdict_difference(folder, pair), tables.verdict_difference(folds_folder, pair)
     if d is None and f is None:
         return ""
     parts = [
@@ -454,8 +454,7 @@ def finding(study: Study, page: Page, params: dict) -> str:
         return line + hubness_line(runs)
     if kind != "fight_report":
         return ""
-    folds = tables.retrieval_runs(Path(study.folds), params) if study.folds else {}
-    return fight_line(tables.retrieval_runs(Path(study.runs), params), params, folds)
+    return fight_line(Path(study.runs), params, Path(study.folds) if study.folds else None)
 
 
 N_BOOT = 1000  # bootstrap resamples of the best-per-direction CIs: as the reports compute theirs (seed 0)
@@ -609,8 +608,8 @@ def verdict_blocks(found: list[Study], params: dict) -> list[tables.Block]:
     for s in found:
         page = s.page("fight_report")
         if page:
-            folds = tables.study_runs(Path(s.folds)) if s.folds else {}
-            return tables.verdict(tables.study_runs(Path(s.runs)), tables.verdict_pair(params), page.html, folds)
+            folds = Path(s.folds) if s.folds else None
+            return tables.verdict(Path(s.runs), tables.verdict_pair(params), page.html, folds)
     return []
 
 

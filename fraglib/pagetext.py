@@ -121,3 +121,8 @@ def figure_text(value: Any) -> str:
     escaped, so a caption, label or file name is drawn as written, never read as TeX (matplotlib's mathtext would
     garble ``$5 and $10`` and stop the whole figure at ``$\\foo$``)."""
     return str(value).replace("$", r"\$")
+
+
+def ci_text(diff: float, lo: float, hi: float) -> str:
+    """A difference and its 95 % CI as every page prints them: signed, one decimal (``+7.6 [+1.6, +14.0]``)."""
+    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"

@@ -88,6 +88,51 @@ def difference_label(row, base: str | None = "base", group: str | None = "group"
     return figure_text("\n".join(lines))
 
 
+def differences_caption(
+    diffs, base: str | None = "base", group: str | None = "group", group_name: str | None = None
+) -> str:
+    """The rows of :func:`differences_figure` of ``diffs`` in words, top to bottom, for the page under the picture
+    (a reader, a screen reader and a test read there what the picture's labels say): every difference by both its
+    sides, "run − base", and its metrics ("… − each of: b1; b2" when one run meets every base, "… per <group>: g1;
+    g2" when one pair is split by group, ``group_name`` its word). Plain text: put it on a page through
+    :mod:`fraglib.pagetext`."""
+    has = lambda row, key: bool(key) and key in row.index and row[key] == row[key]  # noqa: E731
+    pairs: dict[tuple[str, str, str], list[str]] = {}
+    for _, r in diffs.iterrows():
+        key = (str(r[group]) if has(r, group) else "", str(r["run"]), str(r[base]) if has(r, base) else "")
+        metrics = pairs.setdefault(key, [])
+        if has(r, "metric") and str(r["metric"]) not in metrics:
+            metrics.append(str(r["metric"]))
+    if not pairs:
+        return ""
+    same = len({tuple(m) for m in pairs.values()}) == 1
+    tail = lambda m: f" ({', '.join(m)})" if m and not same else ""  # noqa: E731
+    groups, sides = list(dict.fromkeys(g for g, _, _ in pairs)), list(dict.fromkeys((a, b) for _, a, b in pairs))
+    runs = list(dict.fromkeys(a for _, a, _ in pairs))
+    if len(sides) == 1 and groups != [""]:
+        ((a, b),) = sides
+        text = (
+            f"{a}"
+            + (f" − {b}" if b else "")
+            + f", per {group_name or group}: "
+            + "; ".join(g + tail(m) for (g, _, _), m in pairs.items())
+        )
+    elif len(runs) == 1 and groups == [""] and all(b for _, _, b in pairs):
+        text = f"{runs[0]} − each of: " + "; ".join(b + tail(m) for (_, _, b), m in pairs.items())
+    else:
+        text = "; ".join(
+            (f"{g}: " if g else "") + a + (f" − {b}" if b else "") + tail(m) for (g, a, b), m in pairs.items()
+        )
+    metrics = next(iter(pairs.values()))
+    return text + (
+        f" (rows: {' then '.join(metrics)} of each)"
+        if same and len(metrics) > 1
+        else f" ({metrics[0]})"
+        if same and metrics
+        else ""
+    )
+
+
 def differences_figure(diffs, base: str | None = "base", group: str | None = "group", wrap: int = 60) -> plt.Figure:
     """Paired differences (``results.paired_differences``, ``results.group_differences``: a − b) as points with
     95 % CIs, one panel per direction, red where the CI excludes 0; every row names both sides of its difference

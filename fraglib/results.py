@@ -22,7 +22,7 @@ import pandas as pd
 
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
-from fraglib.pagetext import fragment, plain
+from fraglib.pagetext import code, fragment, join, plain
 from fraglib.params import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
@@ -295,6 +295,38 @@ def pool_folds(
     return summary
 
 
+def run_difference(a: dict[str, Any], b: dict[str, Any], task: str, metric: str) -> float:
+    """Loaded run ``a`` (:func:`load_run`) minus ``b`` in a per-query ``metric`` (:func:`fraglib.metrics.per_query`)
+    on ``task``, paired by :func:`fraglib.metrics.pair` (:func:`fraglib.metrics.paired_value`, the claims' rule); ValueError when they share no training run."""
+    from fraglib.metrics import pair, paired_value, query_values
+
+    common, ia, ib = pair(list(a["units"]), list(b["units"]))
+    if not common:
+        raise ValueError(f"runs {a.get('run')} and {b.get('run')} share no training run")
+    return paired_value(
+        query_values(a["ranks"][task][ia], metric),
+        query_values(b["ranks"][task][ib], metric),
+        [a["groups"][i] for i in ia],
+        shared_strata([a, b], task),
+    )
+
+
+def paired_r1(folder: str | Path, a: str, b: str, correction: str | None = None) -> dict[str, float] | None:
+    """R@1 of run ``a`` minus run ``b`` of ``folder`` per direction, paired as every page pairs
+    (:func:`run_difference`), on their ranks or (``correction``, a key of :data:`CORRECTIONS`' ranks, e.g.
+    ``inverted_softmax_inductive``) their corrected ranks; None where either run, or that correction of it, is not
+    here. A damaged run is a ValueError naming it (:func:`load_run`)."""
+    folder = Path(folder)
+    if not all((folder / r / "metrics.json").is_file() for r in (a, b)):
+        return None
+    ra, rb = load_run(folder / a), load_run(folder / b)
+    if correction:
+        if not all(correction in (r.get("corrected") or {}) for r in (ra, rb)):
+            return None
+        ra, rb = ({**r, "ranks": r["corrected"][correction]} for r in (ra, rb))
+    return {d: run_difference(ra, rb, d, "r1") for d in DIRECTIONS}
+
+
 def shared_strata(runs: list[dict[str, Any]], task: str) -> np.ndarray | None:
     """The query strata (folds, :func:`pool_folds`) of ``task`` the loaded ``runs`` share, None where none has
     any; ValueError when they differ (k-fold runs of two partitions, or one beside a split run): not one test set."""
@@ -309,6 +341,82 @@ def shared_strata(runs: list[dict[str, Any]], task: str) -> np.ndarray | None:
         names = ", ".join(f"{r.get('run')} ({r.get('protocol', 'splits')} {r.get('partition', '')})" for r in runs)
         raise ValueError(f"{names}: not the same folds of one partition, so not one set of {task} queries")
     return found[0]
+
+
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def number_word(n: int) -> str:
+    """``n`` as a heading writes it: a word to ten, digits above."""
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{number_word(n)} {word}{'s' * (n != 1)}"
+
+
+def _test_sets(run: dict[str, Any]) -> tuple[str, int, tuple[int, int]]:
+    """(test set word, how many, (fewest, most) trainings per test set) of a run, loaded (:func:`load_run`) or its
+    summary (``metrics.json``): a k-fold run's folds (trained once per replicate each), else its splits (the
+    groups of its units)."""
+    units = list(run.get("units") or [str(s) for s in run["seeds"]])
+    if run.get("protocol") == "folds":
+        folds = int(run.get("folds") or len(run["seeds"]))
+        per = len(units) if "strata" in run else len({unit_replicate(u) for u in units})  # loaded: one unit a replicate
+        return "fold", folds, (per, per)
+    groups = list(run.get("groups") or [unit_seed(u) for u in units])
+    per = [groups.count(g) for g in dict.fromkeys(groups)]
+    return "split", len(per), (min(per), max(per))
+
+
+def protocol_text(study: dict[str, dict[str, Any]], runs: list[str] | None = None):
+    """What a heading or caption over results of ``runs`` (default: all) of ``study`` (runs loaded, or their
+    summaries) says about how they were tested and trained: the protocol ("ten folds", "five splits", "one split":
+    the most runs' number of test sets, runs on fewer named) and the trainings per test set ("two trainings per
+    fold", runs trained otherwise named; more than three: counted), e.g. "five splits, two trainings per split
+    (`kcca_euclidean`: one)". Page text (:mod:`fraglib.pagetext`: run names as code, nothing else unescaped)."""
+    names = [r for r in (study if runs is None else runs) if r in study]
+    if not names:
+        return fragment("no run")
+    shape = {r: _test_sets(study[r]) for r in names}
+    kinds = [shape[r][0] for r in names]
+    kind = max(kinds, key=kinds.count)
+
+    def per(r: str) -> str:
+        lo, hi = shape[r][2]
+        return number_word(lo) if lo == hi else f"{number_word(lo)} or {number_word(hi)}"
+
+    def who(rs: list[str]):  # the runs of an exception: by name when three or fewer, else counted
+        return join(", ", [code(r) for r in rs]) if len(rs) <= 3 else fragment("{} of the {} runs", len(rs), len(names))
+
+    sets = [shape[r][1] for r in names]
+    main_sets = max(sets, key=sets.count)
+    fewer = [r for r in names if shape[r][1] != main_sets]
+    counts = [per(r) for r in names]
+    main = max(counts, key=counts.count)
+    other = [r for r in names if per(r) != main]
+    return fragment(
+        "{}{}, {} training{} per {}{}",
+        _plural(main_sets, kind),
+        fragment(" ({} on {})", who(fewer), " or ".join(number_word(n) for n in sorted({shape[r][1] for r in fewer})))
+        if fewer
+        else "",
+        main,
+        "" if main == "one" else "s",
+        kind,
+        fragment(
+            " ({})",
+            join(
+                "; ",
+                [
+                    fragment("{}: {}", who([r for r in other if per(r) == c]), c)
+                    for c in dict.fromkeys(per(r) for r in other)
+                ],
+            ),
+        )
+        if other
+        else "",
+    )
 
 
 def metric_label(name: str) -> str:
@@ -509,11 +617,12 @@ def peri_published_table() -> pd.DataFrame:
 
 
 def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
-    """Paired differences (long format, :func:`paired_differences`) as 'diff [lo, hi]' strings, rows
-    (run, base), one column per (direction, metric)."""
-    d = diffs.assign(
-        ci=[f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]" for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])]
-    )
+    """Paired differences (long format, :func:`paired_differences`) as 'diff [lo, hi]' strings
+    (:func:`fraglib.pagetext.ci_text`, as the claims table prints them), rows (run, base), one column per
+    (direction, metric)."""
+    from fraglib.pagetext import ci_text
+
+    d = diffs.assign(ci=[ci_text(x, lo, hi) for x, lo, hi in zip(diffs["diff"], diffs["lo"], diffs["hi"])])
     wide = d.pivot_table(index=["run", "base"], columns=["direction", "metric"], values="ci", aggfunc="first")
     return wide[list(dict.fromkeys(zip(d["direction"], d["metric"])))]  # columns as computed: R@1, R@5, R@10
 
@@ -527,16 +636,15 @@ def lead_summary(diffs: pd.DataFrame, by: str = "direction") -> str:
     """Rows of :func:`paired_differences` (fragment run − baseline, an R@K metric), one per baseline and ``by``
     (a column: the direction, or a correction): the counts first ("fragments ahead in 1, behind in 3, not
     distinguishable in 14 of 18"), then each row as "base / by: diff [lo, hi] — word" (:func:`lead_word`)."""
+    from fraglib.pagetext import ci_text
+
     words = [lead_word(lo, hi) for lo, hi in zip(diffs["lo"], diffs["hi"])]
     counts = {w: words.count(w) for w in ("fragments ahead", "fragments behind", "not distinguishable")}
     head = (
         f"fragments ahead in {counts['fragments ahead']}, behind in {counts['fragments behind']}, "
         f"not distinguishable in {counts['not distinguishable']} of {len(words)}"
     )
-    rows = [
-        f"{r.base} / {r[by]}: {r['diff']:+.1f} [{r.lo:+.1f}, {r.hi:+.1f}] — {w}"
-        for (_, r), w in zip(diffs.iterrows(), words)
-    ]
+    rows = [f"{r.base} / {r[by]}: {ci_text(r['diff'], r.lo, r.hi)} — {w}" for (_, r), w in zip(diffs.iterrows(), words)]
     return head + ". " + "; ".join(rows)
 
 
@@ -548,26 +656,30 @@ def paired_differences(
     labels: dict[str, str] | None = None,
     n_boot: int = 1000,
 ) -> pd.DataFrame:
-    """Paired-bootstrap difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task
-    (``direction`` column) and metric, with CIs (module docstring), over the units both runs have
-    (``n_seeds``: their seeds/splits, ``n_units``: training runs; a run limited to fewer seeds,
-    ``runs.<run>.seeds``, or replicates is paired on those). Long format."""
+    """Difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task (``direction`` column) and
+    metric, over the units both runs have (``n_seeds``: their seeds/splits, ``n_units``: training runs; a run
+    limited to fewer seeds, ``runs.<run>.seeds``, or replicates is paired on those). The pairing and the difference
+    are the claims' (:func:`fraglib.metrics.pair`, :func:`fraglib.metrics.paired_value`; docs/claims.md, "How
+    differences are paired"), so a difference this prints is the one the claims table prints; the CI is the paired
+    bootstrap's (module docstring). A median rank, no mean over queries, keeps the bootstrap's point (the mean over
+    units). Long format."""
+    from fraglib.metrics import pair, paired_value, per_query, query_values
+
     rows = []
     for a, b in pairs:
-        common = [u for u in study[a]["units"] if u in study[b]["units"]]
+        common, ia, ib = pair(list(study[a]["units"]), list(study[b]["units"]))
         if not common:
             raise ValueError(f"runs {a} and {b} share no seed ({study[a]['units']} vs {study[b]['units']})")
-        ia = [study[a]["units"].index(u) for u in common]
-        ib = [study[b]["units"].index(u) for u in common]
         groups = [study[a]["groups"][i] for i in ia]
         for d in tasks:
             if d not in study[a]["ranks"] or d not in study[b]["ranks"]:
                 continue
             strata = shared_strata([study[a], study[b]], d)
+            ra, rb = study[a]["ranks"][d][ia], study[b]["ranks"][d][ib]
             for m in metrics:
-                r = paired_difference(
-                    study[a]["ranks"][d][ia], study[b]["ranks"][d][ib], m, n_boot, groups=groups, strata=strata
-                )
+                r = paired_difference(ra, rb, m, n_boot, groups=groups, strata=strata)
+                if per_query(m):
+                    r["diff"] = paired_value(query_values(ra, m), query_values(rb, m), groups, strata)
                 rows.append(
                     {
                         "run": (labels or {}).get(a, a),

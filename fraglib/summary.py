@@ -69,12 +69,12 @@ def study_markdown(root: Path, study: Study, params: dict[str, Any], labels: dic
     head: list[Block] = [Heading(2, study.heading), *tables.coverage(folder)]
     fight = study.page("fight_report")
     if fight:
-        folds = tables.retrieval_runs(root / study.folds, params) if study.folds else {}
+        folds = root / study.folds if study.folds else None
         head += [
             Heading(3, "The verdict"),
-            *tables.verdict(runs, tables.verdict_pair(params), fight.html, folds),
-            *tables.fight_baselines(folds, params, labels, "ten folds"),
-            *tables.fight_baselines(runs, params, labels),
+            *tables.verdict(folder, tables.verdict_pair(params), fight.html, folds),
+            *(tables.fight_baselines(folds, params, labels, "ten folds") if folds else []),
+            *tables.fight_baselines(folder, params, labels),
         ]
     rest = [b for title, blocks in tables.papers(folder, study.dataset, params) for b in (Heading(3, title), *blocks)]
     rest += tables.working_forms(results_folders(root, study), params)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from fraglib.reference import published
-from fraglib.results import DIRECTIONS, read_json, read_summary
+from fraglib.results import DIRECTIONS, paired_r1, read_json, read_summary
 
 UNCONFIRMED = "A confirmation of the verdict on partitions the study never used is not yet part of the study."
 
@@ -236,74 +236,72 @@ def verdict_pair(params: dict[str, Any]) -> tuple[str, str]:
     return (fight.get("ladder") or [""])[-1], (fight.get("baselines") or [""])[0]
 
 
-def verdict_difference(runs: dict[str, dict[str, Any]], pair: tuple[str, str]) -> dict[str, float] | None:
-    """Mean R@1 of the verdict pair's best recipe minus its baseline, per direction; None when one is missing."""
-    best, base = pair
-    if best not in runs or base not in runs:
-        return None
-    return {d: runs[best][d]["r1"] - runs[base][d]["r1"] for d in DIRECTIONS}
+def verdict_difference(folder: Path | None, pair: tuple[str, str]) -> dict[str, float] | None:
+    """R@1 of the verdict pair's best recipe minus its baseline in ``folder`` per direction, paired as every page
+    pairs (:func:`fraglib.results.paired_r1`); None without the folder or one of the two runs."""
+    return paired_r1(folder, *pair) if folder else None
 
 
-def verdict(
-    runs: dict[str, dict[str, Any]],
-    pair: tuple[str, str],
-    page: str,
-    fold_runs: dict[str, dict[str, Any]] | None = None,
-) -> list[Block]:
-    """The verdict's point difference (:func:`verdict_difference`) over the five splits, and on the k-fold protocol
-    where ``fold_runs`` (the study's k-fold run summaries) hold the pair, and the page with its uncertainty
-    (``page``: the fight report); no blocks without the pair."""
-    (best, base), d = pair, verdict_difference(runs, pair)
+def verdict(folder: Path, pair: tuple[str, str], page: str, folds_folder: Path | None = None) -> list[Block]:
+    """The verdict's point difference (:func:`verdict_difference`) over the five splits of ``folder``, and on the
+    k-fold protocol where ``folds_folder`` (the study's k-fold runs) holds the pair, and the page with its
+    uncertainty (``page``: the fight report); no blocks without the pair."""
+    (best, base), d = pair, verdict_difference(folder, pair)
     if d is None:
         return []
-    folds = verdict_difference(fold_runs or {}, pair)
+    folds = verdict_difference(folds_folder, pair)
     if folds:
+        fold_runs = {r: read_summary(Path(folds_folder) / r / "metrics.json") for r in pair}
         k = {fold_runs[r].get("folds", len(fold_runs[r].get("seeds") or [])) for r in pair}
         times = sorted({int(fold_runs[r].get("replicates", 1)) for r in pair})
         trained = " or ".join({1: "once", 2: "twice"}.get(t, f"{t} times") for t in times)
     on_folds = (
         f"On the {' or '.join(str(x) for x in sorted(k))} folds (every image tested once, each run trained {trained} "
-        f"per fold; mean over all its training runs): annotation {folds['annotation']:+.1f}, image search "
+        f"per fold; paired by training run): annotation {folds['annotation']:+.1f}, image search "
         f"{folds['search']:+.1f} points. "
         if folds
         else ""
     )
     return [
-        f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), mean R@1 over the five "
-        f"splits and both training runs: annotation {d['annotation']:+.1f}, image search {d['search']:+.1f} "
-        f"points. {on_folds}The fight report ({page}) gives the bootstrap CIs "
+        f"Best fragment recipe (`{best}`) − DeViSE-like baseline (`{base}`), R@1 over the five splits, paired by "
+        f'training run (docs/claims.md, "How differences are paired"): annotation {d["annotation"]:+.1f}, image '
+        f"search {d['search']:+.1f} points. {on_folds}The fight report ({page}) gives the CIs "
         "(splits or folds, training runs, queries).",
         UNCONFIRMED,
     ]
 
 
 def fight_baselines(
-    runs: dict[str, dict[str, Any]], params: dict[str, Any], labels: dict[str, str], protocol: str = "five splits"
+    folder: Path, params: dict[str, Any], labels: dict[str, str], protocol: str = "five splits"
 ) -> list[Block]:
-    """The best fragment recipe minus each fight baseline present (``results_report.fight.baselines``), mean R@1
-    per direction, plain and with both sides under the inductive inverted softmax (— where either measured no
-    hubness), on ``protocol`` (the runs' test sets: "five splits", "ten folds"). Point differences only: the fight
-    report has the CIs."""
+    """The best fragment recipe minus each fight baseline present in ``folder`` (``results_report.fight.baselines``),
+    R@1 per direction paired by training run (:func:`fraglib.results.paired_r1`), plain and with both sides under
+    the inductive inverted softmax (— where either measured no hubness), on ``protocol`` (the runs' test sets: "five
+    splits", "ten folds"). Point differences only: the fight report has the CIs."""
+    folder = Path(folder)
     best = verdict_pair(params)[0]
-    bases = [b for b in ((params.get("results_report") or {}).get("fight") or {}).get("baselines") or [] if b in runs]
-    if best not in runs or not bases:
+    bases = [
+        b
+        for b in ((params.get("results_report") or {}).get("fight") or {}).get("baselines") or []
+        if (folder / b / "metrics.json").is_file()
+    ]
+    if not (folder / best / "metrics.json").is_file() or not bases:
         return []
 
-    def r1(run: str, d: str, corrected: bool) -> float | None:
-        h = runs[run].get("hubness")
-        return (h["inverted_softmax_inductive"][d]["r1"] if h else None) if corrected else runs[run][d]["r1"]
-
-    def cell(b: str, d: str, corrected: bool) -> str:
-        x, y = r1(best, d, corrected), r1(b, d, corrected)
-        return "—" if x is None or y is None else f"{x - y:+.1f}"
+    def cells(b: str) -> tuple[str, ...]:
+        out = []
+        for correction in (None, "inverted_softmax_inductive"):
+            d = paired_r1(folder, best, b, correction)
+            out += ["—" if d is None else f"{d[x]:+.1f}" for x in DIRECTIONS]
+        return tuple(out)
 
     return [
-        f"Best fragment recipe (`{best}`) − each baseline of the fight on the {protocol}, mean R@1 in points; "
-        '"corrected": both runs\' scores under the inverted softmax with training-split statistics (docs/evaluation.md, '
-        '"Hubness").',
+        f"Best fragment recipe (`{best}`) − each baseline of the fight on the {protocol}, R@1 in points, paired by "
+        'training run; "corrected": both runs\' scores under the inverted softmax with training-split statistics '
+        '(docs/evaluation.md, "Hubness").',
         Table(
             ("baseline", "annotation", "search", "annotation, corrected", "search, corrected"),
-            tuple((_label(b, labels), *(cell(b, d, c) for c in (False, True) for d in DIRECTIONS)) for b in bases),
+            tuple((_label(b, labels), *cells(b)) for b in bases),
         ),
     ]
 

@@ -560,8 +560,10 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     params = read_params(ROOT / "params.yaml")
     found = {s.name: s for s in studies(ROOT)}
     fight = finding(found["pascal1k"], found["pascal1k"].page("fight_report"), params)
-    a, b = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in verdict_pair(params))
-    assert f"annotation R@1 {a['annotation']['r1'] - b['annotation']['r1']:+.1f}" in fight
+    from fraglib.claims import our_difference
+
+    a, b = (ROOT / "runs" / "pascal1k" / r for r in verdict_pair(params))  # the claims' own paired difference
+    assert f"five splits: annotation R@1 {our_difference(a, b, 'annotation', 'r1', train_var=1.0)['diff']:+.1f}" in fight
     # a page's finding counts the runs that page shows: the extended page both studies' runs, no fusion run
     from fraglib.results import run_folders
 
@@ -718,44 +720,64 @@ def test_hubness_table_and_index_line_by_hand():
     )
 
 
-def test_fight_baselines_table_by_hand():
+def r1_run(folder: Path, name: str, r1: dict[str, float], corrected: dict[str, float] | None = None, **summary) -> Path:
+    """Run ``name`` of ``folder`` with one training run on 200 queries per direction whose R@1 is ``r1[d]`` (the
+    first 2·r1 queries at rank 1, the rest at 10), and with ``corrected`` its inductive inverted softmax's R@1."""
+    from fraglib.metrics import recall_table
+
+    def ranks(x: float) -> list[int]:
+        return [1] * round(2 * x) + [10] * (200 - round(2 * x))
+
+    unit = {d: recall_table(np.asarray(ranks(v))) for d, v in r1.items()}
+    run = folder / name
+    (run / "seeds" / "seed0").mkdir(parents=True)
+    per = {d: ranks(v) for d, v in r1.items()}
+    if corrected:
+        per["hubness"] = {
+            "corrected": {"inverted_softmax_inductive": {d: ranks(v) for d, v in corrected.items()}},
+            "occurrence": {d: [5] * 200 for d in corrected},
+        }
+    (run / "seeds" / "seed0" / "ranks.json").write_text(json.dumps(per))
+    meta = {"run": name, "system": "x", "seeds": [0], "per_seed": {"0": unit}, **unit, **summary}
+    (run / "metrics.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_fight_baselines_table_by_hand(tmp_path):
     """docs/results.md's fight table: the ladder's last run minus each baseline present, in the baselines' order,
-    plain and under the inductive inverted softmax (— where a run measured no hubness)."""
+    paired by training run, plain and under the inductive inverted softmax (— where a run measured no hubness)."""
     from fraglib.tables import fight_baselines
 
-    def run(ann, srch, c_ann=None, c_srch=None):
-        out = {"annotation": {"r1": ann}, "search": {"r1": srch}}
-        if c_ann is not None:
-            out["hubness"] = {"inverted_softmax_inductive": {"annotation": {"r1": c_ann}, "search": {"r1": c_srch}}}
-        return out
-
     params = {"results_report": {"fight": {"ladder": ["old", "best"], "baselines": ["k", "missing", "d"]}}}
-    runs = {"best": run(40.0, 30.0, 45.0, 33.0), "k": run(15.0, 34.0, 47.5, 30.0), "d": run(36.0, 30.5)}
-    lines = markdown(fight_baselines(runs, params, {"k": "kCCA"})).splitlines()
+    r1_run(tmp_path, "best", {"annotation": 40.0, "search": 30.0}, {"annotation": 45.0, "search": 33.0})
+    r1_run(tmp_path, "k", {"annotation": 15.0, "search": 34.0}, {"annotation": 47.5, "search": 30.0})
+    r1_run(tmp_path, "d", {"annotation": 36.0, "search": 30.5})
+    lines = markdown(fight_baselines(tmp_path, params, {"k": "kCCA"})).splitlines()
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == ["| `k` — kCCA | +25.0 | -4.0 | -2.5 | +3.0 |", "| `d` — d | +4.0 | -0.5 | — | — |"]
-    assert fight_baselines({"k": runs["k"]}, params, {}) == [] and fight_baselines(runs, {}, {}) == []
-    assert "on the five splits" in lines[0]
-    assert "on the ten folds" in markdown(fight_baselines(runs, params, {}, "ten folds"))
+    assert fight_baselines(tmp_path, {}, {}) == []
+    assert fight_baselines(tmp_path / "k", params, {}) == []  # no best recipe there
+    assert "on the five splits" in lines[0] and "paired by training run" in lines[0]
+    assert "on the ten folds" in markdown(fight_baselines(tmp_path, params, {}, "ten folds"))
 
 
-def test_the_verdict_states_the_folds_where_they_hold_the_pair():
-    """The verdict line: the five splits' point difference, then the ten folds' where both runs are on them."""
+def test_the_verdict_states_the_folds_where_they_hold_the_pair(tmp_path):
+    """The verdict line: the five splits' paired difference, then the ten folds' where both runs are on them."""
     from fraglib.tables import verdict
 
-    def run(ann, srch):
-        return {"annotation": {"r1": ann}, "search": {"r1": srch}}
-
-    pair, runs = ("best", "d"), {"best": run(40.0, 30.0), "d": run(36.0, 30.5)}
-    plain = markdown(verdict(runs, pair, "fight.html"))
-    assert "annotation +4.0, image search -0.5" in plain and "ten folds" not in plain
-    on_folds = {"best": {**run(30.0, 29.0), "folds": 10, "replicates": 2}, "d": {**run(31.5, 27.0), "folds": 10}}
-    folds = markdown(verdict(runs, pair, "fight.html", on_folds))
+    pair, splits, folds = ("best", "d"), tmp_path / "splits", tmp_path / "folds"
+    r1_run(splits, "best", {"annotation": 40.0, "search": 30.0})
+    r1_run(splits, "d", {"annotation": 36.0, "search": 30.5})
+    plain = markdown(verdict(splits, pair, "fight.html"))
+    assert "annotation +4.0, image search -0.5" in plain and "On the" not in plain
+    r1_run(folds, "best", {"annotation": 30.0, "search": 29.0}, folds=10, replicates=2)
+    r1_run(folds, "d", {"annotation": 31.5, "search": 27.0}, folds=10)
+    on_folds = markdown(verdict(splits, pair, "fight.html", folds))
     assert (
-        "On the 10 folds (every image tested once, each run trained once or twice per fold; mean over all its "
-        "training runs): annotation -1.5, image search +2.0" in folds
+        "On the 10 folds (every image tested once, each run trained once or twice per fold; paired by training run): "
+        "annotation -1.5, image search +2.0" in on_folds
     )
-    assert verdict({"best": runs["best"]}, pair, "fight.html") == []
+    assert verdict(tmp_path / "nothing", pair, "fight.html") == []
 
 
 def test_markdown_and_html_render_one_table_with_the_same_cells():
@@ -1188,21 +1210,22 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     assert "100 images: 2, 400 images: 1 epoch(s)" in html
 
 
-def test_the_index_fight_line_reads_the_folds_first():
+def test_the_index_fight_line_reads_the_folds_first(tmp_path):
     """The fight page's one-line finding on the index: the ten folds' R@1 differences where both runs are on them,
-    then the five splits'."""
+    then the five splits', each paired by training run."""
     from fraglib.index import fight_line
 
-    def run(ann, srch):
-        return {"annotation": {"r1": ann}, "search": {"r1": srch}}
-
     params = {"results_report": {"fight": {"ladder": ["best"], "baselines": ["d"]}}}
-    splits, folds = {"best": run(40.0, 30.0), "d": run(36.0, 30.5)}, {"best": run(30.0, 29.0), "d": run(31.5, 27.0)}
+    splits, folds = tmp_path / "splits", tmp_path / "folds"
+    r1_run(splits, "best", {"annotation": 40.0, "search": 30.0})
+    r1_run(splits, "d", {"annotation": 36.0, "search": 30.5})
+    r1_run(folds, "best", {"annotation": 30.0, "search": 29.0})
+    r1_run(folds, "d", {"annotation": 31.5, "search": 27.0})
     line = fight_line(splits, params, folds)
     assert line.startswith(
         "best − d, ten folds: annotation R@1 -1.5, search +2.0; five splits: annotation R@1 +4.0, search -0.5."
     )
-    assert "ten folds" not in fight_line(splits, params) and fight_line({}, params) == ""
+    assert "ten folds" not in fight_line(splits, params) and fight_line(tmp_path / "nothing", params) == ""
 
 
 def test_lead_summary_counts_and_words_by_hand():
