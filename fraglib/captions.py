@@ -46,8 +46,7 @@ import torch
 
 from fraglib.checkpoint import CheckpointError
 from fraglib.inputs import DataPaths
-from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
-from fraglib.params import unit_seed
+from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, unit_seed, write_text
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 TASKS = ("captioning", "paraphrasing")
@@ -694,7 +693,11 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, KeyError, TypeError) as exc:
         ap.error(f"--run-dir {run_dir}: its metrics.json lists no seeds ({exc!r}): not a finished study run")
     try:
-        kept = kept_seeds(run_dir, args.name, seeds, args.split, args.beam) if args.keep_results and not args.parse_file else []
+        kept = (
+            kept_seeds(run_dir, args.name, seeds, args.split, args.beam)
+            if args.keep_results and not args.parse_file
+            else []
+        )
         _claim_outputs(run_dir, args.name, seeds, args.overwrite, lambda *a: claim_cli(ap, *a), True, kept)
     except (CheckpointError, ValueError) as exc:
         raise SystemExit(f"fraglib.captions: {exc}") from None

@@ -30,8 +30,8 @@ from fraglib.metrics import (  # the pairing and the analytic difference live wi
     query_values,
     stratified_mean_se,
 )
+from fraglib.outputs import unit_key, unit_replicate, unit_seed
 from fraglib.pagetext import ci_text
-from fraglib.params import unit_key, unit_replicate, unit_seed
 from fraglib.reference import PUBLISHED, published
 from fraglib.results import (
     PAPER_TASKS,

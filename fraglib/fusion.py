@@ -195,7 +195,7 @@ def fuse_runs(
     fused run in ``out`` is refused unless ``overwrite`` (then replaced whole: :func:`fraglib.outputs.claim`)."""
     from tqdm.auto import tqdm
 
-    from fraglib.params import unit_seed
+    from fraglib.outputs import unit_seed
     from fraglib.study import summarise
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)

@@ -195,18 +195,3 @@ def dataset_folds(data: dict[str, Any], dataset: str) -> tuple[int, int]:
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
         raise ConfigError(f"{dataset}.partition={partition!r}: expected a non-negative integer (the partition seed)")
     return k, partition
-
-
-def unit_key(seed: int, replicate: int) -> str:
-    """Name of one training run of a study: ``"3"`` (seed 3) or ``"3r1"`` (its replicate 1)."""
-    return f"{seed}" if replicate == 0 else f"{seed}r{replicate}"
-
-
-def unit_seed(unit: str) -> int:
-    """The seed (split) of a unit name, the inverse of :func:`unit_key`: ``"3r1"`` -> 3."""
-    return int(str(unit).split("r")[0])
-
-
-def unit_replicate(unit: str) -> int:
-    """The replicate of a unit name (:func:`unit_key`): ``"3r1"`` -> 1, ``"3"`` -> 0."""
-    return int(str(unit).split("r")[1]) if "r" in str(unit) else 0

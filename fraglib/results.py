@@ -22,8 +22,8 @@ import pandas as pd
 
 from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
+from fraglib.outputs import unit_key, unit_replicate, unit_seed
 from fraglib.pagetext import code, fragment, join, plain
-from fraglib.params import unit_key, unit_replicate, unit_seed
 
 # Socher et al. 2014's task names (published_results.yaml) -> ours; "similarity" ranks sentences
 # against sentences (systems with a sentence space only)

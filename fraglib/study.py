@@ -43,8 +43,8 @@ from fraglib.config import ConfigError
 from fraglib.evaluate import eval_config
 from fraglib.inputs import DataPaths
 from fraglib.metrics import DIRECTIONS, KS, recall_table
-from fraglib.outputs import command, resumes, write_text
-from fraglib.params import dataset_folds, read_params, unit_key
+from fraglib.outputs import command, resumes, unit_key, write_text
+from fraglib.params import dataset_folds, read_params
 from fraglib.progress import Progress
 from fraglib.train import resolve_run, train
 
