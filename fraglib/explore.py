@@ -3,26 +3,51 @@ run looks, from the checkpoints; small enough for git, so the page needs no chec
 
     python -m fraglib.explore --models-dir models/synthetic --out runs/synthetic/explorer \
         [--truth data/synthetic/ground_truth.json] [--seed 0] [--runs full,devise] [--overwrite]
-        [--align-runs full] [--map-runs devise]     # default: params.yaml explorer
+        [--align-runs full] [--map-runs devise|all]     # default: params.yaml explorer
+        [--thumbs reports/explorer_thumbs]              # default: <out>/thumbs
+    python -m fraglib.explore --folds --dataset pascal1k --models-dir models/pascal1k_folds \
+        --out runs/pascal1k_folds/explorer --thumbs reports/pascal1k/explorer_thumbs \
+        --train-command "dvc repro studies/pascal1k/dvc.yaml:train_folds@{run}" [--skip stt]
+    python -m fraglib.explore --out runs/synthetic/explorer --thumbs reports/explorer_thumbs --move-thumbs
 
 For one seed (split) of every run of ``study.runs`` (``<models-dir>/<run>/seed<seed>/best.pt``, scored on the data
 it was trained on: :func:`fraglib.evaluate.load_trained`), ``<out>/explorer.json`` holds
 
 * ``images`` (id, thumbnail, original width / height in px, category) and ``sentences`` (id, image position,
   text) of the test split (of its first gallery where it has galleries: the synthetic benchmark's first 100
-  test images, ranked among each other as in the metrics), in split order; ``test_images``: the split's size; ``thumbs/<imgid>.jpg``: each test image, longer side ``thumb_px``;
-* ``runs.<run>.label`` (``params.yaml: runs.<run>.label``), ``system``, ``image_top`` (n_images, k) and ``sentence_top`` (n_sentences, k): the positions of the top ``k``
+  test images, ranked among each other as in the metrics), in split order; ``test_images``: the split's size;
+  each image's ``thumb``: its JPEG (longer side ``thumb_px``) as a path from ``<out>``, in the folder ``--thumbs``
+  (default ``<out>/thumbs``; a page's own folder under ``reports/`` so that the pictures travel with the page, and
+  only one copy of them is in git);
+* ``runs.<run>.label`` (``params.yaml: runs.<run>.label``; the page drops its notes on another protocol's splits:
+  :func:`fraglib.explorer_page.shown_label`), ``system``, ``unit`` (the training unit shown: ``"0"`` the
+  first training of seed or fold 0, ``"0r1"`` its replicate 1), ``image_top`` (n_images, k) and ``sentence_top``
+  (n_sentences, k): the positions of the top ``k``
   sentences of each image query and the top ``k`` images of each sentence query (ties by position), from
   :func:`fraglib.evaluate.score_matrix`; ``image_rank`` (n_images) and ``sentence_rank`` (n_sentences): where
   the answer is, the rank among the shown items of each image query's best-ranked own sentence and of each sentence
   query's image (1-based, pessimistic on ties as the metrics: :func:`correct_ranks`; data written before these two
-  lists lack them, and the page then says the rank beyond the top ``k`` is not stored);
+  lists lack them, and the page then says the rank beyond the top ``k`` is not stored); ``joint_space``: whether
+  the run embeds every item as one vector in one space (:func:`joint_vectors`; a fragment run scores sets of
+  fragments, an attention run attends over regions: no map);
 * ``aligned``: the fragment runs of ``explorer.align_runs``, each with its own ``alignments_<run>.json`` (a file
   under 1 MB): each test image's boxes (px of the original), each sentence's fragments ``rel(w1, w2)``, and for
   every pair that run lists or that is correct, per fragment the box it scores highest and that score (the paper's
   Figure 4: :func:`fraglib.alignment.align`);
-* ``maps.<run>`` for the runs of ``explorer.map_runs``: a 2-D map of the test images and sentences in that run's
-  joint space (:func:`embedding_map`) with their k-occurrence ``N_k`` (:func:`fraglib.hubness.k_occurrence`).
+* ``maps.<run>`` for the runs of ``explorer.map_runs`` (``all``: every run with a joint space): a 2-D map of the
+  test images and sentences in that run's joint space (:func:`embedding_map`) with their k-occurrence ``N_k``
+  (:func:`fraglib.hubness.k_occurrence`);
+* with ``--folds`` (the k-fold protocol, ``<dataset>.folds``; ``--seed`` is the fold): ``protocol`` ``"folds"``
+  and ``folds``; the runs are ``<dataset>.fold_runs`` (the claims' and the fight's runs) unless ``--runs`` names
+  them, each shown by its fold's first training (``<models-dir>/<run>/seed<fold>/best.pt``) or, where only a
+  replicate's checkpoint is here, by the first replicate that has one (``seed<fold>r<n>``); ``missing``: the runs
+  not shown, each with its ``label``, ``reason`` and the ``command`` that makes what it lacks (``--train-command``,
+  ``{run}`` its name), so the page lists them; ``rebuild``: the command that then rebuilds the data and the page
+  (``--rebuild-command``).
+
+``--move-thumbs`` (no checkpoint needed) moves the thumbnails an earlier build wrote (those its ``explorer.json``
+lists) into ``--thumbs`` and rewrites their paths in ``explorer.json``; nothing else changes: data built before
+``--thumbs`` existed then give pages whose pictures travel with ``reports/``.
 """
 
 from __future__ import annotations
@@ -41,7 +66,7 @@ from fraglib.config import ConfigError, check_range, from_dict
 from fraglib.evaluate import load_trained, score_matrix
 from fraglib.hubness import k_occurrence
 from fraglib.inputs import DataPaths
-from fraglib.outputs import command, listed_files, write_bytes, write_text
+from fraglib.outputs import command, write_bytes, write_text
 
 SOURCES = {  # dataset -> where its pictures come from, shown on the page beside them
     "synthetic": "Synthetic benchmark drawn by fraglib.data.synthetic (this project; params.yaml synthetic).",
@@ -106,20 +131,38 @@ def correct_ranks(S: torch.Tensor, sentence_image: np.ndarray) -> tuple[np.ndarr
     return annotation_ranks(s, si, what="explorer scores"), search_ranks(s, si, what="explorer scores")
 
 
+# a thumbnail's path in explorer.json, relative to the data folder: <a folder whose name ends in thumbs>/<name>.jpg,
+# beside the data (thumbs/) or a page's own folder under reports/ (../../reports/explorer_thumbs/)
+THUMB_PATH = r"(?:\.\./)*(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)*[A-Za-z0-9_.-]*thumbs/[^/\\]+\.jpg"
+
+
 def written_thumbnails(out: Path) -> list[Path]:
-    """The thumbnails an earlier run wrote into ``out`` (those its ``explorer.json`` lists): what ``--overwrite``
-    may delete; any other file in ``out/thumbs/`` is never touched. None of them when ``explorer.json`` is damaged (it
-    then vouches for no thumbnail: one to be written over is refused, naming it)."""
-    return listed_files(out, "explorer.json", lambda data: (im["thumb"] for im in data["images"]), "thumbs")
+    """The thumbnails an earlier run wrote (those its ``out/explorer.json`` lists, each in a folder whose name ends
+    in ``thumbs``: :data:`THUMB_PATH`): what ``--overwrite`` may delete; any other file there is never touched.
+    None of them when ``explorer.json`` is damaged (it then vouches for no thumbnail: one to be written over is
+    refused, naming it)."""
+    import re
+
+    try:
+        names = [im["thumb"] for im in json.loads((Path(out) / "explorer.json").read_text(encoding="utf-8"))["images"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [Path(out) / n for n in names if isinstance(n, str) and re.fullmatch(THUMB_PATH, n)]
 
 
-def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> list[dict[str, Any]]:
-    """Write ``out/thumbs/<imgid>.jpg`` for dataset ``rows`` (longer side ``px``); their records (id, file relative
-    to ``out``, original width / height, category)."""
+def thumbnails(
+    dataset, rows: list[int], out: Path, px: int, quality: int, folder: Path | None = None
+) -> list[dict[str, Any]]:
+    """Write ``<folder>/<imgid>.jpg`` (default folder ``out/thumbs``) for dataset ``rows`` (longer side ``px``);
+    their records (id, file as a path from ``out``, original width / height)."""
+    import os
+
     from PIL import Image
 
     from fraglib.vision.rcnn import load_image
 
+    folder = Path(folder) if folder is not None else out / "thumbs"
+    rel = Path(os.path.relpath(folder.resolve(), out.resolve())).as_posix()
     recs = []
     for r in rows:
         im = dataset.images[r]
@@ -128,10 +171,44 @@ def thumbnails(dataset, rows: list[int], out: Path, px: int, quality: int) -> li
         pic.thumbnail((px, px), Image.Resampling.LANCZOS)
         buf = io.BytesIO()
         pic.save(buf, "JPEG", quality=quality, optimize=True)
-        name = f"thumbs/{im['imgid']}.jpg"
-        write_bytes(out / name, buf.getvalue())
-        recs.append({"id": im["imgid"], "thumb": name, "w": int(arr.shape[1]), "h": int(arr.shape[0])})
+        write_bytes(folder / f"{im['imgid']}.jpg", buf.getvalue())
+        recs.append(
+            {"id": im["imgid"], "thumb": f"{rel}/{im['imgid']}.jpg", "w": int(arr.shape[1]), "h": int(arr.shape[0])}
+        )
     return recs
+
+
+def move_thumbnails(out: str | Path, folder: str | Path) -> int:
+    """Move the thumbnails ``out/explorer.json`` lists (:func:`written_thumbnails`) into ``folder`` and rewrite their
+    paths there; nothing else in the data changes. Returns how many moved. FileNotFoundError naming a listed
+    thumbnail that is not there; FileExistsError (the output contract's refusal) for a file in ``folder`` that this
+    command did not claim."""
+    import os
+
+    from fraglib.outputs import remove
+
+    out, folder = Path(out), Path(folder)
+    src = out / "explorer.json"
+    data = json.loads(src.read_text(encoding="utf-8"))
+    listed = written_thumbnails(out)
+    if len(listed) != len(data["images"]):
+        raise FileNotFoundError(
+            f"{src}: not every thumbnail it lists is in a thumbs folder of its own; rebuild the data"
+        )
+    rel = Path(os.path.relpath(folder.resolve(), out.resolve())).as_posix()
+    moved = []
+    for im, path in zip(data["images"], listed):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: thumbnail of image {im['id']} missing; rebuild the data")
+        target = folder / path.name
+        if target.resolve() != path.resolve():
+            write_bytes(target, path.read_bytes())
+            moved.append(path)
+        im["thumb"] = f"{rel}/{path.name}"
+    write_text(src, compact(data))
+    for path in moved:  # only once the data name the new place
+        remove(path)
+    return len(moved)
 
 
 def alignments(
@@ -184,16 +261,48 @@ def embedding_map(images: np.ndarray, sentences: np.ndarray, seed: int = 0) -> n
     return (y - lo) / np.where(hi > lo, hi - lo, 1.0)
 
 
+def _one_vector_each(encoded: Any) -> torch.Tensor | None:
+    """The (n, h) vectors of an encoder's output when it gives one vector per item: a tensor (DeViSE, kCCA, a VSE
+    sentence), a VSE image's (vectors, no mask, positions), Socher et al.'s ``Encoded.vec``; else None (a fragment
+    run's sets of fragments, an attention run's regions)."""
+    if isinstance(encoded, tuple) and encoded and (len(encoded) < 2 or encoded[1] is None):
+        encoded = encoded[0]
+    encoded = getattr(encoded, "vec", encoded)
+    return encoded if isinstance(encoded, torch.Tensor) and encoded.ndim == 2 else None
+
+
 @torch.no_grad()
 def joint_vectors(system, split) -> tuple[np.ndarray, np.ndarray] | None:
-    """(images (n, h), sentences (m, h)) of a system whose encoders give one vector per item in one space,
-    else None."""
+    """(images (n, h), sentences (m, h)) of a system whose encoders give one vector per item in one space
+    (:func:`_one_vector_each`), else None."""
     system.eval()
-    a = system.encode_images(split.images.take(np.arange(split.n_images)))
-    b = system.encode_sentences(split.sentences.take(np.arange(split.n_sentences)))
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.ndim != 2 or a.shape[1:] != b.shape[1:]:
+    a = _one_vector_each(system.encode_images(split.images.take(np.arange(split.n_images))))
+    b = _one_vector_each(system.encode_sentences(split.sentences.take(np.arange(split.n_sentences))))
+    if a is None or b is None or a.shape[1:] != b.shape[1:]:
         return None
     return a.float().cpu().numpy(), b.float().cpu().numpy()
+
+
+def fold_unit(models_dir: str | Path, run: str, fold: int) -> tuple[str, Path] | None:
+    """(unit, folder) of the training of ``run`` on fold ``fold`` that the explorer shows: its first training
+    (``<models-dir>/<run>/seed<fold>``) when its ``best.pt`` is here, else the lowest replicate that has one
+    (``seed<fold>r<n>``); None when none has (checkpoints are DVC outputs: a clone or another machine may lack
+    them)."""
+    import re
+
+    from fraglib.outputs import unit_key
+
+    base = Path(models_dir) / run
+    reps = sorted(
+        int(m[1])
+        for p in base.glob(f"seed{fold}r*")
+        if (m := re.fullmatch(rf"seed{fold}r(\d+)", p.name)) and int(m[1]) > 0
+    )
+    for r in [0, *reps]:
+        folder = base / f"seed{unit_key(fold, r)}"
+        if (folder / "best.pt").is_file():
+            return unit_key(fold, r), folder
+    return None
 
 
 def build(
@@ -204,16 +313,23 @@ def build(
     truth_file: str | Path | None = None,
     seed: int = 0,
     labels: dict[str, str] | None = None,
+    thumbs: str | Path | None = None,
+    units: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``out/explorer.json`` and ``out/thumbs/`` for the runs of ``seed_dirs`` (run -> folder of its
-    ``best.pt``); returns the JSON's content. Every run must be trained on the same test split; ``truth_file``
-    (the synthetic benchmark's ground truth) gives each image's scene as its category; ``labels``: run -> the
-    name the page shows (default: the run's)."""
+    """Write ``out/explorer.json``, the thumbnails (in ``thumbs``, default ``out/thumbs``) and the alignments for
+    the runs of ``seed_dirs`` (run -> folder of its ``best.pt``); returns the JSON's content. Every run must be
+    trained on the same test split; ``truth_file`` (the synthetic benchmark's ground truth) gives each image's
+    scene as its category; ``labels``: run -> the name the page shows (default: the run's); ``units``: run -> the training unit shown
+    (default ``str(seed)``); ``extra``: further top-level fields (the fold protocol's ``protocol``, ``folds``,
+    ``missing``). ``cfg.map_runs`` ``("all",)``: a map of every run with a joint space."""
     from fraglib.data import read_karpathy_json
 
     cfg = cfg.validate()
     out = Path(out)
+    map_all = "all" in cfg.map_runs
     data: dict[str, Any] = {"dataset": dataset_name, "seed": seed, "k": cfg.k, "source": SOURCES.get(dataset_name, "")}
+    data.update(extra or {})
     data.update(runs={}, aligned=[], maps={})
     split_ids = None
     for run, seed_dir in seed_dirs.items():
@@ -227,7 +343,7 @@ def build(
             ds = read_karpathy_json(Path(info["dataset_dir"]) / "dataset.json")
             rows = [n for n, im in enumerate(ds.images) if im["split"] == "test"]
             rows = [rows[i] for i in shown]
-            data["images"] = thumbnails(ds, rows, out, cfg.thumb_px, cfg.quality)
+            data["images"] = thumbnails(ds, rows, out, cfg.thumb_px, cfg.quality, thumbs)
             data["test_images"] = split.n_images
             truth = {r["imgid"]: r for r in json.loads(Path(truth_file).read_text())["images"]} if truth_file else {}
             for rec, r in zip(data["images"], rows):
@@ -243,14 +359,18 @@ def build(
         S = score_matrix(system, split)[np.ix_(shown, cols)]
         image_top, sentence_top = top_k(S, cfg.k)
         image_rank, sentence_rank = correct_ranks(S, np.array([s["image"] for s in data["sentences"]], np.int64))
+        vec = joint_vectors(system, split) if map_all or run in cfg.map_runs else None
         data["runs"][run] = {
             "label": (labels or {}).get(run, run),
             "system": ck["system"],
+            "unit": (units or {}).get(run, str(seed)),
             "image_top": image_top.tolist(),
             "sentence_top": sentence_top.tolist(),
             "image_rank": image_rank.tolist(),
             "sentence_rank": sentence_rank.tolist(),
         }
+        if map_all or run in cfg.map_runs:
+            data["runs"][run]["joint_space"] = vec is not None
         if run in cfg.align_runs:
             if not hasattr(system, "embed_images"):
                 raise ConfigError(f"explorer.align_runs: run {run} is no fragment run (it has no image fragments)")
@@ -260,60 +380,140 @@ def build(
             data["aligned"].append(run)
             found = alignments(system, paths, pairs, split.sentids[cols], shown)
             write_text(out / f"alignments_{run}.json", compact(found))
-        if run in cfg.map_runs:
-            vec = joint_vectors(system, split)
-            if vec is None:
-                raise ConfigError(f"explorer.map_runs: run {run} has no joint space (one vector per item)")
-            xy = embedding_map(vec[0][shown], vec[1][cols], seed=seed)
+        if run in cfg.map_runs and vec is None:
+            raise ConfigError(f"explorer.map_runs: run {run} has no joint space (one vector per item)")
+        if vec is not None:
+            xy = embedding_map(vec[0][shown], vec[1][cols], seed=seed).astype(np.float64)  # 0.123, not 0.12300000xxx
             data["maps"][run] = {
                 "method": MAP_METHOD,
-                "images": np.round(xy[: len(shown)], 4).tolist(),
-                "sentences": np.round(xy[len(shown) :], 4).tolist(),
+                "images": np.round(xy[: len(shown)], 3).tolist(),
+                "sentences": np.round(xy[len(shown) :], 3).tolist(),
                 "n_images": k_occurrence(S.T, cfg.k).tolist(),  # N_k of each image over the sentence queries
                 "n_sentences": k_occurrence(S, cfg.k).tolist(),
             }
+        print(f"[explore] {run} (unit {data['runs'][run]['unit']}): listed"
+              + (", aligned" if run in data["aligned"] else "") + (", mapped" if run in data["maps"] else ""),
+              flush=True)  # fmt: skip
+    if not data["runs"]:
+        raise ValueError("no run to show: every run asked for lacks its checkpoint (see missing)")
     write_text(out / "explorer.json", compact(data))
     return data
+
+
+def _runs_arg(text: str | None) -> list[str] | None:
+    return None if text is None else [r for r in text.split(",") if r]
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
     from fraglib.outputs import OVERWRITE_HELP, claim_cli, prune
-    from fraglib.params import read_params
+    from fraglib.params import dataset_folds, read_params
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models-dir", required=True, help="the study's checkpoints: <models-dir>/<run>/seed<seed>/")
-    ap.add_argument("--out", required=True, help="folder of explorer.json and thumbs/ (e.g. runs/synthetic/explorer)")
+    ap.add_argument(
+        "--models-dir", help="the study's checkpoints: <models-dir>/<run>/seed<seed>/ (not with --move-thumbs)"
+    )
+    ap.add_argument("--out", required=True, help="folder of explorer.json (e.g. runs/synthetic/explorer)")
+    ap.add_argument("--thumbs", help="folder of the thumbnails (default <out>/thumbs; e.g. reports/explorer_thumbs)")
     ap.add_argument("--dataset", default="synthetic", choices=tuple(SOURCES), help="names the pictures' source")
     ap.add_argument("--truth", help="the synthetic benchmark's ground_truth.json (each image's scene: its category)")
-    ap.add_argument("--seed", type=int, default=0, help="the seed (split) shown")
-    ap.add_argument("--runs", help="comma-separated runs (default: params.yaml study.runs)")
+    ap.add_argument("--seed", type=int, default=0, help="the seed (split) shown; with --folds, the fold")
+    ap.add_argument(
+        "--folds",
+        action="store_true",
+        help="the k-fold protocol of <dataset>.folds: each run's first training on fold --seed, else its first "
+        "replicate with a checkpoint; runs without one are listed as missing (default runs: <dataset>.fold_runs)",
+    )
+    ap.add_argument(
+        "--runs", help="comma-separated runs (default: params.yaml study.runs; --folds: <dataset>.fold_runs)"
+    )
+    ap.add_argument("--skip", help="comma-separated runs left out of this build (--folds: listed as not shown)")
+    ap.add_argument(
+        "--skip-reason", default="left out when these data were built", help="why --skip's runs are not shown"
+    )
+    ap.add_argument(
+        "--train-command",
+        default="",
+        help="--folds: the command that makes a missing run's checkpoints ({run}: its name)",
+    )
+    ap.add_argument(
+        "--rebuild-command", default="", help="--folds: the command that rebuilds these data and their page (shown)"
+    )
     ap.add_argument(
         "--align-runs", help="comma-separated runs whose alignments are kept (default: explorer.align_runs)"
     )
-    ap.add_argument("--map-runs", help="comma-separated runs whose 2-D map is kept (default: explorer.map_runs)")
+    ap.add_argument(
+        "--map-runs",
+        help="comma-separated runs whose 2-D map is kept, or all: every run with a joint space "
+        "(default: explorer.map_runs)",
+    )
+    ap.add_argument("--move-thumbs", action="store_true", help="only move the thumbnails of --out's data into --thumbs")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.move_thumbs:
+        if not args.thumbs:
+            ap.error("--move-thumbs: name the folder with --thumbs")
+        own = [out / "explorer.json", *written_thumbnails(out)]  # rewritten, and moved (removed once copied)
+        claim_cli(ap, own, own, True, "fraglib.explore")
+        try:
+            n = move_thumbnails(out, args.thumbs)
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            ap.error(str(exc))
+        print(f"moved {n} thumbnails of {out} into {args.thumbs}")
+        return
+    if not args.models_dir:
+        ap.error("--models-dir is required (the checkpoints)")
     params = read_params(args.params)
     cfg = from_dict("explorer", params.get("explorer"), ExplorerConfig)
     for key in ("align_runs", "map_runs"):  # a study whose runs are not the synthetic study's names its own
         if getattr(args, key) is not None:
-            cfg = dataclasses.replace(cfg, **{key: tuple(r for r in getattr(args, key).split(",") if r)})
-    runs = args.runs.split(",") if args.runs else list(params["study"]["runs"])
-    seed_dirs = {r: Path(args.models_dir) / r / f"seed{args.seed}" for r in runs}
-    missing = [str(d) for d in seed_dirs.values() if not (d / "best.pt").is_file()]
-    if missing:
-        ap.error(f"no best.pt in {', '.join(missing[:3])}{' …' * (len(missing) > 3)}: train those runs first")
-    out = Path(args.out)
+            cfg = dataclasses.replace(cfg, **{key: tuple(_runs_arg(getattr(args, key)))})
+    labels = {r: (e or {}).get("label", r) for r, e in (params.get("runs") or {}).items()}
+    skip = _runs_arg(args.skip) or []
+    extra: dict[str, Any] = {}
+    units: dict[str, str] = {}
+    if args.folds:
+        k, _ = dataset_folds(params, args.dataset)
+        if not 0 <= args.seed < k:
+            ap.error(f"--seed {args.seed}: not a fold of {args.dataset}.folds={k}")
+        runs = _runs_arg(args.runs) or list((params.get(args.dataset) or {}).get("fold_runs") or [])
+        missing, seed_dirs = [], {}
+        for r in runs:
+            found = None if r in skip else fold_unit(args.models_dir, r, args.seed)
+            if found is None:
+                reason = (
+                    args.skip_reason
+                    if r in skip
+                    else (
+                        f"no checkpoint of its fold-{args.seed} trainings where these data were built "
+                        f"({args.models_dir}/{r}/seed{args.seed}*/best.pt)"
+                    )
+                )
+                command_ = "" if r in skip else args.train_command.replace("{run}", r)
+                missing.append({"run": r, "label": labels.get(r, r), "reason": reason, "command": command_})
+                continue
+            units[r], seed_dirs[r] = found
+        extra = {"protocol": "folds", "folds": k, "missing": missing, "rebuild": args.rebuild_command}
+        print(f"[explore] fold {args.seed}: {len(seed_dirs)} of {len(runs)} runs have a checkpoint here"
+              + (f"; not shown: {', '.join(m['run'] for m in missing)}" if missing else ""), flush=True)  # fmt: skip
+    else:
+        runs = [r for r in (_runs_arg(args.runs) or list(params["study"]["runs"])) if r not in skip]
+        seed_dirs = {r: Path(args.models_dir) / r / f"seed{args.seed}" for r in runs}
+        lacking = [str(d) for d in seed_dirs.values() if not (d / "best.pt").is_file()]
+        if lacking:
+            ap.error(f"no best.pt in {', '.join(lacking[:3])}{' …' * (len(lacking) > 3)}: train those runs first")
     family = [out / "explorer.json", *out.glob("alignments_*.json"), *written_thumbnails(out)]
     # nothing is deleted before the work: the earlier set stays whole until the new one is written (then pruned)
     claim_cli(ap, family, family, args.overwrite, "fraglib.explore")
-    labels = {r: (params["runs"].get(r) or {}).get("label", r) for r in runs}
-    data = build(seed_dirs, cfg, out, args.dataset, args.truth, args.seed, labels)
+    data = build(seed_dirs, cfg, out, args.dataset, args.truth, args.seed, labels, args.thumbs, units, extra)
     prune(family)  # the earlier run's alignments and thumbnails the new data no longer has
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {out}: {len(data['runs'])} runs, {len(data['images'])} images, {size / 1e6:.2f} MB")
+    thumbs = {(out / im["thumb"]).resolve() for im in data["images"]}
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and p.resolve() not in thumbs)
+    size_t = sum(p.stat().st_size for p in thumbs)
+    print(f"wrote {out}: {len(data['runs'])} runs, {len(data['images'])} images, {size / 1e6:.2f} MB of data, "
+          f"{size_t / 1e6:.2f} MB of thumbnails in {Path(args.thumbs or out / 'thumbs')}")  # fmt: skip
 
 
 if __name__ == "__main__":

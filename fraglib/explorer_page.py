@@ -1,12 +1,16 @@
 """The explorer page: pick a test image or sentence and see what every run retrieves, and where the fragment run
 aligns each fragment; built from the committed ``runs/<study>/explorer/`` (:mod:`fraglib.explore`), no checkpoint.
 
-    python -m fraglib.explorer_page runs/synthetic/explorer reports/explorer.html [--overwrite]
+    python -m fraglib.explorer_page runs/synthetic/explorer reports/explorer.html [--title T] [--overwrite]
 
 Writes the page (``templates/explorer.html.j2``: HTML and its JavaScript, no server, opens from ``file://``) and
 its scripts in ``<page stem>_files/`` beside it: ``data.js`` sets ``window.EXPLORER``, the explorer's JSON with
-thumbnail paths relative to the page (the thumbnails stay where the data stage wrote them), and ``align_<run>.js``
-per aligned run sets ``window.EXPLORER_ALIGN[run]`` (each file under 1 MB, as every committed file).
+thumbnail paths relative to the page, and ``align_<run>.js`` per aligned run sets ``window.EXPLORER_ALIGN[run]``
+(each file under 1 MB, as every committed file). The thumbnails stay where the data stage wrote them (one copy in
+git): a study's explorer stage writes them under ``reports/`` (``python -m fraglib.explore --thumbs``), so the page
+and its pictures travel together; the page refuses data whose thumbnail is missing. Labels: each run's
+``params.yaml`` label without notes on another protocol's splits (:func:`shown_label`); the title names the data
+set and the protocol (:func:`page_title`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,33 @@ def data_file(html: str | Path) -> Path:
     return html.with_name(f"{html.stem}_files") / "data.js"
 
 
+DATASET_NAMES = {"synthetic": "synthetic benchmark", "pascal1k": "Pascal1K", "flickr8k": "Flickr8K", "coco": "COCO"}
+WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+# a label's note on the splits a study trained the run on ("(Pascal1K: splits 0-1)", "(…; Pascal1K, Flickr8K:
+# splits 0-1)"): true of another page's protocol, not of the items an explorer shows
+_SPLIT_NOTE = r"[A-Z][A-Za-z0-9]*(?:, [A-Z][A-Za-z0-9]*)*: splits? [0-9][^;()]*"
+
+
+def shown_label(label: str) -> str:
+    """A run's label as the explorer shows it: its ``params.yaml`` label without notes on the splits a study
+    trained it on (``"Peri: STT-ATT (…, + decoder; Pascal1K: splits 0-1)"`` -> ``"Peri: STT-ATT (…, + decoder)"``):
+    the page's title says which data and protocol its items come from."""
+    label = re.sub(rf"\s*\({_SPLIT_NOTE}\)", "", label)
+    return re.sub(rf";\s*{_SPLIT_NOTE}(?=\))", "", label).strip()
+
+
+def page_title(data: dict[str, Any]) -> str:
+    """The page's title from its data: the data set and the protocol (``Explorer: Pascal1K, fold 0 of the ten-fold
+    protocol``; ``Explorer: synthetic benchmark, test split of seed 0``)."""
+    name = DATASET_NAMES.get(data["dataset"], data["dataset"])
+    if data.get("protocol") == "folds":
+        k = data.get("folds")
+        return f"Explorer: {name}, fold {data['seed']} of the {WORDS.get(k, k)}-fold protocol"
+    if data["dataset"] == "synthetic":
+        return f"Explorer: {name}, test split of seed {data['seed']}"
+    return f"Explorer: {name}, test split {data['seed']}"
+
+
 # explorer.json's fields (fraglib.explore writes them) and their types; each image and sentence record's too
 FIELDS = {"dataset": str, "seed": int, "k": int, "runs": dict, "aligned": list, "images": list, "sentences": list}
 IMAGE_FIELDS = {"id": int, "thumb": str}
@@ -49,6 +80,12 @@ RUN_FIELDS = {"label": str, "image_top": list, "sentence_top": list}
 # optional per run: image_rank and sentence_rank, where the answer is (the rank of each image query's best-ranked own
 # sentence, 0 for none, and of each sentence query's image); data written before fraglib.explore recorded them lack
 # them, and the page then says that a rank beyond the top k is not stored
+# optional: protocol ("folds") and folds (their number); missing, the runs not shown, each with its label, why and
+# the command that makes what it lacks; rebuild, the command that then rebuilds data and page; per run: unit (the training shown, "0" or "0r1") and joint_space (a bool)
+MISSING_FIELDS = {"run": str, "label": str, "reason": str, "command": str}
+# a thumbnail: <folder ending in thumbs>/<id>.jpg, the folder relative to the data folder (thumbs/, or a page's own
+# folder under reports/ such as ../../reports/explorer_thumbs/)
+THUMB = r"(?:\.\./)*(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)*[A-Za-z0-9_.-]*thumbs/[^/\\]+\.jpg"
 MAP_FIELDS = {"method": str, "images": list, "sentences": list, "n_images": list, "n_sentences": list}
 ALIGN_FIELDS = {"boxes": list, "fragments": dict, "pairs": dict}
 RUN_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # an aligned run's name: part of its script's file name
@@ -82,7 +119,7 @@ def check_explorer(src: Path) -> dict[str, Any]:
     need(data, FIELDS, "explorer")
     for i, im in enumerate(data["images"]):
         need(im, IMAGE_FIELDS, f"images[{i}]")
-        if not re.fullmatch(r"thumbs/[^/\\]+\.jpg", im["thumb"]):
+        if not re.fullmatch(THUMB, im["thumb"]):
             raise ValueError(f"{src}: images[{i}].thumb={im['thumb']!r}: not a thumbs/<id>.jpg of its own")
     n = len(data["images"])
     for i, s in enumerate(data["sentences"]):
@@ -92,8 +129,20 @@ def check_explorer(src: Path) -> dict[str, Any]:
     if data["k"] < 1:
         raise ValueError(f"{src}: explorer.k={data['k']}: expected at least 1 (items listed per query)")
     m = len(data["sentences"])
+    if data.get("protocol", "folds") != "folds" or not _is_int(data.get("folds", 3)) or data.get("folds", 3) < 3:
+        raise ValueError(f"{src}: protocol={data.get('protocol')!r}, folds={data.get('folds')!r}: expected folds, >= 3")
+    if not isinstance(data.get("rebuild", ""), str):
+        raise ValueError(f"{src}: explorer.rebuild={data['rebuild']!r:.60}: expected a str (a command)")
+    missing = data.get("missing", [])
+    if not isinstance(missing, list):
+        raise ValueError(f"{src}: explorer.missing={missing!r:.60}: expected a list")
+    for i, entry in enumerate(missing):
+        need(entry, MISSING_FIELDS, f"missing[{i}]")
     for run, r in data["runs"].items():
         need(r, RUN_FIELDS, f"runs.{run}")
+        for key, kind in (("unit", str), ("joint_space", bool)):
+            if key in r and not isinstance(r[key], kind):
+                raise ValueError(f"{src}: runs.{run}.{key}={r[key]!r}: expected a {kind.__name__}")
         for key, rows, of, what in (("image_top", n, m, "sentences"), ("sentence_top", m, n, "images")):
             top = r[key]
             if len(top) != rows:
@@ -234,6 +283,10 @@ def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
     data = check_explorer(src)
     data.setdefault("maps", {})  # older data without maps: the page shows none
     folder = Path(html).resolve().parent
+    for r in data["runs"].values():
+        r["label"] = shown_label(r["label"])
+    for m in data.get("missing", []):
+        m["label"] = shown_label(m["label"])
     for im in data["images"]:
         thumb = data_dir / im["thumb"]
         if not thumb.is_file():
@@ -265,7 +318,7 @@ def build(data_dir: str | Path, html: str | Path, title: str = "") -> tuple[Path
                 "--overwrite; move it away or write the page elsewhere"
             )
         aligns[path] = (run, check_alignments(src, data))
-    title = title or f"Explorer: {data['dataset']} test split (seed {data['seed']})"
+    title = title or page_title(data)
     write_text(js, f"window.EXPLORER = {_script_json(json.dumps(data, separators=(',', ':')))};\n")
     for old in ours - set(aligns):  # a run no longer aligned; never a script it did not write
         remove(old)

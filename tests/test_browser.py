@@ -221,3 +221,100 @@ def test_the_committed_pascal_explorer_colours_its_twenty_categories_apart(brows
     assert len(legend) == 20 and len({c for _, c in legend}) == 20, legend
     assert not broken_links(page, failed)
     page.close()
+
+
+def test_the_explorer_draws_a_map_for_each_ticked_run(browser, explorer_data, tmp_path):
+    """Map mode: one map per ticked run with a joint space, in run order, each run's label over it; ticking and
+    unticking adds and removes maps; a ticked run without one is named with why; on every map each point is drawn
+    after every larger one (a hub's square never covers a small point); one legend for all maps."""
+    from fraglib.explorer_page import build
+
+    out, _ = explorer_data
+    data_dir = tmp_path / "data"
+    shutil.copytree(out, data_dir)
+    data = json.loads((data_dir / "explorer.json").read_text())
+    data["maps"]["random"] = json.loads(json.dumps(data["maps"]["devise"]))  # a second joint space, for the test
+    data["maps"]["random"]["images"] = [[1 - x, y] for x, y in data["maps"]["random"]["images"]]
+    data["runs"]["full"]["joint_space"] = False
+    (data_dir / "explorer.json").write_text(json.dumps(data))
+    html, _ = build(data_dir, tmp_path / "reports" / "explorer.html")
+    page, failed = open_page(browser, html)
+    page.click("#mode-map")
+    labels = {r: data["runs"][r]["label"] for r in data["runs"]}
+
+    def maps():
+        return [h.split(" \u2014 ")[0] for h in page.locator("#maps .map h3").all_inner_texts()]
+
+    def tick(run, on):
+        box = page.locator(f"#runs input[value='{run}']")
+        if box.is_checked() != on:
+            box.click()
+
+    assert maps() == [labels["devise"], labels["random"]]  # every run ticked at first (one per system)
+    notes = " ".join(page.locator("#maps .unmapped").all_inner_texts())
+    assert labels["full"] in notes and "no joint space" in notes
+    assert page.locator("#maps .legend").count() == 1
+    for svg in range(page.locator("#maps svg").count()):
+        sizes = page.evaluate("""n => [...document.querySelectorAll('#maps svg')[n].children].map(e =>
+            e.tagName === 'circle' ? Math.PI * e.r.baseVal.value ** 2 : e.width.baseVal.value * e.height.baseVal.value)""",
+            svg)  # fmt: skip
+        assert len(sizes) == len(data["images"]) + len(data["sentences"])
+        assert all(a >= b - 1e-6 for a, b in zip(sizes, sizes[1:])), (svg, sizes)
+    tick("devise", False)
+    assert maps() == [labels["random"]] and "tick it above" in page.locator("#maps").inner_text()
+    tick("random", False)
+    tick("full", False)
+    assert maps() == [] and "Tick a run above" in page.locator("#maps").inner_text()
+    tick("random", True)
+    tick("devise", True)
+    assert maps() == [labels["devise"], labels["random"]]  # run order, not ticking order
+    page.select_option("#category", sorted({im["category"] for im in data["images"]})[0])
+    assert page.locator("#maps svg").count() == 2
+    assert not broken_links(page, failed)
+    page.close()
+
+
+def test_the_committed_explorers_travel_with_reports_and_show_human_labels(browser, tmp_path):
+    """reports/ copied alone: each committed explorer opens, every thumbnail loads from the copy (they live under
+    reports/), the title and the run labels hold no config key; the Pascal1K explorer lists the fold runs it does not
+    show, each with why and, where training makes it, the command; its map mode draws one map per ticked run with a
+    joint space."""
+    import re
+
+    src = [ROOT / p for p in ("reports/explorer.html", "reports/pascal1k/explorer.html") if (ROOT / p).exists()]
+    if not src:
+        pytest.skip("no explorer page committed")
+    copy = tmp_path / "copy" / "reports"
+    shutil.copytree(ROOT / "reports", copy, ignore=shutil.ignore_patterns("executed"))
+    for path in src:
+        page, failed = open_page(browser, copy / path.relative_to(ROOT / "reports"))
+        title = page.locator("h1").inner_text()
+        assert title.startswith("Explorer: ") and not re.search(r"\(\w+\.\w+\)|shown\.|splits? \d", title), title
+        for label in page.locator("#runs label").all_inner_texts():
+            assert not re.search(r"\w+\.\w+_\w+|: splits? \d", label), label
+        loaded = page.evaluate(
+            """() => [...document.querySelectorAll('#grid img')].map(i => [i.src, i.naturalWidth])"""
+        )
+        assert loaded and all(w > 0 and "/copy/reports/" in u for u, w in loaded), loaded[:3]
+        assert not broken_links(page, failed), (path, broken_links(page, failed))
+        page.click("#mode-map")
+        ticked = page.evaluate(
+            "() => [...document.querySelectorAll('#runs input')].filter(b => b.checked).map(b => b.value)"
+        )
+        data = page.evaluate("() => window.EXPLORER")
+        assert page.locator("#maps svg").count() == sum(r in data["maps"] for r in ticked) >= 1
+        if data.get("protocol") == "folds":
+            page.locator("#missing summary").click()  # folded: the names in its summary, the rest one click away
+            items = page.locator("#missing li")
+            assert items.count() == len(data["missing"]) + bool(data.get("rebuild")) > 0
+            for n, m in enumerate(data["missing"]):
+                text = items.nth(n).inner_text()
+                assert m["run"] in text and m["reason"] in text
+                if m["command"]:
+                    assert items.nth(n).locator("code").inner_text() == m["command"]
+            page.click("#mode-images")
+            page.locator("#grid img.thumb").nth(0).click()
+            units = page.locator("#columns .column .unit").all_inner_texts()
+            assert len(units) == len(ticked) and all(re.fullmatch(r"fold 0: its \w+ training( \(replicate \d+\))?", u)
+                                                     for u in units), units  # fmt: skip
+        page.close()

@@ -133,7 +133,9 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
     again = run_captions(tmp_path / "stt", n_boot=20, overwrite=True, keep_results=True)
     assert record.read_bytes() == before
     same = ("captioning", "paraphrasing", "grounding", "input_dependence")  # grounding may hold NaN: as JSON
-    assert json.dumps({k: again[k] for k in same}, sort_keys=True) == json.dumps({k: out[k] for k in same}, sort_keys=True)
+    assert json.dumps({k: again[k] for k in same}, sort_keys=True) == json.dumps(
+        {k: out[k] for k in same}, sort_keys=True
+    )
     with pytest.raises(ValueError, match="made on split 'test'"):
         run_captions(tmp_path / "stt", "val", n_boot=20, overwrite=True, keep_results=True)
     rec["captioning"][0]["caption"] = "zebra " + rec["captioning"][0]["caption"]  # a tampered sentence

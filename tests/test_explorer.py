@@ -120,7 +120,8 @@ def test_the_page_and_its_data_script(explorer_data, tmp_path):
     html, js = build(out, tmp_path / "reports" / "explorer.html")
     assert js == data_file(html) == tmp_path / "reports" / "explorer_files" / "data.js"
     page = html.read_text()
-    assert '<script src="explorer_files/data.js"></script>' in page and "synthetic test split" in page
+    assert '<script src="explorer_files/data.js"></script>' in page
+    assert "<title>Explorer: synthetic benchmark, test split of seed 0</title>" in page
     assert '<script src="explorer_files/align_full.js"></script>' in page
     align = (js.parent / "align_full.js").read_text()
     assert align.startswith('(window.EXPLORER_ALIGN = window.EXPLORER_ALIGN || {})["full"] = {"boxes":')
@@ -145,13 +146,13 @@ def test_the_registry_lists_the_explorer_pages():
 
     pages = {p.html: p for s in studies(ROOT) for p in s.pages if p.kind == "explorer"}
     assert pages["reports/explorer.html"].parameters == {"data": "runs/synthetic/explorer"}
-    pascal = pages["reports/pascal1k/explorer.html"].parameters
-    assert pascal["data"] == "runs/pascal1k_folds/explorer" and "every run trained on the folds" in pascal["title"]
+    # no --title: the page's title names the data set and the protocol from its data (no config key in it)
+    assert pages["reports/pascal1k/explorer.html"].parameters == {"data": "runs/pascal1k_folds/explorer"}
 
 
 def test_the_committed_explorers_are_small():
-    """Each study's explorer as git holds it: data and thumbnails (<= 160 px) at most 3 MB, the page under 1 MB
-    (and every file under 1 MB: test_project)."""
+    """Each study's explorer as git holds it: data and thumbnails (<= 160 px, JPEGs of at most 12 kB, 8 kB on
+    average) at most 3 MB, the page under 1 MB (and every file under 1 MB: test_project)."""
     from PIL import Image
 
     from test_dvc_deps import ROOT
@@ -160,8 +161,16 @@ def test_the_committed_explorers_are_small():
     if not folders:
         pytest.skip("no explorer data committed yet (python -m fraglib.explore: the explorer stages)")
     for folder in folders:
-        assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) <= 3_000_000, folder
-        assert all(max(Image.open(p).size) <= 160 for p in folder.glob("thumbs/*.jpg")), folder
+        data = json.loads((folder / "explorer.json").read_text())
+        thumbs = sorted({(folder / im["thumb"]).resolve() for im in data["images"]})
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert sum(p.stat().st_size for p in [*files, *thumbs]) <= 3_000_000, folder
+        assert all(p.stat().st_size < 1_000_000 for p in files), folder
+        sizes = [p.stat().st_size for p in thumbs]
+        assert max(sizes) <= 12_000 and sum(sizes) <= 8_000 * len(sizes), folder
+        for p in thumbs:
+            with Image.open(p) as pic:
+                assert pic.format == "JPEG" and max(pic.size) <= 160, p
     for page in ROOT.glob("reports/**/explorer.html"):
         scripts = list((page.parent / "explorer_files").glob("*.js"))
         assert page.stat().st_size < 1_000_000 and sum(p.stat().st_size for p in scripts) < 3_000_000
@@ -314,3 +323,225 @@ def test_the_labels_come_from_params(tiny_study, tmp_path):
     assert data["runs"]["devise"]["label"] == params["runs"]["devise"]["label"] != "devise"
     assert data["runs"]["unnamed"]["label"] == "unnamed"
     assert all(len(r["image_rank"]) == 4 and len(r["sentence_rank"]) == 20 for r in data["runs"].values())
+
+
+# ----------------------------------------------------------------------------- issue #79: where the answer is
+def test_a_label_drops_its_notes_on_another_protocols_splits():
+    """The page shows a run's params.yaml label without "(Pascal1K: splits 0-1)"-like notes (true of the five-split
+    study, not of what an explorer shows); other parentheses stay."""
+    import yaml
+
+    from fraglib.explorer_page import shown_label
+
+    from conftest import ROOT
+
+    assert shown_label("Peri: region-word attention, 6 x 6 grid (Pascal1K: splits 0-1)") == (
+        "Peri: region-word attention, 6 x 6 grid"
+    )
+    assert shown_label("Peri: STT-ATT (region-word attention, 36 proposals, + decoder; Pascal1K: splits 0-1)") == (
+        "Peri: STT-ATT (region-word attention, 36 proposals, + decoder)"
+    )
+    assert shown_label("Peri: STT paraphrasing branch, text only (Pascal1K, Flickr8K: splits 0-1)") == (
+        "Peri: STT paraphrasing branch, text only"
+    )
+    kept = "DeViSE-like, D = 2048 (five-split choice)"
+    assert shown_label(kept) == kept and shown_label("Our model: + Adam (lr 1e-2)") == "Our model: + Adam (lr 1e-2)"
+    labels = [(e or {}).get("label", "") for e in yaml.safe_load((ROOT / "params.yaml").read_text())["runs"].values()]
+    assert not [x for x in map(shown_label, labels) if re.search(r": splits? \d|\(\s*\)|;\s*\)", x)]
+
+
+def test_the_title_names_the_data_set_and_the_protocol():
+    from fraglib.explorer_page import page_title
+
+    assert page_title({"dataset": "pascal1k", "seed": 0, "protocol": "folds", "folds": 10}) == (
+        "Explorer: Pascal1K, fold 0 of the ten-fold protocol"
+    )
+    assert page_title({"dataset": "synthetic", "seed": 0}) == "Explorer: synthetic benchmark, test split of seed 0"
+    assert page_title({"dataset": "pascal1k", "seed": 2}) == "Explorer: Pascal1K, test split 2"
+
+
+def test_a_fold_shows_its_first_training_else_its_first_replicate_with_a_checkpoint(tmp_path):
+    from fraglib.explore import fold_unit
+
+    for unit in ("a/seed0", "a/seed0r1", "b/seed0r2", "b/seed0r1", "b/seed1", "c/seed0r1", "d/seed10"):
+        (tmp_path / unit).mkdir(parents=True)
+    for unit in ("a/seed0", "a/seed0r1", "b/seed0r2", "b/seed1", "d/seed10"):
+        (tmp_path / unit / "best.pt").write_bytes(b"")
+    assert fold_unit(tmp_path, "a", 0) == ("0", tmp_path / "a" / "seed0")
+    assert fold_unit(tmp_path, "b", 0) == ("0r2", tmp_path / "b" / "seed0r2")  # seed0r1 holds no checkpoint
+    assert fold_unit(tmp_path, "b", 1) == ("1", tmp_path / "b" / "seed1")
+    assert fold_unit(tmp_path, "c", 0) is None and fold_unit(tmp_path, "gone", 0) is None
+    assert fold_unit(tmp_path, "d", 1) is None  # seed10 is fold 10, not fold 1
+
+
+def test_one_vector_per_item_from_every_encoder_kind():
+    """DeViSE and kCCA give tensors, a VSE image (vectors, no mask, positions), Socher et al. an object with
+    ``vec``; a fragment run's sets and an attention run's regions (a mask) give none: no map."""
+    import types
+
+    from fraglib.explore import _one_vector_each
+
+    v = torch.ones(3, 4)
+    assert _one_vector_each(v) is v
+    assert _one_vector_each((v, None, torch.arange(3))) is v
+    assert _one_vector_each(types.SimpleNamespace(index=np.arange(3), vec=v)) is v
+    assert _one_vector_each((torch.ones(3, 5, 4), torch.ones(3, 5), torch.arange(3))) is None  # regions and a mask
+    assert _one_vector_each(torch.ones(3, 5, 4)) is None
+    assert _one_vector_each(types.SimpleNamespace(fragments=[v])) is None
+
+
+def _fold_models(tiny_study, models):
+    """A k-fold models folder of the tiny study: full only by its replicate, devise by both trainings, dtrnn by its
+    first, random by none (its folder holds a last.pt-less, best.pt-less replicate)."""
+    layout = {"full": ["seed0r1"], "devise": ["seed0", "seed0r1"], "dtrnn": ["seed0"]}
+    for run, units in layout.items():
+        for unit in units:
+            (models / run).mkdir(parents=True, exist_ok=True)
+            (models / run / unit).symlink_to(tiny_study / run / "seeds" / "seed0")
+    (models / "random" / "seed0r1").mkdir(parents=True)
+
+
+def test_the_fold_explorer_shows_each_run_with_a_checkpoint_and_lists_the_others(tiny_study, tmp_path):
+    """--folds: every run asked for with a fold-0 checkpoint, saying which training; the others listed with why and
+    the command that trains them; a map of every joint space (--map-runs all); thumbnails in --thumbs (a page's
+    folder under reports/), linked from the page, never copied beside the data."""
+    import yaml
+
+    from fraglib.explore import main
+    from fraglib.explorer_page import build
+
+    from conftest import ROOT
+
+    models = tmp_path / "models"
+    _fold_models(tiny_study, models)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3
+    params["pascal1k"].update(folds=3, fold_runs=["full", "devise", "random", "dtrnn"])  # the tiny data: 3 "folds"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    out, thumbs = tmp_path / "runs" / "explorer", tmp_path / "reports" / "explorer_thumbs"
+    argv = ["--folds", "--models-dir", str(models), "--out", str(out), "--thumbs", str(thumbs), "--dataset", "pascal1k",
+            "--params",
+            str(tmp_path / "params.yaml"), "--align-runs", "full,fr_lr01", "--map-runs", "all",
+            "--train-command", "train {run}", "--rebuild-command", "rebuild them"]  # fmt: skip
+    main(argv)
+    data = json.loads((out / "explorer.json").read_text())
+    assert list(data["runs"]) == ["full", "devise", "dtrnn"] and data["aligned"] == ["full"]
+    assert {r: v["unit"] for r, v in data["runs"].items()} == {"full": "0r1", "devise": "0", "dtrnn": "0"}
+    assert (data["protocol"], data["folds"], data["rebuild"]) == ("folds", 3, "rebuild them")
+    assert [(m["run"], m["command"]) for m in data["missing"]] == [("random", "train random")]
+    assert "no checkpoint of its fold-0 trainings" in data["missing"][0]["reason"]
+    assert sorted(data["maps"]) == ["devise", "dtrnn"]  # Socher et al.'s vectors too; the fragment run has none
+    assert {r: v["joint_space"] for r, v in data["runs"].items()} == {"full": False, "devise": True, "dtrnn": True}
+    assert not (out / "thumbs").exists() and len(list(thumbs.glob("*.jpg"))) == len(data["images"]) == 4
+    assert all(im["thumb"] == f"../../reports/explorer_thumbs/{im['id']}.jpg" for im in data["images"])
+    html, js = build(out, tmp_path / "reports" / "explorer.html")
+    page = json.loads(js.read_text()[len("window.EXPLORER = ") : -2])
+    assert [im["thumb"] for im in page["images"]] == [f"explorer_thumbs/{im['id']}.jpg" for im in data["images"]]
+    assert "<title>Explorer: Pascal1K, fold 0 of the three-fold protocol</title>" in html.read_text()
+    assert not (html.parent / "explorer_files" / "thumbs").exists()  # linked, not copied
+    # again, the thumbnails elsewhere and a run skipped: the earlier thumbnails go, a user's picture beside them stays
+    (thumbs / "mine.jpg").write_bytes(b"a user's picture")
+    main([*argv[:6], str(tmp_path / "elsewhere"), *argv[7:], "--skip", "dtrnn", "--skip-reason", "still training",
+          "--overwrite"])  # fmt: skip
+    data = json.loads((out / "explorer.json").read_text())
+    assert list(data["runs"]) == ["full", "devise"] and sorted(p.name for p in thumbs.iterdir()) == ["mine.jpg"]
+    assert [(m["run"], m["reason"], m["command"]) for m in data["missing"]] == [
+        ("random", data["missing"][0]["reason"], "train random"), ("dtrnn", "still training", "")]  # fmt: skip
+
+
+def test_moving_the_thumbnails_changes_only_their_paths(explorer_data, tmp_path):
+    """--move-thumbs: the thumbnails an earlier build wrote beside its data move to --thumbs (one copy), their paths
+    in explorer.json follow, nothing else changes; a user's file in thumbs/ stays; the page links the moved ones."""
+    import shutil
+
+    from fraglib.explore import main
+    from fraglib.explorer_page import build
+
+    out = tmp_path / "runs" / "explorer"
+    shutil.copytree(explorer_data[0], out)
+    (out / "thumbs" / "mine.jpg").write_bytes(b"a user's picture")
+    before = json.loads((out / "explorer.json").read_text())
+    pictures = {im["id"]: (out / im["thumb"]).read_bytes() for im in before["images"]}
+    main(["--out", str(out), "--thumbs", str(tmp_path / "reports" / "explorer_thumbs"), "--move-thumbs"])
+    after = json.loads((out / "explorer.json").read_text())
+    assert [im.pop("thumb") for im in after["images"]] == [
+        f"../../reports/explorer_thumbs/{im['id']}.jpg" for im in before["images"]
+    ]
+    for im in before["images"]:
+        del im["thumb"]
+    assert after == before
+    assert sorted(p.name for p in (out / "thumbs").iterdir()) == ["mine.jpg"]
+    assert {i: (tmp_path / "reports" / "explorer_thumbs" / f"{i}.jpg").read_bytes() for i in pictures} == pictures
+    html, js = build(out, tmp_path / "reports" / "explorer.html")
+    page = json.loads(js.read_text()[len("window.EXPLORER = ") : -2])
+    assert all(im["thumb"].startswith("explorer_thumbs/") and (html.parent / im["thumb"]).is_file()
+               for im in page["images"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda d: d.update(missing={"run": "x"}), r"explorer\.missing=.*expected a list"),
+        (lambda d: d.update(missing=[{"run": "x", "label": "X", "reason": "r"}]), r"missing\[0\]\.command=None"),
+        (lambda d: d.update(protocol="splits"), r"protocol='splits'"),
+        (lambda d: d.update(protocol="folds", folds=1), r"folds=1"),
+        (lambda d: d["runs"]["full"].update(unit=0), r"runs\.full\.unit=0: expected a str"),
+        (lambda d: d["runs"]["full"].update(joint_space="no"), r"runs\.full\.joint_space='no'"),
+        (lambda d: d.update(rebuild=["dvc"]), r"explorer\.rebuild="),
+        (lambda d: d["images"][0].update(thumb="../../reports/7.jpg"), r"images\[0\]\.thumb=.*not a thumbs/<id>"),
+    ],
+)
+def test_bad_fold_fields_are_refused_naming_the_field(tmp_path, capsys, change, match):
+    from test_hostile_inputs_pages import assert_refused
+
+    assert_refused(tmp_path, capsys, change, match)
+
+
+def test_the_committed_explorer_pages_show_labels_and_travel_with_reports():
+    """As git holds them: titles and labels without config keys or another protocol's notes; every thumbnail a file
+    under reports/ (copying reports/ alone keeps the pictures), none of them duplicated under runs/; the Pascal1K
+    explorer lists the fold runs it does not show, each with why (and the command where training makes it)."""
+    from fraglib.explorer_page import shown_label
+
+    from conftest import ROOT
+
+    pages = [p for p in (ROOT / "reports/explorer.html", ROOT / "reports/pascal1k/explorer.html") if p.exists()]
+    if not pages:
+        pytest.skip("no explorer page committed")
+    reports = (ROOT / "reports").resolve()
+    for page in pages:
+        html = page.read_text()
+        title = re.search(r"<title>([^<]*)</title>", html)[1]
+        assert title.startswith("Explorer: ") and not re.search(r"\(\w+\.\w+\)|shown\.|splits? \d", title), title
+        text = (page.parent / f"{page.stem}_files" / "data.js").read_text()
+        data = json.loads(text[len("window.EXPLORER = ") : -2].replace("<\\/", "</"))
+        assert all(shown_label(r["label"]) == r["label"] for r in data["runs"].values()), page
+        for im in data["images"]:
+            thumb = (page.parent / im["thumb"]).resolve()
+            assert thumb.is_file() and reports in thumb.parents, (page, im["thumb"])
+    for folder in ("runs/synthetic/explorer", "runs/pascal1k_folds/explorer"):
+        assert not list((ROOT / folder).glob("thumbs/*.jpg")), folder
+    pascal = ROOT / "reports/pascal1k/explorer_files/data.js"
+    if pascal.exists():
+        data = json.loads(pascal.read_text()[len("window.EXPLORER = ") : -2].replace("<\\/", "</"))
+        asked = set(data["runs"]) | {m["run"] for m in data["missing"]}
+        import yaml
+
+        assert asked == set(yaml.safe_load((ROOT / "params.yaml").read_text())["pascal1k"]["fold_runs"])
+        assert all(m["reason"] for m in data["missing"]) and data["rebuild"]
+        assert all(
+            m["command"].endswith(f"train_folds@{m['run']}") for m in data["missing"] if "checkpoint" in m["reason"]
+        )
+        assert {"sdtrnn_sq", "kcca_euclidean", "vsepp"} <= set(data["runs"])  # Table 2's ablations, Peri's runs
+
+
+def test_the_data_and_the_page_agree_on_where_a_thumbnail_may_be():
+    """explore (what --overwrite may delete) and the page (what it links) accept the same thumbnail paths."""
+    from fraglib.explore import THUMB_PATH
+    from fraglib.explorer_page import THUMB
+
+    assert THUMB == THUMB_PATH
+    for ok in ("thumbs/3.jpg", "../../../reports/pascal1k/explorer_thumbs/3.jpg"):
+        assert re.fullmatch(THUMB, ok), ok
+    for bad in ("../escape.jpg", "/etc/thumbs/3.jpg", "thumbs/../x.jpg", "thumbs\\\\3.jpg", "3.jpg", "thumbs/3.png"):
+        assert not re.fullmatch(THUMB, bad), bad
