@@ -21,13 +21,16 @@ first; -inf alone means "no score" and ranks last.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported inside the functions that rank a score matrix: the statistics of committed
+    import torch  # ranks load none, so the report layer runs without it (tests/test_light_reports.py)
 
 KS = (1, 5, 10)  # the R@K of every table
 DIRECTIONS = ("annotation", "search")  # image -> sentences, sentence -> images
+METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")  # a direction's figures (recall_table)
 
 
 class ScoreError(ValueError):
@@ -37,6 +40,8 @@ class ScoreError(ValueError):
 def _largest(blk: torch.Tensor, worst: torch.Tensor) -> torch.Tensor:
     """The running largest score, left on the device (no host wait): NaN if any entry so far is NaN (``amax``
     and ``maximum`` propagate it), +inf if any is +inf — one reduction per tile screens for both."""
+    import torch
+
     return torch.maximum(worst, blk.amax()) if blk.numel() else worst
 
 
@@ -44,6 +49,8 @@ def check_scores(S: torch.Tensor, what: str = "scores", worst: torch.Tensor | No
     """Refuse a score matrix holding NaN or +inf: ScoreError naming ``what``, the count and the first entry;
     -inf is allowed (an item without fragments: ranked last). ``worst``: the ranking loop's own running
     :func:`_largest`, read once here, so a GPU waits once per matrix, not per tile."""
+    import torch
+
     S = S.detach()
     v = float(_largest(S, torch.tensor(float("-inf"), device=S.device)) if worst is None else worst.detach())
     if math.isnan(v) or v == math.inf:
@@ -60,6 +67,8 @@ def check_matrix(a: np.ndarray | torch.Tensor, what: str, finite: bool = False) 
     naming ``what``): not 2-D, empty (no rows or no columns), NaN or +inf entries, and with ``finite`` -inf too
     (embeddings: -inf is a score's "no score", never a coordinate). One reduction screens a clean matrix; the
     entries are located only when it is not. Its shape against the split's is the caller's check."""
+    import torch
+
     t = torch.as_tensor(a).detach()
     if t.dim() != 2 or 0 in t.shape:
         raise ScoreError(f"{what}: a non-empty 2-D matrix is needed, got shape {tuple(t.shape)}")
@@ -75,6 +84,8 @@ def _matrix(
     scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, what: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores as a 2-D tensor, the sentence -> image index on its device), shapes checked."""
+    import torch
+
     S = torch.as_tensor(scores).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or si.dim() != 1 or si.shape[0] != S.shape[1]:
@@ -94,6 +105,8 @@ def annotation_ranks(
 ) -> np.ndarray:
     """(n_images,) rank of each image's best-ranked ground-truth sentence. Images without any
     sentence get rank 0 (excluded by :func:`recall_table`). ``what`` names the matrix in errors."""
+    import torch
+
     S, si = _matrix(scores, sentence_image, what)
     n_img = S.shape[0]
     ranks = np.zeros(n_img, np.int64)
@@ -117,6 +130,8 @@ def search_ranks(
     scores: np.ndarray | torch.Tensor, sentence_image: np.ndarray, chunk: int = 256, what: str = "scores"
 ) -> np.ndarray:
     """(n_sentences,) rank of each sentence's image among all images."""
+    import torch
+
     S, si = _matrix(scores, sentence_image, what)
     own = S[si, torch.arange(S.shape[1], device=S.device)]  # (Ns,)
     count = torch.zeros(S.shape[1], dtype=torch.long, device=S.device)
@@ -137,6 +152,8 @@ def similarity_ranks(
     """(n_sentences,) sentence similarity (Socher et al. 2014, Table 1 left): each sentence queries
     all *other* sentences by ``sim`` (n_s, n_s); rank of the best-ranked sentence of the same image
     (pessimistic on ties). A sentence whose image has no other sentence gets rank 0 (excluded)."""
+    import torch
+
     S = torch.as_tensor(sim).detach()
     si = torch.as_tensor(np.asarray(sentence_image), dtype=torch.long, device=S.device)
     if S.dim() != 2 or S.shape[0] != S.shape[1] or si.shape != (S.shape[0],):
@@ -241,6 +258,8 @@ def fold_metrics(
     """The COCO literature's "1K" protocol: the images cut into ``folds`` consecutive equal folds (5K test:
     five folds of 1,000), each fold's sentences ranked against its images only; R@K and ranks averaged
     over the folds (``per_fold`` keeps each). The full matrix is the "5K" protocol (:func:`evaluate_scores`)."""
+    import torch
+
     S = torch.as_tensor(scores)
     si = np.asarray(sentence_image)
     n = S.shape[0]

@@ -42,13 +42,11 @@ from fraglib import hubness
 from fraglib.config import ConfigError
 from fraglib.evaluate import eval_config
 from fraglib.inputs import DataPaths
-from fraglib.metrics import DIRECTIONS, KS, recall_table
+from fraglib.metrics import DIRECTIONS, METRICS, recall_table
 from fraglib.outputs import command, resumes, unit_key, write_text
 from fraglib.params import dataset_folds, read_params
 from fraglib.progress import Progress
 from fraglib.train import resolve_run, train
-
-METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")
 
 
 def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | None = None) -> list[int]:

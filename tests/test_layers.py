@@ -188,7 +188,7 @@ def test_data_stages_start_without_the_training_stack():
 
 def test_the_report_layer_imports_no_trainer_and_no_system():
     """Reading committed results (tables, claims, facts, the index) loads neither the trainer nor a system: a change
-    to a system's code does not touch what renders the pages (issue #78). torch itself still comes with metrics."""
+    to a system's code does not touch what renders the pages (issue #78). torch: tests/test_light_reports.py."""
     import subprocess
     import sys
 
