@@ -63,7 +63,8 @@ PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named
     ),
     "reports/pascal1k/explorer.html": (
         "Pascal1K: explorer (fold 0)",
-        "pick a test image or sentence: the top 10 of every run trained on the ten folds, alignments, a joint space's map",
+        "pick a test image or sentence: fold 0 of the claims' and the fight's runs with a checkpoint here (the others "
+        "listed with their command), ranks both ways, alignments, a map per joint space",
     ),
     "reports/pascal1k/fight_report.html": (
         "Pascal1K: fragments against tuned global baselines",

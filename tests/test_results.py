@@ -563,7 +563,9 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     from fraglib.claims import our_difference
 
     a, b = (ROOT / "runs" / "pascal1k" / r for r in verdict_pair(params))  # the claims' own paired difference
-    assert f"five splits: annotation R@1 {our_difference(a, b, 'annotation', 'r1', train_var=1.0)['diff']:+.1f}" in fight
+    assert (
+        f"five splits: annotation R@1 {our_difference(a, b, 'annotation', 'r1', train_var=1.0)['diff']:+.1f}" in fight
+    )
     # a page's finding counts the runs that page shows: the extended page both studies' runs, no fusion run
     from fraglib.results import run_folders
 
