@@ -67,9 +67,9 @@ def figures_folder(html: str | Path) -> Path:
 def page_image(raw: bytes, mime: str, quality: int = FIGURE_QUALITY) -> tuple[str, bytes]:
     """A figure's file for the page: (extension, bytes). A JPEG stays as it is; a PNG is re-encoded both ways,
     optimised PNG (line art: exact) and JPEG at ``quality`` (alpha on white), and goes out as JPEG only when that
-    is :data:`PHOTO_GAIN` times smaller (photographs), else as the smallest of its own, the optimised PNG and a
-    256-colour palette PNG on white (plots: 2.6-3.2× smaller), used only where it moves the pixels by
-    :data:`PALETTE_ERROR` on average at most."""
+    is :data:`PHOTO_GAIN` times smaller than the smallest PNG (photographs), else as that PNG: its own, the optimised one
+    or a 256-colour palette PNG on white (plots: 2.6-3.2× smaller), the palette used only where it moves the pixels
+    by :data:`PALETTE_ERROR` on average at most."""
     import io
 
     import numpy as np
@@ -84,16 +84,16 @@ def page_image(raw: bytes, mime: str, quality: int = FIGURE_QUALITY) -> tuple[st
     rgb = img.convert("RGBA")
     flat = Image.new("RGB", rgb.size, "white")
     flat.paste(rgb, mask=rgb.getchannel("A"))
-    jpg = io.BytesIO()
-    flat.save(jpg, format="JPEG", quality=quality, optimize=True)
-    if PHOTO_GAIN * len(jpg.getvalue()) <= len(png_bytes):
-        return "jpg", jpg.getvalue()
     pal = flat.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     error = np.abs(np.asarray(pal.convert("RGB"), float) - np.asarray(flat, float)).mean()
     if error <= PALETTE_ERROR:
         out = io.BytesIO()
         pal.save(out, format="PNG", optimize=True)
         png_bytes = min(png_bytes, out.getvalue(), key=len)
+    jpg = io.BytesIO()
+    flat.save(jpg, format="JPEG", quality=quality, optimize=True)
+    if PHOTO_GAIN * len(jpg.getvalue()) <= len(png_bytes):
+        return "jpg", jpg.getvalue()
     return "png", png_bytes
 
 
