@@ -1,6 +1,6 @@
 # fraglib — every command of the README lives here.
 #   make          the main job: create the environment if missing, then `dvc repro` (its timeline: benchmarks/timeline.json)
-#   make test     the test suite (what .ci/run calls)
+#   make test     the test suite (.ci/run calls `make`, then this)
 #   make bench    benchmarks -> benchmarks/results.json
 #   make reports  every report page, docs/results.md and reports/index.html from the committed results (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
