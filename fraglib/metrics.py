@@ -428,7 +428,7 @@ def paired_analytic(a: np.ndarray, b: np.ndarray, groups, strata=None, train_var
     * one group (one split, or a k-fold run's pooled folds): the test queries' standard error of the units' mean
       difference (:func:`fraglib.metrics.stratified_mean_se`, within folds where ``strata`` is given) plus the
       training noise of each side's mean over its U training runs, ``train_var`` × 2 / U (``train_var``: one
-      training's variance, :func:`fraglib.claims.training_variance`), with the normal quantile.
+      training's variance, :func:`training_variance`), with the normal quantile.
 
     Returns diff, lo, hi, p, se (the standard error), df (the t's degrees of freedom; inf: the normal) and tau (the
     training noise's share of the standard error, √(``train_var`` × 2 / U), which a re-run would draw anew)."""

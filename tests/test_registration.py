@@ -64,8 +64,12 @@ def changes(old: dict[str, str | None], new: dict[str, str | None]) -> list[str]
     """What differs between two versions of the registered files (path -> text; None: absent), each named as
     docs/deviations.md must name it: `path:definition`, `claims.yaml:<claim id>`, or `path`."""
     out = []
+    every = tuple(n for names in RULE.values() for n in names)  # a definition moved between the rule's files, its
+    a, b = ({}, {})  # text unchanged, is no change: each name is looked up in all of them
+    for path in RULE:
+        a.update(definitions(old[path] or "", every))
+        b.update(definitions(new[path] or "", every))
     for path, names in RULE.items():
-        a, b = definitions(old[path] or "", names), definitions(new[path] or "", names)
         out += [f"`{path}:{n}`" for n in names if a.get(n) != b.get(n)]
     ca, cb = (
         {c["id"]: c for c in (yaml.safe_load(t or "") or {}).get("claims", [])} for t in (old[REGISTRY], new[REGISTRY])
@@ -129,5 +133,12 @@ def test_the_check_sees_a_changed_rule_claim_and_plan():
         "`docs/analysis_plan.md`",
     ]
     assert changes(old, old) == []
-    assert set(definitions(old["fraglib/claims.py"], RULE["fraglib/claims.py"])) == set(RULE["fraglib/claims.py"])
-    assert set(definitions(old["fraglib/metrics.py"], RULE["fraglib/metrics.py"])) == set(RULE["fraglib/metrics.py"])
+    every = tuple(n for names in RULE.values() for n in names)
+    assert {n for path in RULE for n in definitions(old[path], every)} == set(every)  # each found in the rule's files
+    # a definition moved to another of the rule's files with its text unchanged is no change; edited, it is one
+    src = definitions(old["fraglib/claims.py"], ("verdict",))["verdict"]
+    moved = dict(old, **{"fraglib/claims.py": old["fraglib/claims.py"].replace(src, "")})
+    moved["fraglib/metrics.py"] = old["fraglib/metrics.py"] + "\n\n" + src + "\n"
+    assert changes(old, moved) == []
+    moved["fraglib/metrics.py"] = old["fraglib/metrics.py"] + "\n\n" + src.replace("return", "return  #", 1) + "\n"
+    assert changes(old, moved) == ["`fraglib/claims.py:verdict`"]
