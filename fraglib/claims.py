@@ -570,10 +570,14 @@ def study_noise(
     params: dict[str, Any], folders: list[Path], task: str, metric: str, cache: dict[Any, Any]
 ) -> tuple[list[dict[str, Any]], float]:
     """(the A/A pairs of every run in ``folders``, :func:`aa_pairs`; the study's training variance from them,
-    :func:`training_variance`) for ``task`` and ``metric``, once per folders and measure in ``cache``."""
+    :func:`training_variance`) for ``task`` and ``metric``, once per folders and measure in ``cache``. Runs after
+    the three papers (``runs.<run>.after_papers``: SCAN, VSE∞) are not in the pool: no claim reads them, and a run
+    added to a study must not move its claims' CIs (docs/deviations.md)."""
     key = ("noise", tuple(folders), task, metric)
     if key not in cache:
-        pairs = [x for f in run_folders(params, folders).values() for x in aa_pairs(f, task, metric, cache)]
+        later = {r for r, e in (params.get("runs") or {}).items() if (e or {}).get("after_papers")}
+        runs = {r: f for r, f in run_folders(params, folders).items() if r not in later}
+        pairs = [x for f in runs.values() for x in aa_pairs(f, task, metric, cache)]
         cache[key] = (pairs, training_variance(pairs))
     return cache[key]
 

@@ -85,7 +85,7 @@ PLAIN_KEYS = {
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
     "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
-RUN_KEYS = ("system", "label", "seeds", "replicates")  # a run's own keys besides trainer and system settings
+RUN_KEYS = ("system", "label", "seeds", "replicates", "after_papers")  # a run's own keys besides trainer and system settings
 RUN_LISTS = (
     "captions.runs",
     "bench.growth_runs",
@@ -162,6 +162,8 @@ def check_params(data: dict[str, Any]) -> None:
                 f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: {', '.join(SYSTEMS)}"
             )
         _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
+        if entry.get("after_papers", False) not in (True, False):
+            raise ConfigError(f"runs.{run}.after_papers={entry['after_papers']!r}: expected true or false")
     for ds in DATASETS:
         if isinstance(data.get(ds), dict) and "folds" in data[ds]:
             dataset_folds(data, ds)

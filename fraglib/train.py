@@ -117,6 +117,7 @@ def resolve_run(
     entry.pop("label", None)  # for the reports only
     entry.pop("seeds", None)  # which seeds run: fraglib.study
     entry.pop("replicates", None)  # training runs per seed: fraglib.study
+    entry.pop("after_papers", None)  # a run after the three papers: outside the claims' noise pool (fraglib.claims)
     cls = get_system(name, f"runs.{run}.system")
     ds = params.get("study") if isinstance(params.get("study"), dict) else {}
     if dataset is not None:

@@ -570,3 +570,18 @@ def test_a_side_near_chance_makes_the_row_uninformative(tmp_path):
     assert C.magnitude(-3.3, -4.0, -1.0) == "as large"
     assert C.magnitude(-3.3, -2.0, -1.0) == "smaller" and C.magnitude(-3.3, -6.0, -4.0) == "larger"
     assert C.magnitude(5.0, 1.0, 2.0) == "smaller" and C.magnitude(5.0, -2.0, -1.0) == "smaller"
+
+
+def test_a_run_after_the_papers_is_outside_the_claims_noise_pool(tmp_path):
+    """runs.<run>.after_papers: its A/A pair neither enters the training variance the claims are weighed with nor
+    the A/A check, so adding it to a study moves no claim (docs/deviations.md)."""
+    r = np.arange(1, 21).reshape(1, 20) % 12 + 1
+    put_run(tmp_path / "a", {"annotation": np.vstack([r, r + 1]), "search": np.vstack([r, r])}, ["0", "0r1"], [0, 0])
+    put_run(tmp_path / "z", {"annotation": np.vstack([r, r + 9]), "search": np.vstack([r, r])}, ["0", "0r1"], [0, 0])
+    runs = {"a": {"system": "x"}, "z": {"system": "x"}}
+    both, _ = C.study_noise({"runs": runs}, [tmp_path], "annotation", "mean_rank", {})
+    assert sorted(p["run"] for p in both) == ["a", "z"]
+    runs["z"]["after_papers"] = True
+    pairs, var = C.study_noise({"runs": runs}, [tmp_path], "annotation", "mean_rank", {})
+    assert [p["run"] for p in pairs] == ["a"] and var == pytest.approx(1.0 / 2)  # d = −1: σ²_T = d² / 2
+    assert {row["run"] for row in C.aa_rows({"runs": runs}, [tmp_path], [("annotation", "mean_rank")])} == {"a"}
