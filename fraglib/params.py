@@ -85,7 +85,13 @@ PLAIN_KEYS = {
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
     "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
 }
-RUN_KEYS = ("system", "label", "seeds", "replicates", "after_papers")  # a run's own keys besides trainer and system settings
+RUN_KEYS = (
+    "system",
+    "label",
+    "seeds",
+    "replicates",
+    "after_papers",
+)  # a run's own keys besides trainer and system settings
 RUN_LISTS = (
     "captions.runs",
     "bench.growth_runs",

@@ -247,7 +247,9 @@ def run_study(
     parallel = min(jobs, len(units))
     shown = int(os.environ.get("RANK", "0")) == 0  # printing only: one process speaks under torchrun
     if shown:
-        sys.stderr.write(f"[{run}] {len(units)} training units ({', '.join(names)}), {parallel} at a time\n")
+        sys.stderr.write(
+            f"[{run}] {len(units)} training unit{'s' if len(units) != 1 else ''} ({', '.join(names)}), {parallel} at a time\n"
+        )
     lines = Progress(run, len(units), "unit", parallel=parallel)
     done: dict[int, dict[str, Any]] = {}
 

@@ -17,7 +17,7 @@ command's process tree (``/proc/<pid>/stat`` of it and of every descendant, with
 The record (JSON, written at the end, also when the command fails: ``status``, ``failed``): the command, start
 and end, ``cores`` (``os.cpu_count()``), the machine (:func:`fraglib.device.hardware`), ``samples`` (``[t, busy,
 command]``: seconds since the start at the end of each interval, the share of all cores busy over it, and the
-share the command's processes used), ``stages`` (``name``, ``status`` ran / skipped / restored, ``check_from``,
+share the command's processes used; both None for an interval in which the CPU counters did not tick), ``stages`` (``name``, ``status`` ran / skipped / restored, ``check_from``,
 ``start``, ``end``, seconds since the command's start, and the two shares over the stage), ``units`` (each
 training unit whose ``runs/<study>/<run>/seeds/<unit>/timing.json`` was written during the command: it ends when
 written and starts ``train_seconds + eval_seconds`` before, with its ``threads`` and ``machine``), and the
