@@ -37,6 +37,7 @@ from fraglib.inputs import DataPaths, load_splits
 from fraglib.metrics import (
     DIRECTIONS,
     KS,
+    N_BOOT,
     bootstrap_ci,
     check_matrix,
     check_scores,
@@ -212,7 +213,7 @@ class EvalConfig:
 
     eval_chunk: int = 64  # images per score-matrix tile (validation during fitting too)
     test_folds: int = 0  # > 1: also the fold protocol on test (COCO "1K" = 5 folds of the 5K test)
-    n_boot: int = 1000  # bootstrap resamples for the test CIs
+    n_boot: int = N_BOOT  # bootstrap resamples for the test CIs
     hubness: bool = True  # also hubness and its corrections on test (fraglib.hubness; docs/evaluation.md)
     hub_k: int = 10  # k of the k-occurrence
     hub_bank: int = 5000  # at most this many training images / sentences in an inductive bank

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from fraglib.metrics import N_BOOT
 from fraglib.notebook import project_root
 from fraglib.outputs import command
 
@@ -59,7 +60,6 @@ FACT = re.compile(
     rf"(?P<value>{NUMBER})(?:\s*%)?(?:\s*\[(?P<lo>{NUMBER}),\s*(?P<hi>{NUMBER})\])?\s*<!-- fact: (?P<key>[^>]*?) -->"
 )
 VERDICT = re.compile(r"\*{1,2}(?P<word>[^*]+?)\*{1,2}\s*<!-- verdict: (?P<key>[^>]*?) -->")
-N_BOOT = 1000  # the pages' resamples: the same CIs
 
 
 @dataclass(frozen=True)

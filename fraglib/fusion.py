@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.metrics import annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
+from fraglib.metrics import N_BOOT, annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
 from fraglib.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
 
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
@@ -186,7 +186,7 @@ def fuse_runs(
     run_b: str | Path,
     out: str | Path,
     weights: tuple[float, ...] = WEIGHTS,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
     label: str | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", required=True, help="the fused run's folder")
     ap.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="the grid of w (comma-separated, in [0, 1])")
-    ap.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of each unit's test CIs")
+    ap.add_argument("--n-boot", type=int, default=N_BOOT, help="bootstrap resamples of each unit's test CIs")
     ap.add_argument("--label")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)

@@ -23,7 +23,7 @@ from typing import Any
 from markupsafe import Markup
 
 from fraglib import claims, costs, tables
-from fraglib.metrics import bootstrap_seed_mean
+from fraglib.metrics import N_BOOT, bootstrap_seed_mean
 from fraglib.notebook import TEMPLATES
 from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.params import read_params
@@ -457,7 +457,6 @@ def finding(study: Study, page: Page, params: dict) -> str:
     return fight_line(Path(study.runs), params, Path(study.folds) if study.folds else None)
 
 
-N_BOOT = 1000  # bootstrap resamples of the best-per-direction CIs: as the reports compute theirs (seed 0)
 WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 10: "ten"}
 
 

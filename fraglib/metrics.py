@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # torch is imported inside the functions that rank a score ma
 
 KS = (1, 5, 10)  # the R@K of every table
 DIRECTIONS = ("annotation", "search")  # image -> sentences, sentence -> images
+N_BOOT = 1000  # bootstrap resamples of every test CI unless a setting says otherwise (params.yaml evaluation.n_boot)
 METRICS = tuple(f"r{k}" for k in KS) + ("median_rank", "mean_rank")  # a direction's figures (recall_table)
 
 
@@ -197,7 +198,7 @@ def median_rank_vsepp(ranks: np.ndarray) -> float:
     return float(np.floor(np.median(r - 1)) + 1)
 
 
-def bootstrap_ci(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
+def bootstrap_ci(ranks: np.ndarray, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
     """Percentile bootstrap CIs of every :func:`recall_table` entry, resampling queries."""
     if n_boot < 1:
         raise ValueError(f"bootstrap: n_boot must be at least 1, got {n_boot}")
@@ -225,7 +226,7 @@ def hodosh_columns(sentence_image: np.ndarray, sentids: np.ndarray) -> np.ndarra
 def evaluate_scores(
     scores: np.ndarray | torch.Tensor,
     sentence_image: np.ndarray,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
     seed: int = 0,
     what: str = "scores",
 ) -> dict[str, Any]:
@@ -332,7 +333,7 @@ def _boot_values(ranks: np.ndarray, name: str, units: np.ndarray, queries: np.nd
 
 
 def bootstrap_seed_mean(
-    ranks: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None, strata=None
+    ranks: np.ndarray, name: str, n_boot: int = N_BOOT, seed: int = 0, groups=None, strata=None
 ) -> tuple[float, float]:
     """95% CI of the unit-averaged metric of ``ranks`` (units x queries), resampling groups, units and
     queries (module docstring); ``groups`` default: every unit its own group; ``strata``: of the queries
@@ -344,7 +345,7 @@ def bootstrap_seed_mean(
 
 
 def paired_difference(
-    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = 1000, seed: int = 0, groups=None, strata=None
+    a: np.ndarray, b: np.ndarray, name: str, n_boot: int = N_BOOT, seed: int = 0, groups=None, strata=None
 ) -> dict[str, float]:
     """Mean over units of metric(a) - metric(b) with a 95% paired three-level bootstrap CI (the same
     draws of groups, units and queries for both); ``groups`` default: every unit its own group; ``strata``:

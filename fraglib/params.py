@@ -83,7 +83,7 @@ PLAIN_KEYS = {
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
-    "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts"),
+    "results_report.fight": ("ladder", "baselines", "searches", "collapse", "fusions", "attempts", "after"),
 }
 RUN_KEYS = (
     "system",

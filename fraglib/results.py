@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fraglib.metrics import DIRECTIONS, KS, bootstrap_seed_mean, paired_difference
+from fraglib.metrics import DIRECTIONS, KS, N_BOOT, bootstrap_seed_mean, paired_difference
 from fraglib.metrics import rank_metric as _metric
 from fraglib.outputs import unit_key, unit_replicate, unit_seed
 from fraglib.pagetext import code, fragment, join, plain
@@ -551,7 +551,7 @@ def results_table(
     study: dict[str, dict[str, Any]],
     labels: dict[str, str] | None = None,
     rank: str = "median_rank",
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
 ) -> pd.DataFrame:
     """Rows = runs (labelled by ``labels``); columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""
     rows = {}
@@ -627,21 +627,23 @@ def ci_table(diffs: pd.DataFrame) -> pd.DataFrame:
     return wide[list(dict.fromkeys(zip(d["direction"], d["metric"])))]  # columns as computed: R@1, R@5, R@10
 
 
-def lead_word(lo: float, hi: float) -> str:
-    """A fragment run − baseline difference in R@K (higher is better) read by its 95 % CI ``[lo, hi]``."""
-    return "fragments ahead" if lo > 0 else "fragments behind" if hi < 0 else "not distinguishable"
+def lead_word(lo: float, hi: float, who: str = "fragments") -> str:
+    """A run − baseline difference in R@K (higher is better) read by its 95 % CI ``[lo, hi]``; ``who``: the
+    first run's side in words (the fragment runs; a run after the papers by its name)."""
+    return f"{who} ahead" if lo > 0 else f"{who} behind" if hi < 0 else "not distinguishable"
 
 
-def lead_summary(diffs: pd.DataFrame, by: str = "direction") -> str:
-    """Rows of :func:`paired_differences` (fragment run − baseline, an R@K metric), one per baseline and ``by``
-    (a column: the direction, or a correction): the counts first ("fragments ahead in 1, behind in 3, not
-    distinguishable in 14 of 18"), then each row as "base / by: diff [lo, hi] — word" (:func:`lead_word`)."""
+def lead_summary(diffs: pd.DataFrame, by: str = "direction", who: str = "fragments") -> str:
+    """Rows of :func:`paired_differences` (a run − baseline, an R@K metric; ``who`` names the run's side, the
+    fragment runs by default), one per baseline and ``by`` (a column: the direction, or a correction): the counts
+    first ("fragments ahead in 1, behind in 3, not distinguishable in 14 of 18"), then each row as "base / by:
+    diff [lo, hi] — word" (:func:`lead_word`)."""
     from fraglib.pagetext import ci_text
 
-    words = [lead_word(lo, hi) for lo, hi in zip(diffs["lo"], diffs["hi"])]
-    counts = {w: words.count(w) for w in ("fragments ahead", "fragments behind", "not distinguishable")}
+    words = [lead_word(lo, hi, who) for lo, hi in zip(diffs["lo"], diffs["hi"])]
+    counts = {w: words.count(w) for w in (f"{who} ahead", f"{who} behind", "not distinguishable")}
     head = (
-        f"fragments ahead in {counts['fragments ahead']}, behind in {counts['fragments behind']}, "
+        f"{who} ahead in {counts[f'{who} ahead']}, behind in {counts[f'{who} behind']}, "
         f"not distinguishable in {counts['not distinguishable']} of {len(words)}"
     )
     rows = [f"{r.base} / {r[by]}: {ci_text(r['diff'], r.lo, r.hi)} — {w}" for (_, r), w in zip(diffs.iterrows(), words)]
@@ -654,7 +656,7 @@ def paired_differences(
     tasks=DIRECTIONS,
     metrics=tuple(f"r{k}" for k in KS),
     labels: dict[str, str] | None = None,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
 ) -> pd.DataFrame:
     """Difference a − b for each (a, b) in ``pairs`` (runs of ``study``), each task (``direction`` column) and
     metric, over the units both runs have (``n_seeds``: their seeds/splits, ``n_units``: training runs; a run
@@ -695,7 +697,7 @@ def paired_differences(
 
 
 def differences_from(
-    study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None, n_boot: int = 1000
+    study: dict[str, dict[str, Any]], base: str = "full", labels: dict[str, str] | None = None, n_boot: int = N_BOOT
 ) -> pd.DataFrame:
     """Paired-bootstrap difference (run - base) of R@1/5/10 both ways, with CIs."""
     return paired_differences(study, [(v, base) for v in study if v != base], labels=labels, n_boot=n_boot)
@@ -708,7 +710,7 @@ def paper_table(
     tasks: tuple[str, ...],
     metrics: tuple[str, ...] = ("mean_rank",),
     labels: dict[str, str] | None = None,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
 ) -> pd.DataFrame:
     """A published table laid out with ours beside it. ``rows``: the paper's row key -> our run
     (rows whose run is not in ``study`` read "not run"); ``tasks``: the paper's task keys
@@ -909,7 +911,7 @@ def group_differences(
     key: str = "annotation_category",
     metric: str = "r5",
     labels: dict[str, str] | None = None,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
 ) -> pd.DataFrame:
     """Paired difference a − b of ``metric`` within each group of test queries (``key`` of
     :func:`test_groups`, e.g. ``annotation_category``), with the three-level bootstrap CI of
@@ -1347,7 +1349,7 @@ def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | Non
 
 
 def correction_differences(
-    study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, metric: str = "r1", n_boot: int = 1000
+    study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None, metric: str = "r1", n_boot: int = N_BOOT
 ) -> pd.DataFrame:
     """Per run, correction (:data:`CORRECTIONS`) and direction: the test ``metric`` without and with the
     correction (mean over units) and the paired three-level bootstrap difference (with − without, CI).

@@ -274,15 +274,16 @@ def verdict(folder: Path, pair: tuple[str, str], page: str, folds_folder: Path |
 def fight_baselines(
     folder: Path, params: dict[str, Any], labels: dict[str, str], protocol: str = "five splits"
 ) -> list[Block]:
-    """The best fragment recipe minus each fight baseline present in ``folder`` (``results_report.fight.baselines``),
-    R@1 per direction paired by training run (:func:`fraglib.results.paired_r1`), plain and with both sides under
+    """The best fragment recipe minus each fight baseline present in ``folder`` (``results_report.fight.baselines``,
+    then the runs after the papers, ``fight.after``), R@1 per direction paired by training run (:func:`fraglib.results.paired_r1`), plain and with both sides under
     the inductive inverted softmax (— where either measured no hubness), on ``protocol`` (the runs' test sets: "five
     splits", "ten folds"). Point differences only: the fight report has the CIs."""
     folder = Path(folder)
     best = verdict_pair(params)[0]
+    fight = (params.get("results_report") or {}).get("fight") or {}
     bases = [
         b
-        for b in ((params.get("results_report") or {}).get("fight") or {}).get("baselines") or []
+        for b in [*(fight.get("baselines") or []), *(fight.get("after") or [])]
         if (folder / b / "metrics.json").is_file()
     ]
     if not (folder / best / "metrics.json").is_file() or not bases:

@@ -65,6 +65,7 @@ LAYERS = (
             "fraglib.facts",
             "fraglib.explorer_page",
             "fraglib.rerun",
+            "fraglib.lockstep",
             "fraglib.figures",
         ),
     ),

@@ -33,6 +33,7 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
         },
         "fight_report": {
             "runs_dir": str(runs),
+            "folds_dir": str(runs),  # the tiny study stands in for the folds: the sections on the folds execute too
             "dataset_dir": str(synth),
             "params_file": str(runs / "params.yaml"),
             "n_boot": 50,
@@ -42,6 +43,7 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
                 "searches": [str(runs / "search.csv"), "missing.csv"],
                 "fusions": ["fz", "not_fused"],
                 "attempts": [str(runs / "search.csv"), "missing.csv"],
+                "after": ["random", "not_trained"],  # a run after the papers against the fight, and one never trained
             },
         },
         "text_only_report": {
@@ -121,6 +123,10 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     assert "<details" in page and re.search(r"data:image/(png|jpeg);base64", page)  # code folded, figures embedded
     assert len(page.encode()) < 1 << 20, f"{name}: page of {len(page.encode()) >> 10} KB"
     assert not REMOTE.findall(page), "the page must open offline"
+    if (
+        name == "fight_report"
+    ):  # a run after the papers read against the fight in its own words; the untrained one named
+        assert "random ahead in" in page and "not_trained" in page
 
 
 @pytest.mark.slow

@@ -761,6 +761,10 @@ def test_fight_baselines_table_by_hand(tmp_path):
     assert fight_baselines(tmp_path / "k", params, {}) == []  # no best recipe there
     assert "on the five splits" in lines[0] and "paired by training run" in lines[0]
     assert "on the ten folds" in markdown(fight_baselines(tmp_path, params, {}, "ten folds"))
+    r1_run(tmp_path, "gpo", {"annotation": 41.0, "search": 29.0})  # a run after the papers: a row after the baselines
+    params["results_report"]["fight"]["after"] = ["gpo", "not_trained"]
+    rows = [x for x in markdown(fight_baselines(tmp_path, params, {})).splitlines() if x.startswith("| `")]
+    assert rows[-1] == "| `gpo` — gpo | -1.0 | +1.0 | — | — |" and len(rows) == 3
 
 
 def test_the_verdict_states_the_folds_where_they_hold_the_pair(tmp_path):
@@ -1250,6 +1254,8 @@ def test_lead_summary_counts_and_words_by_hand():
         "ahead; b / search: -3.0 [-5.0, -0.2] — fragments behind; c / search: +0.5 [-1.0, +2.0] — not distinguishable"
     )
     assert lead_word(0.0, 1.0) == "not distinguishable"
+    assert lead_word(0.1, 1.0, "vse_gpo_tuned") == "vse_gpo_tuned ahead"  # a run after the papers, by its name
+    assert lead_summary(rows.iloc[1:2], who="scan").startswith("scan ahead in 0, behind in 1, not distinguishable in 0")
 
 
 def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_images(tiny_synth, tmp_path):
