@@ -12,7 +12,6 @@ registry's (:mod:`fraglib.studies`), each page's one-line finding is read from f
 from __future__ import annotations
 
 import argparse
-import hashlib
 import html
 import os
 import platform
@@ -660,10 +659,10 @@ def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
 
 
 def provenance() -> dict[str, str]:
-    """Code revision, dvc.lock hash, device, Python, machine, parser, CNN and package versions."""
+    """Code revision, device, Python, machine, parser, CNN and package versions. (Not dvc.lock's hash: the lock
+    records this page, so a page naming its lock could never be in step with it; ``python -m fraglib.lockstep``.)"""
     from fraglib.device import describe
 
-    lock = Path("dvc.lock")
     prov = {
         "rendered from commit": (git("log", "-1", "--format=%h (%cs)") or "unknown")
         + (
@@ -671,7 +670,6 @@ def provenance() -> dict[str, str]:
             if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
             else ""
         ),
-        "dvc.lock sha256": hashlib.sha256(lock.read_bytes()).hexdigest()[:12] if lock.exists() else "none",
         "device": describe(),
         "python": platform.python_version(),
         "machine": platform.platform(),

@@ -12,7 +12,8 @@ When a change moves no number (a module moved, a docstring edited), re-running d
 not affordable: ``record`` re-records the named stages with ``dvc commit --force`` (deps, settings, command and
 the outputs a clone holds), and appends the evidence -- which stages were re-run and found byte-identical, and
 where -- to ``docs/lock_records.json``. It refuses a stage whose ``params.yaml`` values changed: a changed setting
-is re-run, not re-recorded. A change that moves numbers re-runs what it moves (``dvc repro``).
+is re-run, not re-recorded (``--rerun``: the stages' own commands just ran outside DVC, as ``make reports`` runs
+the report stages'). A change that moves numbers re-runs what it moves (``dvc repro``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 LOCKS = ("dvc.lock", "studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock")
 RECORDS = Path("docs/lock_records.json")
@@ -53,7 +52,14 @@ def md5_of(path: str | Path) -> tuple[str, int, int | None]:
 
 
 def _read(lock: str | Path) -> dict[str, Any]:
-    return yaml.load(Path(lock).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["stages"]
+    return _yaml(lock)["stages"]
+
+
+def _yaml(path: str | Path) -> Any:
+    """A YAML file read as DVC reads it (ruamel, YAML 1.2: ``1e-05`` is a number, not PyYAML's string)."""
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load(Path(path).read_text())
 
 
 def _inside(a: str, b: str) -> bool:
@@ -104,7 +110,7 @@ def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None
                 rows.append({"stage": stage, "what": "source", "path": path, "why": "changed since recorded"})
         for file, values in (entry.get("params") or {}).items():
             if file not in settings:
-                settings[file] = yaml.safe_load((root / file).read_text()) if (root / file).is_file() else {}
+                settings[file] = _yaml(root / file) if (root / file).is_file() else {}
             for key, recorded in values.items():
                 now = _value(settings[file], key)
                 if now is _MISSING or now != recorded:
@@ -113,9 +119,11 @@ def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None
     return rows
 
 
-def record(targets: list[str], evidence: str, records: Path = RECORDS) -> dict[str, Any]:
+def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bool = False) -> dict[str, Any]:
     """``dvc commit --force`` of ``targets`` (DVC's stage addresses, e.g. ``dvc.yaml:index``) after checking that
-    none of their settings changed; appends ``{date, commit, targets, evidence}`` to ``records``."""
+    none of their settings changed -- unless ``rerun``: their commands were just run outside DVC with the current
+    settings (``make reports`` runs the report stages' own commands); appends ``{date, parent, targets, rerun,
+    evidence}`` to ``records``."""
     if not evidence.strip():
         raise ValueError("--evidence: say which stages were re-run and found byte-identical, and where")
     changed = []
@@ -129,11 +137,19 @@ def record(targets: list[str], evidence: str, records: Path = RECORDS) -> dict[s
             named = any(t in (pipeline, address, group) for t in targets)
             if named and row["what"] == "setting":
                 changed.append(f"{address} {row['path']} ({row['why']})")
-    if changed:
-        raise ValueError("settings changed (re-run these stages, do not re-record them): " + "; ".join(changed))
+    if changed and not rerun:
+        raise ValueError(
+            "settings changed (re-run these stages, or pass --rerun if their commands just ran): " + "; ".join(changed)
+        )
     subprocess.run(["dvc", "commit", "--force", *targets], check=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    entry = {"date": dt.date.today().isoformat(), "parent": head, "targets": targets, "evidence": evidence}
+    entry = {
+        "date": dt.date.today().isoformat(),
+        "parent": head,
+        "targets": targets,
+        "rerun": rerun,
+        "evidence": evidence,
+    }
     log = json.loads(records.read_text()) if records.is_file() else []
     records.write_text(json.dumps([*log, entry], indent=1, ensure_ascii=False) + "\n")
     return entry
@@ -147,9 +163,15 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("record", help="re-record stages after a change that moved no number, with its evidence")
     r.add_argument("targets", nargs="+", help="stage addresses (dvc.yaml:index) or pipeline files")
     r.add_argument("--evidence", required=True, help="which stages were re-run and found byte-identical, and where")
+    r.add_argument(
+        "--rerun",
+        action="store_true",
+        help="the targets' commands were just run outside DVC with the current settings (make reports): record them "
+        "even where a setting changed",
+    )
     args = ap.parse_args(argv)
     if args.command == "record":
-        print(json.dumps(record(args.targets, args.evidence), ensure_ascii=False))
+        print(json.dumps(record(args.targets, args.evidence, rerun=args.rerun), ensure_ascii=False))
         return
     bad = 0
     for lock in args.locks:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,12 @@ def test_record_refuses_a_changed_setting_and_an_empty_evidence(tmp_path, monkey
     (root / "params.yaml").write_text("train: {epochs: 6, lr: 0.1}\n")
     with pytest.raises(ValueError, match=r"dvc.yaml:make params.yaml:train.epochs \(changed since recorded\)"):
         record(["dvc.yaml"], "re-ran nothing")
+    with pytest.raises(ValueError, match=r"dvc.yaml:make params.yaml:train.epochs"):
+        record(["dvc.yaml:make"], "re-ran nothing")  # a stage by its address
+    with pytest.raises(subprocess.CalledProcessError):  # `use` reads no setting: not refused; DVC finds no project
+        record(["dvc.yaml:use"], "re-ran nothing")
+    with pytest.raises(subprocess.CalledProcessError):  # --rerun: the stage's command just ran; DVC is asked
+        record(["dvc.yaml:make"], "rendered by make reports", rerun=True)
     assert not (root / "docs").exists()  # nothing recorded
 
 
