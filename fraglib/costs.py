@@ -105,14 +105,18 @@ def _eval(ts: list[dict[str, Any]]) -> str:
     return f" + {duration(statistics.median(e))} test evaluation" if e else ""
 
 
-def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+def training_rows(
+    title: str, timings: list[dict[str, Any]], apart: frozenset[str] = frozenset()
+) -> list[tuple[str, ...]]:
     """Rows of one study: per system and device kind, the medians of its units' timings (the newest's machine and
-    date; "not clocked" where no unit's training was); one row saying "not measured yet" when the study has none."""
+    date; "not clocked" where no unit's training was); one row saying "not measured yet" when the study has none.
+    The runs in ``apart`` (those after the papers: SCAN, VSE∞) get rows of their own, "`system` (`run`)"."""
     if not timings:
         return [(f"one training: {title}", "—", NOT_MEASURED, "—", "—", "—", "—")]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in timings:
-        groups.setdefault((t["system"], device_kind(str(t.get("device", "")))), []).append(t)
+        system = f"`{t['system']}` (`{t['run']}`)" if t["run"] in apart else f"`{t['system']}`"
+        groups.setdefault((system, device_kind(str(t.get("device", "")))), []).append(t)
     rows = []
     for (system, kind), ts in sorted(groups.items()):
         newest = max(ts, key=lambda t: str(t.get("date", "")))
@@ -120,7 +124,7 @@ def training_rows(title: str, timings: list[dict[str, Any]]) -> list[tuple[str, 
         per_epoch = [t["train_seconds"] / t["epochs"] for t in clocked if t.get("epochs")]
         rows.append(
             (
-                f"one training: {title}, `{system}`",
+                f"one training: {title}, {system}",
                 kind,
                 (duration(statistics.median(t["train_seconds"] for t in clocked)) if clocked else "not clocked")
                 + _eval(ts),
@@ -177,8 +181,23 @@ def cost_table(root: str | Path = ".") -> Table:
     from fraglib.tables import Table
 
     root = Path(root)
-    rows = [r for s in studies(root) for r in training_rows(s.title, read_timings(root / s.runs))]
+    apart = frozenset(after_papers(root / "params.yaml"))
+    rows = []
+    for s in studies(root):
+        rows += training_rows(s.title, read_timings(root / s.runs), apart)
+        if s.folds and (root / s.folds).is_dir():
+            rows += training_rows(f"{s.title.split(',')[0]}, k-fold protocol", read_timings(root / s.folds), apart)
     return Table(HEADER, tuple(rows + target_rows(read_costs(root / COSTS))))
+
+
+def after_papers(params_file: Path) -> list[str]:
+    """The runs of ``params_file`` marked ``after_papers`` (none without the file)."""
+    import yaml
+
+    if not params_file.is_file():
+        return []
+    runs = (yaml.safe_load(params_file.read_text()) or {}).get("runs") or {}
+    return [r for r, e in runs.items() if isinstance(e, dict) and e.get("after_papers")]
 
 
 def cost_blocks(root: str | Path = ".") -> list[Block]:

@@ -24,8 +24,11 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+from fraglib.outputs import command, updates, write_text
 
 LOCKS = ("dvc.lock", "studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock")
 RECORDS = Path("docs/lock_records.json")
@@ -141,7 +144,7 @@ def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bo
         raise ValueError(
             "settings changed (re-run these stages, or pass --rerun if their commands just ran): " + "; ".join(changed)
         )
-    subprocess.run(["dvc", "commit", "--force", *targets], check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", *targets], check=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     entry = {
         "date": dt.date.today().isoformat(),
@@ -151,10 +154,12 @@ def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bo
         "evidence": evidence,
     }
     log = json.loads(records.read_text()) if records.is_file() else []
-    records.write_text(json.dumps([*log, entry], indent=1, ensure_ascii=False) + "\n")
+    updates(records)  # the project's register of re-recordings: appended on purpose
+    write_text(records, json.dumps([*log, entry], indent=1, ensure_ascii=False) + "\n")
     return entry
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)

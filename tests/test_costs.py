@@ -70,6 +70,32 @@ def test_one_training_is_the_median_per_system_and_device_kind(tmp_path):
     assert rows["one training: Pascal1K, five stratified splits —"][2] == costs.NOT_MEASURED  # runs without timings
 
 
+def test_the_folds_have_rows_and_a_run_after_the_papers_its_own(tmp_path):
+    """A study's k-fold runs are a study of their own here; a run marked ``after_papers`` is not pooled with its
+    system's other runs."""
+    root = project(tmp_path)
+    (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
+        + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
+        + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib.study --run ${item} --dataset pascal1k"
+        " --folds --dataset-dir data/f --out runs/pascal1k_folds/${item}"
+    )
+    (root / "params.yaml").write_text("runs:\n  gpo: {system: vse, after_papers: true}\n  vsepp: {system: vse}\n")
+    folds = root / "runs" / "pascal1k_folds"
+    for run, seconds in (("vsepp", 60.0), ("gpo", 120.0)):
+        write_json(folds / run / "metrics.json", {"system": "vse"})
+        write_json(
+            folds / run / "seeds" / "seed0" / "timing.json", {"device": "cpu", "train_seconds": seconds, "epochs": 15}
+        )
+    rows = {r[0]: r for r in costs.cost_table(root).rows}
+    assert rows["one training: Pascal1K, k-fold protocol, `vse`"][2:5] == ("60.0 s", "4.0 s", "1 unit of 1 run")
+    assert rows["one training: Pascal1K, k-fold protocol, `vse` (`gpo`)"][2:5] == (
+        "2.0 min",
+        "8.0 s",
+        "1 unit of 1 run",
+    )
+
+
 def test_every_target_has_a_row_measured_or_not(tmp_path):
     root = project(tmp_path)
     record = {"target": "make pascal1k", "seconds": 9000.0, "commit": "abc1234", "date": "2026-11-27"}
