@@ -1,6 +1,7 @@
 """Is each DVC lock in step with the code and settings a clone holds? (issue #78, docs/runs.md "The lock")
 
-    python -m fraglib.lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ
+    python -m fraglib.lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ,
+                                                               # or that dvc.yaml declares and the lock lacks
     python -m fraglib.lockstep record --evidence TEXT TARGET... # re-record stages after a change that moved nothing
 
 A stage's lock entry records the md5 of every dependency and the values of its ``params.yaml`` keys. A *source*
@@ -122,6 +123,42 @@ def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None
     return rows
 
 
+def unrecorded(pipeline: str | Path, root: str | Path = ".") -> list[dict[str, str]]:
+    """What ``pipeline`` (a ``dvc.yaml``, resolved by DVC) declares and its lock does not record: a stage never run
+    (``why``: "not in the lock"), an input or a setting added to a stage after it ran ("declared, not recorded").
+    Rows as :func:`out_of_step`'s; ``what`` is ``stage``, ``source`` or ``setting``."""
+    from dvc.repo import Repo
+
+    root = Path(root)
+    lock = root / Path(pipeline).with_suffix(".lock")
+    recorded = _read(lock) if lock.is_file() else {}
+    rows: list[dict[str, str]] = []
+    for stage in Repo(str(root)).stage.collect(str(root / pipeline)):
+        entry = recorded.get(stage.name)
+        if entry is None:
+            rows.append({"stage": stage.name, "what": "stage", "path": str(pipeline), "why": "not in the lock"})
+            continue
+        deps = {d["path"] for d in entry.get("deps") or []}
+        keys = {f"{f}:{k}" for f, v in (entry.get("params") or {}).items() for k in v}
+        for dep in stage.deps:
+            if type(dep).__name__ == "ParamsDependency":
+                rows += [
+                    {
+                        "stage": stage.name,
+                        "what": "setting",
+                        "path": f"{dep.def_path}:{k}",
+                        "why": "declared, not recorded",
+                    }
+                    for k in dep.params
+                    if f"{dep.def_path}:{k}" not in keys
+                ]
+            elif dep.def_path not in deps:
+                rows.append(
+                    {"stage": stage.name, "what": "source", "path": dep.def_path, "why": "declared, not recorded"}
+                )
+    return rows
+
+
 def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bool = False) -> dict[str, Any]:
     """``dvc commit --force`` of ``targets`` (DVC's stage addresses, e.g. ``dvc.yaml:index``) after checking that
     none of their settings changed -- unless ``rerun``: their commands were just run outside DVC with the current
@@ -180,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     bad = 0
     for lock in args.locks:
-        rows = out_of_step(lock)
+        rows = out_of_step(lock) + unrecorded(Path(lock).with_suffix(".yaml"))
         stages = sorted({r["stage"] for r in rows})
         bad += len(stages)
         print(f"{lock}: {len(stages)} stage(s) out of step" + (":" if stages else ""))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fraglib.lockstep import md5_of, out_of_step, record
+from fraglib.lockstep import md5_of, out_of_step, record, unrecorded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def test_record_refuses_a_changed_setting_and_an_empty_evidence(tmp_path, monkey
 def test_the_default_pipelines_lock_is_in_step_with_the_code():
     """dvc.lock (the README's first command) records the sources and settings a clone holds: after an edit that
     moves no number, `python -m fraglib.lockstep record` with the evidence; after one that does, `dvc repro`."""
-    rows = out_of_step("dvc.lock", ROOT)
+    rows = out_of_step("dvc.lock", ROOT) + unrecorded("dvc.yaml", ROOT)
     assert not rows, "\n".join(f"{r['stage']}: {r['path']} ({r['why']})" for r in rows[:20])
 
 
@@ -102,3 +102,25 @@ def test_the_default_pipelines_lock_is_in_step_with_the_code():
 )
 def test_the_studies_locks_are_in_step_with_the_code(lock):
     assert not out_of_step(lock, ROOT)
+
+
+def test_unrecorded_names_a_stage_never_run_and_an_input_added_after_its_run(tmp_path):
+    """dvc.yaml declares, the lock records: a stage or an input only in dvc.yaml is out of step too."""
+    import subprocess as sp
+    import sys
+
+    root = _project(tmp_path)
+    sp.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    (root / "dvc.yaml").write_text(
+        "stages:\n"
+        "  make:\n    cmd: python src/a.py\n    deps: [src/a.py, src/lib, src/b.py]\n"
+        "    params: [train.epochs, train.lr, other]\n    outs: [out/x]\n"
+        "  use:\n    cmd: python src/b.py\n    deps: [out/x, src/b.py]\n"
+        "  new:\n    cmd: python src/b.py\n    deps: [src/b.py]\n"
+    )
+    rows = {(r["stage"], r["what"], r["path"], r["why"]) for r in unrecorded("dvc.yaml", root)}
+    assert rows == {
+        ("make", "source", "src/b.py", "declared, not recorded"),
+        ("make", "setting", "params.yaml:other", "declared, not recorded"),
+        ("new", "stage", "dvc.yaml", "not in the lock"),
+    }
