@@ -14,10 +14,10 @@ STAMP  := $(VENV)/.fraglib-installed
 UV_VERSION := 0.13.9
 export PATH := $(BIN):$(PATH)
 # the wall time of a target's work (after the environment), recorded in benchmarks/costs.json when it ends well
-# (fraglib/costs.py; the cost table on reports/index.html): $(call clock,start|stop,<target name>)
+# (fraglib_study/audit/costs.py; the cost table on reports/index.html): $(call clock,start|stop,<target name>)
 empty :=
 space := $(empty) $(empty)
-clock = @$(BIN)/python -m fraglib.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
+clock = @$(BIN)/python -m fraglib_study.audit.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
 .PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench lab reports clean-env
 all: repro
@@ -30,16 +30,16 @@ $(STAMP): pyproject.toml
 	@# --compile-bytecode, as pip does: without .pyc files (and with PYTHONDONTWRITEBYTECODE, as in CI) every
 	@# process compiled torch again: import torch + torch._dynamo 12.4 s instead of 7.0 here
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[text,vision,study,dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name fraglib --display-name "Python (fraglib)"
 	@touch $@
 
-# `make` records its timeline (fraglib/bench/timeline.py) in benchmarks/timeline.json: each DVC stage's start and end,
+# `make` records its timeline (fraglib_study/bench/timeline.py) in benchmarks/timeline.json: each DVC stage's start and end,
 # the training units', the cores' use every second; the output and exit status stay dvc's. A figure of it:
-# python -m fraglib.bench timeline draw benchmarks/timeline.json --out timeline.svg
+# python -m fraglib_study.bench timeline draw benchmarks/timeline.json --out timeline.svg
 repro: env
 	$(call clock,start,make)
-	$(BIN)/python -m fraglib.bench timeline record --out benchmarks/timeline.json -- $(BIN)/dvc repro
+	$(BIN)/python -m fraglib_study.bench timeline record --out benchmarks/timeline.json -- $(BIN)/dvc repro
 	$(call clock,stop,make)
 
 pascal1k: env
@@ -79,11 +79,11 @@ browser:
 		echo "no chromium (not root, or no apt-get): tests/test_browser.py skips"
 
 bench: env
-	$(BIN)/python -m fraglib.bench
+	$(BIN)/python -m fraglib_study.bench
 
 reports: env
 	$(call clock,start,make reports)
-	$(BIN)/python -m fraglib.reports
+	$(BIN)/python -m fraglib_study.pages.render
 	$(call clock,stop,make reports)
 
 lab: env

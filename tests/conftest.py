@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # under pytest-xdist (make test): one thread per worker and per
     os.environ["OMP_NUM_THREADS"] = "1"  # process it starts; two workers of two threads on two cores made
@@ -124,14 +124,14 @@ def tiny_params(**runs) -> dict:
 
 def tiny_eval(**overrides):
     """The EvalConfig of the tiny benchmark (TINY_EVALUATION), with keys overridden."""
-    from fraglib.evaluate import EvalConfig
+    from fraglib.run.evaluate import EvalConfig
 
     return EvalConfig(**{**TINY_EVALUATION, **overrides})
 
 
 def tiny_spec(run: str = "full", **overrides):
     """The RunSpec of a tiny run, with trainer or system keys overridden."""
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
 
     return resolve_run(tiny_params(), run, extra=overrides)
 
@@ -142,7 +142,7 @@ def tiny_study(tiny_full, tmp_path_factory):
     tiny benchmark, plus a search table."""
     import yaml
 
-    from fraglib.study import run_study
+    from fraglib_study.experiments.study import run_study
 
     runs = tmp_path_factory.mktemp("runs")
     params = tiny_params()
@@ -171,7 +171,7 @@ def tiny_study(tiny_full, tmp_path_factory):
 @pytest.fixture(scope="session")
 def explorer_data(tiny_study, tiny_full, tmp_path_factory):
     """The explorer's data of the tiny study: three runs, k = 3 (the test split has 4 images)."""
-    from fraglib.explore import ExplorerConfig, build
+    from fraglib_study.experiments.explore import ExplorerConfig, build
 
     out = tmp_path_factory.mktemp("explorer") / "explorer"
     runs = {r: tiny_study / r / "seeds" / "seed0" for r in ("full", "devise", "random")}

@@ -12,10 +12,10 @@ import sys
 
 import torch
 
-from fraglib import distributed
-from fraglib.inputs import DataPaths, load_splits, make_batches
+from fraglib.core import distributed
+from fraglib.run.inputs import DataPaths, load_splits, make_batches
+from fraglib.run.train import Step, TrainConfig
 from fraglib.systems import get_system
-from fraglib.train import Step, TrainConfig
 
 
 def main(dataset_dir: str, spec_file: str, out: str) -> None:

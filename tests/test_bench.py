@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fraglib.bench import BENCHMARKS, OPT_IN
+from fraglib_study.bench import BENCHMARKS, OPT_IN
 
 
 @pytest.mark.slow
 def test_epoch_entries_count_the_work_and_the_critical_path():
-    from fraglib.bench.systems import bench_epoch
+    from fraglib_study.bench.systems import bench_epoch
 
     got = {e["name"].removesuffix("_cuda"): e for e in bench_epoch(["devise", "dtrnn"], repeats=1)}
     gpu = got.pop("epoch_gpu", None)  # present (value None) without a GPU
@@ -36,7 +36,7 @@ def test_epoch_growth_times_every_system_and_leaves_out_the_quadratic_form_at_sc
     """``bench epoch_growth``: a line per run of ``bench.growth_runs`` (a closed form: its fit; a Socher run: the exact
     Eq. 5 to ``exact_max_scale`` only, the linear form at every scale), each with its slope; the epoch itself is the
     trainer's (stubbed here: the test checks the bookkeeping, not a time)."""
-    import fraglib.bench.scale as S
+    import fraglib_study.bench.scale as S
 
     calls = []
 
@@ -47,11 +47,11 @@ def test_epoch_growth_times_every_system_and_leaves_out_the_quadratic_form_at_sc
 
     monkeypatch.setattr(S, "fresh", fake_fresh)
     monkeypatch.setenv("FRAGLIB_GROWTH_SCALES", "1,4,16")
-    from fraglib.params import read_params
+    from fraglib_study.params import read_params
 
     params = read_params("params.yaml")
     params["bench"] = {**params["bench"], "growth_runs": ["full", "kcca", "dtrnn"]}
-    monkeypatch.setattr("fraglib.params.read_params", lambda p: params)
+    monkeypatch.setattr("fraglib_study.params.read_params", lambda p: params)
     got = {e["name"]: e for e in S.bench_epoch_growth(exact_max_scale=4, negatives=8)}
     assert ("dtrnn", 16, None) not in calls and ("dtrnn", 16, 8) in calls and ("dtrnn", 4, None) in calls
     assert {
@@ -72,7 +72,7 @@ def test_growth_times_every_stage_and_samples_socher_negatives_above_the_exact_s
     children: the test checks the bookkeeping, not a time)."""
     import yaml
 
-    import fraglib.bench.scale as S
+    import fraglib_study.bench.scale as S
 
     calls = []
 
@@ -125,9 +125,9 @@ def test_growth_times_every_stage_and_samples_socher_negatives_above_the_exact_s
 
 
 def test_growth_params_train_once_for_one_epoch_in_the_measured_process():
-    from fraglib.bench.scale import growth_params
-    from fraglib.params import read_params
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
+    from fraglib_study.bench.scale import growth_params
+    from fraglib_study.params import read_params
 
     params = read_params("params.yaml")
     p = growth_params(params, ["full", "kcca", "dtrnn"], {"dtrnn": 16})
@@ -140,14 +140,14 @@ def test_growth_params_train_once_for_one_epoch_in_the_measured_process():
 def test_random_epoch_trains_one_epoch_of_a_run_on_inputs_of_its_views():
     """The child itself, in this process, at Pascal1K's training size: DeViSE trains 4,000 pairs in batches of at
     most 100 (no image twice in a batch, so a few more than 40)."""
-    from fraglib.bench.scale import _random_epoch
+    from fraglib_study.bench.scale import _random_epoch
 
     r = _random_epoch("devise", 1, None)
     assert r["fit"] is False and 40 <= r["steps"] <= 45 and r["seconds"] > 0 and r["rows_per_image"] >= 1
 
 
 def test_socher_entries_time_every_encoder_and_the_recursion():
-    from fraglib.bench.systems import bench_socher
+    from fraglib_study.bench.systems import bench_socher
 
     got = {e["name"]: e for e in bench_socher(epochs=1, n_images=20, trees=20)}
     assert sorted(got) == [
@@ -166,7 +166,7 @@ def test_socher_entries_time_every_encoder_and_the_recursion():
 def test_a_closed_form_fit_reports_its_solver_bound():
     """kCCA's fit is mostly LAPACK (uncounted FLOPs): its entry says how long the decompositions and
     products took inside the fit, and that part is no more than the fit itself."""
-    from fraglib.bench.systems import bench_epoch
+    from fraglib_study.bench.systems import bench_epoch
 
     e = next(e for e in bench_epoch(["kcca"], repeats=1) if e["name"].startswith("epoch_kcca"))
     assert e["closed_form_fit"] and e["steps"] == 0 and e["value"] > 0
@@ -179,7 +179,7 @@ def test_a_closed_form_fit_reports_its_solver_bound():
 
 @pytest.mark.slow
 def test_profile_entries_say_where_an_epoch_goes():
-    from fraglib.bench.systems import bench_profile
+    from fraglib_study.bench.systems import bench_profile
 
     (e,) = bench_profile(["devise"])
     assert e["name"].removesuffix("_cuda") == "profile_devise" and e["steps"] >= 40
@@ -196,7 +196,7 @@ def _exits_silently(q) -> None:
 def test_a_benchmark_process_that_dies_is_named_not_waited_for():
     import multiprocessing as mp
 
-    from fraglib.bench.common import result_of
+    from fraglib_study.bench.common import result_of
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -217,7 +217,7 @@ MINE = {"name": "epoch_full", "value": 2.0, "machine": "AMD EPYC; 2 cores; torch
 
 
 def test_refused_runs_keep_every_measurement_in_the_pending_file(tmp_path):
-    from fraglib.bench.common import merge
+    from fraglib_study.bench.common import merge
 
     path = tmp_path / "results.json"
     path.write_text(json.dumps([THEIRS]))
@@ -247,15 +247,15 @@ def test_refused_runs_keep_every_measurement_in_the_pending_file(tmp_path):
     ],
 )
 def test_a_damaged_register_stops_the_bench_before_it_measures(text, defect, tmp_path, monkeypatch, capsys):
-    import fraglib.bench
-    from fraglib.bench.common import merge
+    import fraglib_study.bench
+    from fraglib_study.bench.common import merge
 
     path = tmp_path / "results.json"
     path.write_text(text)
     measured = []
-    monkeypatch.setitem(fraglib.bench.BENCHMARKS, "eval", lambda: measured.append(1) or [])
+    monkeypatch.setitem(fraglib_study.bench.BENCHMARKS, "eval", lambda: measured.append(1) or [])
     with pytest.raises(SystemExit) as e:
-        fraglib.bench.main(["eval", "--out", str(path)])
+        fraglib_study.bench.main(["eval", "--out", str(path)])
     assert e.value.code == 2 and not measured and path.read_text() == text
     assert re.search(rf"{re.escape(str(path))}: {defect}", capsys.readouterr().err)
     with pytest.raises(ValueError, match=rf"{defect}.* This run's entries are kept in .*results.pending.json"):
@@ -267,7 +267,7 @@ def test_a_full_disk_leaves_the_register_as_it_was(tmp_path, monkeypatch):
     import errno
     import pathlib
 
-    from fraglib.bench.common import merge
+    from fraglib_study.bench.common import merge
 
     path = tmp_path / "results.json"
     path.write_text(json.dumps([THEIRS], indent=1) + "\n")
@@ -287,8 +287,8 @@ def test_a_full_disk_leaves_the_register_as_it_was(tmp_path, monkeypatch):
 def test_made_precomp_files_are_the_scan_layout_of_the_size_asked(tmp_path):
     """bench memory's made input: (n, regions, dim) float16 that np.load reads, five captions per image; and
     the importer takes it (the rows it writes are the made rows and their mean)."""
-    from fraglib.bench.scale import _made_precomp
     from fraglib.data.precomp import read_precomp
+    from fraglib_study.bench.scale import _made_precomp
 
     size = _made_precomp(tmp_path, 70, regions=2, dim=3)
     x = np.load(tmp_path / "train_ims.npy")
@@ -303,9 +303,9 @@ def test_rehearsal_data_is_the_precomp_layout_and_its_regions_carry_the_captions
     """bench rehearsal's made data: SCAN's layout at the sizes asked (float16, 36 × 2,048, five captions per image,
     the same layouts and captions whatever the block size; the noise is drawn per block), and an image's first regions are its objects' codes (so that a
     system can learn from them), the rest noise."""
-    from fraglib.bench.rehearsal import DIM, REGIONS, _codes, _scenes, made_sizes, make_precomp
     from fraglib.data.synthetic import SynthConfig
-    from fraglib.params import read_params
+    from fraglib_study.bench.rehearsal import DIM, REGIONS, _codes, _scenes, made_sizes, make_precomp
+    from fraglib_study.params import read_params
 
     syn = read_params("params.yaml")["synthetic"]
     sizes = {"train": 12, "dev": 10, "test": 10}
@@ -337,8 +337,8 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
     runs in this process here (``fresh`` stubbed: a fresh process per stage is what the benchmark adds)."""
     import time
 
-    from fraglib.bench import rehearsal
-    from fraglib.bench.rehearsal import rehearse
+    from fraglib_study.bench import rehearsal
+    from fraglib_study.bench.rehearsal import rehearse
 
     def here(fn, *args):
         t0 = time.perf_counter()
@@ -346,7 +346,7 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
         return time.perf_counter() - t0, 1.0, out
 
     monkeypatch.setattr(rehearsal, "fresh", here)
-    from fraglib.params import read_params
+    from fraglib_study.params import read_params
 
     from conftest import TINY_EVALUATION
 
@@ -384,9 +384,9 @@ def test_rehearsal_runs_the_own_data_commands_and_records_every_stage(tmp_path, 
 def test_repeated_dataset_lists_each_picture_under_new_ids(tiny_synth):
     """The features' memory at 32x (bench memory, FRAGLIB_MEMORY_FEATURE_SCALES) lists each picture x times: ids of
     every copy are distinct, files and captions the original's, and every copy has its true boxes."""
-    from fraglib.bench.scale import repeat_dataset
     from fraglib.data import read_karpathy_json
     from fraglib.data.synthetic import synthetic_truth
+    from fraglib_study.bench.scale import repeat_dataset
 
     src, _ = tiny_synth
     ds = read_karpathy_json(src / "dataset.json")
@@ -406,8 +406,8 @@ def test_repeated_dataset_lists_each_picture_under_new_ids(tiny_synth):
 
 def test_scaled_features_stage_writes_every_copy(tiny_synth, tmp_path):
     """bench memory's features stage at x2 on the first 5 pictures: 10 images in every cache, one per copy."""
-    from fraglib.bench.scale import _memory_features
     from fraglib.data.cache import FeatureCache
+    from fraglib_study.bench.scale import _memory_features
 
     src, _ = tiny_synth
     _memory_features(str(src), str(tmp_path / "f"), 5, 2)

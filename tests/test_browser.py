@@ -74,7 +74,7 @@ def test_the_committed_pages_open_and_every_local_link_resolves(browser):
 def test_the_explorer_lists_and_aligns_what_is_clicked(browser, explorer_data, tmp_path):
     """Pick an image: one column of k sentences per shown run, a correct one marked; click a pair: its fragments
     appear as boxes on the picture. Pick a sentence: k images per run. The map: one point per item."""
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     out, runs = explorer_data
     html, _ = build(out, tmp_path / "reports" / "explorer.html")
@@ -120,7 +120,7 @@ def test_the_explorer_shows_where_the_answer_is(browser, explorer_data, tmp_path
     """Both directions ranked: a sentence query's images carry their ranks 1..k, and where a run's list misses the
     answer its rank follows (the correct image after a gap, and a line); an image query's line says its best own
     sentence's rank. Data written before the ranks were recorded say the rank is not stored."""
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     out, _ = explorer_data
     data = json.loads((out / "explorer.json").read_text())
@@ -181,7 +181,7 @@ def test_the_explorer_shows_where_the_answer_is(browser, explorer_data, tmp_path
 def test_the_explorer_keeps_labels_and_points_apart(browser, explorer_data, tmp_path):
     """No two fragment labels on a picture overlap, whatever pair is clicked; on the map, every point is drawn
     after every larger one (no hub's square covers a small point); each category its own colour."""
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     out, _ = explorer_data
     data = json.loads((out / "explorer.json").read_text())
@@ -227,7 +227,7 @@ def test_the_explorer_draws_a_map_for_each_ticked_run(browser, explorer_data, tm
     """Map mode: one map per ticked run with a joint space, in run order, each run's label over it; ticking and
     unticking adds and removes maps; a ticked run without one is named with why; on every map each point is drawn
     after every larger one (a hub's square never covers a small point); one legend for all maps."""
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     out, _ = explorer_data
     data_dir = tmp_path / "data"

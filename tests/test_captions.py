@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("pycocoevalcap", reason="pycocoevalcap is not installed (environment.yml)")
 
-from fraglib.captions import METRICS, bleu_on, bootstrap, caption_scores, java_missing  # noqa: E402
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
+from fraglib_study.experiments.captions import METRICS, bleu_on, bootstrap, caption_scores, java_missing  # noqa: E402
 
 
 def cooked(refs, hyps):
@@ -51,7 +51,7 @@ def test_bootstrap_of_a_perfect_and_a_shuffled_system():
 
 
 def test_the_java_check_names_what_is_missing(monkeypatch):
-    import fraglib.captions as c
+    import fraglib_study.experiments.captions as c
 
     monkeypatch.setattr(c.shutil, "which", lambda name: None)
     assert "java" in java_missing() and "Java runtime" in java_missing()
@@ -61,7 +61,7 @@ def test_the_java_check_names_what_is_missing(monkeypatch):
 
 def test_a_broken_java_is_named_not_a_key_error(monkeypatch, tmp_path):
     """A ``java`` that exists but does not run (once: KeyError: 1 from the tokenizer's empty output)."""
-    import fraglib.captions as c
+    import fraglib_study.experiments.captions as c
 
     fake = tmp_path / "java"
     fake.write_text("#!/bin/sh\necho 'Error: could not find libjava.so' >&2\nexit 1\n")
@@ -91,8 +91,8 @@ def test_toolkit_scores_on_a_toy_set():
 
 
 def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
-    from fraglib.captions import run_captions
-    from fraglib.study import run_study
+    from fraglib_study.experiments.captions import run_captions
+    from fraglib_study.experiments.study import run_study
     from tests.conftest import tiny_params
 
     needs_java()
@@ -114,15 +114,15 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
         "paraphrasing_own",
         "paraphrasing_other",
     }
-    from fraglib.results import caption_gallery
+    from fraglib_study.report.results import caption_gallery
 
     panels = caption_gallery(tmp_path / "stt", 0, tiny_full, n_good=1, n_bad=1)
     assert len(panels) == 2 and panels[0]["lines"][0].startswith("caption: ")
     assert sum(line.startswith("truth: ") for line in panels[0]["lines"]) >= 1
     assert sum(" retrieved " in line for line in panels[0]["lines"]) == 3
     # --keep-results: a seed whose checkpoint is gone keeps its sentences, re-scored to the same summary
-    from fraglib.captions import rescore
-    from fraglib.checkpoint import CheckpointError
+    from fraglib.run.checkpoint import CheckpointError
+    from fraglib_study.experiments.captions import rescore
 
     for f in (tmp_path / "stt" / "seeds" / "seed0").glob("*.pt"):
         f.unlink()
@@ -152,12 +152,12 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
 
     import torch
 
-    from fraglib.batches import Views
-    from fraglib.captions import run_captions
-    from fraglib.evaluate import load_trained
-    from fraglib.inputs import DataPaths, load_splits
-    from fraglib.study import run_study
+    from fraglib.core.batches import Views
+    from fraglib.run.evaluate import load_trained
+    from fraglib.run.inputs import DataPaths, load_splits
     from fraglib.text.fragments import Fragments
+    from fraglib_study.experiments.captions import run_captions
+    from fraglib_study.experiments.study import run_study
     from tests.conftest import tiny_params
 
     needs_java()
@@ -197,9 +197,9 @@ def test_text_only_run_and_transfer_by_re_encoding(tiny_full, tmp_path):
 def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_input(tiny_full):
     import torch
 
-    from fraglib.captions import input_dependence
-    from fraglib.inputs import load_splits
+    from fraglib.run.inputs import load_splits
     from fraglib.systems.stt import Config, SttSystem, draw_targets
+    from fraglib_study.experiments.captions import input_dependence
 
     torch.manual_seed(0)
     cfg = Config(embed_dim=6, word_dim=5, hidden=7, dec_hidden=8, dropout=0.0).validate()
@@ -240,7 +240,7 @@ def test_input_dependence_against_a_loop_and_a_decoder_that_cannot_read_its_inpu
 
 
 def test_grounding_against_hand_counts():
-    from fraglib.captions import grounding
+    from fraglib_study.experiments.captions import grounding
 
     objects = [
         [{"colour": "red", "shape": "circle"}],
@@ -265,7 +265,7 @@ def test_grounding_against_hand_counts():
 
 
 def test_caption_table_and_the_published_rows(tmp_path):
-    from fraglib.results import caption_table, peri_caption_published
+    from fraglib_study.report.results import caption_table, peri_caption_published
 
     run = tmp_path / "stt"
     run.mkdir()
@@ -299,7 +299,7 @@ def test_committed_synthetic_captions_name_the_right_objects(run):
 
 
 def test_a_seed_record_is_written_compactly_and_read_back_whole(tmp_path):
-    from fraglib.captions import compact_record, read_record
+    from fraglib_study.experiments.captions import compact_record, read_record
 
     rec = {
         "split": "test",
@@ -318,11 +318,11 @@ def test_a_seed_record_is_written_compactly_and_read_back_whole(tmp_path):
 
 
 def test_caption_files_are_written_atomically_with_the_same_bytes(tmp_path, monkeypatch):
-    """``<name>/seed<N>.json`` and ``<name>.json`` go through fraglib.outputs (a complete temporary file
+    """``<name>/seed<N>.json`` and ``<name>.json`` go through fraglib.core.outputs (a complete temporary file
     renamed into place), compact and indented as before."""
     import os
 
-    from fraglib import captions
+    from fraglib_study.experiments import captions
 
     (tmp_path / "metrics.json").write_text(json.dumps({"run": "stt", "seeds": [0]}))
     record = {"split": "test", "unk_share": 0.25, "captioning": [{"image": 0, "caption": "a red ball"}]}

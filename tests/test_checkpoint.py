@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib import checkpoint
-from fraglib.checkpoint import CheckpointError
-from fraglib.config import ConfigError
-from fraglib.inputs import DataPaths
-from fraglib.train import check_usable, train
+from fraglib.core.config import ConfigError
+from fraglib.run import checkpoint
+from fraglib.run.checkpoint import CheckpointError
+from fraglib.run.inputs import DataPaths
+from fraglib.run.train import check_usable, train
 
 from conftest import tiny_eval, tiny_spec
 
@@ -74,7 +74,7 @@ def test_a_deleted_best_checkpoint_is_not_replaced_by_other_weights(tiny_full, t
 
 
 def test_duplicate_seeds_are_refused():
-    from fraglib.study import study_seeds
+    from fraglib_study.experiments.study import study_seeds
 
     with pytest.raises(ConfigError, match=r"study.seeds=\[0, 0\]: duplicate seeds"):
         study_seeds({"study": {"seeds": [0, 0]}})
@@ -83,7 +83,7 @@ def test_duplicate_seeds_are_refused():
 
 
 def test_a_run_may_take_a_subset_of_the_seeds():
-    from fraglib.study import study_seeds
+    from fraglib_study.experiments.study import study_seeds
 
     p = {
         "study": {"seeds": [0, 1, 2]},
@@ -111,8 +111,8 @@ def test_a_run_may_take_a_subset_of_the_seeds():
 def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, tmp_path):
     """runs.<run>.replicates: seed 0 trains twice (training seeds 0 and 1000) on the same data; the
     summary lists both units in one group (one test set) and their mean."""
-    from fraglib.results import load_run
-    from fraglib.study import run_study, study_replicates
+    from fraglib_study.experiments.study import run_study, study_replicates
+    from fraglib_study.report.results import load_run
 
     from conftest import tiny_params
 
@@ -133,8 +133,8 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
 
 
 def test_unusable_data_stops_before_training(tiny_full):
-    from fraglib.batches import Views
-    from fraglib.inputs import DataPaths, load_splits
+    from fraglib.core.batches import Views
+    from fraglib.run.inputs import DataPaths, load_splits
 
     splits, _, _ = load_splits(DataPaths(tiny_full), Views("rcnn", "dependency"), CPU)
     te = splits["test"]
@@ -144,8 +144,8 @@ def test_unusable_data_stops_before_training(tiny_full):
 
 
 def test_captions_without_a_known_word_stop_systems_that_read_word_vectors(tiny_full):
-    from fraglib.batches import Views
-    from fraglib.inputs import load_splits
+    from fraglib.core.batches import Views
+    from fraglib.run.inputs import load_splits
 
     for view in ("dependency", "tree_basic"):
         splits, _, _ = load_splits(DataPaths(tiny_full), Views("fullframe", view), CPU)
@@ -172,9 +172,9 @@ def test_a_dataset_without_a_val_split_stops_before_the_first_epoch(tiny_full, t
 def test_results_in_one_folder_checkpoints_in_another(tiny_full, tmp_path, monkeypatch):
     """A study keeps its small results in git (runs/) and its checkpoints in DVC (models/): the results
     folder holds no checkpoint, names where they are, and everything that loads one finds it there."""
-    from fraglib.checkpoint import CheckpointError, best_of
-    from fraglib.evaluate import evaluate_run
-    from fraglib.study import run_study
+    from fraglib.run.checkpoint import CheckpointError, best_of
+    from fraglib.run.evaluate import evaluate_run
+    from fraglib_study.experiments.study import run_study
 
     from conftest import tiny_params
 

@@ -1,4 +1,4 @@
-"""The claims registry and the verdict rule (fraglib/claims.py): the rule on hand-made cases, the registry against
+"""The claims registry and the verdict rule (fraglib_study/audit/claims.py): the rule on hand-made cases, the registry against
 the papers' tables and params.yaml, the paired bootstrap and the table on hand-made runs."""
 
 import json
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fraglib import claims as C
-from fraglib.config import read_yaml
-from fraglib.metrics import DIRECTIONS, recall_table
-from fraglib.tables import markdown
+from fraglib.core.config import read_yaml
+from fraglib.metrics.retrieval import DIRECTIONS, recall_table
+from fraglib_study.audit import claims as C
+from fraglib_study.report.tables import markdown
 
 from conftest import ROOT
 
@@ -253,7 +253,7 @@ def test_a_calibrated_rule_passes_its_own_aa_check_where_the_queries_alone_fail(
 def test_holm_adjusts_a_family_and_decides_the_verdicts(tmp_path):
     """Three rows of one paper in one study: Holm's adjusted p by hand; the row significant alone but not in its
     family keeps its CI, gets the not-significant verdict, and its own verdict stays in ``raw``."""
-    from fraglib.metrics import holm
+    from fraglib.metrics.retrieval import holm
 
     p = np.array([0.01, 0.04, 0.03])
     assert holm(p) == pytest.approx([0.03, 0.06, 0.06])  # 3 × 0.01; max(2 × 0.03, 0.03); max(1 × 0.04, 0.06)
@@ -306,7 +306,7 @@ def test_a_decision_a_re_run_could_change_is_undecided():
 
 
 def put_run(folder: Path, ranks: dict[str, np.ndarray], units: list[str], groups: list[int], cider=None) -> Path:
-    """A run as fraglib.study writes it: metrics.json with every unit's figures and each unit's ranks.json;
+    """A run as fraglib_study.experiments.study writes it: metrics.json with every unit's figures and each unit's ranks.json;
     with ``cider`` (units × images) its captions records, one per unit."""
     per = {u: {d: recall_table(ranks[d][i]) for d in DIRECTIONS} for i, u in enumerate(units)}
     mean = {d: {k: float(np.mean([p[d][k] for p in per.values()])) for k in per[units[0]][d]} for d in DIRECTIONS}
@@ -368,7 +368,7 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
 
 
 def test_k_fold_captions_pool_each_training_fold_by_fold(tmp_path):
-    """A k-fold generating run trained twice per fold: its captions read as its ranks are (fraglib.results.pool_folds):
+    """A k-fold generating run trained twice per fold: its captions read as its ranks are (fraglib_study.report.results.pool_folds):
     one unit per replicate, its folds end to end in fold order, each image's fold its stratum; a replicate without
     a fold's captions is untestable, not pooled short."""
     r = np.arange(1, 5).reshape(1, 4)
@@ -475,7 +475,7 @@ def test_claim_blocks_render_per_study_and_the_untestable_claims(tmp_path):
 
 
 def test_rerun_blocks_show_each_comparison_and_every_verdict_that_changed(tmp_path):
-    """``benchmarks/reruns/*.json`` (``fraglib.rerun --json``): a row per comparison with its machines and counts,
+    """``benchmarks/reruns/*.json`` (``fraglib_study.audit.rerun --json``): a row per comparison with its machines and counts,
     then each changed verdict with both sides' CIs; none kept: no section; a foreign file is named."""
     assert C.rerun_blocks(tmp_path) == []
     folder = tmp_path / "benchmarks" / "reruns"

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.inputs import DataPaths, load_splits
+from fraglib.run.inputs import DataPaths, load_splits
+from fraglib.run.train import resolve_run, train
 from fraglib.systems import get_system
-from fraglib.train import resolve_run, train
 
 from conftest import tiny_eval, tiny_params
 
@@ -31,7 +31,7 @@ def test_untouched_cnn_reproduces_the_feature_cache(tiny_full, images):
 
 
 def test_finetuning_trains_only_the_last_blocks_and_reloads(tiny_full, tmp_path):
-    from fraglib.checkpoint import load_system
+    from fraglib.run.checkpoint import load_system
 
     spec = resolve_run(
         tiny_params(r={"system": "vse", "finetune": 1, "finetune_lr_scale": 1.0}), "r", extra={"epochs": 1, "lr": 0.01}

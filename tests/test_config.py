@@ -1,8 +1,8 @@
 import pytest
 
-from fraglib.config import ConfigError, load_section
+from fraglib.core.config import ConfigError, load_section
 from fraglib.data.synthetic import SynthConfig
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
 
 
 def test_project_params_load():
@@ -44,7 +44,7 @@ def test_missing_params_file(tmp_path):
     ],
 )
 def test_params_file_refuses_duplicates_and_unknown_sections(tmp_path, text, message):
-    from fraglib.params import read_params
+    from fraglib_study.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text(text)
@@ -53,8 +53,8 @@ def test_params_file_refuses_duplicates_and_unknown_sections(tmp_path, text, mes
 
 
 def test_exponent_floats_are_floats(tmp_path):
-    from fraglib.config import parse_overrides
-    from fraglib.params import read_params
+    from fraglib.core.config import parse_overrides
+    from fraglib_study.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text("train: {lr: 1e-3, grad_clip: 1.0e-05, seed: 3}\n")
@@ -63,7 +63,7 @@ def test_exponent_floats_are_floats(tmp_path):
 
 
 def test_a_missing_vision_section_is_an_error(tmp_path):
-    from fraglib.config import load_with_overrides
+    from fraglib.core.config import load_with_overrides
     from fraglib.vision.rcnn import VisionConfig
 
     p = tmp_path / "params.yaml"
@@ -101,7 +101,7 @@ BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {sys
     ],
 )
 def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
-    from fraglib.params import read_params
+    from fraglib_study.params import read_params
 
     ok = tmp_path / "ok.yaml"
     ok.write_text(BASE)
@@ -131,7 +131,7 @@ def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
     ],
 )
 def test_misspelt_systems_and_run_keys_are_errors(tmp_path, text, message):
-    from fraglib.params import read_params
+    from fraglib_study.params import read_params
 
     p = tmp_path / "params.yaml"
     p.write_text(text)
@@ -155,7 +155,7 @@ def test_misspelt_systems_and_run_keys_are_errors(tmp_path, text, message):
     ],
 )
 def test_views_a_system_cannot_use_are_refused(system, settings, message):
-    from fraglib.config import from_dict
+    from fraglib.core.config import from_dict
     from fraglib.systems import get_system
 
     with pytest.raises(ConfigError, match=message):
@@ -167,7 +167,7 @@ def test_views_a_system_cannot_use_are_refused(system, settings, message):
 @pytest.mark.parametrize("jobs", ["two", 1.5, 0, -2, True, None])
 def test_study_jobs_must_be_a_positive_integer(jobs, tmp_path):
     """``study.jobs: two`` is refused naming the key and value, before any work (1.5, 0, -2 were read as 1)."""
-    from fraglib.study import run_study, study_jobs
+    from fraglib_study.experiments.study import run_study, study_jobs
 
     from conftest import tiny_params
 
@@ -202,7 +202,7 @@ def test_study_jobs_must_be_a_positive_integer(jobs, tmp_path):
 def test_value_errors_name_the_layer_that_set_the_key(dataset, layers, says):
     """A wrong value is named where params.yaml set it (``study.systems.vse.epochs``), not under the merged
     trainer or system section (``train.epochs``)."""
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
 
     from conftest import tiny_params
 

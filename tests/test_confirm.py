@@ -1,4 +1,4 @@
-"""Confirmation as data (fraglib/confirm.py): a claim's runs re-run end to end on a freshly drawn tiny synthetic
+"""Confirmation as data (fraglib_study/experiments/confirm.py): a claim's runs re-run end to end on a freshly drawn tiny synthetic
 benchmark, and the claims table's column "confirmed on partition N"."""
 
 import glob
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
-from fraglib import claims as C
-from fraglib.config import ConfigError
-from fraglib.confirm import (
+from fraglib.core.config import ConfigError
+from fraglib_study.audit import claims as C
+from fraglib_study.experiments.confirm import (
     DATASETS,
     PARAMS_FREE,
     claim_runs,
@@ -27,7 +27,7 @@ from fraglib.confirm import (
     frozen_params,
     resolve,
 )
-from fraglib.tables import markdown
+from fraglib_study.report.tables import markdown
 
 from conftest import ROOT, tiny_params
 
@@ -48,7 +48,7 @@ def tiny_project(root):
 
 
 def test_a_confirmation_rebuilds_the_benchmark_from_the_new_seed_and_retrains_the_runs(tmp_path, monkeypatch, capsys):
-    from fraglib.confirm import main
+    from fraglib_study.experiments.confirm import main
 
     params = tiny_project(tmp_path)
     # the frozen file, not the project's params.yaml, is what every stage reads (issue #76: the features used 600)
@@ -82,7 +82,7 @@ def test_a_confirmation_rebuilds_the_benchmark_from_the_new_seed_and_retrains_th
     table = C.claims_table([r for r in rows if r.study == "synthetic"])
     assert table.header[-1] == "confirmed on partition 5" and table.rows[0][-1] in C.VERDICTS
     text = markdown(C.claim_blocks(tmp_path, params))
-    assert "confirmed on partition 5" in text and "`python -m fraglib.confirm --partition N`" in text
+    assert "confirmed on partition 5" in text and "`python -m fraglib_study.experiments.confirm --partition N`" in text
     # a finished confirmation is never replaced silently
     with pytest.raises(SystemExit):
         main(["--partition", "5", "--dataset", "synthetic", "--runs", "full", "--params", "frozen.yaml"])
@@ -141,17 +141,19 @@ def test_the_claims_runs_are_both_sides_of_every_claim_tested_there():
 
 
 def test_without_java_a_generating_run_is_confirmed_without_captions(tmp_path, monkeypatch, capsys):
-    import fraglib.captions
-    from fraglib.confirm import captions
+    import fraglib_study.experiments.captions
+    from fraglib_study.experiments.confirm import captions
 
-    monkeypatch.setattr(fraglib.captions, "java_missing", lambda: "no Java runtime (java not on PATH)")
-    monkeypatch.setattr("fraglib.confirm.run_commands", lambda *a: pytest.fail("ran a command"))
+    monkeypatch.setattr(
+        fraglib_study.experiments.captions, "java_missing", lambda: "no Java runtime (java not on PATH)"
+    )
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", lambda *a: pytest.fail("ran a command"))
     captions(tmp_path, tmp_path / "runs" / "stt", {})
     assert "no captions of" in capsys.readouterr().out
 
 
 def test_every_module_of_the_data_stages_is_given_the_frozen_file_if_it_reads_one(capsys):
-    """:data:`fraglib.confirm.PARAMS_FREE` against the modules' own parsers: a module that reads a parameter file
+    """:data:`fraglib_study.experiments.confirm.PARAMS_FREE` against the modules' own parsers: a module that reads a parameter file
     is given the frozen one, and every module takes --overwrite (a resumed stage replaces its partial files)."""
     params = frozen_params(
         {**yaml.safe_load((ROOT / "params.yaml").read_text()), "pascal1k": {"root": "R", "folds": 3}}, "pascal1k", 0
@@ -175,7 +177,7 @@ def test_every_module_of_the_data_stages_is_given_the_frozen_file_if_it_reads_on
 
 
 class Stages:
-    """Stand-in for the data stages' shell commands (``fraglib.confirm.run_commands``): records each command,
+    """Stand-in for the data stages' shell commands (``fraglib_study.experiments.confirm.run_commands``): records each command,
     leaves a file in the data folder as a stage would, and fails (a kill) at stage ``fail``."""
 
     def __init__(self, fail=None):
@@ -198,7 +200,7 @@ def stub_training(monkeypatch):
         trained.append((run, frozen_sha(params)))
         Path(out).mkdir(parents=True, exist_ok=True)
 
-    monkeypatch.setattr("fraglib.confirm.run_study", run_study)
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_study", run_study)
     return trained
 
 
@@ -207,7 +209,7 @@ def frozen_sha(params):
 
 
 def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_path, monkeypatch):
-    from fraglib.confirm import main, run_commands
+    from fraglib_study.experiments.confirm import main, run_commands
 
     tiny_project(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -219,7 +221,7 @@ def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_p
         run_commands(cmds, root)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("fraglib.confirm.run_commands", generated_then_killed)
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", generated_then_killed)
     with pytest.raises(KeyboardInterrupt):
         main(argv)
     assert (data / "dataset.json").exists() and not trained
@@ -232,14 +234,14 @@ def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_p
         generated.extend(c for c in cmds if "fraglib.data.synthetic" in c)
         (run_commands if "fraglib.data.synthetic" in cmds[0] else stages)(cmds, root)
 
-    monkeypatch.setattr("fraglib.confirm.run_commands", generation_for_real)
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", generation_for_real)
     with pytest.raises(KeyboardInterrupt):
         main(argv)
     assert [c.split()[3] for c in stages.cmds] == ["parse", "fragments", "--dataset-dir"] and not trained
     assert generated[0].endswith("--overwrite")  # its own partial files, replaced
     # resumed: the three finished stages kept, the features run again over their partial files
     stages = Stages()
-    monkeypatch.setattr("fraglib.confirm.run_commands", stages)
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", stages)
     main(argv)
     (cmd,) = stages.cmds
     assert "fraglib.vision.features" in cmd and cmd.endswith(f"--params {data}/params.yaml --overwrite")
@@ -249,7 +251,7 @@ def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_p
 
 
 def test_runs_are_added_to_a_partition_one_claim_at_a_time_on_the_same_frozen_parameters(tmp_path, monkeypatch, capsys):
-    from fraglib.confirm import main
+    from fraglib_study.experiments.confirm import main
 
     params = tiny_project(tmp_path)
     params["runs"].update(fr_lr01={"system": "fragment"}, devise_d2048={"system": "devise"})
@@ -257,7 +259,7 @@ def test_runs_are_added_to_a_partition_one_claim_at_a_time_on_the_same_frozen_pa
     monkeypatch.chdir(tmp_path)
     trained = stub_training(monkeypatch)
     stages = Stages()
-    monkeypatch.setattr("fraglib.confirm.run_commands", stages)
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", stages)
     argv = ["--partition", "4", "--dataset", "synthetic", "--runs"]
     record = tmp_path / "runs" / "confirm" / "synthetic" / "p4" / "confirm.json"
     frozen = Path("data/confirm/synthetic/p4/params.yaml")
@@ -291,18 +293,18 @@ def test_runs_are_added_to_a_partition_one_claim_at_a_time_on_the_same_frozen_pa
 
 
 def test_data_built_by_the_older_confirmation_is_not_trusted(tmp_path, monkeypatch, capsys):
-    from fraglib.confirm import main
+    from fraglib_study.experiments.confirm import main
 
     tiny_project(tmp_path)
     monkeypatch.chdir(tmp_path)
     stub_training(monkeypatch)
-    monkeypatch.setattr("fraglib.confirm.run_commands", stages := Stages())
+    monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", stages := Stages())
     data = Path("data/confirm/synthetic/p1")
     data.mkdir(parents=True)
     (data / "done").write_text("")  # its parse, fragments and features read params.yaml, not the frozen file
     with pytest.raises(SystemExit):
         main(["--partition", "1", "--dataset", "synthetic", "--runs", "full"])
-    assert "older fraglib.confirm" in capsys.readouterr().err and not stages.cmds
+    assert "older fraglib_study.experiments.confirm" in capsys.readouterr().err and not stages.cmds
     main(["--partition", "1", "--dataset", "synthetic", "--runs", "full", "--overwrite"])
     assert len(stages.cmds) == 4 and all(c.endswith("--overwrite") for c in stages.cmds)
     assert not (data / "done").exists()

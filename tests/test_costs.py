@@ -1,4 +1,4 @@
-"""The cost table (fraglib/costs.py) on made files: per-unit timings beside the runs, make targets' records, and the
+"""The cost table (fraglib_study/audit/costs.py) on made files: per-unit timings beside the runs, make targets' records, and the
 clock the Makefile records them with."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fraglib import costs
-from fraglib.tables import html
+from fraglib_study.audit import costs
+from fraglib_study.report.tables import html
 
-TRAIN = "python -m fraglib.study --run ${{item}} {dataset} --dataset-dir data/x --out runs/{study}/${{item}}"
+TRAIN = "python -m fraglib_study.experiments.study --run ${{item}} {dataset} --dataset-dir data/x --out runs/{study}/${{item}}"
 
 
 def write_json(path: Path, obj) -> None:
@@ -77,7 +77,7 @@ def test_the_folds_have_rows_and_a_run_after_the_papers_its_own(tmp_path):
     (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
         "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
         + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
-        + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib.study --run ${item} --dataset pascal1k"
+        + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib_study.experiments.study --run ${item} --dataset pascal1k"
         " --folds --dataset-dir data/f --out runs/pascal1k_folds/${item}"
     )
     (root / "params.yaml").write_text("runs:\n  gpo: {system: vse, after_papers: true}\n  vsepp: {system: vse}\n")
@@ -113,10 +113,10 @@ def test_every_target_has_a_row_measured_or_not(tmp_path):
 
 
 def test_the_clock_records_a_target_and_replaces_only_its_record(tmp_path, monkeypatch):
-    import fraglib.device
+    import fraglib.core.device
 
     monkeypatch.setattr(
-        fraglib.device, "hardware", lambda d: {"device": "cpu", "machine": "this machine", "threads": 1}
+        fraglib.core.device, "hardware", lambda d: {"device": "cpu", "machine": "this machine", "threads": 1}
     )
     out, clock = tmp_path / "costs.json", tmp_path / ".clock-make-test"
     other = {"target": "make test", "seconds": 2.0, "machine": "another machine"}

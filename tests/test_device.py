@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fraglib.device import ENV_VAR, describe, select_device
+from fraglib.core.device import ENV_VAR, describe, select_device
 
 
 def test_env_override_cpu(monkeypatch):

@@ -1,4 +1,4 @@
-"""Data-parallel training (fraglib.distributed): two gloo processes started by torchrun take the same
+"""Data-parallel training (fraglib.core.distributed): two gloo processes started by torchrun take the same
 step as one process on the same global batch, and a short two-process run ends where one process ends."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib import distributed
-from fraglib.inputs import DataPaths, load_splits, make_batches
+from fraglib.core import distributed
+from fraglib.run.inputs import DataPaths, load_splits, make_batches
+from fraglib.run.train import Step, train
 from fraglib.systems import get_system
 from fraglib.systems.base import join_parts
-from fraglib.train import Step, train
 
 from conftest import ROOT, tiny_eval, tiny_spec
 
@@ -63,7 +63,7 @@ CASES = [
 def test_two_processes_take_the_one_process_step(tiny_full, tmp_path):
     """One DDP step of 2 gloo processes on an 11-pair batch (shares of 6 and 5) = one process's step, for
     every case of CASES (one torchrun for all: each start costs seconds)."""
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
 
     from conftest import tiny_params
 
@@ -117,7 +117,7 @@ def test_shards_cover_the_batch_in_order():
 
 
 def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_path):
-    """torchrun -m fraglib.train with 2 gloo processes: rank 0 alone writes; test metrics within a stated
+    """torchrun -m fraglib.run.train with 2 gloo processes: rank 0 alone writes; test metrics within a stated
     tolerance of the one-process run (same global batches; float sums in another order); a killed run resumes."""
     params = tmp_path / "params.yaml"
     import yaml
@@ -126,7 +126,7 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
 
     p = tiny_params()
     params.write_text(yaml.safe_dump(p))
-    args = ["-m", "fraglib.train", "--run-name", "full", "--dataset-dir", str(tiny_full), "--params", str(params)]
+    args = ["-m", "fraglib.run.train", "--run-name", "full", "--dataset-dir", str(tiny_full), "--params", str(params)]
     torchrun(args + ["--out", str(tmp_path / "two")])
     one = train(
         DataPaths(tiny_full), tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False
@@ -164,7 +164,7 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
 def test_mixed_precision_changes_the_step_little(tiny_full, system, override):
     """train.amp (bfloat16 autocast of the step): the cost within 2 % and the gradient direction within
     cosine 0.99 of float32 on one batch — the tolerance we call safe."""
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
 
     from conftest import tiny_params
 
@@ -225,7 +225,7 @@ def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
 
 PARENT = """
 import os, sys, time
-from fraglib.distributed import worker_pool
+from fraglib.core.distributed import worker_pool
 
 if __name__ == "__main__":
     with worker_pool(1) as ex:

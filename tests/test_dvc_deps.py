@@ -1,6 +1,6 @@
 """DVC dependencies that cannot lie: every stage of every dvc.yaml depends on each fraglib file its command runs.
 
-A stage's command runs ``python -m fraglib.<module>`` (a notebook through ``python -m fraglib.notebook``, whose code
+A stage's command runs ``python -m fraglib.<module>`` (a notebook through ``python -m fraglib_study.report.notebook``, whose code
 cells' imports count too). Its code is the transitive closure of the fraglib modules those import (a static scan
 of every import statement, function-local ones included, relative ones resolved; a package's ``__init__.py``
 runs on import, so the registry ``fraglib.systems`` pulls in every system), plus the package data files they
@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PKG = ROOT / "fraglib"
-EXEMPT = {"fraglib/__init__.py"}  # the version string: imports nothing, every stage would list it
+PACKAGES = ("fraglib", "fraglib_study")
+# the version string and an empty package file: they import nothing, every stage would list them
+EXEMPT = {"fraglib/__init__.py", "fraglib_study/__init__.py"}
 
 
 def module_file(name: str) -> Path | None:
     """The file that runs on ``import name`` (a package's ``__init__.py``), or None outside fraglib."""
-    if name.split(".")[0] != "fraglib":
+    if name.split(".")[0] not in PACKAGES:
         return None
     p = ROOT.joinpath(*name.split("."))
     if (p / "__init__.py").exists():
@@ -73,7 +74,8 @@ def _data_files() -> dict[str, Path]:
     """Package data by name: every non-Python file or non-package folder under fraglib/."""
     return {
         p.name: p
-        for p in PKG.rglob("*")
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*")
         if "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc") and not (p / "__init__.py").exists()
     }
 
@@ -94,11 +96,11 @@ def stage_code(cmd: str, wdir: Path = ROOT) -> set[str]:
     needed: set[Path] = set()
     for i, w in enumerate(words):
         if w in ("python", "python3") or w.endswith("/python"):
-            if words[i + 1 : i + 2] != ["-m"] or not words[i + 2].startswith("fraglib."):
+            if words[i + 1 : i + 2] != ["-m"] or not words[i + 2].startswith(("fraglib.", "fraglib_study.")):
                 raise ValueError(f"{cmd!r}: a python command this test cannot follow (not python -m fraglib.…)")
             mod = words[i + 2]
             todo |= imported(ast.parse(f"import {mod}")) | {f"{mod}.__main__"}
-            if mod == "fraglib.notebook":
+            if mod == "fraglib_study.report.notebook":
                 nb = (wdir / words[i + 3]).resolve()
                 needed.add(nb)
                 todo |= notebook_imports(nb)
@@ -151,15 +153,19 @@ CASES = [(n, d) for n, s in _copied_stages().items() for d in s["deps"] if d.sta
 
 
 def test_the_scan_follows_registry_local_and_relative_imports():
-    code = stage_code("python -m fraglib.captions --run-dir runs/synthetic/stt")
+    code = stage_code("python -m fraglib_study.experiments.captions --run-dir runs/synthetic/stt")
     assert {
-        "fraglib/captions.py",
+        "fraglib_study/experiments/captions.py",
         "fraglib/systems/__init__.py",
         "fraglib/systems/gru.py",
         "fraglib/systems/cnn.py",
     } <= code
-    report = stage_code("python -m fraglib.notebook notebooks/results_report.ipynb reports/r.html -p a b")
-    assert {"notebooks/results_report.ipynb", "fraglib/reference/published_results.yaml", "fraglib/templates"} <= report
+    report = stage_code("python -m fraglib_study.report.notebook notebooks/results_report.ipynb reports/r.html -p a b")
+    assert {
+        "notebooks/results_report.ipynb",
+        "fraglib_study/reference/published_results.yaml",
+        "fraglib_study/templates",
+    } <= report
     tree = ast.parse("def f():\n    from .gru import Gru\n    import fraglib.cnn as c\n")
     assert {"fraglib.systems.gru", "fraglib.cnn", "fraglib"} <= imported(tree, "fraglib.systems")
 

@@ -1,19 +1,19 @@
-"""The one evaluation of a trained system (fraglib/evaluate.py): the study's own path re-scores a checkpoint to
+"""The one evaluation of a trained system (fraglib/run/evaluate.py): the study's own path re-scores a checkpoint to
 the same numbers, its settings never retrain, and a checkpoint is scored only on the data it was trained on."""
 
 import numpy as np
 import pytest
 
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
 
 
 @pytest.mark.parametrize("run", ["devise", "dtrnn"])
 def test_rescoring_a_checkpoint_gives_the_study_metrics_sentence_similarity_included(tiny_study, run):
-    """``fraglib.evaluate`` is the study's own test evaluation: re-scoring ``best.pt`` alone with the same
+    """``fraglib.run.evaluate`` is the study's own test evaluation: re-scoring ``best.pt`` alone with the same
     EvalConfig gives the run's metrics.json and ranks.json exactly (DT-RNN: its sentence-similarity task too)."""
     import json
 
-    from fraglib.evaluate import evaluate_run
+    from fraglib.run.evaluate import evaluate_run
 
     from conftest import tiny_eval
 
@@ -32,7 +32,7 @@ def test_changing_the_evaluation_rescores_and_never_retrains(tiny_full, tmp_path
 
     import torch
 
-    from fraglib.train import train
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 
@@ -59,8 +59,8 @@ def test_a_checkpoint_is_not_scored_on_other_data_at_its_recorded_path(tiny_full
 
     import torch
 
-    from fraglib.evaluate import evaluate_run
-    from fraglib.train import train
+    from fraglib.run.evaluate import evaluate_run
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 
@@ -85,7 +85,7 @@ def test_settings_the_test_split_cannot_take_are_refused_before_training(tiny_fu
     epoch, naming the setting (nothing is written)."""
     import torch
 
-    from fraglib.train import train
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 
@@ -106,7 +106,7 @@ def test_settings_the_test_split_cannot_take_are_refused_before_training(tiny_fu
 def _cli(argv, tmp_path, name="m.json"):
     import json
 
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     main(
         [
@@ -132,7 +132,7 @@ def test_a_runs_own_scores_through_scores_give_the_runs_metrics(tiny_study, tmp_
     hubness corrections (both protocols, parameters chosen on validation) included."""
     import json
 
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     seed = tiny_study / run / "seeds" / "seed0"
     main([str(seed), "--save-scores", str(tmp_path), "--params", "none"])
@@ -177,7 +177,7 @@ def _embeddings(dataset_dir, noise, seed=0):
     """Test-split embeddings: a random vector per image, each sentence its image's plus ``noise``."""
     import numpy as np
 
-    from fraglib.evaluate import split_index
+    from fraglib.run.evaluate import split_index
 
     idx = split_index(dataset_dir, "test")
     rng = np.random.default_rng(seed)
@@ -245,7 +245,7 @@ def test_against_gives_a_paired_difference_with_a_ci(made, tmp_path):
     one gives the hand-computed R@1 difference, its CI around it."""
     import numpy as np
 
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     idx, img, good = _embeddings(made, 0.0)
     _, _, bad = _embeddings(made, 3.0)
@@ -299,7 +299,7 @@ def test_against_gives_a_paired_difference_with_a_ci(made, tmp_path):
     ],
 )
 def test_bad_score_files_are_refused_naming_the_cause(made, tmp_path, capsys, make, flags, says):
-    from fraglib.evaluate import main, split_index
+    from fraglib.run.evaluate import main, split_index
 
     idx = split_index(made, "test")
     n, m = len(idx["imgid"]), len(idx["sentid"])
@@ -341,10 +341,10 @@ def test_a_galleried_test_split_is_scored_and_ranked_gallery_by_gallery(tiny_stu
 
     import torch
 
-    from fraglib.checkpoint import best_of, load_system
-    from fraglib.evaluate import score_matrix, similarity_matrix
-    from fraglib.inputs import load_splits
-    from fraglib.metrics import annotation_ranks, search_ranks
+    from fraglib.metrics.retrieval import annotation_ranks, search_ranks
+    from fraglib.run.checkpoint import best_of, load_system
+    from fraglib.run.evaluate import score_matrix, similarity_matrix
+    from fraglib.run.inputs import load_splits
 
     system, _ = load_system(best_of(tiny_study / run / "seeds" / "seed0"))
     views = system.views(system.cfg)
@@ -377,8 +377,8 @@ def test_a_split_half_in_galleries_is_refused_naming_an_image(galleried, tmp_pat
 
     import torch
 
-    from fraglib.batches import Views
-    from fraglib.inputs import load_splits
+    from fraglib.core.batches import Views
+    from fraglib.run.inputs import load_splits
 
     out = tmp_path / "synth"
     shutil.copytree(galleried, out)

@@ -1,4 +1,4 @@
-"""The explorer: its data from checkpoints (fraglib.explore) and its page from those data (fraglib.explorer_page)."""
+"""The explorer: its data from checkpoints (fraglib_study.experiments.explore) and its page from those data (fraglib_study.pages.explorer_page)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.config import ConfigError
-from fraglib.explore import ExplorerConfig, embedding_map, top_k
+from fraglib.core.config import ConfigError
+from fraglib_study.experiments.explore import ExplorerConfig, embedding_map, top_k
 
 
 def test_top_k_orders_both_directions_ties_by_position_and_inf_last():
@@ -25,7 +25,7 @@ def test_top_k_orders_both_directions_ties_by_position_and_inf_last():
 def test_correct_ranks_are_the_metrics_ranks_and_agree_with_the_lists():
     """The rank of each query's answer: pessimistic on ties as the metrics, NaN last; never above the answer's place
     in top_k's list, and within k exactly when the list holds it."""
-    from fraglib.explore import correct_ranks
+    from fraglib_study.experiments.explore import correct_ranks
 
     S = torch.tensor([[0.9, 0.1, 0.5, 0.5], [0.2, 0.2, float("nan"), 0.8], [0.3, 0.7, 0.5, 0.1]])
     owner = np.array([0, 1, 2, 2])  # sentence -> image
@@ -106,7 +106,7 @@ def test_thumbnails_categories_alignments_and_map(explorer_data):
 
 
 def test_a_run_without_fragments_or_a_space_is_refused(tiny_study, tmp_path):
-    from fraglib.explore import build
+    from fraglib_study.experiments.explore import build
 
     runs = {"random": tiny_study / "random" / "seeds" / "seed0"}
     with pytest.raises(ConfigError, match="align_runs: run random"):
@@ -114,7 +114,7 @@ def test_a_run_without_fragments_or_a_space_is_refused(tiny_study, tmp_path):
 
 
 def test_the_page_and_its_data_script(explorer_data, tmp_path):
-    from fraglib.explorer_page import build, data_file
+    from fraglib_study.pages.explorer_page import build, data_file
 
     out, _ = explorer_data
     html, js = build(out, tmp_path / "reports" / "explorer.html")
@@ -133,14 +133,14 @@ def test_the_page_and_its_data_script(explorer_data, tmp_path):
 
 
 def test_the_page_without_its_data_names_the_stage(tmp_path):
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
-    with pytest.raises(FileNotFoundError, match="python -m fraglib.explore"):
+    with pytest.raises(FileNotFoundError, match="python -m fraglib_study.experiments.explore"):
         build(tmp_path / "nothing", tmp_path / "explorer.html")
 
 
 def test_the_registry_lists_the_explorer_pages():
-    from fraglib.studies import studies
+    from fraglib_study.report.registry import studies
 
     from test_dvc_deps import ROOT
 
@@ -159,7 +159,7 @@ def test_the_committed_explorers_are_small():
 
     folders = sorted(p.parent for p in ROOT.glob("runs/*/explorer/explorer.json"))
     if not folders:
-        pytest.skip("no explorer data committed yet (python -m fraglib.explore: the explorer stages)")
+        pytest.skip("no explorer data committed yet (python -m fraglib_study.experiments.explore: the explorer stages)")
     for folder in folders:
         data = json.loads((folder / "explorer.json").read_text())
         thumbs = sorted({(folder / im["thumb"]).resolve() for im in data["images"]})
@@ -177,8 +177,8 @@ def test_the_committed_explorers_are_small():
 
 
 def test_the_index_row_of_an_explorer(explorer_data):
-    from fraglib.index import finding
-    from fraglib.studies import Page, Study
+    from fraglib_study.pages.index import finding
+    from fraglib_study.report.registry import Page, Study
 
     out, _ = explorer_data
     page = Page("explorer_page", "", "reports/explorer.html", "", {"data": str(out)})
@@ -192,7 +192,7 @@ def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
     replace params.yaml's study.runs and explorer.align_runs / map_runs; a run that cannot be aligned is refused."""
     import yaml
 
-    from fraglib.explore import main
+    from fraglib_study.experiments.explore import main
 
     from conftest import ROOT
 
@@ -239,7 +239,7 @@ def _ranks(image_rank=None, sentence_rank=None, **top):
 def test_the_ranks_of_the_answers_are_optional_and_pass(tmp_path, change):
     from test_hostile_inputs_pages import _explorer
 
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     d = _explorer(tmp_path, change)
     html, js = build(d, tmp_path / "out" / "explorer.html")
@@ -283,7 +283,7 @@ def test_the_page_colours_twenty_categories_apart_and_ranks_both_directions(tmp_
     it; labels drawn apart; the map's points largest first; the runs' labels, not their names, as headings."""
     from test_hostile_inputs_pages import _explorer
 
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     html, _ = build(_explorer(tmp_path, _ranks([1, 1], [2, 1], sentence_top=[[1], [1]])), tmp_path / "explorer.html")
     script = _script(html.read_text())
@@ -304,7 +304,7 @@ def test_the_labels_come_from_params(tiny_study, tmp_path):
     keeps its name."""
     import yaml
 
-    from fraglib.explore import main
+    from fraglib_study.experiments.explore import main
 
     from conftest import ROOT
 
@@ -331,7 +331,7 @@ def test_a_label_drops_its_notes_on_another_protocols_splits():
     study, not of what an explorer shows); other parentheses stay."""
     import yaml
 
-    from fraglib.explorer_page import shown_label
+    from fraglib_study.pages.explorer_page import shown_label
 
     from conftest import ROOT
 
@@ -351,7 +351,7 @@ def test_a_label_drops_its_notes_on_another_protocols_splits():
 
 
 def test_the_title_names_the_data_set_and_the_protocol():
-    from fraglib.explorer_page import page_title
+    from fraglib_study.pages.explorer_page import page_title
 
     assert page_title({"dataset": "pascal1k", "seed": 0, "protocol": "folds", "folds": 10}) == (
         "Explorer: Pascal1K, fold 0 of the ten-fold protocol"
@@ -361,7 +361,7 @@ def test_the_title_names_the_data_set_and_the_protocol():
 
 
 def test_a_fold_shows_its_first_training_else_its_first_replicate_with_a_checkpoint(tmp_path):
-    from fraglib.explore import fold_unit
+    from fraglib_study.experiments.explore import fold_unit
 
     for unit in ("a/seed0", "a/seed0r1", "b/seed0r2", "b/seed0r1", "b/seed1", "c/seed0r1", "d/seed10"):
         (tmp_path / unit).mkdir(parents=True)
@@ -379,7 +379,7 @@ def test_one_vector_per_item_from_every_encoder_kind():
     ``vec``; a fragment run's sets and an attention run's regions (a mask) give none: no map."""
     import types
 
-    from fraglib.explore import _one_vector_each
+    from fraglib_study.experiments.explore import _one_vector_each
 
     v = torch.ones(3, 4)
     assert _one_vector_each(v) is v
@@ -407,8 +407,8 @@ def test_the_fold_explorer_shows_each_run_with_a_checkpoint_and_lists_the_others
     folder under reports/), linked from the page, never copied beside the data."""
     import yaml
 
-    from fraglib.explore import main
-    from fraglib.explorer_page import build
+    from fraglib_study.experiments.explore import main
+    from fraglib_study.pages.explorer_page import build
 
     from conftest import ROOT
 
@@ -454,8 +454,8 @@ def test_moving_the_thumbnails_changes_only_their_paths(explorer_data, tmp_path)
     in explorer.json follow, nothing else changes; a user's file in thumbs/ stays; the page links the moved ones."""
     import shutil
 
-    from fraglib.explore import main
-    from fraglib.explorer_page import build
+    from fraglib_study.experiments.explore import main
+    from fraglib_study.pages.explorer_page import build
 
     out = tmp_path / "runs" / "explorer"
     shutil.copytree(explorer_data[0], out)
@@ -501,7 +501,7 @@ def test_the_committed_explorer_pages_show_labels_and_travel_with_reports():
     """As git holds them: titles and labels without config keys or another protocol's notes; every thumbnail a file
     under reports/ (copying reports/ alone keeps the pictures), none of them duplicated under runs/; the Pascal1K
     explorer lists the fold runs it does not show, each with why (and the command where training makes it)."""
-    from fraglib.explorer_page import shown_label
+    from fraglib_study.pages.explorer_page import shown_label
 
     from conftest import ROOT
 
@@ -537,8 +537,8 @@ def test_the_committed_explorer_pages_show_labels_and_travel_with_reports():
 
 def test_the_data_and_the_page_agree_on_where_a_thumbnail_may_be():
     """explore (what --overwrite may delete) and the page (what it links) accept the same thumbnail paths."""
-    from fraglib.explore import THUMB_PATH
-    from fraglib.explorer_page import THUMB
+    from fraglib_study.experiments.explore import THUMB_PATH
+    from fraglib_study.pages.explorer_page import THUMB
 
     assert THUMB == THUMB_PATH
     for ok in ("thumbs/3.jpg", "../../../reports/pascal1k/explorer_thumbs/3.jpg"):

@@ -1,10 +1,10 @@
-"""Numbers quoted in README.md and docs/*.md (fraglib.facts): each marked one is the committed value it names."""
+"""Numbers quoted in README.md and docs/*.md (fraglib_study.audit.facts): each marked one is the committed value it names."""
 
 from pathlib import Path
 
 import pytest
 
-from fraglib.facts import facts
+from fraglib_study.audit.facts import facts
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the docs quote: the docs, the results in git, the cost register and the settings naming the runs
@@ -16,7 +16,7 @@ def committed(tmp_path_factory):
     """The project as committed (HEAD) where the docs' sources are concerned: the working tree itself when those
     paths hold no change, else HEAD's copy of them. The README's first command, run on a CPU the results were not
     made on, rewrites runs/ with that CPU's floats and adds its cost record; the docs quote what is committed (a
-    re-run is compared with it by fraglib.rerun), so the second command still checks the committed numbers."""
+    re-run is compared with it by fraglib_study.audit.rerun), so the second command still checks the committed numbers."""
     import io
     import subprocess
     import tarfile
@@ -38,7 +38,9 @@ def test_every_marked_number_in_the_docs_is_the_committed_value(committed):
     stale = [
         f"{f.file}:{f.line} quotes {f.quoted}, the results hold {f.committed} ({f.key})" for f in found if not f.ok
     ]
-    assert not stale, "numbers that are not the committed ones (python -m fraglib.facts --stale):\n" + "\n".join(stale)
+    assert not stale, (
+        "numbers that are not the committed ones (python -m fraglib_study.audit.facts --stale):\n" + "\n".join(stale)
+    )
 
 
 def test_a_number_that_drifts_from_its_source_is_caught(tmp_path):
@@ -92,8 +94,8 @@ def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatc
     not testable here); ``cost TARGET`` is make TARGET's minutes in benchmarks/costs.json."""
     import json
 
-    import fraglib.facts as F
-    from fraglib.claims import VERDICTS
+    import fraglib_study.audit.facts as F
+    from fraglib_study.audit.claims import VERDICTS
 
     counts = {
         "Peri": {
@@ -124,7 +126,7 @@ def test_claim_counts_and_costs_are_read_from_their_sources(tmp_path, monkeypatc
 
 def test_a_bound_just_below_zero_keeps_its_sign():
     """A CI bound of −0.02 printed to one decimal is −0.0, not +0.0: the reader sees on which side of zero it is."""
-    from fraglib.facts import _show
+    from fraglib_study.audit.facts import _show
 
     assert _show(-0.0215, "-0.0") == "-0.0"
     assert _show(-0.0215, "−0.0") == "−0.0" and _show(0.0215, "+0.0") == "+0.0" and _show(-1.26, "−1.3") == "−1.3"
@@ -133,8 +135,8 @@ def test_a_bound_just_below_zero_keeps_its_sign():
 def test_a_claim_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatch):
     """``claim A B STUDY TASK`` quotes our difference and CI of the one tested row of runs A − B on STUDY and TASK;
     an untested row or none is an error naming the marker."""
-    import fraglib.facts as F
-    from fraglib.claims import Row
+    import fraglib_study.audit.facts as F
+    from fraglib_study.audit.claims import Row
 
     def row(a, b, study, task, ours):
         return Row({"runs": {"a": a, "b": b}}, task, study, 3.8, ours, "", "")
@@ -165,8 +167,8 @@ def test_a_verdict_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatc
     its short name); a row shown beside never answers; no row is an error naming the marker."""
     from dataclasses import replace
 
-    import fraglib.facts as F
-    from fraglib.claims import NOT_REPRODUCED, REVERSED, SAME_DIRECTION, Row
+    import fraglib_study.audit.facts as F
+    from fraglib_study.audit.claims import NOT_REPRODUCED, REVERSED, SAME_DIRECTION, Row
 
     base = Row({"id": "karpathy_t2_mil", "runs": {"a": "full", "b": "no_mil"}}, "search", "pascal1k", 7.8, None, "")
     rows = [
@@ -193,8 +195,8 @@ def test_a_verdict_marker_reads_its_row_of_the_claims_table(tmp_path, monkeypatc
 
 def test_an_aa_marker_reads_the_rule_against_itself(tmp_path, monkeypatch):
     """``aa STUDY before|after``: the percentage of A/A comparisons called different, as docs/results.md prints it."""
-    import fraglib.claims as C
-    import fraglib.facts as F
+    import fraglib_study.audit.claims as C
+    import fraglib_study.audit.facts as F
 
     pairs = [{"before": True, "after": False}, {"before": True, "after": None}, {"before": False, "after": True}]
     monkeypatch.setattr(F, "_rows", lambda root: [])

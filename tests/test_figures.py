@@ -1,4 +1,4 @@
-"""The figures of a results page from committed files alone (fraglib.figures writes them; fraglib.results reads
+"""The figures of a results page from committed files alone (fraglib_study.report.figure_data writes them; fraglib_study.report.results reads
 them): the same figures the checkpoints and the data give, small, with the crops' source named."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def figure_data(tiny_study, tiny_full, tmp_path_factory):
-    """fraglib.figures' output for the tiny study's fragment run: one split's queries, two triplets (one the run
+    """fraglib_study.report.figure_data' output for the tiny study's fragment run: one split's queries, two triplets (one the run
     cannot express)."""
-    from fraglib.figures import build
+    from fraglib_study.report.figure_data import build
 
     out = tmp_path_factory.mktemp("figures") / "figures"
     (out / "crops").mkdir(parents=True)
@@ -35,7 +35,7 @@ def figure_data(tiny_study, tiny_full, tmp_path_factory):
 
 def test_the_queries_record_is_the_split_s_test_queries(figure_data, tiny_full):
     from fraglib.data import read_karpathy_json
-    from fraglib.results import query_record
+    from fraglib_study.report.results import query_record
 
     out, _, written = figure_data
     queries = json.loads((out / "queries.json").read_text())
@@ -52,8 +52,8 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
     reasons, each crop a JPEG of at most 160 px; the crops of the earlier triplets.json are gone, a user's file stays."""
     from PIL import Image
 
-    from fraglib.alignment import triplet_crops
-    from fraglib.results import read_triplets
+    from fraglib_study.experiments.alignment import triplet_crops
+    from fraglib_study.report.results import read_triplets
 
     out, seed_dir, written = figure_data
     record, found = read_triplets(out)
@@ -76,7 +76,7 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
 def test_figure_4_from_the_explorer_is_the_live_one(explorer_data, tiny_full):
     """explorer_panels draws the images retrieval_panels draws, with the same top sentences, fragments and boxes
     (scaled to the thumbnail; scores to the explorer's 0.1)."""
-    from fraglib.results import explorer_panels, read_explorer, retrieval_panels
+    from fraglib_study.report.results import explorer_panels, read_explorer, retrieval_panels
 
     out, runs = explorer_data
     explorer = read_explorer(out)
@@ -111,7 +111,7 @@ def _captions(n_images: int = 3) -> dict:
 
 
 def test_a_gallery_shows_the_best_and_worst_captions_with_retrievals_only_from_scores():
-    from fraglib.results import gallery_panels
+    from fraglib_study.report.results import gallery_panels
 
     rec = _captions()
     owner = np.array([0, 0, 1, 1, 2, 2])
@@ -131,7 +131,7 @@ def test_a_gallery_shows_the_best_and_worst_captions_with_retrievals_only_from_s
 
 
 def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explorer_data, tmp_path):
-    from fraglib.results import explorer_gallery, read_explorer
+    from fraglib_study.report.results import explorer_gallery, read_explorer
 
     out, _ = explorer_data
     explorer = read_explorer(out)
@@ -157,7 +157,7 @@ def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explore
 
 def test_the_command_writes_every_split_s_queries_and_refuses_a_run_without_checkpoint(tmp_path, capsys):
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib.figures import main, run_name
+    from fraglib_study.report.figure_data import main, run_name
 
     images = [
         {"imgid": k, "filename": f"{k}.jpg", "split": s, "category": c}
@@ -194,10 +194,10 @@ def test_the_committed_relation_norms_are_the_checkpoints(tiny_full, tmp_path):
     import pandas as pd
     import torch
 
-    from fraglib.figures import build
-    from fraglib.inputs import DataPaths
-    from fraglib.results import relation_norms
-    from fraglib.train import resolve_run, train
+    from fraglib.run.inputs import DataPaths
+    from fraglib.run.train import resolve_run, train
+    from fraglib_study.report.figure_data import build
+    from fraglib_study.report.results import relation_norms
 
     from conftest import tiny_eval, tiny_params
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from test_claims import put_run
 
-from fraglib import claims as C
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.data import fold_split, read_karpathy_json, stratified_folds
-from fraglib.metrics import DIRECTIONS, bootstrap_draws, bootstrap_seed_mean, paired_difference, recall_table
-from fraglib.params import check_params, dataset_folds
-from fraglib.results import load_run, paired_differences, shared_strata
+from fraglib.metrics.retrieval import DIRECTIONS, bootstrap_draws, bootstrap_seed_mean, paired_difference, recall_table
+from fraglib_study.audit import claims as C
+from fraglib_study.params import check_params, dataset_folds
+from fraglib_study.report.results import load_run, paired_differences, shared_strata
 
 
 def test_stratified_folds_deal_each_category_equally_and_every_item_is_tested_and_validated_once():
@@ -127,7 +127,7 @@ def test_folds_are_never_drawn():
 
 # ----------------------------------------------------------------------------- a k-fold run read back
 def put_folds(folder, ranks_by_fold: list[dict[str, np.ndarray]], partition: int = 0, replicate=None):
-    """A k-fold run as ``fraglib.study --folds`` writes it: one unit per fold, ranks of each fold's queries; with
+    """A k-fold run as ``fraglib_study.experiments.study --folds`` writes it: one unit per fold, ranks of each fold's queries; with
     ``replicate`` (the same layout) a second training per fold (units ``<fold>r1``)."""
     n = len(ranks_by_fold)
     units = {str(f): r for f, r in enumerate(ranks_by_fold)}
@@ -224,8 +224,8 @@ def test_the_fold_parameters_are_checked():
 
 
 def test_the_study_refuses_folds_without_a_dataset_or_fold_folders(tmp_path):
-    from fraglib.inputs import DataPaths
-    from fraglib.study import run_study
+    from fraglib.run.inputs import DataPaths
+    from fraglib_study.experiments.study import run_study
 
     from conftest import tiny_params
 
@@ -239,7 +239,7 @@ def test_the_study_refuses_folds_without_a_dataset_or_fold_folders(tmp_path):
 def test_a_k_fold_summary_holds_the_pooled_metrics_not_the_mean_over_folds(tmp_path):
     """Folds of 2 and 4 sentences: R@1 of the pooled 6 queries (3 hits: 50 %) is not the mean of the folds' R@1
     (100 % and 25 %: 62.5 %); fold_head names the protocol and its partition."""
-    from fraglib.study import fold_head, pool_fold_metrics
+    from fraglib_study.experiments.study import fold_head, pool_fold_metrics
 
     folds = [{"annotation": [1, 1], "search": [1, 1]}, {"annotation": [1, 3, 4, 9], "search": [1, 3, 4, 9]}]
     for f, r in enumerate(folds):
@@ -258,8 +258,8 @@ def test_a_k_fold_study_trains_each_fold_per_replicate_and_its_claims_read_it_po
     metrics, and load_run reads the run as every test image once per training run (the replicates: a training
     level for the bootstrap)."""
 
-    from fraglib.inputs import DataPaths
-    from fraglib.study import run_study
+    from fraglib.run.inputs import DataPaths
+    from fraglib_study.experiments.study import run_study
 
     from conftest import tiny_params
 
@@ -310,8 +310,8 @@ def test_fold_replicates_add_trainings_and_keep_results_keeps_the_first(tiny_ful
     second; a result of other settings is trained again; without ``keep`` nothing is kept."""
     import shutil
 
-    from fraglib.inputs import DataPaths
-    from fraglib.study import run_study, study_replicates
+    from fraglib.run.inputs import DataPaths
+    from fraglib_study.experiments.study import run_study, study_replicates
 
     from conftest import tiny_params
 

@@ -1,12 +1,12 @@
-"""Late fusion of two trained runs (fraglib.fusion): the weight is chosen on validation only, its ends
+"""Late fusion of two trained runs (fraglib_study.experiments.fusion): the weight is chosen on validation only, its ends
 reproduce each run's own ranks, and bad arguments are refused by name."""
 
 import numpy as np
 import pytest
 import torch
 
-from fraglib import fusion
-from fraglib.results import load_run
+from fraglib_study.experiments import fusion
+from fraglib_study.report.results import load_run
 
 
 def test_fuse_is_the_weighted_sum_of_standardised_scores():
@@ -77,7 +77,7 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys, monkeypatch)
 
 
 def test_results_page_row_is_read_from_the_fused_metrics(tiny_study, tmp_path):
-    from fraglib.summary import fusion_rows
+    from fraglib_study.pages.summary import fusion_rows
 
     study = tmp_path / "runs" / "s"
     study.mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_wit
 
 def _dataset_fingerprint(run, sha):
     """Rewrite the dataset fingerprint of ``run``'s checkpoint, as if it had been trained on other data."""
-    from fraglib import checkpoint
+    from fraglib.run import checkpoint
 
     path = run / "seeds" / "seed0" / "best.pt"
     ck = checkpoint.load(path)

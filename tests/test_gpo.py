@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.config import ConfigError
-from fraglib.inputs import DataPaths, load_splits, make_batches
+from fraglib.core.config import ConfigError
+from fraglib.run.inputs import DataPaths, load_splits, make_batches
 from fraglib.systems.gpo import GPO, positional_encoding
 from fraglib.systems.vse import VseSystem
 
@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 
 def token_rows(captions):
     """Rows of the tokens view holding ``captions`` (lists of vocabulary ids), as tests/test_vse.py builds them."""
-    from fraglib.batches import Rows
+    from fraglib.core.batches import Rows
 
     rel = torch.tensor([t for c in captions for t in c], dtype=torch.long)
     owner = torch.tensor([n for n, c in enumerate(captions) for _ in c], dtype=torch.long)
@@ -295,7 +295,7 @@ def test_text_pooling_equals_the_pooled_outputs_and_ignores_padding(pooling, f64
 def test_image_pooling_over_the_mapped_rows(pooling, f64):
     """An image's vector is the pooling of its standardised, mapped rows (regions), alone or in a batch; an
     image without rows pools its zero padding row."""
-    from fraglib.batches import Rows
+    from fraglib.core.batches import Rows
 
     system = tiny_vse(image_pooling=pooling, gpo_pe_dim=4, gpo_hidden=3)
     gen = torch.Generator().manual_seed(12)
@@ -342,10 +342,10 @@ def test_gpo_pooling_trains_one_epoch(system, tiny_full, tmp_path):
     """VSE∞'s pooling on both sides (``top36``: many regions per image) trains on the tiny benchmark: a batch's
     loss is finite, its gradient reaches both GPOs; a one-epoch run writes metrics, and its checkpoint alone
     reproduces the test ranks (stt: the same encoders under the captioning heads)."""
-    from fraglib.checkpoint import load_system
-    from fraglib.evaluate import evaluate_split
+    from fraglib.run.checkpoint import load_system
+    from fraglib.run.evaluate import evaluate_split
+    from fraglib.run.train import resolve_run, train
     from fraglib.systems import SYSTEMS
-    from fraglib.train import resolve_run, train
 
     settings = {"images": "top36", "image_pooling": "gpo", "text_pooling": "gpo", "gpo_pe_dim": 8, "gpo_hidden": 6}
     spec = resolve_run(tiny_params(r={"system": system, **settings}), "r", extra={"epochs": 1})

@@ -70,7 +70,7 @@ def test_packed_gru_without_gradients_is_the_module_itself():
 
 def test_sentence_encoder_uses_packed_gru_exactly(monkeypatch):
     """TokenGRU (VSE, attention, STT encoders) gives the gradients it gave with nn.GRU called directly."""
-    from fraglib.batches import Rows
+    from fraglib.core.batches import Rows
     from fraglib.systems.vse import TokenGRU
 
     torch.manual_seed(0)

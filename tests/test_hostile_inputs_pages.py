@@ -59,7 +59,7 @@ def _explorer(tmp_path: Path, change=None, aligned: bool = False) -> Path:
     ],
 )
 def test_an_alignments_file_that_is_not_alignment_data_is_refused_naming_it(tmp_path, capsys, text, match):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, aligned=True)
     (d / "alignments_full.json").write_text(text)
@@ -73,7 +73,7 @@ def test_an_alignments_file_that_is_not_alignment_data_is_refused_naming_it(tmp_
 
 
 def test_the_alignment_script_holds_only_the_data_re_serialised(tmp_path):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, aligned=True)
     A = json.loads((d / "alignments_full.json").read_text())
@@ -90,7 +90,7 @@ def test_the_alignment_script_holds_only_the_data_re_serialised(tmp_path):
 
 # 2. the index page: a register's fields are escaped
 def test_a_register_entry_holding_markup_shows_as_text_on_the_index(tmp_path, monkeypatch):
-    from fraglib.index import build
+    from fraglib_study.pages.index import build
 
     evil = "<img src=x onerror=alert(1)>"
 
@@ -127,7 +127,7 @@ def test_a_register_entry_holding_markup_shows_as_text_on_the_index(tmp_path, mo
 
 # 3. --overwrite deletes only the alignment scripts the command wrote
 def test_overwrite_keeps_a_users_own_align_script(tmp_path):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, aligned=True)
     html = tmp_path / "out" / "explorer.html"
@@ -146,7 +146,7 @@ def test_overwrite_keeps_a_users_own_align_script(tmp_path):
 
 
 def test_a_users_file_where_a_script_goes_is_never_replaced(tmp_path, capsys):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, aligned=True)
     html = tmp_path / "out" / "explorer.html"
@@ -160,7 +160,7 @@ def test_a_users_file_where_a_script_goes_is_never_replaced(tmp_path, capsys):
 
 
 def test_a_users_align_script_alone_does_not_block_the_page(tmp_path):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path)
     html = tmp_path / "out" / "explorer.html"
@@ -203,7 +203,7 @@ def test_bad_explorer_data_are_refused_naming_the_file_and_the_field(tmp_path, c
 def assert_refused(tmp_path, capsys, change, match):
     """The explorer page of data changed by ``change`` is refused (exit 2) naming the file and matching ``match``,
     and no page is written."""
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, change)
     html = tmp_path / "out" / "explorer.html"
@@ -215,7 +215,7 @@ def assert_refused(tmp_path, capsys, change, match):
 
 
 def test_the_small_data_pass(tmp_path):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path, aligned=True)
     main([str(d), str(tmp_path / "out" / "explorer.html")])
@@ -225,7 +225,7 @@ def test_the_small_data_pass(tmp_path):
 @pytest.mark.parametrize("folder", sorted(p.parent for p in ROOT.glob("runs/*/explorer/explorer.json")), ids=str)
 def test_the_committed_explorer_data_pass(folder, tmp_path):
     """Every committed explorer (data and alignments) passes the checks and makes its page."""
-    from fraglib.explorer_page import build
+    from fraglib_study.pages.explorer_page import build
 
     html, js = build(folder, tmp_path / "explorer.html")
     data = json.loads(js.read_text()[len("window.EXPLORER = ") : -2])

@@ -1,4 +1,4 @@
-"""Hostile arguments to three writers never cost a user's files (fraglib.outputs): a caption ``--name`` that is
+"""Hostile arguments to three writers never cost a user's files (fraglib.core.outputs): a caption ``--name`` that is
 a path, a user's picture beside the synthetic benchmark's images, and a fusion ``--out`` that is a trained run."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from fraglib import fusion
+from fraglib_study.experiments import fusion
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-# ----------------------------------------------------------------------------- fraglib.captions --name
+# ----------------------------------------------------------------------------- fraglib_study.experiments.captions --name
 def _caption_runs(tmp_path: Path) -> tuple[Path, Path]:
     """Two run folders side by side: ``stt`` (captioned once) and ``devise``; no checkpoints."""
     runs = tmp_path / "runs"
@@ -37,7 +37,7 @@ def _caption_runs(tmp_path: Path) -> tuple[Path, Path]:
     [".", "..", "../devise", "sub/captions", "..\\devise", ".hidden", "", "metrics", "seeds", "History", "timing"],
 )
 def test_a_caption_name_that_is_a_path_or_a_run_file_is_refused_before_anything_is_touched(name, tmp_path, capsys):
-    from fraglib.captions import main
+    from fraglib_study.experiments.captions import main
 
     stt, devise = _caption_runs(tmp_path)
     before = _snapshot(tmp_path)
@@ -50,15 +50,15 @@ def test_a_caption_name_that_is_a_path_or_a_run_file_is_refused_before_anything_
 
 
 def test_a_plain_caption_name_is_accepted():
-    from fraglib.captions import check_name
+    from fraglib_study.experiments.captions import check_name
 
     for name in ("captions", "transfer_flickr8k", "beam-5", "captions.v2"):
         assert check_name(name) == name
 
 
 def test_a_missing_checkpoint_stops_captions_before_any_file_is_deleted(tmp_path, capsys):
-    from fraglib.captions import java_missing, main, run_captions
-    from fraglib.checkpoint import CheckpointError
+    from fraglib.run.checkpoint import CheckpointError
+    from fraglib_study.experiments.captions import java_missing, main, run_captions
 
     stt, _ = _caption_runs(tmp_path)
     stale = stt / "captions" / "seed7.json"  # a seed the next run does not write: --overwrite would remove it
@@ -107,7 +107,7 @@ def test_the_synthetic_benchmark_never_lists_or_deletes_a_users_picture(tmp_path
     ]  # the earlier run's 000005.png and 000006.png are gone with the rest of its benchmark
 
 
-# ----------------------------------------------------------------------------- fraglib.fusion --out
+# ----------------------------------------------------------------------------- fraglib_study.experiments.fusion --out
 @pytest.mark.parametrize("strip", ["", "checkpoints", "training files", "all but a unit"])
 def test_fusion_never_writes_into_a_trained_runs_folder(strip, tiny_study, tmp_path, capsys):
     victim = tmp_path / "random"

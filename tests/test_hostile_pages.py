@@ -1,7 +1,7 @@
 """Every page kind rendered from hostile data and settings, opened in headless Chromium: captions, category labels,
 image file names, the dataset's folder, its label and the runs' labels hold script tags, event handlers, a
 ``javascript:`` link, Markdown and ``</script>``. No script may run (each payload would set ``window.pwned`` or the
-title, or open a dialog) and the hostile text must show as text (fraglib.pagetext; tests/test_page_text.py scans
+title, or open a dialog) and the hostile text must show as text (fraglib_study.report.pagetext; tests/test_page_text.py scans
 the notebooks statically). Chromium and Playwright as in tests/test_browser.py (skips without them)."""
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def hostile_data(tiny_synth, tmp_path_factory, one_thread):
 def hostile_study(hostile_data, tmp_path_factory, one_thread):
     """The tiny study's runs trained on the hostile data, every run labelled with script, Markdown and a
     ``javascript:`` link in its params.yaml (the reports' run order and labels)."""
-    from fraglib.inputs import DataPaths
-    from fraglib.study import run_study
+    from fraglib.run.inputs import DataPaths
+    from fraglib_study.experiments.study import run_study
 
     from conftest import tiny_params
 
@@ -112,7 +112,7 @@ def hostile_study(hostile_data, tmp_path_factory, one_thread):
 
 
 def render(name: str, parameters: dict, out: Path) -> Path:
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     return run_notebook(
         ROOT / "notebooks" / f"{name}.ipynb", out / f"{name}.html", parameters, executed=out / f"{name}.ipynb"

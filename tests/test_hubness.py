@@ -1,5 +1,5 @@
 """Hubness: k-occurrence and the two corrections against loops written from the definitions
-(fraglib/hubness.py, docs/evaluation.md "Hubness")."""
+(fraglib/metrics/hubness.py, docs/evaluation.md "Hubness")."""
 
 import math
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib import hubness
-from fraglib.inputs import DataPaths
-from fraglib.metrics import annotation_ranks, search_ranks
+from fraglib.metrics import hubness
+from fraglib.metrics.retrieval import annotation_ranks, search_ranks
+from fraglib.run.inputs import DataPaths
 
 
 def _tied(n_q, n_c, seed=0, levels=6):
@@ -156,8 +156,8 @@ def test_average_of_units():
 def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_full, tmp_path):
     import json
 
-    from fraglib.evaluate import evaluate_run
-    from fraglib.train import train
+    from fraglib.run.evaluate import evaluate_run
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 
@@ -189,7 +189,7 @@ def test_trainer_writes_hubness_and_the_plain_ranks_do_not_depend_on_it(tiny_ful
 def test_similarity_hubness_counts_nearest_other_sentences_by_hand():
     """N₁ of the sentence-similarity task: the diagonal (a sentence itself) never counts; sentence 0 is the
     nearest other sentence of sentences 1, 2 and 3, sentence 1 of sentence 0."""
-    from fraglib.evaluate import similarity_hubness
+    from fraglib.run.evaluate import similarity_hubness
 
     sim = torch.tensor([[9.0, 0.8, 0.1, 0.0], [0.9, 9.0, 0.2, 0.1], [0.7, 0.3, 9.0, 0.5], [0.6, 0.2, 0.4, 9.0]])
     got = similarity_hubness(sim)

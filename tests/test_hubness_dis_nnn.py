@@ -1,5 +1,5 @@
 """QB-Norm's dynamic inverted softmax (DIS) and nearest-neighbour normalisation (NNN) against loops written from
-the papers' definitions (fraglib/hubness.py, docs/evaluation.md "Hubness"), and their place in the evaluation."""
+the papers' definitions (fraglib/metrics/hubness.py, docs/evaluation.md "Hubness"), and their place in the evaluation."""
 
 import math
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_hubness import _hub_data, _lse, _tied
 
-from fraglib import hubness
-from fraglib.metrics import annotation_ranks
+from fraglib.metrics import hubness
+from fraglib.metrics.retrieval import annotation_ranks
 
 INF = float("-inf")
 

@@ -1,12 +1,19 @@
-"""The index's "Best per direction" (fraglib.index.best_blocks, fraglib.tables.tied_with_best / best_per_direction)
-and its flagging of runs scored on an older test split (fraglib.tables.retrieval_by_test_set), on hand-made numbers."""
+"""The index's "Best per direction" (fraglib_study.pages.index.best_blocks, fraglib_study.report.tables.tied_with_best / best_per_direction)
+and its flagging of runs scored on an older test split (fraglib_study.report.tables.retrieval_by_test_set), on hand-made numbers."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from fraglib.tables import best_per_direction, flagged, markdown, retrieval, retrieval_by_test_set, tied_with_best
+from fraglib_study.report.tables import (
+    best_per_direction,
+    flagged,
+    markdown,
+    retrieval,
+    retrieval_by_test_set,
+    tied_with_best,
+)
 
 
 def test_tied_with_best_by_hand():
@@ -76,7 +83,7 @@ def test_runs_on_an_older_test_split_are_marked_and_listed_last():
 # ----------------------------------------------------------------------------- from files: protocols and CIs
 def _put(folder: Path, run: str, ranks: dict[str, tuple[list[int], list[int]]], **extra) -> None:
     """A run summary and its units' ranks.json (unit -> (annotation ranks, search ranks)), figures computed."""
-    from fraglib.metrics import recall_table
+    from fraglib.metrics.retrieval import recall_table
 
     per = {u: {"annotation": recall_table(a), "search": recall_table(s)} for u, (a, s) in ranks.items()}
     mean = {d: {k: sum(p[d][k] for p in per.values()) / len(per) for k in per[u][d]} for u in per for d in per[u]}
@@ -94,8 +101,8 @@ def test_protocols_rank_the_current_runs_with_their_cis(tmp_path, monkeypatch):
     """The k-fold protocol first, then the dataset's studies together; a run of the second study scored on the old
     test split, and one without its ranks, are left out saying why; a run scored perfectly has the CI [100, 100] and
     another such is tied with it, one at 50 % with 200 queries is not."""
-    from fraglib.index import best_blocks, protocols
-    from fraglib.studies import Study
+    from fraglib_study.pages.index import best_blocks, protocols
+    from fraglib_study.report.registry import Study
 
     monkeypatch.chdir(tmp_path)
     one, half = [1] * 200, [1, 2] * 100
@@ -143,8 +150,8 @@ def test_protocols_rank_the_current_runs_with_their_cis(tmp_path, monkeypatch):
 
 def test_no_runs_no_best_table(tmp_path, monkeypatch):
     """A project with no trained run: no table and no sentence (the page shows nothing in their place)."""
-    from fraglib.index import best_blocks
-    from fraglib.studies import Study
+    from fraglib_study.pages.index import best_blocks
+    from fraglib_study.report.registry import Study
 
     monkeypatch.chdir(tmp_path)
     assert best_blocks([], {"runs": {}}) == ([], [])

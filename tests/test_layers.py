@@ -1,9 +1,11 @@
-"""The package's layers: every module imports only its own layer or those below, with no circle — function-local
-imports included (a static scan of every import statement). The table is docs/architecture.md's."""
+"""The packages' layers are their folders: every module imports only its own folder or the folders below it,
+with no circle — function-local imports included (a static scan of every import statement). The library
+(``fraglib``) never imports the study (``fraglib_study``). docs/architecture.md draws the same floors."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -12,86 +14,41 @@ from pathlib import Path
 from test_dvc_deps import statements
 
 ROOT = Path(__file__).resolve().parents[1]
-PKG = ROOT / "fraglib"
-
-# bottom first; a module belongs to the last layer whose prefix names it (its own name or a package above it)
-LAYERS = (
-    (
-        "core",
-        (
-            "fraglib",
-            "fraglib.config",
-            "fraglib.outputs",
-            "fraglib.device",
-            "fraglib.reference",
-            "fraglib.batches",
-            "fraglib.notebook",
-            "fraglib.pagetext",
-            "fraglib.progress",
-        ),
-    ),
-    ("metrics", ("fraglib.metrics", "fraglib.hubness", "fraglib.distributed")),
-    ("data", ("fraglib.data",)),
-    ("text, vision", ("fraglib.text", "fraglib.vision")),
-    ("systems", ("fraglib.systems",)),
-    ("inputs", ("fraglib.inputs", "fraglib.checkpoint")),
-    ("evaluate", ("fraglib.evaluate",)),
-    ("train", ("fraglib.train",)),
-    (
-        "experiment",
-        (
-            "fraglib.params",
-            "fraglib.study",
-            "fraglib.search",
-            "fraglib.fusion",
-            "fraglib.captions",
-            "fraglib.alignment",
-            "fraglib.explore",
-            "fraglib.confirm",
-        ),
-    ),
-    (
-        "report",
-        (
-            "fraglib.results",
-            "fraglib.studies",
-            "fraglib.tables",
-            "fraglib.plots",
-            "fraglib.summary",
-            "fraglib.index",
-            "fraglib.reports",
-            "fraglib.claims",
-            "fraglib.costs",
-            "fraglib.facts",
-            "fraglib.explorer_page",
-            "fraglib.rerun",
-            "fraglib.lockstep",
-            "fraglib.figures",
-        ),
-    ),
-    ("bench", ("fraglib.bench",)),
-)
+PACKAGES = ("fraglib", "fraglib_study")  # the library first: the study sits on top of it
+# each package's floors, bottom first: a module's floor is its folder (a module beside __init__.py: floor "")
+FLOORS = {
+    "fraglib": ("", "core", "metrics", "data", "text vision", "systems", "run"),
+    "fraglib_study": ("", "reference", "experiments", "report", "audit", "pages", "bench"),
+}
+LAYERS = tuple((f"{pkg}/{floor}".rstrip("/"), floor) for pkg in PACKAGES for floor in FLOORS[pkg])
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
-    """Dotted name -> file of every module of the package (a package by its ``__init__``)."""
+    """Dotted name -> file of every module of both packages (a package by its ``__init__``)."""
     out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        parts = p.relative_to(ROOT).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            parts = p.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return out
 
 
+def folder_of(name: str) -> tuple[str, str]:
+    """(package, folder) of a dotted module name: the folder under the package it lives in ("" beside its
+    ``__init__``)."""
+    pkg, *rest = name.split(".")
+    p = modules()[name]
+    return pkg, (rest[0] if len(p.relative_to(ROOT / pkg).parts) > 1 else "")
+
+
 def layer_of(name: str) -> int:
-    """Index in :data:`LAYERS` of the most specific prefix naming ``name``; KeyError for a module in no layer."""
-    best = None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for pre in prefixes:
-            if (name == pre or name.startswith(pre + ".")) and (best is None or len(pre) > best[1]):
-                best = (i, len(pre))
-    if best is None:
-        raise KeyError(name)
-    return best[0]
+    """Index in :data:`LAYERS` of ``name``'s floor; KeyError for a module in a folder that is no floor."""
+    pkg, folder = folder_of(name)
+    for i, (where, floors) in enumerate(LAYERS):
+        if where.split("/")[0] == pkg and folder in floors.split(" "):
+            return i
+    raise KeyError(name)
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -112,7 +69,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_every_module_has_a_layer():
     missing = [m for m in modules() if not _has_layer(m)]
-    assert not missing, f"modules in no layer of LAYERS (add them to docs/architecture.md and here): {missing}"
+    assert not missing, f"modules in a folder that is no floor (add it to FLOORS and docs/architecture.md): {missing}"
 
 
 def _has_layer(m: str) -> bool:
@@ -168,20 +125,32 @@ def test_no_import_circle():
     assert not circles, f"import circles: {circles}"
 
 
-def test_the_architecture_page_lists_the_layers_of_this_test():
-    """docs/architecture.md's layer table names the same modules, layer by layer, bottom first."""
+def test_the_library_never_imports_the_study():
+    up = [
+        f"{m} -> {t}"
+        for m, targets in graph().items()
+        if m.startswith("fraglib.")
+        for t in targets
+        if t.startswith("fraglib_study")
+    ]
+    assert not up, up
+
+
+def test_the_architecture_page_draws_these_floors():
+    """docs/architecture.md's tree names every floor of this test, bottom first, one line per folder."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \|", text, re.M)
-    got = [(name.strip(), tuple(sorted(re.findall(r"`([\w.]+)`", mods)))) for _, name, mods in rows]
-    assert got == [(name, tuple(sorted(p))) for name, p in LAYERS]
+    tree = re.search(r"```text\n(.*?)```", text, re.S).group(1)
+    drawn = re.findall(r"^\s*(?:\d+\s+)?(\w+)/\s", tree, re.M)
+    expected = [pkg if not f else f for pkg in PACKAGES for fl in FLOORS[pkg] for f in (fl.split(" ") if fl else [""])]
+    assert drawn == expected, drawn
 
 
 def test_data_stages_start_without_the_training_stack():
     """Generating images, parsing text and extracting features import neither the systems nor the trainer."""
     code = (
         "import sys, fraglib.data.synthetic, fraglib.data.__main__, fraglib.text.build, fraglib.vision.features;"
-        "print(sorted(m for m in sys.modules if m.startswith(('fraglib.systems', 'fraglib.train', 'fraglib.params',"
-        " 'fraglib.evaluate', 'fraglib.inputs'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('fraglib.systems', 'fraglib.run.train', 'fraglib_study.params',"
+        " 'fraglib.run.evaluate', 'fraglib.run.inputs'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out
@@ -194,8 +163,8 @@ def test_the_report_layer_imports_no_trainer_and_no_system():
     import sys
 
     code = (
-        "import sys; import fraglib.tables, fraglib.claims, fraglib.facts, fraglib.index; "
-        "print(sorted(m for m in sys.modules if m in ('fraglib.train', 'fraglib.study', 'fraglib.evaluate') "
+        "import sys; import fraglib_study.report.tables, fraglib_study.audit.claims, fraglib_study.audit.facts, fraglib_study.pages.index; "
+        "print(sorted(m for m in sys.modules if m in ('fraglib.run.train', 'fraglib_study.experiments.study', 'fraglib.run.evaluate') "
         "or m.startswith('fraglib.systems')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_layers import LAYERS, layer_of, modules
+from test_layers import modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,16 +27,16 @@ class NoTorch(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoTorch())
 """
-# the report modules that need torch by their job: fraglib.figures scores a checkpoint for a page's figure data
-NEEDS_TORCH = {"fraglib.figures"}
+# the report modules that need torch by their job: fraglib_study.report.figure_data scores a checkpoint for a page's figure data
+NEEDS_TORCH = {"fraglib_study.report.figure_data"}
 # what a report must not load: torch, and the trainer, the evaluation and the systems that come with it
-HEAVY = ("torch", "fraglib.train", "fraglib.study", "fraglib.evaluate", "fraglib.systems")
+HEAVY = ("torch", "fraglib.run.train", "fraglib_study.experiments.study", "fraglib.run.evaluate", "fraglib.systems")
 
 
 def report_modules() -> list[str]:
-    """Every module of the report layer (tests/test_layers.py's table), but those of :data:`NEEDS_TORCH`."""
-    report = [i for i, (name, _) in enumerate(LAYERS) if name == "report"][0]
-    return sorted(m for m in modules() if layer_of(m) == report and m not in NEEDS_TORCH)
+    """Every module of the study's report, audit and pages floors (tests/test_layers.py), but :data:`NEEDS_TORCH`."""
+    floors = tuple(f"fraglib_study.{f}." for f in ("report", "audit", "pages"))
+    return sorted(m for m in modules() if m.startswith(floors) and m not in NEEDS_TORCH)
 
 
 def run_without_torch(code: str) -> subprocess.CompletedProcess:
@@ -57,16 +57,22 @@ def test_the_block_stops_torch():
 
 def test_the_report_layer_imports_and_builds_a_table_without_torch():
     """Every report module imports, and the synthetic study's section of docs/results.md (retrieval, hubness,
-    captions tables: :func:`fraglib.summary.study_markdown`) builds from runs/synthetic, with torch blocked."""
+    captions tables: :func:`fraglib_study.pages.summary.study_markdown`) builds from runs/synthetic, with torch blocked."""
     mods = report_modules()
-    assert {"fraglib.tables", "fraglib.results", "fraglib.claims", "fraglib.index", "fraglib.summary"} <= set(mods)
+    assert {
+        "fraglib_study.report.tables",
+        "fraglib_study.report.results",
+        "fraglib_study.audit.claims",
+        "fraglib_study.pages.index",
+        "fraglib_study.pages.summary",
+    } <= set(mods)
     code = (
         f"import {', '.join(mods)}\n"
         "from pathlib import Path\n"
-        "from fraglib.config import check_sections, read_yaml\n"
-        "from fraglib.results import run_labels\n"
-        "from fraglib.studies import studies\n"
-        "from fraglib.summary import study_markdown\n"
+        "from fraglib.core.config import check_sections, read_yaml\n"
+        "from fraglib_study.report.results import run_labels\n"
+        "from fraglib_study.report.registry import studies\n"
+        "from fraglib_study.pages.summary import study_markdown\n"
         "params = check_sections(read_yaml('params.yaml'), 'params.yaml')\n"  # read_params but the schema check
         "study = [s for s in studies(Path('.')) if s.name == 'synthetic'][0]\n"
         "text = study_markdown(Path('.'), study, params, run_labels(params))\n"
@@ -80,9 +86,11 @@ def test_the_report_layer_imports_and_builds_a_table_without_torch():
 @pytest.mark.xfail(
     strict=True,
     reason="still needs torch (issue #78): the params schema check reads the dataclasses of the trainer, the "
-    "evaluation, vision.rcnn and the systems; the index's provenance names the device through fraglib.device",
+    "evaluation, vision.rcnn and the systems; the index's provenance names the device through fraglib.core.device",
 )
-@pytest.mark.parametrize("call", ["fraglib.params.read_params('params.yaml')", "fraglib.index.provenance()"])
+@pytest.mark.parametrize(
+    "call", ["fraglib_study.params.read_params('params.yaml')", "fraglib_study.pages.index.provenance()"]
+)
 def test_what_still_needs_torch(call):
-    out = run_without_torch(f"import fraglib.params, fraglib.index\n{call}\n" + loaded_heavy())
+    out = run_without_torch(f"import fraglib_study.params, fraglib_study.pages.index\n{call}\n" + loaded_heavy())
     assert out.returncode == 0, out.stderr[-3000:]

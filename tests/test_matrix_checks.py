@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_evaluate import made  # noqa: F401  (the dataset.json fixture)
 
-from fraglib import hubness
+from fraglib.metrics import hubness
 
 
 # ----------------------------------------------------------------------------- a dataset.json and score files
@@ -18,7 +18,7 @@ from fraglib import hubness
 def ds(made):  # noqa: F811  (the fixture imported above)
     """tests/test_evaluate.py's dataset.json (6 test images with 1-3 captions, 3 val, 4 train); plus clean score
     files S.npy (test), V.npy (val) and banks ok.npz, and a writer of banks with one array replaced."""
-    from fraglib.evaluate import split_index
+    from fraglib.run.evaluate import split_index
 
     tmp_path = made
     t, v = split_index(tmp_path, "test"), split_index(tmp_path, "val")
@@ -42,9 +42,9 @@ def ds(made):  # noqa: F811  (the fixture imported above)
 
 
 def _main(argv, d, capsys=None):
-    """``fraglib.evaluate.main`` on the files of ``d`` (n_boot 50, hub_k 2, no params file); the JSON written, or
+    """``fraglib.run.evaluate.main`` on the files of ``d`` (n_boot 50, hub_k 2, no params file); the JSON written, or
     (exit code, stderr) when it refuses."""
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     out = d / "m.json"
     base = ["--set", "n_boot=50", "--set", "hub_k=2"] + ([] if "--params" in argv else ["--params", "none"])
@@ -177,8 +177,8 @@ def test_the_api_checks_banks_and_parameters():
 
 
 def test_evaluate_matrix_checks_the_banks_against_the_scores():
-    """The API (:func:`fraglib.evaluate.evaluate_matrix`) refuses a bank with +inf or of another width, naming it."""
-    from fraglib.evaluate import EvalConfig, evaluate_matrix
+    """The API (:func:`fraglib.run.evaluate.evaluate_matrix`) refuses a bank with +inf or of another width, naming it."""
+    from fraglib.run.evaluate import EvalConfig, evaluate_matrix
 
     rng = np.random.default_rng(3)
     si, vi = np.arange(6).repeat(2), np.arange(4).repeat(2)
@@ -231,7 +231,7 @@ def test_float64_scores_are_ranked_in_float64(ds):
 def test_cosine_of_huge_embeddings_is_not_all_ties_and_float32_is_unchanged(ds, tmp_path):
     """Embeddings scaled by 1e200 once gave all-tied cosines (their norms overflowed): rows are normalised first,
     exactly; the cosine of float32 embeddings is bit for bit the former formula, in float32."""
-    from fraglib.evaluate import embedding_scores
+    from fraglib.run.evaluate import embedding_scores
 
     d, t, _, _ = ds
     rng = np.random.default_rng(5)
@@ -258,7 +258,7 @@ def test_cosine_of_huge_embeddings_is_not_all_ties_and_float32_is_unchanged(ds, 
 
 def test_float32_score_files_are_ranked_in_float32_as_before(ds):
     """A float32 file enters as float32 (the study's committed metrics do not move); a float64 one as float64."""
-    from fraglib.evaluate import checked_matrix
+    from fraglib.run.evaluate import checked_matrix
 
     x = np.ones((2, 3), np.float32)
     assert checked_matrix(x, "x").dtype == np.float32 and checked_matrix(x.astype(np.float16), "x").dtype == np.float16
@@ -305,12 +305,12 @@ def test_precomp_refuses_float64_features_beyond_float32_naming_the_file(tmp_pat
     ],
 )
 def test_evaluate_and_train_read_their_settings_checked(tmp_path, capsys, extra, says):
-    """A misspelt `evaluaton:` was ignored by fraglib.evaluate and fraglib.train (study and explore refuse it);
+    """A misspelt `evaluaton:` was ignored by fraglib.run.evaluate and fraglib.run.train (study and explore refuse it);
     `evaluation: 5` gave "TypeError: 'int' object is not a mapping". Both are refused naming the section."""
     import yaml
 
-    from fraglib.evaluate import eval_config
-    from fraglib.train import main as train_main
+    from fraglib.run.evaluate import eval_config
+    from fraglib.run.train import main as train_main
 
     from conftest import tiny_params
 
@@ -352,7 +352,7 @@ def test_evaluate_and_train_read_their_settings_checked(tmp_path, capsys, extra,
     ],
 )
 def test_options_that_would_be_ignored_together_are_refused(tmp_path, capsys, argv, says):
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path / a) if a in ("SEED", "OUT", "S", "F") else a for a in argv])
@@ -362,10 +362,10 @@ def test_options_that_would_be_ignored_together_are_refused(tmp_path, capsys, ar
 
 def test_save_scores_of_a_nan_checkpoint_is_refused_naming_it(tiny_full, tmp_path, capsys):
     """A checkpoint with NaN weights once exported all-NaN matrices with rc 0 through --save-scores."""
-    from fraglib import checkpoint
-    from fraglib.evaluate import main
-    from fraglib.inputs import DataPaths
-    from fraglib.train import train
+    from fraglib.run import checkpoint
+    from fraglib.run.evaluate import main
+    from fraglib.run.inputs import DataPaths
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 
@@ -391,7 +391,7 @@ def test_save_scores_of_a_nan_checkpoint_is_refused_naming_it(tiny_full, tmp_pat
 
 def test_a_params_file_named_but_missing_is_refused(ds, capsys):
     """--params naming no file was read as "the defaults" without a word; it is refused, naming it."""
-    from fraglib.evaluate import main
+    from fraglib.run.evaluate import main
 
     d = ds[0]
     with pytest.raises(SystemExit):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fraglib.metrics import (
+from fraglib.metrics.retrieval import (
     annotation_ranks,
     bootstrap_ci,
     evaluate_scores,
@@ -85,7 +85,7 @@ def test_random_baseline_matches_chance():
 
 def test_similarity_ranks_by_hand():
     """Each sentence ranks the *other* sentences; rank of the best one of its own image."""
-    from fraglib.metrics import similarity_ranks
+    from fraglib.metrics.retrieval import similarity_ranks
 
     si = np.array([0, 0, 1, 1, 2])
     sim = np.array(
@@ -105,7 +105,7 @@ def test_random_ranks_match_the_expected_best_rank():
     """A uniform random ranking puts the best of k positives among N candidates at (N+1)/(k+1) on
     average (SYSTEMS A7.1): sentence similarity 100.0, image search 50.5, describing images 83.5 on
     a Pascal1K-sized test split (100 images x 5 sentences)."""
-    from fraglib.metrics import annotation_ranks, search_ranks, similarity_ranks
+    from fraglib.metrics.retrieval import annotation_ranks, search_ranks, similarity_ranks
 
     si = np.repeat(np.arange(100), 5)
     rng = np.random.default_rng(0)
@@ -124,7 +124,7 @@ def test_random_ranks_match_the_expected_best_rank():
 def test_fold_protocol_ranks_each_fold_against_its_own_images():
     """Two folds of two images; hand-computed ranks. Fold 0: images 0, 1 with sentences 0, 1 (and 2 of
     image 1); fold 1: images 2, 3 with sentences 3, 4. A strong competitor in the other fold is ignored."""
-    from fraglib.metrics import fold_metrics
+    from fraglib.metrics.retrieval import fold_metrics
 
     si = np.array([0, 1, 1, 2, 3])
     S = np.array(
@@ -147,9 +147,9 @@ def test_fold_protocol_ranks_each_fold_against_its_own_images():
 
 
 def test_holm_equals_the_step_down_procedure_written_as_a_loop():
-    """fraglib.metrics.holm against Holm (1979) as a loop: sort, multiply the j-th smallest by m − j + 1, carry
+    """fraglib.metrics.retrieval.holm against Holm (1979) as a loop: sort, multiply the j-th smallest by m − j + 1, carry
     the running maximum, cap at 1, back to the input order; ties and one-element families included."""
-    from fraglib.metrics import holm
+    from fraglib.metrics.retrieval import holm
 
     rng = np.random.default_rng(7)
     for m in (1, 2, 5, 17):
@@ -165,7 +165,7 @@ def test_holm_equals_the_step_down_procedure_written_as_a_loop():
 
 
 def test_stratified_mean_se_by_hand():
-    from fraglib.metrics import stratified_mean_se
+    from fraglib.metrics.retrieval import stratified_mean_se
 
     d = np.array([1.0, 3.0, 2.0, 2.0, 8.0])
     mean, se = stratified_mean_se(d, [0, 0, 1, 1, 1])

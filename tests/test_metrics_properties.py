@@ -1,5 +1,5 @@
-"""Property-based tests (Hypothesis) of the one ranking path (fraglib/metrics.py) and the hubness
-corrections (fraglib/hubness.py) against loops written straight from their definitions, over score
+"""Property-based tests (Hypothesis) of the one ranking path (fraglib/metrics/retrieval.py) and the hubness
+corrections (fraglib/metrics/hubness.py) against loops written straight from their definitions, over score
 matrices with many ties, -inf ("no score"), NaN and +inf, and degenerate shapes (one image, one sentence,
 images without sentences). The examples are derandomised: CI sees the same cases on every run."""
 
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fraglib import hubness
-from fraglib.metrics import ScoreError, annotation_ranks, evaluate_scores, search_ranks, similarity_ranks
+from fraglib.metrics import hubness
+from fraglib.metrics.retrieval import ScoreError, annotation_ranks, evaluate_scores, search_ranks, similarity_ranks
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 # few distinct values: ties everywhere; -inf is a legitimate "no score"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
@@ -70,8 +70,8 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
 def text_only_runs(synth: Path, runs: Path) -> None:
     """``runs/text_only/a``: the text-only STT run on the tiny data, scored in domain and, re-encoded,
     as a transfer to "Other" (the same captions); ``b`` is not trained (its cells show as not scored)."""
-    from fraglib.captions import java_missing, run_captions
-    from fraglib.study import run_study
+    from fraglib_study.experiments.captions import java_missing, run_captions
+    from fraglib_study.experiments.study import run_study
     from tests.conftest import tiny_params
 
     if java_missing():
@@ -99,13 +99,13 @@ def text_only_runs(synth: Path, runs: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     synth = tiny_full
     if name == "text_only_report":
         text_only_runs(synth, tiny_study)
     if name == "fight_report" and not (tiny_study / "fz" / "metrics.json").exists():
-        from fraglib.fusion import fuse_runs
+        from fraglib_study.experiments.fusion import fuse_runs
 
         fuse_runs(tiny_study / "full", tiny_study / "devise", tiny_study / "fz", weights=(0.0, 0.5, 1.0), n_boot=20)
     monkeypatch.chdir(ROOT)
@@ -132,10 +132,10 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_full, tmp_path, monkeypatch):
     """JupyterLab starts a kernel in notebooks/: parameters written relative to the project root
-    (as every default is) must still resolve (fraglib.notebook.at_project_root)."""
+    (as every default is) must still resolve (fraglib_study.report.notebook.at_project_root)."""
     import os
 
-    from fraglib.notebook import project_root, run_notebook
+    from fraglib_study.report.notebook import project_root, run_notebook
 
     assert project_root(ROOT / "notebooks") == ROOT
     monkeypatch.chdir(ROOT / "notebooks")
@@ -154,7 +154,7 @@ def test_notebook_runs_from_the_notebooks_folder_with_root_relative_paths(tiny_f
 def test_the_fight_report_without_runs_names_the_command_that_builds_them(tiny_study, tmp_path, monkeypatch):
     import papermill as pm
 
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     monkeypatch.chdir(ROOT)
     (tmp_path / "runs").mkdir()
@@ -177,7 +177,7 @@ def test_a_failed_notebook_never_leaves_a_page_that_looks_current(tmp_path):
     import nbformat
     import papermill as pm
 
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     nb = nbformat.v4.new_notebook(
         metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
@@ -200,7 +200,7 @@ def test_a_busy_machine_gives_a_finished_cell_time_for_its_last_output(tmp_path,
     output"), as on a loaded machine: pages are rendered with a longer wait."""
     import papermill as pm
 
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     seen = {}
 
@@ -218,7 +218,7 @@ def test_report_template_loads_nothing_remote():
     """The HTML template is offline: the lab template's CDN scripts (require.js, MathJax, Mermaid)."""
     import nbformat
 
-    from fraglib.notebook import render_html
+    from fraglib_study.report.notebook import render_html
 
     assert REMOTE.findall('<script src="https://cdnjs.cloudflare.com/x.js"></script>')  # the check can fail
     nb = nbformat.v4.new_notebook()
@@ -236,7 +236,7 @@ def test_a_page_renders_to_the_same_bytes_whatever_id_papermill_drew(tmp_path):
     a report stage on the same results leaves the committed page unchanged."""
     import nbformat
 
-    from fraglib.notebook import render_html
+    from fraglib_study.report.notebook import render_html
 
     pages = []
     for cid in ("2c972dc8", "2e6ef344"):
@@ -251,7 +251,7 @@ def test_a_page_renders_to_the_same_bytes_whatever_id_papermill_drew(tmp_path):
 
 def test_every_notebook_names_the_command_that_builds_its_inputs():
     """Opened in JupyterLab on a fresh clone, a notebook whose inputs are DVC outputs not built yet stops
-    in its first code cell with the `dvc repro` (or make) command that builds them (fraglib.notebook.needs;
+    in its first code cell with the `dvc repro` (or make) command that builds them (fraglib_study.report.notebook.needs;
     executed for the fight report above)."""
     for name in NOTEBOOKS:
         cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
@@ -297,7 +297,7 @@ def test_figures_go_beside_the_page_as_files_the_same_bytes_each_time(tmp_path):
     import nbformat
     from PIL import Image
 
-    from fraglib.notebook import figure_files, figures_folder, render_html
+    from fraglib_study.report.notebook import figure_files, figures_folder, render_html
 
     nbformat.write(_figures_notebook(2), tmp_path / "n.ipynb")
     html = tmp_path / "out" / "n.html"
@@ -326,7 +326,7 @@ def test_a_page_image_is_jpeg_only_when_that_is_much_smaller():
     import numpy as np
     from PIL import Image
 
-    from fraglib.notebook import page_image
+    from fraglib_study.report.notebook import page_image
 
     assert page_image(b"\xff\xd8 any jpeg", "jpeg") == ("jpg", b"\xff\xd8 any jpeg")  # kept as it is
     flat = base64.b64decode(_png(Image.new("RGB", (500, 200), (240, 240, 240))))
@@ -360,7 +360,7 @@ def test_a_page_image_is_jpeg_only_when_that_is_much_smaller():
 
 
 def test_a_page_without_figures_leaves_no_folder(tmp_path):
-    from fraglib.notebook import figures_folder, write_figures
+    from fraglib_study.report.notebook import figures_folder, write_figures
 
     html = tmp_path / "p.html"
     write_figures(html, {"fig01.png": b"x"})
@@ -370,14 +370,14 @@ def test_a_page_without_figures_leaves_no_folder(tmp_path):
 
 
 def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():
-    """fraglib.notebook.skip_iri_grammars: nbformat still imports jsonschema and rejects an invalid notebook,
+    """fraglib_study.report.notebook.skip_iri_grammars: nbformat still imports jsonschema and rejects an invalid notebook,
     and rfc3987_syntax's grammars are not built (a fresh process: the suite's own may have imported them)."""
     import subprocess
     import sys
 
     code = (
         "import sys\n"
-        "from fraglib.notebook import skip_iri_grammars\n"
+        "from fraglib_study.report.notebook import skip_iri_grammars\n"
         "skip_iri_grammars()\n"
         "import nbformat\n"
         "nb = nbformat.v4.new_notebook()\n"
@@ -398,12 +398,12 @@ def test_the_renderer_skips_only_the_iri_grammars_and_still_validates():
 @pytest.mark.slow
 def test_the_page_and_executed_notebook_are_written_atomically(tmp_path, monkeypatch):
     """Papermill saves the notebook as it runs: it now does so in a scratch folder, and the page and the
-    executed notebook each appear whole (fraglib.outputs), the notebook still naming its own path."""
+    executed notebook each appear whole (fraglib.core.outputs), the notebook still naming its own path."""
     import os
 
     import nbformat
 
-    from fraglib.notebook import run_notebook
+    from fraglib_study.report.notebook import run_notebook
 
     nb = nbformat.v4.new_notebook(
         metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
@@ -426,12 +426,12 @@ def test_the_page_and_executed_notebook_are_written_atomically(tmp_path, monkeyp
 
 
 def test_a_page_knows_where_it_is(tmp_path):
-    """The export lays every page out the same way (fraglib.notebook.lay_out, contents): the header a notebook
+    """The export lays every page out the same way (fraglib_study.report.notebook.lay_out, contents): the header a notebook
     displays goes to the top and gives the <title>, the sections get a linked table of contents, `docs/…` mentions
     become links relative to the page, and stderr (warnings naming build paths) stays in the executed notebook."""
     import nbformat
 
-    from fraglib.notebook import HEADER, project_root, render_html
+    from fraglib_study.report.notebook import HEADER, project_root, render_html
 
     nb = nbformat.v4.new_notebook()
     code = nbformat.v4.new_code_cell("start_page(page)", id="c")
@@ -461,7 +461,7 @@ def test_a_page_knows_where_it_is(tmp_path):
 def test_note_shows_a_remark_as_markdown_not_raw_text():
     from unittest.mock import patch
 
-    from fraglib.notebook import note
+    from fraglib_study.report.notebook import note
 
     with patch("IPython.display.display") as shown:
         note("no run of", "a, b", "<run>")
@@ -472,7 +472,7 @@ def test_note_shows_a_remark_as_markdown_not_raw_text():
 def test_a_misspelt_or_broken_parameter_is_refused_before_the_page(tmp_path, capsys):
     """papermill only warns on an unknown parameter and renders the defaults: the command refuses it, naming the
     notebook's parameters; a VALUE that is not YAML, or a missing notebook, is a one-line error too."""
-    from fraglib.notebook import main
+    from fraglib_study.report.notebook import main
 
     for argv, says in (
         (["notebooks/data_report.ipynb", str(tmp_path / "d.html"), "-p", "dat_dir", "x"], "has no parameter dat_dir"),
@@ -486,8 +486,8 @@ def test_a_misspelt_or_broken_parameter_is_refused_before_the_page(tmp_path, cap
 
 
 def test_every_stage_passes_only_parameters_its_notebook_has():
-    from fraglib.notebook import notebook_parameters
-    from fraglib.reports import report_pages
+    from fraglib_study.pages.render import report_pages
+    from fraglib_study.report.notebook import notebook_parameters
 
     bad = [
         (p.stage, sorted(set(p.parameters) - set(notebook_parameters(p.notebook))))

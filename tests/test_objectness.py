@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.vision.objectness import Objectness, enlarge, fit, geometry
 from fraglib.vision.rcnn import VisionConfig
 

@@ -1,4 +1,4 @@
-"""One rule for outputs (fraglib.outputs): every command that writes refuses to replace or mix with files
+"""One rule for outputs (fraglib.core.outputs): every command that writes refuses to replace or mix with files
 already there unless --overwrite, before doing its work, and names them; with --overwrite a family is
 replaced whole (no stale member survives beside new ones)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fraglib.outputs import claim
+from fraglib.core.outputs import claim
 
 
 def test_claim_refuses_then_replaces_the_whole_family(tmp_path):
@@ -54,8 +54,8 @@ COMMANDS = {
         lambda t, d: ["pascal1k", "--root", str(t / "src"), "--out", str(t / "o"), "--folds", "10"],
         "o/fold3/dataset.json",
     ),
-    "fraglib.figures": (
-        "fraglib.figures",
+    "fraglib_study.report.figure_data": (
+        "fraglib_study.report.figure_data",
         lambda t, d: ["--dataset-dir", str(d), "--dataset", "synthetic", "--out", str(t / "o")],
         "o/queries.json",
     ),
@@ -92,46 +92,62 @@ COMMANDS = {
         ],
         "o/obj.npz",
     ),
-    "fraglib.search": (
-        "fraglib.search",
+    "fraglib_study.experiments.search": (
+        "fraglib_study.experiments.search",
         lambda t, d: ["--run", "full", "--dataset-dir", str(d), "--out", str(t / "o" / "s.csv")],
         "o/s.csv",
     ),
-    "fraglib.captions": ("fraglib.captions", lambda t, d: ["--run-dir", str(t / "o")], "o/captions/seed0.json"),
-    "fraglib.evaluate --out": (
-        "fraglib.evaluate",
+    "fraglib_study.experiments.captions": (
+        "fraglib_study.experiments.captions",
+        lambda t, d: ["--run-dir", str(t / "o")],
+        "o/captions/seed0.json",
+    ),
+    "fraglib.run.evaluate --out": (
+        "fraglib.run.evaluate",
         lambda t, d: [str(t / "seed"), "--out", str(t / "o" / "m.json")],
         "o/m.json",
     ),
-    "fraglib.notebook (reports)": (
-        "fraglib.notebook",
+    "fraglib_study.report.notebook (reports)": (
+        "fraglib_study.report.notebook",
         lambda t, d: ["notebooks/data_report.ipynb", str(t / "o" / "d.html")],
         "o/executed/data_report.ipynb",
     ),
-    "fraglib.index": ("fraglib.index", lambda t, d: ["--out", str(t / "o" / "index.html")], "o/index.html"),
-    "fraglib.summary": ("fraglib.summary", lambda t, d: ["--out", str(t / "o" / "README.md")], "o/README.md"),
+    "fraglib_study.pages.index": (
+        "fraglib_study.pages.index",
+        lambda t, d: ["--out", str(t / "o" / "index.html")],
+        "o/index.html",
+    ),
+    "fraglib_study.pages.summary": (
+        "fraglib_study.pages.summary",
+        lambda t, d: ["--out", str(t / "o" / "README.md")],
+        "o/README.md",
+    ),
     # a timeline's figure, refused before the record is read (record's --out: tests/test_timeline.py)
-    "fraglib.bench timeline draw": (
-        "fraglib.bench.timeline",
+    "fraglib_study.bench timeline draw": (
+        "fraglib_study.bench.timeline",
         lambda t, d: ["draw", str(t / "timeline.json"), "--out", str(t / "o" / "timeline.svg")],
         "o/timeline.svg",
     ),
-    "fraglib.summary --csv": ("fraglib.summary", lambda t, d: ["--csv", str(t / "o" / "README.md")], "o/README.md"),
+    "fraglib_study.pages.summary --csv": (
+        "fraglib_study.pages.summary",
+        lambda t, d: ["--csv", str(t / "o" / "README.md")],
+        "o/README.md",
+    ),
     # refused before it reads either folder
-    "fraglib.rerun --json": (
-        "fraglib.rerun",
+    "fraglib_study.audit.rerun --json": (
+        "fraglib_study.audit.rerun",
         lambda t, d: [str(t / "new"), "--reference-dir", str(t / "ref"), "--json", str(t / "o" / "cmp.json")],
         "o/cmp.json",
     ),
     # the explorer's data of one run of tiny_study (its seed folder linked into t/m by the test)
-    "fraglib.explore": (
-        "fraglib.explore",
+    "fraglib_study.experiments.explore": (
+        "fraglib_study.experiments.explore",
         lambda t, d: ["--models-dir", str(t / "m"), "--out", str(t / "o"), "--runs", "full"],
         "o/explorer.json",
     ),
     # the fused run's folder (two trained runs of tiny_study, copied into t by the test)
-    "fraglib.fusion": (
-        "fraglib.fusion",
+    "fraglib_study.experiments.fusion": (
+        "fraglib_study.experiments.fusion",
         lambda t, d: ["--runs", str(t / "full"), str(t / "devise"), "--out", str(t / "o")],
         "o/metrics.json",
     ),
@@ -148,25 +164,25 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
     module, argv, existing = COMMANDS[command]
     monkeypatch.chdir(ROOT)
     _precomp(tmp_path / "p")
-    if command == "fraglib.captions":  # a finished generating run with one seed
+    if command == "fraglib_study.experiments.captions":  # a finished generating run with one seed
         (tmp_path / "o").mkdir()
         (tmp_path / "o" / "metrics.json").write_text(json.dumps({"seeds": [0]}))
-        from fraglib.captions import java_missing
+        from fraglib_study.experiments.captions import java_missing
 
         if java_missing():
             pytest.skip(java_missing())
-    if command == "fraglib.evaluate --out":
+    if command == "fraglib.run.evaluate --out":
         (tmp_path / "seed").mkdir()
     if command == "fraglib.data pascal1k --folds":
         from test_folds import pascal_fixture
 
         pascal_fixture(tmp_path / "src")
-    if command == "fraglib.explore":
+    if command == "fraglib_study.experiments.explore":
         (tmp_path / "m" / "full").mkdir(parents=True)
         (tmp_path / "m" / "full" / "seed0").symlink_to(
             request.getfixturevalue("tiny_study") / "full" / "seeds" / "seed0"
         )
-    if command == "fraglib.fusion":
+    if command == "fraglib_study.experiments.fusion":
         runs = request.getfixturevalue("tiny_study")
         for r in ("full", "devise"):
             shutil.copytree(runs / r, tmp_path / r)
@@ -196,7 +212,7 @@ def test_precomp_with_overwrite_replaces_its_whole_family(tmp_path):
 
 
 def test_bench_never_replaces_another_machines_entries_silently(tmp_path):
-    from fraglib.bench.common import merge
+    from fraglib_study.bench.common import merge
 
     path = tmp_path / "results.json"
     theirs = {
@@ -218,12 +234,12 @@ def test_bench_never_replaces_another_machines_entries_silently(tmp_path):
 
 # ----------------------------------------------------------------------------- the rule, by construction
 # Commands that write with --out-like flags but keep what exists on purpose (the module docstring of
-# fraglib/outputs.py says why), each with the test that covers its own rule.
+# fraglib/core/outputs.py says why), each with the test that covers its own rule.
 KEEPS_ON_PURPOSE = {
-    "fraglib.train": "resumes a run from its checkpoint (tests/test_train.py, resume tests)",
-    "fraglib.study": "resumes every seed of a run (tests/test_train.py, study resume tests)",
-    "fraglib.bench": "a register: updates this machine's entries (test_bench_never_replaces_another_machines_entries_silently)",
-    "fraglib.costs": "a register: a make target's next successful run replaces its record (tests/test_costs.py)",
+    "fraglib.run.train": "resumes a run from its checkpoint (tests/test_train.py, resume tests)",
+    "fraglib_study.experiments.study": "resumes every seed of a run (tests/test_train.py, study resume tests)",
+    "fraglib_study.bench": "a register: updates this machine's entries (test_bench_never_replaces_another_machines_entries_silently)",
+    "fraglib_study.audit.costs": "a register: a make target's next successful run replaces its record (tests/test_costs.py)",
     "fraglib.data.download": "resumes a download: keeps the images whose checksums verify (tests/test_download.py)",
 }
 OUT_FLAGS = ("--out", "--out-dir", "--parse-file", "--csv", "--json", "--cv-out", "--executed", "--save-scores")
@@ -232,7 +248,7 @@ OUT_FLAGS = ("--out", "--out-dir", "--parse-file", "--csv", "--json", "--cv-out"
 def _package_files():
     from conftest import ROOT
 
-    return sorted(p for p in (ROOT / "fraglib").rglob("*.py"))
+    return sorted(p for p in [*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")])
 
 
 def _module_name(path):
@@ -307,7 +323,7 @@ def _write_target(node):
 
 
 def _direct_writes(tree):
-    """(line, call) of every file write in ``tree`` that does not go through fraglib.outputs: a writer call
+    """(line, call) of every file write in ``tree`` that does not go through fraglib.core.outputs: a writer call
     (``X.write_text``, ``np.savez``, ``torch.save``, ``savefig``, ``json.dump``, ``open(.., "w")``, ...)
     none of whose names is bound by ``with atomic(...) as name`` / ``with appending(...) as name`` (or by
     ``with open(name, ...) as fh`` of such a name)."""
@@ -355,7 +371,7 @@ def _direct_writes(tree):
 
 
 def test_every_file_write_in_the_package_goes_through_the_atomic_helpers():
-    """One write rule by construction: a write that bypasses fraglib.outputs (a cut file after a kill or a
+    """One write rule by construction: a write that bypasses fraglib.core.outputs (a cut file after a kill or a
     full disk) fails this test, naming the file and line."""
     import ast
 
@@ -387,7 +403,7 @@ def test_the_write_scan_finds_a_direct_write_and_accepts_the_helpers():
 
 
 def test_atomic_leaves_the_old_file_whole_when_the_writer_fails(tmp_path):
-    from fraglib.outputs import atomic, write_text
+    from fraglib.core.outputs import atomic, write_text
 
     target = tmp_path / "sub" / "metrics.json"
     write_text(target, "complete\n")
@@ -401,7 +417,7 @@ def test_atomic_leaves_the_old_file_whole_when_the_writer_fails(tmp_path):
 
 # ----------------------------------------------------------------------------- the contract inside a command
 def test_every_main_of_the_package_runs_under_the_output_contract():
-    """Found from the code: every module-level ``main`` is wrapped in fraglib.outputs.command, so a writer added
+    """Found from the code: every module-level ``main`` is wrapped in fraglib.core.outputs.command, so a writer added
     to any command without a claim is refused at run time instead of replacing a user's file."""
     import ast
 
@@ -412,11 +428,11 @@ def test_every_main_of_the_package_runs_under_the_output_contract():
                 names = {getattr(d, "id", getattr(d, "attr", None)) for d in node.decorator_list}
                 if "command" not in names:
                     bare.append(_module_name(path))
-    assert not bare, f"main without @fraglib.outputs.command: {bare}"
+    assert not bare, f"main without @fraglib.core.outputs.command: {bare}"
 
 
 def _command(body):
-    from fraglib.outputs import command
+    from fraglib.core.outputs import command
 
     @command
     def main(argv=None):
@@ -426,7 +442,7 @@ def _command(body):
 
 
 def test_a_command_replaces_only_what_it_claimed_or_wrote(tmp_path, capsys):
-    from fraglib.outputs import claim, updates, write_text
+    from fraglib.core.outputs import claim, updates, write_text
 
     mine, theirs, register = tmp_path / "mine.json", tmp_path / "notes.txt", tmp_path / "reg.json"
     for p in (mine, theirs, register):
@@ -451,7 +467,7 @@ def test_a_command_replaces_only_what_it_claimed_or_wrote(tmp_path, capsys):
 
 
 def test_a_failed_write_names_the_file_keeps_the_old_one_and_leaves_no_partial_set(tmp_path, capsys):
-    from fraglib.outputs import atomic, claim, write_text
+    from fraglib.core.outputs import atomic, claim, write_text
 
     family = [tmp_path / "test.npy", tmp_path / "val.npy", tmp_path / "banks.npz"]
     family[2].write_text("yesterday")
@@ -474,7 +490,7 @@ def test_a_failed_write_names_the_file_keeps_the_old_one_and_leaves_no_partial_s
 
 
 def test_a_family_never_reaches_through_a_symlink_out_of_its_folder(tmp_path):
-    from fraglib.outputs import Refused, claim
+    from fraglib.core.outputs import Refused, claim
 
     photos = tmp_path / "photos"
     photos.mkdir()
@@ -485,12 +501,12 @@ def test_a_family_never_reaches_through_a_symlink_out_of_its_folder(tmp_path):
     (out / "explorer.json").write_text("{}")
     family = [out / "explorer.json", out / "thumbs" / "holiday.jpg"]
     with pytest.raises(Refused, match=r"thumbs/holiday.jpg lies through a symlink outside .*explorer"):
-        claim(family, [], True, "fraglib.explore")
+        claim(family, [], True, "fraglib_study.experiments.explore")
     assert (photos / "holiday.jpg").read_text() == "a user's picture" and (out / "explorer.json").exists()
 
 
 def test_a_command_never_writes_through_a_symlinked_folder_below_its_claim(tmp_path, capsys):
-    from fraglib.outputs import claim, write_bytes
+    from fraglib.core.outputs import claim, write_bytes
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -509,7 +525,7 @@ def test_a_command_never_writes_through_a_symlinked_folder_below_its_claim(tmp_p
 
 
 def test_explore_overwrite_deletes_only_the_thumbnails_its_explorer_json_lists(tmp_path):
-    from fraglib.explore import written_thumbnails
+    from fraglib_study.experiments.explore import written_thumbnails
 
     out = tmp_path / "x"
     (out / "thumbs").mkdir(parents=True)
@@ -524,7 +540,7 @@ def test_explore_overwrite_deletes_only_the_thumbnails_its_explorer_json_lists(t
 def test_explore_overwrite_keeps_a_users_pictures(tiny_study, tmp_path, monkeypatch):
     import yaml
 
-    from fraglib.explore import main
+    from fraglib_study.experiments.explore import main
 
     from conftest import ROOT
 
@@ -554,7 +570,7 @@ def test_explore_overwrite_keeps_a_users_pictures(tiny_study, tmp_path, monkeypa
 
 
 def test_summary_csv_refuses_to_replace_a_file(tmp_path, monkeypatch, capsys):
-    from fraglib.summary import main
+    from fraglib_study.pages.summary import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "README.md").write_text("# my project")
@@ -568,19 +584,19 @@ def test_summary_csv_refuses_to_replace_a_file(tmp_path, monkeypatch, capsys):
 
 
 def test_summary_csv_says_which_run_folders_it_leaves_out(tmp_path, monkeypatch, capsys):
-    from fraglib.summary import main
+    from fraglib_study.pages.summary import main
 
     from conftest import ROOT
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr("fraglib.summary.unsummarised", lambda root: [Path("runs/synthetic/killed")])
+    monkeypatch.setattr("fraglib_study.pages.summary.unsummarised", lambda root: [Path("runs/synthetic/killed")])
     main(["--csv", str(tmp_path / "runs.csv")])
     assert "1 run folder(s) without metrics.json left out: runs/synthetic/killed" in capsys.readouterr().err
     assert (tmp_path / "runs.csv").read_text().startswith("study,run,")
 
 
 def test_figures_deletes_only_the_crops_its_triplets_json_lists(tmp_path):
-    from fraglib.figures import written_crops
+    from fraglib_study.report.figure_data import written_crops
 
     (tmp_path / "crops").mkdir()
     (tmp_path / "triplets.json").write_text(
@@ -596,8 +612,8 @@ def test_figures_deletes_only_the_crops_its_triplets_json_lists(tmp_path):
 def test_unsummarised_finds_a_run_killed_before_its_summary(tmp_path):
     import shutil
 
-    from fraglib.studies import studies
-    from fraglib.summary import unsummarised
+    from fraglib_study.pages.summary import unsummarised
+    from fraglib_study.report.registry import studies
 
     from conftest import ROOT
 
@@ -610,19 +626,19 @@ def test_unsummarised_finds_a_run_killed_before_its_summary(tmp_path):
     assert unsummarised(tmp_path) == [runs / "killed"]
 
 
-# deletions outside fraglib.outputs.remove (which a command checks against its claims), each with why it is safe
+# deletions outside fraglib.core.outputs.remove (which a command checks against its claims), each with why it is safe
 OWN_DELETIONS = {
     "checkpoint.py": "a training run's own best.pt / last.pt / lock, in the run folder it resumes",
     "features.py": "rmdir of the empty output folder this run made, after a failure",
     "notebook.py": "rmdir of a page's figures folder once empty",
-    "reports.py": "its own staging copies under build/reports, moved into place",
+    "render.py": "its own staging copies under build/reports, moved into place",
     "rehearsal.py": "the benchmark's temporary inputs it made",
     "scale.py": "the benchmark's temporary folders it made",
 }
 
 
 def test_every_deletion_in_the_package_goes_through_the_output_contract():
-    """A file is deleted through fraglib.outputs.remove (refused inside a command unless claimed or written by it),
+    """A file is deleted through fraglib.core.outputs.remove (refused inside a command unless claimed or written by it),
     or in a module of OWN_DELETIONS, which deletes only what it made itself."""
     import ast
 
@@ -640,7 +656,7 @@ def test_every_deletion_in_the_package_goes_through_the_output_contract():
 
 
 def test_remove_inside_a_command_deletes_only_what_it_claimed(tmp_path, capsys):
-    from fraglib.outputs import claim, remove
+    from fraglib.core.outputs import claim, remove
 
     mine, theirs = tmp_path / "align_full.js", tmp_path / "align_mine.js"
     for p in (mine, theirs):
@@ -662,7 +678,7 @@ def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, m
     thumbnails stay as they were (claimed with writes=family, pruned only after a complete new set)."""
     import yaml
 
-    from fraglib.explore import main
+    from fraglib_study.experiments.explore import main
 
     from conftest import ROOT
 
@@ -684,7 +700,7 @@ def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, m
 
 
 def test_prune_removes_only_what_this_run_did_not_write(tmp_path):
-    from fraglib.outputs import claim, prune, write_text
+    from fraglib.core.outputs import claim, prune, write_text
 
     family = [tmp_path / f"{n}.json" for n in ("a", "b", "c")]
     for p in family:
@@ -701,7 +717,7 @@ def test_prune_removes_only_what_this_run_did_not_write(tmp_path):
 
 
 def test_a_claim_never_replaces_a_folder_or_a_device(tmp_path):
-    from fraglib.outputs import Refused, claim, write_text
+    from fraglib.core.outputs import Refused, claim, write_text
 
     (tmp_path / "out.json").mkdir()
     with pytest.raises(Refused, match=r"out.json is a folder: refusing to replace it, with or without --overwrite"):
@@ -713,7 +729,7 @@ def test_a_claim_never_replaces_a_folder_or_a_device(tmp_path):
 
 
 def test_a_long_legal_name_is_writable_and_a_blocked_folder_names_the_file(tmp_path):
-    from fraglib.outputs import WriteFailed, write_text
+    from fraglib.core.outputs import WriteFailed, write_text
 
     long = tmp_path / ("y" * 250 + ".json")  # the file system allows 255 bytes: the temporary name must fit too
     write_text(long, "{}")
@@ -725,7 +741,7 @@ def test_a_long_legal_name_is_writable_and_a_blocked_folder_names_the_file(tmp_p
 
 def test_summary_replaces_only_its_own_page_without_overwrite(tmp_path, monkeypatch, capsys):
     """A file that quotes the generated-by line somewhere (a user's notes) is not the tool's page."""
-    from fraglib.summary import GENERATED, main, written_here
+    from fraglib_study.pages.summary import GENERATED, main, written_here
 
     notes = tmp_path / "notes.md"
     notes.write_text(f"# My notes\n\nThe page says:\n{GENERATED}\n")
@@ -735,7 +751,7 @@ def test_summary_replaces_only_its_own_page_without_overwrite(tmp_path, monkeypa
     assert written_here(page)
     with pytest.raises(SystemExit):
         main(["--out", str(notes)])
-    assert "refusing to replace a file fraglib.summary did not write" in capsys.readouterr().err
+    assert "refusing to replace a file fraglib_study.pages.summary did not write" in capsys.readouterr().err
     assert notes.read_text().startswith("# My notes")
 
 
@@ -743,7 +759,7 @@ def test_summary_replaces_only_its_own_page_without_overwrite(tmp_path, monkeypa
 def test_a_run_summary_with_impossible_figures_is_named(tmp_path, value):
     """summary, --csv, the claims and the pages read run summaries through read_summary: R@K beyond [0, 100], a
     rank below 1 or a non-finite figure is an error naming the file and the field, not a row on a page."""
-    from fraglib.results import read_summary
+    from fraglib_study.report.results import read_summary
 
     m = {"system": "x", "seeds": [0], "annotation": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0},
          "search": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0}}  # fmt: skip
@@ -756,7 +772,7 @@ def test_a_run_summary_with_impossible_figures_is_named(tmp_path, value):
 
 
 def test_rerun_refuses_a_unit_no_run_has_and_a_meaningless_z(tmp_path, capsys):
-    from fraglib.rerun import main, one_unit
+    from fraglib_study.audit.rerun import main, one_unit
 
     run = tmp_path / "runs" / "full"
     run.mkdir(parents=True)

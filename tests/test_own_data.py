@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fraglib import costs
-from fraglib.config import ConfigError, read_yaml
+from fraglib.core.config import ConfigError, read_yaml
+from fraglib_study.audit import costs
 
 from conftest import ROOT, TINY_EVALUATION
 
@@ -126,9 +126,9 @@ def test_the_walkthrough_runs_end_to_end(project, monkeypatch, capsys):
         "fraglib.data precomp",
         "fraglib.text parse",
         "fraglib.text fragments",
-        "fraglib.study",
-        "fraglib.evaluate",
-        "fraglib.summary",
+        "fraglib_study.experiments.study",
+        "fraglib.run.evaluate",
+        "fraglib_study.pages.summary",
     ]
     for words in cmds:
         run_command(words, monkeypatch)
@@ -140,7 +140,7 @@ def test_the_walkthrough_runs_end_to_end(project, monkeypatch, capsys):
     summary = json.loads((root / "runs" / NAME / "fullframe" / "metrics.json").read_text())
     assert summary["seeds"] == section()["splits"] and 0 <= summary["search"]["r1"] <= 100
     assert (root / "models" / NAME / "fullframe" / "seed0" / "best.pt").is_file()
-    assert "test search: R@1" in capsys.readouterr().out  # fraglib.evaluate's report
+    assert "test search: R@1" in capsys.readouterr().out  # fraglib.run.evaluate's report
     (row,) = [r for r in costs.cost_table(root).rows if r[0] == f"one training: {NAME}, `fragment`"]
     assert row[1] in ("CPU", "GPU") and row[4] == "1 unit of 1 run"  # the trainer's timing.json, read back
     results = (root / "docs" / "results.md").read_text()
@@ -150,7 +150,7 @@ def test_the_walkthrough_runs_end_to_end(project, monkeypatch, capsys):
 def test_the_pipeline_is_the_walkthrough(project):
     """Each stage of the page's dvc.yaml (``${…}`` filled, ``${item}`` = the page's run) is one of its commands,
     its deps cover the code it runs, and the study registry reads it as the study of the page's section."""
-    from fraglib.studies import read_study
+    from fraglib_study.report.registry import read_study
 
     from test_dvc_deps import uncovered
 
@@ -162,7 +162,7 @@ def test_the_pipeline_is_the_walkthrough(project):
         assert s["wdir"] == "../..", name
         assert uncovered(s["cmd"], s["deps"]) == [], name
         resolved[name] = resolve(s["cmd"], params, "fullframe")
-    page = [w for w in commands() if w[2] not in ("fraglib.evaluate", "fraglib.summary")]
+    page = [w for w in commands() if w[2] not in ("fraglib.run.evaluate", "fraglib_study.pages.summary")]
     assert [resolved[n] for n in ("prepare", "parse", "fragments", "train")] == page
     assert stages["train"]["foreach"] == "${" + NAME + ".runs}"
     study = read_study(root, f"studies/{NAME}/dvc.yaml")
@@ -177,8 +177,8 @@ def test_the_pipeline_is_the_walkthrough(project):
 def test_the_section_is_checked_and_chosen_by_dataset(project):
     """The page's claims on the section: the schema knows the name (a typo is refused with a hint, an unknown name
     is refused), and ``--dataset`` picks its layers while without it the synthetic ``study`` layers apply."""
-    from fraglib.params import read_params
-    from fraglib.train import resolve_run
+    from fraglib.run.train import resolve_run
+    from fraglib_study.params import read_params
 
     root, params = project
     assert NAME in read_params(root / "params.yaml")

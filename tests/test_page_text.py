@@ -1,4 +1,4 @@
-"""Text from data or settings is escaped by construction (fraglib.pagetext): the helper's guarantees on hostile
+"""Text from data or settings is escaped by construction (fraglib_study.report.pagetext): the helper's guarantees on hostile
 values, rendered by nbconvert's own Markdown renderer, and a static scan of every notebook's code cells that fails
 on any ``Markdown(…)`` / ``HTML(…)`` built from anything but a string literal, on a template that is not one, on a
 hand-made ``Safe``, and on a pandas ``Styler`` (which writes index labels into the page unescaped)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fraglib.pagetext import Safe, code, figure_text, fragment, join, md, percent, plain, text
+from fraglib_study.report.pagetext import Safe, code, figure_text, fragment, join, md, percent, plain, text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -136,7 +136,7 @@ def test_figure_text_draws_a_dollar_as_written_not_as_tex():
 # ---- the static scan of the notebooks ---------------------------------------------------------------------
 
 RAW = {"Markdown", "HTML", "Javascript", "SVG", "Latex", "display_html", "display_markdown", "publish_display_data"}
-TEMPLATED = {"md", "fragment", "plain"}  # fraglib.pagetext: the template, the first argument, is ours
+TEMPLATED = {"md", "fragment", "plain"}  # fraglib_study.report.pagetext: the template, the first argument, is ours
 
 
 def literal(node: ast.AST) -> bool:
@@ -167,11 +167,13 @@ def unescaped(source: str) -> list[str]:
         if isinstance(node, ast.Call):
             name, args = called(node), [*node.args, *(k.value for k in node.keywords)]
             if name in RAW and not all(literal(a) for a in args):
-                bad.append(f"{node.lineno}: {name}(…) of a value: use fraglib.pagetext.md(template, *values)")
+                bad.append(
+                    f"{node.lineno}: {name}(…) of a value: use fraglib_study.report.pagetext.md(template, *values)"
+                )
             if name in TEMPLATED and not (node.args and literal(node.args[0])):
                 bad.append(f"{node.lineno}: {name}(…) with a template that is not a string literal")
             if name == "Safe":
-                bad.append(f"{node.lineno}: Safe(…) by hand: only fraglib.pagetext makes page text")
+                bad.append(f"{node.lineno}: Safe(…) by hand: only fraglib_study.report.pagetext makes page text")
             if escape_off(node):
                 bad.append(f"{node.lineno}: escape=False")
         if (
@@ -220,20 +222,20 @@ display(percent(frame))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_notebook_puts_unescaped_text_on_its_page(path):
     bad = [f"{path.name} cell {i} line {b}" for i, src in code_cells(path) for b in unescaped(src)]
-    assert not bad, "text from data or settings must go through fraglib.pagetext:\n" + "\n".join(bad)
+    assert not bad, "text from data or settings must go through fraglib_study.report.pagetext:\n" + "\n".join(bad)
 
 
 # the package's own Markdown / HTML displays of values: each reviewed, each escaping what it shows
 REVIEWED = {
-    ("fraglib/pagetext.py", "md"),  # the helper itself
-    ("fraglib/notebook.py", "note"),  # every part through pagetext.join
-    ("fraglib/studies.py", "start_page"),  # the header: the page registry's titles and the commit
+    ("fraglib_study/report/pagetext.py", "md"),  # the helper itself
+    ("fraglib_study/report/notebook.py", "note"),  # every part through pagetext.join
+    ("fraglib_study/report/registry.py", "start_page"),  # the header: the page registry's titles and the commit
 }
 
 
 def test_the_package_displays_values_only_where_reviewed():
     found = set()
-    for path in sorted((ROOT / "fraglib").rglob("*.py")):
+    for path in sorted([*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")]):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and called(n) in RAW]
@@ -242,5 +244,5 @@ def test_the_package_displays_values_only_where_reviewed():
         off = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and escape_off(n)]
         assert not off, f"{path}: escape turned off at lines {off}"
     assert found <= REVIEWED, (
-        f"new displays of values (escape them with fraglib.pagetext, then list them): {found - REVIEWED}"
+        f"new displays of values (escape them with fraglib_study.report.pagetext, then list them): {found - REVIEWED}"
     )

@@ -1,6 +1,6 @@
 """One pairing rule per difference (docs/claims.md, "How differences are paired"): the result pages' paired
-differences (``fraglib.results.paired_differences``, the fight report's and the ``diff`` facts') are the claims
-table's (``fraglib.claims``), to the bit, so a difference printed in two places prints one value."""
+differences (``fraglib_study.report.results.paired_differences``, the fight report's and the ``diff`` facts') are the claims
+table's (``fraglib_study.audit.claims``), to the bit, so a difference printed in two places prints one value."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fraglib import claims, metrics, pagetext, results
-from fraglib.plots import differences_caption, differences_figure
-from fraglib.results import load_run, paired_differences, protocol_text
+from fraglib.metrics import retrieval as metrics
+from fraglib_study.audit import claims
+from fraglib_study.report import pagetext, results
+from fraglib_study.report.plots import differences_caption, differences_figure
+from fraglib_study.report.results import load_run, paired_differences, protocol_text
 
 from test_dvc_deps import ROOT
 

@@ -44,7 +44,7 @@ def test_dvc_repro_then_nothing_to_do(tmp_path):
     params["fusion"] = {}  # fusions name runs of the real-data study
     params["results_report"]["n_examples"] = 1
     params["captions"]["runs"] = []  # no generating run here (tests/test_captions.py)
-    params["bench"] = {}  # run lists must name runs that exist (fraglib.config)
+    params["bench"] = {}  # run lists must name runs that exist (fraglib.core.config)
     params["flickr8k"]["runs"] = []
     params["pascal1k"].update(fold_runs=[], fold_captions=[])  # the k-fold study's runs are not here
     params["explorer"].update(k=2, map_runs=[])  # k below the 3 test images; no joint-space run here

@@ -1,4 +1,4 @@
-"""The report figures (fraglib.plots): every row of a difference names both sides, no legend over the data, a
+"""The report figures (fraglib_study.report.plots): every row of a difference names both sides, no legend over the data, a
 training-curve panel holds few lines."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from fraglib import plots  # noqa: E402
+from fraglib_study.report import plots  # noqa: E402
 
 RUN = "Our model: + Adam (lr 1e-2) + cosine + tuned words"
 BASES = ("DeViSE-like, D = 2048 (five-split choice)", "Peri: VSE0, settings searched on validation")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.batches import Views
+from fraglib.core.batches import Views
 from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as convert
 from fraglib.data.cache import FeatureCache
 from fraglib.data.precomp import read_precomp
-from fraglib.inputs import DataPaths, load_splits
+from fraglib.run.inputs import DataPaths, load_splits
 
 
 def write_precomp(root, split, ims, captions):

@@ -1,4 +1,4 @@
-"""What a long command prints while it runs (fraglib/progress.py): the ETA's arithmetic on a fake clock, plain lines
+"""What a long command prints while it runs (fraglib/core/progress.py): the ETA's arithmetic on a fake clock, plain lines
 (never a carriage return) where stderr is not a terminal or CI is set, and the lines a study and its units print."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from fraglib.inputs import DataPaths
-from fraglib.progress import Progress, duration, eta, interactive, track
+from fraglib.core.progress import Progress, duration, eta, interactive, track
+from fraglib.run.inputs import DataPaths
 
 
 class Clock:
@@ -127,7 +127,7 @@ def test_on_a_terminal_a_loop_draws_one_bar(monkeypatch):
 def test_a_study_says_its_units_and_their_epochs_as_they_finish(tiny_full, tmp_path, capsys, monkeypatch):
     """Two units one after another: the plan, each unit's epoch lines under its name (the first and last at least),
     a line per finished unit with its test R@1 and an ETA; all on stderr, no carriage return; stdout as before."""
-    from fraglib.study import run_study
+    from fraglib_study.experiments.study import run_study
 
     from conftest import tiny_params
 
@@ -147,11 +147,11 @@ def test_a_study_says_its_units_and_their_epochs_as_they_finish(tiny_full, tmp_p
 
 
 def test_a_training_says_each_epoch_and_a_resumed_one_goes_on_counting(tiny_full, tmp_path, capsys, monkeypatch):
-    """The trainer alone (``python -m fraglib.train``): a line per epoch under the run's name with an ETA, on stderr;
+    """The trainer alone (``python -m fraglib.run.train``): a line per epoch under the run's name with an ETA, on stderr;
     killed after one epoch and resumed, it goes on from epoch 2 of 4."""
     import torch
 
-    from fraglib.train import train
+    from fraglib.run.train import train
 
     from conftest import tiny_eval, tiny_spec
 

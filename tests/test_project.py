@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fraglib.bench import merge
+from fraglib_study.bench import merge
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned = set(project["dependencies"]) | set(project["optional-dependencies"]["dev"])
+    pinned = set(project["dependencies"]).union(*project["optional-dependencies"].values())
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert set(pip) - {"-e ."} == pinned
+    extras = ",".join(project["optional-dependencies"])
+    assert f"-e .[{extras}]" in pip, "environment.yml installs the project with every extra"
+    assert {p for p in pip if not p.startswith("-e ")} == pinned
     assert "python=3.11" in env["dependencies"]
     assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][A-Za-z0-9.+]*", p) for p in pinned), "every dependency pinned"
 
@@ -26,7 +28,8 @@ def test_environment_yml_mirrors_pyproject():
 def test_no_hard_coded_cuda_outside_device_module():
     offenders = [
         str(p)
-        for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb"))
+        for p in list([*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")])
+        + list((ROOT / "notebooks").glob("*.ipynb"))
         if p.name != "device.py" and re.search(r"\.cuda\(|device\(['\"]cuda", p.read_text())
     ]
     assert offenders == []
@@ -70,8 +73,8 @@ def test_bench_merge_keeps_other_entries(tmp_path):
 def test_runs_name_registered_systems_and_configs_are_disjoint():
     import dataclasses
 
+    from fraglib.run.train import TrainConfig, resolve_run
     from fraglib.systems import SYSTEMS
-    from fraglib.train import TrainConfig, resolve_run
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for run, entry in params["runs"].items():
@@ -89,14 +92,16 @@ def test_runs_name_registered_systems_and_configs_are_disjoint():
 
 def test_no_run_names_written_outside_params():
     """Reports and code take run names from params.yaml `runs` (the one list)."""
-    from fraglib.batches import IMAGE_VIEWS, SENTENCE_VIEWS
+    from fraglib.core.batches import IMAGE_VIEWS, SENTENCE_VIEWS
     from fraglib.systems import SYSTEMS
     from fraglib.systems.socher import ENCODERS
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     # run names that are also system, view or encoder names, and the report's default base run, are fine
     names = set(params["runs"]) - set(SYSTEMS) - set(IMAGE_VIEWS) - set(SENTENCE_VIEWS) - set(ENCODERS) - {"full"}
-    for p in list((ROOT / "fraglib").rglob("*.py")) + list((ROOT / "notebooks").glob("*.ipynb")):
+    for p in list([*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")]) + list(
+        (ROOT / "notebooks").glob("*.ipynb")
+    ):
         text = p.read_text()
         hits = [n for n in names if re.search(rf"[\"']{n}[\"']", text)]
         assert not hits, f"{p.name} names runs {hits}"
@@ -114,19 +119,28 @@ def test_notebooks_have_no_functions_and_short_cells():
 def test_readme_layout_names_every_module_and_docs_exist():
     readme = (ROOT / "README.md").read_text()
     layout = readme[readme.index("## Layout") : readme.index("## Device")]
-    for p in (ROOT / "fraglib").rglob("*.py"):
+    for p in [*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")]:
         if p.name != "__init__.py" or p.parent.name != "fraglib":
             name = p.stem if p.name not in ("__init__.py", "__main__.py") else p.parent.name
             assert name in layout, f"README layout does not name {p.relative_to(ROOT)}"
-    cited = set(re.findall(r"docs/(\w+\.md)", " ".join(p.read_text() for p in (ROOT / "fraglib").rglob("*.py"))))
+    cited = set(
+        re.findall(
+            r"docs/(\w+\.md)",
+            " ".join(
+                p.read_text() for p in [*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")]
+            ),
+        )
+    )
     cited |= set(re.findall(r"docs/(\w+\.md)", readme + (ROOT / "params.yaml").read_text()))
     missing = [c for c in cited if not (ROOT / "docs" / c).exists()]
     assert not missing, f"cited but missing: {missing}"
-    assert "DESIGN.md" not in " ".join(p.read_text() for p in (ROOT / "fraglib").rglob("*.py"))
+    assert "DESIGN.md" not in " ".join(
+        p.read_text() for p in [*(ROOT / "fraglib").rglob("*.py"), *(ROOT / "fraglib_study").rglob("*.py")]
+    )
 
 
 def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
-    from fraglib.index import _scale_sections
+    from fraglib_study.pages.index import _scale_sections
 
     def ep(name, value, ratio, **kw):
         return {
@@ -187,7 +201,7 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
 
 
 def test_growth_slope_is_the_log_log_least_squares_exponent():
-    from fraglib.index import growth_slope
+    from fraglib_study.pages.index import growth_slope
 
     assert growth_slope([(1, 2.0), (4, 8.0)]) == pytest.approx(1.0)  # linear
     assert growth_slope([(1, 1.0), (4, 16.0), (16, 256.0)]) == pytest.approx(2.0)  # quadratic, three scales
@@ -195,7 +209,7 @@ def test_growth_slope_is_the_log_log_least_squares_exponent():
 
 
 def test_least_squares_slope_is_the_fitted_line_s_slope():
-    from fraglib.index import least_squares_slope
+    from fraglib_study.pages.index import least_squares_slope
 
     assert least_squares_slope([(50, 880.0), (100, 890.0), (200, 910.0)]) == pytest.approx(0.2)
     assert least_squares_slope([(0, 1.0), (1, 0.0), (2, 1.0)]) == pytest.approx(0.0)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
 from fraglib.systems.recursive import (
     compose,
     compose_reference,
@@ -309,7 +309,7 @@ def test_eq5_all_negatives_against_loops():
 
 
 def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
-    from fraglib.inputs import compact_words
+    from fraglib.run.inputs import compact_words
     from fraglib.text.parse import ParsedCaption
     from fraglib.text.trees import encode_trees
 
@@ -328,7 +328,7 @@ def test_tree_rows_keep_out_of_dictionary_words_as_zero_vectors():
 
 
 def test_adagrad_sums_reset_every_n_epochs():
-    from fraglib.train import TrainConfig, make_optimizer, reset_adagrad
+    from fraglib.run.train import TrainConfig, make_optimizer, reset_adagrad
 
     tc = TrainConfig(optimizer="adagrad", adagrad_reset=5, lr=0.1)
     w = torch.nn.Parameter(torch.ones(3))
@@ -348,9 +348,9 @@ def test_adagrad_sums_reset_every_n_epochs():
 def test_socher_encoders_match_one_sentence_at_a_time(encoder, tiny_full):
     """The system's batched encoders (global ids, slots, binarisation) against a per-sentence
     recursion written from the definitions, and its loss against Eq. 5 by loops."""
-    from fraglib.inputs import load_splits, make_batches
+    from fraglib.run.inputs import load_splits, make_batches
+    from fraglib.run.train import resolve_run
     from fraglib.systems import SYSTEMS
-    from fraglib.train import resolve_run
 
     from conftest import tiny_params
 
@@ -416,8 +416,8 @@ def test_word_map_once_per_distinct_word_equals_once_per_node(encoder):
     """The encoders take ``W_v x`` once per distinct word and gather it to the nodes: the same vectors as
     ``W_v`` applied at every node (the former code), to the bit in float32 (each row is its own dot
     products); the gradients agree to float tolerance (W_v's is summed per word first)."""
-    from fraglib.bench.common import random_split
     from fraglib.systems.socher import Config, SocherSystem
+    from fraglib_study.bench.common import random_split
 
     train, dims = random_split(12, 5, img_dim=8, seed=2)
     system = SocherSystem(Config(encoder=encoder, init_noise=0.3), dims, 0)
@@ -449,10 +449,10 @@ def test_word_map_once_per_distinct_word_equals_once_per_node(encoder):
 # ------------------------------------------------------------------ sampled negatives (systems.socher.negatives)
 def _sampling_system(negatives, encoder="dtrnn", seed=0, n_images=40):
     """A float64 Socher system with ``negatives`` on a random training split of ``n_images`` images × 5
-    sentences (fraglib.bench.common.random_split), in training mode: (system, split, first batch of 8)."""
-    from fraglib.bench.common import random_split
-    from fraglib.inputs import make_batches
+    sentences (fraglib_study.bench.common.random_split), in training mode: (system, split, first batch of 8)."""
+    from fraglib.run.inputs import make_batches
     from fraglib.systems.socher import Config, SocherSystem
+    from fraglib_study.bench.common import random_split
 
     train, dims = random_split(n_images, 5, img_dim=8, seed=2)
     system = SocherSystem(Config(encoder=encoder, init_noise=0.3, negatives=negatives), dims, seed).double()
@@ -587,7 +587,7 @@ def test_sampled_negatives_are_a_function_of_seed_epoch_and_step():
 def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, tmp_path):
     """The trainer: a DT-RNN with sampled negatives, killed after 2 epochs and resumed, ends as an
     uninterrupted run (metrics, history), and two runs of one seed agree."""
-    from fraglib.train import resolve_run, train
+    from fraglib.run.train import resolve_run, train
 
     from conftest import tiny_params
 
@@ -614,8 +614,8 @@ def test_sampled_negatives_resume_after_a_kill_equals_uninterrupted(tiny_full, t
     ],
 )
 def test_bad_negatives_are_refused_by_name(over, why):
-    from fraglib.config import ConfigError
-    from fraglib.train import resolve_run
+    from fraglib.core.config import ConfigError
+    from fraglib.run.train import resolve_run
 
     from conftest import tiny_params
 
@@ -676,9 +676,9 @@ def test_cca_equals_the_inverse_square_root_reference(dx, dy):
 def squared_dtrnn(dataset_dir, **over):
     """A float64 squared-loss DT-RNN (settings ``over``) prepared on ``dataset_dir``'s training split:
     (system, train split, run spec, system class, dims)."""
-    from fraglib.inputs import load_splits
+    from fraglib.run.inputs import load_splits
+    from fraglib.run.train import resolve_run
     from fraglib.systems import SYSTEMS
-    from fraglib.train import resolve_run
 
     from conftest import tiny_params
 
@@ -695,8 +695,8 @@ def squared_dtrnn(dataset_dir, **over):
 def test_squared_loss_alternates_between_the_image_map_and_the_sentence_model(tiny_full):
     """Table 2's scheme: W_I alone in even epochs (sentence vectors fixed), θ alone in odd ones;
     the loss is the batch's mean ‖v − y‖² + λ‖trained part‖², scores are −‖v − y‖."""
-    from fraglib.inputs import make_batches
-    from fraglib.train import TrainConfig, make_optimizer
+    from fraglib.run.inputs import make_batches
+    from fraglib.run.train import TrainConfig, make_optimizer
 
     system, tr, spec, cls, dims = squared_dtrnn(tiny_full, alternate_epochs=2, lam=0.5)
     assert [system.phase(e) for e in range(5)] == [
@@ -736,7 +736,7 @@ def test_ridge_image_map_is_the_minimiser_of_the_squared_loss_over_all_pairs(tin
     """``w_step: ridge``: before each round W_I is the exact minimiser of (1/N) Σ_p ‖W z_p − y_p‖² + λ‖W‖²
     over the training pairs (y from the current θ): the objective's gradient in W_I vanishes, a lstsq of
     the stacked system gives the same W, and every epoch then trains θ alone."""
-    from fraglib.batches import mean_rows
+    from fraglib.core.batches import mean_rows
     from fraglib.systems.socher import ridge_map
 
     system, tr, *_ = squared_dtrnn(tiny_full, w_step="ridge", alternate_epochs=2, lam=0.3)

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from fraglib import reference
-from fraglib.reference import PUBLISHED, check_published, published
+from fraglib_study import reference
+from fraglib_study.reference import PUBLISHED, check_published, published
 
 
 def test_the_committed_published_results_pass_their_check():
@@ -55,14 +55,14 @@ def test_malformed_published_yaml_names_the_file(tmp_path, monkeypatch):
 
 
 def test_a_row_the_paper_does_not_print_is_named():
-    from fraglib.claims import published_row
+    from fraglib_study.audit.claims import published_row
 
     with pytest.raises(KeyError, match=r"karpathy2014_defrag\.pascal1k:no_such_row \(search\)"):
         published_row("karpathy2014_defrag.pascal1k:no_such_row", "search")
 
 
 def _claims_file(tmp_path, change):
-    from fraglib.claims import CLAIMS
+    from fraglib_study.audit.claims import CLAIMS
 
     data = yaml.safe_load(CLAIMS.read_text())
     change(data["claims"])
@@ -82,7 +82,7 @@ def _claims_file(tmp_path, change):
     ],
 )
 def test_a_damaged_claims_file_names_the_file_and_the_field(tmp_path, change, match):
-    from fraglib.claims import read_claims
+    from fraglib_study.audit.claims import read_claims
 
     path = _claims_file(tmp_path, change)
     with pytest.raises(ValueError, match=match) as exc:
@@ -117,7 +117,7 @@ def _explorer(tmp_path, change=None):
     ],
 )
 def test_a_damaged_explorer_json_names_the_file_and_the_field(tmp_path, change, match):
-    from fraglib.explorer_page import page_data
+    from fraglib_study.pages.explorer_page import page_data
 
     d = _explorer(tmp_path, change)
     with pytest.raises(ValueError, match=match) as exc:
@@ -126,7 +126,7 @@ def test_a_damaged_explorer_json_names_the_file_and_the_field(tmp_path, change, 
 
 
 def test_a_cut_explorer_json_ends_the_page_command_with_its_name(tmp_path, capsys):
-    from fraglib.explorer_page import main
+    from fraglib_study.pages.explorer_page import main
 
     d = _explorer(tmp_path)
     (d / "explorer.json").write_text('{"dataset": "synth')
@@ -138,6 +138,6 @@ def test_a_cut_explorer_json_ends_the_page_command_with_its_name(tmp_path, capsy
 
 
 def page_ok(tmp_path):
-    from fraglib.explorer_page import page_data
+    from fraglib_study.pages.explorer_page import page_data
 
     return page_data(_explorer(tmp_path / "good"), tmp_path / "explorer.html")["images"][0]["thumb"].endswith("7.jpg")

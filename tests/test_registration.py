@@ -11,7 +11,7 @@ from conftest import ROOT
 
 TAG = "registration-1"
 RULE = {  # the registered definitions of each file: functions and constants of the rule
-    "fraglib/claims.py": (
+    "fraglib_study/audit/claims.py": (
         "ALPHA",
         "NEAR_CHANCE",
         "ORDERING_SE",
@@ -40,10 +40,17 @@ RULE = {  # the registered definitions of each file: functions and constants of 
         "_near_chance",
         "adjust",
     ),
-    "fraglib/metrics.py": ("holm", "stratified_mean_se"),
+    "fraglib/metrics/retrieval.py": ("holm", "stratified_mean_se"),
 }
-WHOLE = ("docs/analysis_plan.md", "fraglib/reference/published_results.yaml")
-REGISTRY = "fraglib/reference/claims.yaml"
+WHOLE = ("docs/analysis_plan.md", "fraglib_study/reference/published_results.yaml")
+REGISTRY = "fraglib_study/reference/claims.yaml"
+# where a registered file was at the tag, for those moved since (issue #78: the library and the study apart)
+MOVED = {
+    "fraglib_study/audit/claims.py": "fraglib/claims.py",
+    "fraglib/metrics/retrieval.py": "fraglib/metrics.py",
+    "fraglib_study/reference/claims.yaml": "fraglib/reference/claims.yaml",
+    "fraglib_study/reference/published_results.yaml": "fraglib/reference/published_results.yaml",
+}
 
 
 def definitions(source: str, names: tuple[str, ...]) -> dict[str, str]:
@@ -110,7 +117,7 @@ def test_every_change_since_the_registration_is_a_listed_deviation():
     commit = registered()
     if commit is None:
         pytest.skip(f"neither the tag {TAG} nor the commit docs/deviations.md names is in this checkout (no history)")
-    old = {p: _at(commit, p) for p in _files()}
+    old = {p: _at(commit, MOVED.get(p, p)) for p in _files()}
     new = {p: (ROOT / p).read_text() if (ROOT / p).exists() else None for p in _files()}
     assert all(old[p] is not None for p in _files()), f"a registered file is not at {TAG}"
     missing = unlisted(changes(old, new), (ROOT / "docs" / "deviations.md").read_text())
@@ -120,25 +127,29 @@ def test_every_change_since_the_registration_is_a_listed_deviation():
 def test_the_check_sees_a_changed_rule_claim_and_plan():
     old = {p: (ROOT / p).read_text() for p in _files()}
     new = dict(old)
-    new["fraglib/claims.py"] = old["fraglib/claims.py"].replace("NEAR_CHANCE = 0.2", "NEAR_CHANCE = 0.1")
+    new["fraglib_study/audit/claims.py"] = old["fraglib_study/audit/claims.py"].replace(
+        "NEAR_CHANCE = 0.2", "NEAR_CHANCE = 0.1"
+    )
     claims = yaml.safe_load(old[REGISTRY])
     claims["claims"][0]["tasks"] = claims["claims"][0]["tasks"][:1]
     new[REGISTRY] = yaml.safe_dump(claims)
     new["docs/analysis_plan.md"] = old["docs/analysis_plan.md"] + "\nmore\n"
     first = claims["claims"][0]["id"]
     found = changes(old, new)
-    assert found == ["`fraglib/claims.py:NEAR_CHANCE`", f"`claims.yaml:{first}`", "`docs/analysis_plan.md`"]
+    assert found == ["`fraglib_study/audit/claims.py:NEAR_CHANCE`", f"`claims.yaml:{first}`", "`docs/analysis_plan.md`"]
     assert unlisted(found, f"| `claims.yaml:{first}` | … |") == [
-        "`fraglib/claims.py:NEAR_CHANCE`",
+        "`fraglib_study/audit/claims.py:NEAR_CHANCE`",
         "`docs/analysis_plan.md`",
     ]
     assert changes(old, old) == []
     every = tuple(n for names in RULE.values() for n in names)
     assert {n for path in RULE for n in definitions(old[path], every)} == set(every)  # each found in the rule's files
     # a definition moved to another of the rule's files with its text unchanged is no change; edited, it is one
-    src = definitions(old["fraglib/claims.py"], ("verdict",))["verdict"]
-    moved = dict(old, **{"fraglib/claims.py": old["fraglib/claims.py"].replace(src, "")})
-    moved["fraglib/metrics.py"] = old["fraglib/metrics.py"] + "\n\n" + src + "\n"
+    src = definitions(old["fraglib_study/audit/claims.py"], ("verdict",))["verdict"]
+    moved = dict(old, **{"fraglib_study/audit/claims.py": old["fraglib_study/audit/claims.py"].replace(src, "")})
+    moved["fraglib/metrics/retrieval.py"] = old["fraglib/metrics/retrieval.py"] + "\n\n" + src + "\n"
     assert changes(old, moved) == []
-    moved["fraglib/metrics.py"] = old["fraglib/metrics.py"] + "\n\n" + src.replace("return", "return  #", 1) + "\n"
-    assert changes(old, moved) == ["`fraglib/claims.py:verdict`"]
+    moved["fraglib/metrics/retrieval.py"] = (
+        old["fraglib/metrics/retrieval.py"] + "\n\n" + src.replace("return", "return  #", 1) + "\n"
+    )
+    assert changes(old, moved) == ["`fraglib_study/audit/claims.py:verdict`"]

@@ -1,4 +1,4 @@
-"""`make reports` (fraglib.reports): every page from what git holds, on a copy of the tracked files alone."""
+"""`make reports` (fraglib_study.pages.render): every page from what git holds, on a copy of the tracked files alone."""
 
 import json
 import re
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
-    from fraglib.reports import report_pages
+    from fraglib_study.pages.render import report_pages
 
     pages = {p.html: p for p in report_pages(ROOT)}
     assert {
@@ -37,7 +37,7 @@ def test_every_notebook_stage_is_a_page_with_its_dvc_parameters():
 
 
 def test_study_command_names_the_pipeline_of_a_path():
-    from fraglib.studies import study_command
+    from fraglib_study.report.registry import study_command
 
     assert study_command("data/pascal1k/split{seed}", ROOT) == "dvc repro studies/pascal1k/dvc.yaml"
     assert study_command("runs/synthetic_extended", ROOT) == "dvc repro studies/synthetic/dvc.yaml"
@@ -69,7 +69,11 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     copy = _tracked_copy(tmp_path / "clone")
     before = {p: p.read_bytes() for p in (copy / "reports").rglob("*.html")}
     out = subprocess.run(
-        [sys.executable, "-m", "fraglib.reports", "--no-index"], cwd=copy, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "fraglib_study.pages.render", "--no-index"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     status = {
@@ -120,9 +124,9 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
     import errno
     import pathlib
 
-    import fraglib.notebook
-    from fraglib.reports import render
-    from fraglib.studies import Page
+    import fraglib_study.report.notebook
+    from fraglib_study.pages.render import render
+    from fraglib_study.report.registry import Page
 
     def fake_run(notebook, html, parameters, executed, at=None):
         for p, text in ((html, "<html>new page</html>\n"), (executed, '{"cells": []}\n')):
@@ -130,7 +134,7 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
             Path(p).write_text(text)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(fraglib.notebook, "run_notebook", fake_run)
+    monkeypatch.setattr(fraglib_study.report.notebook, "run_notebook", fake_run)
     page = Page("dvc.yaml:x", "notebooks/x.ipynb", "reports/x.html", "reports/executed/x.ipynb", {})
     Path("reports").mkdir()
     Path("reports/x.html").write_text("<html>committed page</html>\n")
@@ -154,18 +158,18 @@ def test_a_rendered_page_replaces_the_committed_one_whole(tmp_path, monkeypatch)
 def test_a_rendered_page_brings_its_figures_and_drops_the_old_ones(tmp_path, monkeypatch):
     """The staged figures (``<page>_files/figNN``) go into place with the page; the earlier render's figures that
     the new page does not show are removed, the folder's other files kept, the staging folder left empty."""
-    import fraglib.notebook
-    from fraglib.reports import render
-    from fraglib.studies import Page
+    import fraglib_study.report.notebook
+    from fraglib_study.pages.render import render
+    from fraglib_study.report.registry import Page
 
     def fake_run(notebook, html, parameters, executed, at=None):
         Path(executed).parent.mkdir(parents=True, exist_ok=True)
         Path(executed).write_text('{"cells": []}\n')
-        fraglib.notebook.write_figures(html, {"fig01.jpg": b"new picture"})
+        fraglib_study.report.notebook.write_figures(html, {"fig01.jpg": b"new picture"})
         Path(html).write_text('<img src="x_files/fig01.jpg">\n')
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(fraglib.notebook, "run_notebook", fake_run)
+    monkeypatch.setattr(fraglib_study.report.notebook, "run_notebook", fake_run)
     page = Page("dvc.yaml:x", "notebooks/x.ipynb", "reports/x.html", "reports/executed/x.ipynb", {})
     old = Path("reports/x_files")
     old.mkdir(parents=True)
@@ -178,9 +182,9 @@ def test_a_rendered_page_brings_its_figures_and_drops_the_old_ones(tmp_path, mon
 
 
 def test_every_committed_page_is_under_1_mb_with_its_figures_under_3_mb():
-    """The limits a page keeps (its figures are files beside it: fraglib.notebook.figures_of): the HTML under
+    """The limits a page keeps (its figures are files beside it: fraglib_study.report.notebook.figures_of): the HTML under
     1 MB, the figures it shows together under 3 MB, each figure it names present and none left over."""
-    from fraglib.notebook import figure_files, figures_folder
+    from fraglib_study.report.notebook import figure_files, figures_folder
 
     pages = sorted((ROOT / "reports").rglob("*.html"))
     assert pages

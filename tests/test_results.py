@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fraglib.inputs import DataPaths
-from fraglib.results import bootstrap_seed_mean, paired_difference, published_table
-from fraglib.tables import markdown
+from fraglib.run.inputs import DataPaths
+from fraglib_study.report.results import bootstrap_seed_mean, paired_difference, published_table
+from fraglib_study.report.tables import markdown
 
 from conftest import ROOT, tiny_eval
 
@@ -36,7 +36,7 @@ def test_paired_difference_by_hand():
 
 
 def test_paired_differences_use_the_seeds_both_runs_have():
-    from fraglib.results import paired_differences
+    from fraglib_study.report.results import paired_differences
 
     a = np.array([[1, 1, 5, 20], [1, 2, 5, 20], [9, 9, 9, 9]])
     b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
@@ -54,7 +54,7 @@ def test_paired_differences_use_the_seeds_both_runs_have():
 
 
 def test_bootstrap_draws_stay_inside_the_drawn_group():
-    from fraglib.metrics import bootstrap_draws
+    from fraglib.metrics.retrieval import bootstrap_draws
 
     groups = np.array([7, 7, 9, 9, 9])
     units, queries = bootstrap_draws(groups, n_queries=4, n_boot=200, seed=1)
@@ -67,7 +67,7 @@ def test_bootstrap_values_are_the_plain_loop_over_draws():
     """Each resample's metric, written straight from the definition (for every drawn group slot and unit: the metric
     of that unit's ranks at the slot's drawn queries; averaged over slots and units), equals the vectorised form to
     the bit, with groups, strata and ties."""
-    from fraglib.metrics import _boot_values, bootstrap_draws, rank_metric
+    from fraglib.metrics.retrieval import _boot_values, bootstrap_draws, rank_metric
 
     rng = np.random.default_rng(3)
     for trial in range(6):
@@ -89,7 +89,7 @@ def test_training_noise_widens_the_ci():
     """Two training runs on one split whose ranks differ only between runs (every query alike within a
     run): a query bootstrap alone would give a zero-width CI at 50; resampling the runs spans both
     runs' values. Their noise: the within-split sd of R@1 (100 and 0 -> 70.7) and the mean gap 100."""
-    from fraglib.results import training_noise
+    from fraglib_study.report.results import training_noise
 
     r = np.array([[1] * 10, [5] * 10])
     lo, hi = bootstrap_seed_mean(r, "r1", n_boot=400, groups=[0, 0])
@@ -116,8 +116,8 @@ def test_published_table_layout():
 
 
 def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
-    from fraglib.index import build
-    from fraglib.results import load_run, results_table
+    from fraglib_study.pages.index import build
+    from fraglib_study.report.results import load_run, results_table
 
     full = load_run(tiny_study / "full")
     assert full["seeds"] == [0] and full["ranks"]["search"].shape[0] == 1
@@ -137,7 +137,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     import pandas as pd
 
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib.results import breakdown, have_groups, query_record
+    from fraglib_study.report.results import breakdown, have_groups, query_record
 
     images = [
         {"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
@@ -171,7 +171,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     assert df.loc[("search", "length", "<= 8 words"), "value"] == 75.0  # (100 + 50) / 2
     assert df.loc[("search", "length", "> 15 words"), "value"] == 0.0
     assert df.loc[("search", "category", "dog"), "queries"] == 2
-    # without the data, the committed record of each split (fraglib.figures' queries.json) gives the same table
+    # without the data, the committed record of each split (fraglib_study.report.figure_data' queries.json) gives the same table
     records = {str(s): query_record(tmp_path / f"s{s}") for s in (0, 1)}
     assert records["0"] == {"category": ["dog", "cat"], "image": [0, 0, 1], "length": [5, 20, 7]}
     (tmp_path / "queries.json").write_text(json.dumps({"0": records["0"]}))
@@ -192,7 +192,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
 def test_group_differences_by_hand(tmp_path):
     """Per-category paired differences: the point is the mean of per-split differences within the group."""
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib.results import group_differences
+    from fraglib_study.report.results import group_differences
 
     images = [
         {"imgid": i, "filename": f"{i}.jpg", "split": "test", "category": c}
@@ -216,7 +216,7 @@ def test_group_differences_by_hand(tmp_path):
 
 def test_validation_by_split_by_hand(tmp_path):
     """Best validation R-sum per training run; first runs per split, their mean, all runs, the run gap."""
-    from fraglib.results import validation_by_split
+    from fraglib_study.report.results import validation_by_split
 
     rows = {
         "a": [("0", 1, 10.0), ("0", 2, 30.0), ("0r1", 1, 20.0), ("0r1", 2, 25.0), ("1", 1, 50.0), ("1r1", 1, 40.0)],
@@ -236,7 +236,7 @@ def test_validation_by_split_by_hand(tmp_path):
 
 def test_rerun_agreement_by_hand():
     """The cross-machine check: z = diff / (pooled seed sd * sqrt(2 / n))."""
-    from fraglib.rerun import agreement
+    from fraglib_study.audit.rerun import agreement
 
     def run(a1, sd_a1, s1=10.0, sd=1.0):
         flat = {"r1": 50.0, "r5": 70.0, "r10": 80.0}
@@ -271,8 +271,8 @@ def test_rerun_agreement_by_hand():
 
 
 def test_verb_groups_by_hand():
-    from fraglib.results import groups_of, has_verb, verb_groups
     from fraglib.text.parse import Token
+    from fraglib_study.report.results import groups_of, has_verb, verb_groups
 
     tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")  # noqa: E731
     assert has_verb([tok("_", "NN"), tok("_", "VBG")]) and has_verb([tok("VERB", "_")]) and has_verb([tok("AUX", "_")])
@@ -290,7 +290,7 @@ def test_verb_groups_by_hand():
 
 
 def test_paper_table_by_hand():
-    from fraglib.results import paper_table
+    from fraglib_study.report.results import paper_table
 
     study = {
         "a": {"groups": [0, 1], "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}
@@ -321,7 +321,7 @@ def test_paper_table_by_hand():
 
 
 def test_study_keeps_sentence_similarity_ranks(tiny_study):
-    from fraglib.results import load_run, paired_differences
+    from fraglib_study.report.results import load_run, paired_differences
 
     runs = {r: load_run(tiny_study / r) for r in ("dtrnn", "random", "full")}
     assert "similarity" in runs["dtrnn"]["ranks"] and "similarity" in runs["random"]["ranks"]
@@ -333,9 +333,9 @@ def test_study_keeps_sentence_similarity_ranks(tiny_study):
 def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
     import torch
 
-    from fraglib.checkpoint import load_system
-    from fraglib.results import relation_norms
-    from fraglib.train import resolve_run, train
+    from fraglib.run.checkpoint import load_system
+    from fraglib.run.train import resolve_run, train
+    from fraglib_study.report.results import relation_norms
 
     from conftest import tiny_params
 
@@ -352,7 +352,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
 
 
 def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
-    from fraglib.results import run_names
+    from fraglib_study.report.results import run_names
 
     params = {"runs": {"a": {}, "b": {}, "c": {}}}
     for r in ("a", "b"):
@@ -366,7 +366,7 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
 
 def test_vsepp_median_and_peri_table():
     """The VSE++ median per seed in the results table, and Peri's rows in their own table."""
-    from fraglib.results import peri_published_table, results_table
+    from fraglib_study.report.results import peri_published_table, results_table
 
     ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])  # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
     run = {"groups": [0, 1], "ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
@@ -378,7 +378,7 @@ def test_vsepp_median_and_peri_table():
 
 
 def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
-    from fraglib.index import build
+    from fraglib_study.pages.index import build
 
     e = lambda name, v, scale, images: {
         "name": name,
@@ -432,7 +432,7 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
 def test_split_differences_by_hand():
     """Per-split R@1 differences 2, 4, 6 -> mean 4, sd 2, t(0.975, 2) = 4.303: 4 ± 4.303 · 2 / √3 (a
     split's replicates are averaged before the difference)."""
-    from fraglib.results import split_differences, t975
+    from fraglib_study.report.results import split_differences, t975
 
     def run(r1s):
         return {"per_seed": {str(i): {d: {"r1": v} for d in ("annotation", "search")} for i, v in enumerate(r1s)}}
@@ -450,11 +450,11 @@ def test_split_differences_by_hand():
 
 
 def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, monkeypatch, capsys):
-    """``fraglib.rerun`` with an absolute path or from a subfolder finds the committed summaries (once: "no
+    """``fraglib_study.audit.rerun`` with an absolute path or from a subfolder finds the committed summaries (once: "no
     metrics at git HEAD"); a damaged ``metrics.json`` is named, not a traceback."""
     import shutil
 
-    from fraglib.rerun import main, read_runs
+    from fraglib_study.audit.rerun import main, read_runs
 
     committed = read_runs(ROOT / "runs" / "synthetic", "HEAD")  # absolute path
     assert "full" in committed and len(committed["full"]["seeds"]) >= 1
@@ -466,7 +466,8 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
     with pytest.raises(SystemExit):
         main([str(copy), "--reference-dir", str(ROOT / "runs" / "synthetic")])
     assert (
-        f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib.study writes (damaged?" in capsys.readouterr().err
+        f"{copy / 'full' / 'metrics.json'}: not a run summary fraglib_study.experiments.study writes (damaged?"
+        in capsys.readouterr().err
     )
     with pytest.raises(ValueError, match="not inside a git repository"):
         read_runs(copy, "HEAD")
@@ -475,11 +476,11 @@ def test_rerun_reads_committed_runs_from_any_folder_and_names_damage(tmp_path, m
 def test_results_page_is_generated_from_the_committed_summaries():
     """docs/results.md holds no hand-typed number: it equals what the committed summaries give, its rows
     read their metrics.json, and the verdict says that no confirmation on unseen partitions is part of the study."""
-    from fraglib.summary import results_markdown
-    from fraglib.tables import UNCONFIRMED
+    from fraglib_study.pages.summary import results_markdown
+    from fraglib_study.report.tables import UNCONFIRMED
 
     page = (ROOT / "docs" / "results.md").read_text()
-    assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib.summary"
+    assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib_study.pages.summary"
     m = json.loads((ROOT / "runs" / "pascal1k" / "fr_lr01" / "metrics.json").read_text())
     pascal = page[page.index("## Pascal1K") :]  # other studies have fr_lr01 too
     row = next(line for line in pascal.splitlines() if line.startswith("| `fr_lr01`"))
@@ -493,7 +494,7 @@ def test_the_readme_verdict_matches_the_committed_runs():
     and docs/results.md say that no confirmation on unseen partitions is part of the study yet."""
     import yaml
 
-    from fraglib.tables import UNCONFIRMED, verdict_pair
+    from fraglib_study.report.tables import UNCONFIRMED, verdict_pair
 
     pair = verdict_pair(yaml.safe_load((ROOT / "params.yaml").read_text()))
     best, base = (json.loads((ROOT / "runs" / "pascal1k" / r / "metrics.json").read_text()) for r in pair)
@@ -509,8 +510,8 @@ def test_the_readme_verdict_matches_the_committed_runs():
 def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
     """Socher et al.'s Tables 1-3 in docs/results.md and on the index: our mean over the splits beside the
     printed number, one row per paper row whose run is here (hand-made summaries)."""
-    from fraglib.reference import published
-    from fraglib.tables import socher
+    from fraglib_study.reference import published
+    from fraglib_study.report.tables import socher
 
     def summary(mr_search, mr_ann, r1=20.0):
         d = lambda mr: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": mr, "median_rank": 3.0}  # noqa: E731
@@ -551,23 +552,23 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
     """Each report's one-line finding on the index comes from files in git: the fight's difference equals
     the committed summaries', a results page's finding counts its runs (the best of each protocol: the index's
     first table, tests/test_index_best.py)."""
-    from fraglib.index import finding
-    from fraglib.params import read_params
-    from fraglib.studies import studies
-    from fraglib.tables import verdict_pair
+    from fraglib_study.pages.index import finding
+    from fraglib_study.params import read_params
+    from fraglib_study.report.registry import studies
+    from fraglib_study.report.tables import verdict_pair
 
     monkeypatch.chdir(ROOT)
     params = read_params(ROOT / "params.yaml")
     found = {s.name: s for s in studies(ROOT)}
     fight = finding(found["pascal1k"], found["pascal1k"].page("fight_report"), params)
-    from fraglib.claims import our_difference
+    from fraglib_study.audit.claims import our_difference
 
     a, b = (ROOT / "runs" / "pascal1k" / r for r in verdict_pair(params))  # the claims' own paired difference
     assert (
         f"five splits: annotation R@1 {our_difference(a, b, 'annotation', 'r1', train_var=1.0)['diff']:+.1f}" in fight
     )
     # a page's finding counts the runs that page shows: the extended page both studies' runs, no fusion run
-    from fraglib.results import run_folders
+    from fraglib_study.report.results import run_folders
 
     for name, folders in (
         ("synthetic", ["runs/synthetic"]),
@@ -580,8 +581,8 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
 
 
 def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
-    from fraglib.reference import published
-    from fraglib.tables import peri
+    from fraglib_study.reference import published
+    from fraglib_study.report.tables import peri
 
     m = lambda r1: {"r1": r1, "r5": 50.0, "r10": 70.0, "mean_rank": 9.0, "median_rank": 3.0}  # noqa: E731
     params = {"results_report": {"peri": {"thesis_rows": {"stt_att": "stt_att_1024", "stt": "stt_1024"}}}}
@@ -600,7 +601,7 @@ def test_peri_table_puts_our_runs_beside_the_thesis_by_hand():
 
 
 def _summary(**fields):
-    """A run summary holding every key fraglib.study writes (what summary pages check), ``fields`` replacing them
+    """A run summary holding every key fraglib_study.experiments.study writes (what summary pages check), ``fields`` replacing them
     (a direction's figures are merged into the defaults)."""
     base = {
         "system": "x",
@@ -612,7 +613,7 @@ def _summary(**fields):
 
 def test_working_forms_table_by_hand(tmp_path):
     """Before -> after rows: a run is found in the first study folder that has it; CIDEr from captions.json."""
-    from fraglib.tables import working_forms
+    from fraglib_study.report.tables import working_forms
 
     def put(study, run, a, s, n, cider=None):
         d = tmp_path / "runs" / study / run
@@ -643,7 +644,7 @@ def test_working_forms_table_by_hand(tmp_path):
 
 def test_peri_caption_table_by_hand(tmp_path):
     """Our captions beside the thesis's Flickr30K row of the same decoder; text-only runs are left out."""
-    from fraglib.tables import peri_captions
+    from fraglib_study.report.tables import peri_captions
 
     def put(run, **tasks):
         d = tmp_path / "runs" / "p" / run
@@ -669,7 +670,7 @@ def test_peri_caption_table_by_hand(tmp_path):
 
 
 def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
-    from fraglib.tables import coverage
+    from fraglib_study.report.tables import coverage
 
     for run, units, have in (("a", ["0", "0r1"], ["0", "0r1"]), ("b", ["0", "1"], ["0"])):
         d = tmp_path / "runs" / "s" / run
@@ -686,8 +687,8 @@ def test_per_unit_coverage_names_runs_without_their_ranks(tmp_path):
 
 def test_hubness_table_and_index_line_by_hand():
     """docs/results.md's hubness rows and the index's hubness clause read metrics.json's ``hubness`` as written."""
-    from fraglib.index import hubness_line
-    from fraglib.tables import hubness
+    from fraglib_study.pages.index import hubness_line
+    from fraglib_study.report.tables import hubness
 
     def run(skew_a, skew_s, r1, is_r1, csls_r1):
         corr = lambda v: {d: {"r1": v, "param": 1.0} for d in ("annotation", "search")}  # noqa: E731
@@ -725,7 +726,7 @@ def test_hubness_table_and_index_line_by_hand():
 def r1_run(folder: Path, name: str, r1: dict[str, float], corrected: dict[str, float] | None = None, **summary) -> Path:
     """Run ``name`` of ``folder`` with one training run on 200 queries per direction whose R@1 is ``r1[d]`` (the
     first 2·r1 queries at rank 1, the rest at 10), and with ``corrected`` its inductive inverted softmax's R@1."""
-    from fraglib.metrics import recall_table
+    from fraglib.metrics.retrieval import recall_table
 
     def ranks(x: float) -> list[int]:
         return [1] * round(2 * x) + [10] * (200 - round(2 * x))
@@ -748,7 +749,7 @@ def r1_run(folder: Path, name: str, r1: dict[str, float], corrected: dict[str, f
 def test_fight_baselines_table_by_hand(tmp_path):
     """docs/results.md's fight table: the ladder's last run minus each baseline present, in the baselines' order,
     paired by training run, plain and under the inductive inverted softmax (— where a run measured no hubness)."""
-    from fraglib.tables import fight_baselines
+    from fraglib_study.report.tables import fight_baselines
 
     params = {"results_report": {"fight": {"ladder": ["old", "best"], "baselines": ["k", "missing", "d"]}}}
     r1_run(tmp_path, "best", {"annotation": 40.0, "search": 30.0}, {"annotation": 45.0, "search": 33.0})
@@ -769,7 +770,7 @@ def test_fight_baselines_table_by_hand(tmp_path):
 
 def test_the_verdict_states_the_folds_where_they_hold_the_pair(tmp_path):
     """The verdict line: the five splits' paired difference, then the ten folds' where both runs are on them."""
-    from fraglib.tables import verdict
+    from fraglib_study.report.tables import verdict
 
     pair, splits, folds = ("best", "d"), tmp_path / "splits", tmp_path / "folds"
     r1_run(splits, "best", {"annotation": 40.0, "search": 30.0})
@@ -787,9 +788,9 @@ def test_the_verdict_states_the_folds_where_they_hold_the_pair(tmp_path):
 
 
 def test_markdown_and_html_render_one_table_with_the_same_cells():
-    """A table is built once (fraglib.tables.retrieval): docs/results.md's Markdown and the index's HTML are two
+    """A table is built once (fraglib_study.report.tables.retrieval): docs/results.md's Markdown and the index's HTML are two
     renderings of it, cell for cell; the committed pages carry the same retrieval table of each study."""
-    from fraglib.tables import html, retrieval
+    from fraglib_study.report.tables import html, retrieval
 
     runs = {
         "a": _summary(
@@ -833,7 +834,7 @@ def test_markdown_and_html_render_one_table_with_the_same_cells():
 
 def test_search_budget_by_hand(tmp_path):
     """Trials, trainings (trials × splits) and core-minutes per system, two tables of one system summed."""
-    from fraglib.results import search_budget
+    from fraglib_study.report.results import search_budget
 
     def table(name, run, splits, seconds):
         (tmp_path / f"{name}.csv").write_text("lr,val_rsum_best,seconds\n" + "".join(f"0.1,1.0,{s}\n" for s in seconds))
@@ -858,9 +859,9 @@ def test_search_budget_by_hand(tmp_path):
 
 # ----------------------------------------------------------------------------- damaged or foreign inputs, named
 def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
-    """A run folder as fraglib.study writes it (metrics.json whose per_seed figures are its ranks.json's),
+    """A run folder as fraglib_study.experiments.study writes it (metrics.json whose per_seed figures are its ranks.json's),
     with random ranks of ``n_images`` test images and 5 sentences each."""
-    from fraglib.metrics import recall_table
+    from fraglib.metrics.retrieval import recall_table
 
     rng = np.random.default_rng(seed)
     per_seed = {}
@@ -890,7 +891,7 @@ def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
 
 
 def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
-    from fraglib.results import load_run
+    from fraglib_study.report.results import load_run
 
     run = _fake_run(tmp_path / "runs" / "x")
     assert load_run(run)["ranks"]["annotation"].shape == (2, 20)
@@ -914,7 +915,7 @@ def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
 
 
 def test_load_run_names_a_damaged_summary(tmp_path):
-    from fraglib.results import load_run
+    from fraglib_study.report.results import load_run
 
     run = _fake_run(tmp_path / "x")
     m = run / "metrics.json"
@@ -925,14 +926,14 @@ def test_load_run_names_a_damaged_summary(tmp_path):
     m.write_text(json.dumps({"seeds": [0], "annotation": {"r1": 3}}))
     with pytest.raises(
         ValueError,
-        match=rf"^{re.escape(str(m))}: not a run summary fraglib.study writes: it lacks "
+        match=rf"^{re.escape(str(m))}: not a run summary fraglib_study.experiments.study writes: it lacks "
         r"system, search, annotation.r5, annotation.r10, annotation.mean_rank; restore it",
     ):
         load_run(run)
 
 
 def _results_root(tmp_path):
-    """A project root for fraglib.summary: the committed params.yaml and dvc.yaml files, two runs of the synthetic
+    """A project root for fraglib_study.pages.summary: the committed params.yaml and dvc.yaml files, two runs of the synthetic
     study."""
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     _pipelines(tmp_path)
@@ -942,7 +943,7 @@ def _results_root(tmp_path):
 
 
 def test_summary_names_a_summary_that_is_not_one_instead_of_leaving_the_run_out(tmp_path, monkeypatch, capsys):
-    from fraglib.summary import main
+    from fraglib_study.pages.summary import main
 
     monkeypatch.chdir(_results_root(tmp_path))
     empty = Path("runs/synthetic/empty/metrics.json")
@@ -952,7 +953,7 @@ def test_summary_names_a_summary_that_is_not_one_instead_of_leaving_the_run_out(
         main([])
     assert e.value.code == 2 and not Path("docs/results.md").exists()
     assert (
-        f"{empty}: not a run summary fraglib.study writes: it lacks system, seeds, annotation, search; restore it"
+        f"{empty}: not a run summary fraglib_study.experiments.study writes: it lacks system, seeds, annotation, search; restore it"
         in capsys.readouterr().err
     )
     empty.write_text('{"annotation": {"r1": 3')  # cut
@@ -962,14 +963,17 @@ def test_summary_names_a_summary_that_is_not_one_instead_of_leaving_the_run_out(
 
 
 def test_summary_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, capsys):
-    from fraglib.summary import GENERATED, main
+    from fraglib_study.pages.summary import GENERATED, main
 
     monkeypatch.chdir(_results_root(tmp_path))
     Path("README.md").write_text("# my project\n")
     with pytest.raises(SystemExit) as e:
         main(["--out", "README.md"])
     assert e.value.code == 2 and Path("README.md").read_text() == "# my project\n"
-    assert "--out README.md: refusing to replace a file fraglib.summary did not write" in capsys.readouterr().err
+    assert (
+        "--out README.md: refusing to replace a file fraglib_study.pages.summary did not write"
+        in capsys.readouterr().err
+    )
     main([])  # docs/results.md: new, then regenerated
     main([])
     assert GENERATED in Path("docs/results.md").read_text()
@@ -995,8 +999,8 @@ def full_disk(monkeypatch):
 
 
 def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path, monkeypatch, request, capsys):
-    from fraglib.index import build
-    from fraglib.summary import main
+    from fraglib_study.pages.index import build
+    from fraglib_study.pages.summary import main
 
     monkeypatch.chdir(_results_root(tmp_path))
     main([])
@@ -1015,7 +1019,7 @@ def test_a_full_disk_leaves_the_results_page_and_the_index_as_they_were(tmp_path
 
 
 def test_the_index_names_a_damaged_benchmark_register(tmp_path, monkeypatch, capsys):
-    from fraglib.index import main
+    from fraglib_study.pages.index import main
 
     monkeypatch.chdir(tmp_path)
     Path("benchmarks").mkdir()
@@ -1033,7 +1037,7 @@ def test_ci_table_keeps_the_metrics_in_the_order_computed():
     """R@1, R@5, R@10 left to right (a pivot alone sorts them as text: R@1, R@10, R@5), each 'diff [lo, hi]'."""
     import pandas as pd
 
-    from fraglib.results import ci_table
+    from fraglib_study.report.results import ci_table
 
     rows = [
         {"run": "a", "base": "b", "direction": d, "metric": m, "diff": 1.25, "lo": -0.5, "hi": 3.0}
@@ -1049,9 +1053,9 @@ def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path
     """A run with all four corrections beside one written before DIS and NNN: the tables show the new ones (—
     where a run lacks them), the index counts each over the runs that have it, the chosen parameters come out in
     their units, and a run whose training runs disagree on the corrections keeps those all of them have."""
-    from fraglib.index import hubness_line
-    from fraglib.results import correction_parameters, load_run
-    from fraglib.tables import hubness
+    from fraglib_study.pages.index import hubness_line
+    from fraglib_study.report.results import correction_parameters, load_run
+    from fraglib_study.report.tables import hubness
 
     def corr(v, **extra):
         return {
@@ -1109,7 +1113,7 @@ def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
     since the benchmark grew) are left out, and other_test_sets says which and why; same sizes merge."""
     import json
 
-    from fraglib.results import left_out_runs, other_test_sets, run_folders
+    from fraglib_study.report.results import left_out_runs, other_test_sets, run_folders
 
     def put(folder, run, n):
         seed = tmp_path / folder / run / "seeds" / "seed0"
@@ -1140,14 +1144,14 @@ def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
 
 
 def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_path, capsys):
-    """``fraglib.rerun --claims``: the claims both result sets test get a verdict from each; a re-run whose `bow`
+    """``fraglib_study.audit.rerun --claims``: the claims both result sets test get a verdict from each; a re-run whose `bow`
     overtakes `full` changes the bag-of-words claims' verdicts, reported and failing; ``--units`` keeps one
     training run per run (a run trained once keeps its one)."""
     from test_claims import put_run
 
-    from fraglib.metrics import recall_table
-    from fraglib.params import read_params
-    from fraglib.rerun import main, one_unit, verdict_agreement
+    from fraglib.metrics.retrieval import recall_table
+    from fraglib_study.audit.rerun import main, one_unit, verdict_agreement
+    from fraglib_study.params import read_params
 
     params = read_params(ROOT / "params.yaml")
     rng = np.random.default_rng(0)
@@ -1157,7 +1161,7 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
     def study(folder, full, bow):
         for name, r in (("full", full), ("bow", bow)):
             run = put_run(tmp_path / folder / name, {"annotation": r, "search": r}, ["0", "0r1"], [0, 0])
-            m = json.loads((run / "metrics.json").read_text())  # the spread fraglib.study adds
+            m = json.loads((run / "metrics.json").read_text())  # the spread fraglib_study.experiments.study adds
             m.update({f"{d}_sd": {k: 1.0 for k in m[d]} for d in ("annotation", "search")})
             (run / "metrics.json").write_text(json.dumps(m))
         return tmp_path / folder
@@ -1192,7 +1196,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     """The rehearsal's table: make → import → parse → fragments, then each run's training and re-scoring, last the
     results page; a stage's
     slope from its seconds, a training's from its seconds per epoch (2 epochs at one size, 1 at the other)."""
-    from fraglib.index import _rehearsal_section
+    from fraglib_study.pages.index import _rehearsal_section
 
     def e(stage, n, v, **kw):
         return {"name": f"rehearsal_{stage}_n{n}_s", "stage": stage, "images": n, "value": v, "peak_rss_mb": 10,
@@ -1219,7 +1223,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
 def test_the_index_fight_line_reads_the_folds_first(tmp_path):
     """The fight page's one-line finding on the index: the ten folds' R@1 differences where both runs are on them,
     then the five splits', each paired by training run."""
-    from fraglib.index import fight_line
+    from fraglib_study.pages.index import fight_line
 
     params = {"results_report": {"fight": {"ladder": ["best"], "baselines": ["d"]}}}
     splits, folds = tmp_path / "splits", tmp_path / "folds"
@@ -1238,7 +1242,7 @@ def test_lead_summary_counts_and_words_by_hand():
     """The fight's sentences: a CI above zero is a lead, below zero a loss, across zero not distinguishable."""
     import pandas as pd
 
-    from fraglib.results import lead_summary, lead_word
+    from fraglib_study.report.results import lead_summary, lead_word
 
     rows = pd.DataFrame(
         {
@@ -1263,7 +1267,7 @@ def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_imag
     false for the same dataset without its image folder (as ``fraglib.data precomp`` writes one)."""
     import shutil
 
-    from fraglib.results import has_pictures
+    from fraglib_study.report.results import has_pictures
 
     src, _ = tiny_synth
     assert has_pictures(src)
@@ -1279,7 +1283,7 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
     statistic or a correction existed."""
     import pandas as pd
 
-    from fraglib.results import (
+    from fraglib_study.report.results import (
         DIRECTIONS,
         MISSING,
         correction_parameter_table,

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.systems import vse
 from fraglib.systems.objectives import contrastive_hinge
 from fraglib.systems.scan import (
@@ -343,7 +343,7 @@ def test_bi_gru_averages_the_two_directions():
     EncoderText), zero past each caption's end."""
     import numpy as np
 
-    from fraglib.batches import Rows
+    from fraglib.core.batches import Rows
 
     torch.manual_seed(0)
     enc = ScanText(10, 4, 6, 0.0, True)

@@ -1,4 +1,4 @@
-"""fraglib.search: its journal of finished trials and the tables a second stage reads. Trials are faked
+"""fraglib_study.experiments.search: its journal of finished trials and the tables a second stage reads. Trials are faked
 (no training): ``_trial`` returns a row that shows the epochs it was given, in a thread pool."""
 
 import json
@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from fraglib import search
-from fraglib.inputs import DataPaths
+from fraglib.run.inputs import DataPaths
+from fraglib_study.experiments import search
 
 from conftest import tiny_params
 
@@ -162,7 +162,7 @@ def test_a_torn_last_line_is_dropped_with_a_note(data, tmp_path, trained, capsys
     [
         (lambda lines: lines[:1] + ['{"lr": 0.0\n'] + lines[2:], "line 2 is damaged"),
         (lambda lines: lines[:1] + ['{"margin": 0.1}\n'] + lines[2:], "line 2 is not a trial row"),
-        (lambda lines: lines[1:], "line 1 is not a fraglib.search journal header"),
+        (lambda lines: lines[1:], "line 1 is not a fraglib_study.experiments.search journal header"),
     ],
 )
 def test_damage_before_the_last_line_is_an_error_naming_file_and_line(damage, says, data, tmp_path, trained):
@@ -225,13 +225,13 @@ def test_rescore_reads_the_best_rows_with_their_types(tmp_path):
 def test_a_search_trial_never_builds_nor_scores_the_test_split(tiny_full, monkeypatch):
     """A trial fits and validates: the test split is never built (load_splits is asked for train and val only)
     and the test evaluation never runs."""
-    import fraglib.train
-    from fraglib import search
+    import fraglib.run.train
+    from fraglib_study.experiments import search
 
     from conftest import tiny_spec
 
     asked = []
-    real = fraglib.train.load_splits
+    real = fraglib.run.train.load_splits
 
     def spy(*args, **kw):
         splits = real(*args, **kw)
@@ -241,7 +241,7 @@ def test_a_search_trial_never_builds_nor_scores_the_test_split(tiny_full, monkey
     def never(*args, **kw):
         raise AssertionError("a search trial ran the test evaluation")
 
-    monkeypatch.setattr(fraglib.train, "load_splits", spy)
-    monkeypatch.setattr(fraglib.train, "evaluate_split", never)
+    monkeypatch.setattr(fraglib.run.train, "load_splits", spy)
+    monkeypatch.setattr(fraglib.run.train, "evaluate_split", never)
     row = search._trial((DataPaths(tiny_full), [0], tiny_spec("devise", epochs=1), {"lr": 0.01}))
     assert asked == [["train", "val"]] and row["best_epoch"] == 1.0 and row["val_rsum_best"] > 0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.batches import Rows
+from fraglib.core.batches import Rows
 from fraglib.systems.stt import Config, SttSystem, draw_targets, greedy, teacher_forced_nll
 
 DIMS = {"n_relations": 9, "n_words": 3, "word_dim": 4, "img_dim": 5}
@@ -140,7 +140,7 @@ def test_decoding_when_some_captions_end_before_others():
 
 
 def test_the_decoder_trains_at_its_own_learning_rate_and_every_parameter_once():
-    from fraglib.train import TrainConfig, make_optimizer, set_lr
+    from fraglib.run.train import TrainConfig, make_optimizer, set_lr
 
     s = tiny_stt(dec_lr_scale=4.0)
     groups = s.lr_groups()

@@ -1,25 +1,25 @@
-"""The one registry of studies (fraglib.studies): what the dvc.yaml files hold, nothing typed but titles."""
+"""The one registry of studies (fraglib_study.report.registry): what the dvc.yaml files hold, nothing typed but titles."""
 
 import re
 import shutil
 from pathlib import Path
 
-from fraglib.studies import studies
+from fraglib_study.report.registry import studies
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = "stages:\n  page:\n    cmd: python -m fraglib.notebook notebooks/x.ipynb reports/x.html\n"
+TOOLS = "stages:\n  page:\n    cmd: python -m fraglib_study.report.notebook notebooks/x.ipynb reports/x.html\n"
 STUDY = """stages:
   train:
     foreach: ${runs}
     do:
       wdir: ../..
-      cmd: python -m fraglib.study --run ${key} --dataset coco --dataset-dir data/coco/split{seed} --out runs/coco/${key}
+      cmd: python -m fraglib_study.experiments.study --run ${key} --dataset coco --dataset-dir data/coco/split{seed} --out runs/coco/${key}
   text:
     wdir: ../..
     cmd: python -m fraglib.text fragments --dataset-dir data/coco
   page:
     wdir: ../..
-    cmd: python -m fraglib.notebook notebooks/results_report.ipynb reports/coco/results.html -p runs_dir runs/coco
+    cmd: python -m fraglib_study.report.notebook notebooks/results_report.ipynb reports/coco/results.html -p runs_dir runs/coco
 """
 
 
@@ -63,8 +63,8 @@ def test_the_committed_studies_and_what_they_are_derived_from():
 
 
 def test_the_registry_has_the_pages_dvc_runs():
-    """Its pages are the report stages DVC resolves (fraglib.reports), each in exactly one study."""
-    from fraglib.reports import report_pages
+    """Its pages are the report stages DVC resolves (fraglib_study.pages.render), each in exactly one study."""
+    from fraglib_study.pages.render import report_pages
 
     ours = [(p.stage, p.html, p.notebook) for s in studies(ROOT) for p in s.pages]
     assert sorted(ours) == sorted((p.stage, p.html, p.notebook) for p in report_pages(ROOT))
@@ -101,14 +101,14 @@ def test_the_registry_finds_exactly_the_studies_whose_dvc_yaml_exists(tmp_path):
 
 
 def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
-    """``python -m fraglib.summary --csv``: one row per run of every study, the means and sds of its
+    """``python -m fraglib_study.pages.summary --csv``: one row per run of every study, the means and sds of its
     metrics.json, and the commit that last wrote it."""
     import csv
     import io
     import json
 
-    from fraglib.studies import studies
-    from fraglib.summary import runs_csv, runs_rows
+    from fraglib_study.pages.summary import runs_csv, runs_rows
+    from fraglib_study.report.registry import studies
 
     rows = runs_rows(ROOT)
     expected = {(s.name, p.parent.name) for s in studies(ROOT) for p in (ROOT / s.runs).glob("*/metrics.json")}
@@ -123,8 +123,8 @@ def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
 
 def test_every_page_has_its_own_title_and_a_header_that_places_it():
     """Each page's title (its <title> and H1) is its own; its header names its study, the commit it is rendered
-    from and links back to the index (fraglib.studies.page_header)."""
-    from fraglib.studies import page_header
+    from and links back to the index (fraglib_study.report.registry.page_header)."""
+    from fraglib_study.report.registry import page_header
 
     pages = [p for s in studies(ROOT) for p in s.pages]
     titles = [p.title[0] for p in pages]

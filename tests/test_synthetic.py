@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.data.synthetic import RELATION_PHRASES, SynthConfig, spatial_relation, tokenize, write_benchmark
 
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.checkpoint import load_system
-from fraglib.config import ConfigError
-from fraglib.evaluate import score_matrix
-from fraglib.inputs import DataPaths, load_splits, make_batches
+from fraglib.core.config import ConfigError
+from fraglib.run.checkpoint import load_system
+from fraglib.run.evaluate import score_matrix
+from fraglib.run.inputs import DataPaths, load_splits, make_batches
+from fraglib.run.train import resolve_run, train
 from fraglib.systems import SYSTEMS, get_system
-from fraglib.train import resolve_run, train
 
 from conftest import TINY_SYSTEMS, tiny_eval, tiny_params
 
@@ -75,7 +75,7 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     tr = splits["train"]
     # the hubness banks encode the training items once for every split: each bank is, to the bit, the
     # matrix score_matrix gives for the same items and tiles (here several tiles each way)
-    from fraglib.evaluate import bank_items, hubness_banks
+    from fraglib.run.evaluate import bank_items, hubness_banks
 
     imgs, sents = bank_items(tr, n_bank=7)
     assert len(imgs) == len(sents) == 7
@@ -120,7 +120,7 @@ def test_system_contract(name, settings, tiny_full, tmp_path):
     assert ck["system"] == name and ck["model_args"] == dims
     trained_splits, _, _ = load_splits(DataPaths(tiny_full), reloaded.views(reloaded.cfg), CPU)
     ranks = json.loads((tmp_path / "ranks.json").read_text())
-    from fraglib.evaluate import evaluate_split
+    from fraglib.run.evaluate import evaluate_split
 
     again = evaluate_split(reloaded, trained_splits, tiny_eval(), spec.train_config.seed)  # the study's own path
     assert ("similarity" in ranks) == reloaded.SENTENCE_SPACE
@@ -269,7 +269,7 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
     """The fragment loss with its index bookkeeping on the loader's CPU copies (``Rows.cpu``: what a GPU
     run does; the relation maps in their GPU form) gives the floats of the bookkeeping on the data's own
     tensors, cost and gradients, in both phases; ``Rows.cpu`` prefers the loader's copy."""
-    from fraglib.batches import Rows
+    from fraglib.core.batches import Rows
     from fraglib.systems.fragment import Config, FragmentSystem, relation_maps
 
     cfg = Config(dense_epochs=1, embed_dim=16)
@@ -303,7 +303,7 @@ def test_bookkeeping_on_the_cpu_copies_changes_no_bit(tiny_full):
 def test_detections_cut_a_view_at_its_first_k_rows(tiny_full):
     """``detections: k`` on the 36-proposal view gives the rcnn view of k detections (both are the
     detector's NMS ranking, cut at k or at 36), so k can be searched without re-extracting."""
-    from fraglib.batches import Views
+    from fraglib.core.batches import Views
 
     rcnn, _, _ = load_splits(DataPaths(tiny_full), Views("rcnn", "dependency"), CPU)
     k = int(np.diff(rcnn["test"].images.off).max()) - 1
@@ -365,7 +365,7 @@ def test_pooled_views_give_the_batch_means_bit_for_bit(name, settings, tiny_full
     """Systems whose views are ``pooled`` read each image's mean row, taken once by the loader: the
     standardisation, the image encodings and the score matrix equal those of the unpooled rows to the
     bit; images without rows keep none; a split with other image inputs (boxes) is refused, naming them."""
-    from fraglib.inputs import pool_images
+    from fraglib.run.inputs import pool_images
 
     params = tiny_params(r={"system": name, **settings})
     spec = resolve_run(params, "r", extra={"epochs": 1})

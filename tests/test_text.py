@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.data import read_karpathy_json, read_pascal1k, stratified_split, write_karpathy_json
 from fraglib.text.build import TextConfig
 from fraglib.text.fragments import MODES, Fragments

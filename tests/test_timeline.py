@@ -1,4 +1,4 @@
-"""`make`'s timeline (fraglib/bench/timeline.py): the recorder passes a command's output and exit status through
+"""`make`'s timeline (fraglib_study/bench/timeline.py): the recorder passes a command's output and exit status through
 and writes its stages in order, the CPU shares and the idle-core fraction; DVC's lines are parsed; a record draws.
 No assertion depends on the machine's speed: times are only ordered, shares only in [0, 1]."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fraglib.bench import timeline as T
+from fraglib_study.bench import timeline as T
 
 FAKE_DVC = textwrap.dedent(
     """
@@ -108,7 +108,7 @@ def test_a_command_under_a_terminal_still_sees_one(tmp_path):
     buffering, colours as without the recorder); the bytes reach the terminal as written."""
     master, slave = os.openpty()
     probe = "import sys; print('tty', sys.stdout.isatty(), sys.stderr.isatty()); print(\"Running stage 'x':\")"
-    cmd = [sys.executable, "-m", "fraglib.bench", "timeline", "record", "--out", str(tmp_path / "t.json"), "--"]
+    cmd = [sys.executable, "-m", "fraglib_study.bench", "timeline", "record", "--out", str(tmp_path / "t.json"), "--"]
     run = subprocess.run([*cmd, sys.executable, "-c", probe], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""
@@ -136,11 +136,11 @@ DVC_LOG = (
     "Updating lock file 'dvc.lock'\r\n"
     "\r\n"
     "Running stage 'studies/synthetic/dvc.yaml:train@full':\n"
-    "> python -m fraglib.study --run full\n"
+    "> python -m fraglib_study.experiments.study --run full\n"
     "Updating lock file 'studies/synthetic/dvc.lock'\n"
     "Stage 'captions@full' is cached - skipping run, checking out outputs\n"
     "Running stage 'summary':\n"
-    "ERROR: failed to reproduce 'summary': failed to run: python -m fraglib.summary, exited with 1\n"
+    "ERROR: failed to reproduce 'summary': failed to run: python -m fraglib_study.pages.summary, exited with 1\n"
 )
 
 
@@ -264,7 +264,7 @@ def test_the_recorder_starts_without_torch():
     """`make` runs the recorder before dvc: the package's benchmarks (torch) load only when a benchmark runs."""
     from conftest import ROOT
 
-    code = "import sys, fraglib.bench, fraglib.bench.timeline; print('torch' in sys.modules)"
+    code = "import sys, fraglib_study.bench, fraglib_study.bench.timeline; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
 
@@ -276,7 +276,7 @@ def test_a_term_sent_to_the_recorder_ends_the_command_and_the_record_says_so(tmp
 
     out = tmp_path / "t.json"
     sleeper = [sys.executable, "-c", "import time; print(\"Running stage 'long':\", flush=True); time.sleep(600)"]
-    cmd = [sys.executable, "-m", "fraglib.bench", "timeline", "record", "--out", str(out), "--", *sleeper]
+    cmd = [sys.executable, "-m", "fraglib_study.bench", "timeline", "record", "--out", str(out), "--", *sleeper]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline() == "Running stage 'long':\n"  # the command runs (and the recorder waits for it)
     proc.send_signal(signal.SIGTERM)

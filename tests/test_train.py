@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib import checkpoint
-from fraglib.batches import Views
-from fraglib.checkpoint import CheckpointError
-from fraglib.config import ConfigError
-from fraglib.inputs import DataPaths, load_splits, make_batches
-from fraglib.train import resolve_run, train
+from fraglib.core.batches import Views
+from fraglib.core.config import ConfigError
+from fraglib.run import checkpoint
+from fraglib.run.checkpoint import CheckpointError
+from fraglib.run.inputs import DataPaths, load_splits, make_batches
+from fraglib.run.train import resolve_run, train
 
 from conftest import tiny_eval, tiny_params, tiny_spec
 
@@ -108,7 +108,7 @@ def test_search_over_splits_with_fixed_keys(tiny_full, tmp_path):
     """The validation-only search averages its criterion over splits and keeps --set keys fixed."""
     import yaml
 
-    from fraglib import search
+    from fraglib_study.experiments import search
 
     for s in (0, 1):
         (tmp_path / f"split{s}").symlink_to(tiny_full, target_is_directory=True)
@@ -153,7 +153,7 @@ def test_search_resumes_from_its_journal(tiny_full, tmp_path):
     the others train; the journal is removed once the table is written."""
     import yaml
 
-    from fraglib import search
+    from fraglib_study.experiments import search
 
     (tmp_path / "split0").symlink_to(tiny_full, target_is_directory=True)
     params = tmp_path / "params.yaml"
@@ -202,10 +202,10 @@ def test_closed_form_fit_has_one_validation_row_and_can_be_searched(tiny_full, t
     validation R-sum, so the search ranks its settings like any trained system's."""
     import yaml
 
-    from fraglib import search
-    from fraglib.checkpoint import load_system
-    from fraglib.evaluate import score_matrix
-    from fraglib.metrics import evaluate_scores, rsum
+    from fraglib.metrics.retrieval import evaluate_scores, rsum
+    from fraglib.run.checkpoint import load_system
+    from fraglib.run.evaluate import score_matrix
+    from fraglib_study.experiments import search
 
     params = tiny_params(k={"system": "kcca", "kernel": "linear"})
     m = train(
@@ -262,7 +262,7 @@ def test_search_second_stage_rescores_the_best_rows_on_other_splits(tiny_full, t
     """--rescore: the --top best rows of a table again on new splits, ranked by the split-weighted mean."""
     import yaml
 
-    from fraglib import search
+    from fraglib_study.experiments import search
 
     for s in (0, 1, 2):
         (tmp_path / f"split{s}").symlink_to(tiny_full, target_is_directory=True)
@@ -375,7 +375,7 @@ def test_search_over_feature_caches(tiny_full, tmp_path):
     """The space key features_dir: each trial reads its own feature cache (a detector setting)."""
     import yaml
 
-    from fraglib import search
+    from fraglib_study.experiments import search
 
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(tiny_params()))
@@ -461,7 +461,7 @@ def test_devise_scores_cosine_by_hand():
 
 
 def test_seed_threads_give_idle_cores_to_the_last_round():
-    from fraglib.study import seed_threads
+    from fraglib_study.experiments.study import seed_threads
 
     assert seed_threads(5, 2, 2) == [1, 1, 1, 1, 2]
     assert seed_threads(3, 2, 8) == [4, 4, 8]
@@ -505,7 +505,7 @@ def test_select_last_keeps_the_final_epoch_and_old_checkpoints_resume_with_new_d
 def test_search_refuses_unusable_arguments_before_any_work(extra, says, tmp_path, capsys):
     """Each bad argument stops the search with a usage error naming it, before a trial trains; an existing
     table is never rewritten without --overwrite."""
-    from fraglib import search
+    from fraglib_study.experiments import search
 
     out = tmp_path / "table.csv"
     if not extra:
@@ -535,7 +535,7 @@ def test_commands_refuse_unusable_arguments(module, argv, says, capsys):
     import importlib
 
     with pytest.raises(SystemExit) as e:
-        importlib.import_module(f"fraglib.{module}").main(argv)
+        importlib.import_module(f"fraglib_study.experiments.{module}").main(argv)
     assert e.value.code == 2 and says in capsys.readouterr().err
 
 
@@ -543,9 +543,9 @@ def test_epoch_sums_are_the_python_sums_and_a_bad_cost_is_reported(tiny_full):
     """train_epoch keeps the sums of the cost and the parts on the device: they equal, to the bit, the
     Python sums of the floats read batch by batch; a cost that is not finite raises FloatingPointError
     naming the run and the epoch (read at the epoch's end)."""
-    from fraglib.distributed import Context
+    from fraglib.core.distributed import Context
+    from fraglib.run.train import Step, make_optimizer, train_epoch
     from fraglib.systems import get_system
-    from fraglib.train import Step, make_optimizer, train_epoch
 
     spec = tiny_spec()
     tc, cls = spec.train_config, get_system(spec.system)
@@ -581,8 +581,8 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
     checkpoints), another stops at once, before reading any data; the lock goes with its holder."""
     import yaml
 
-    from fraglib.checkpoint import RunLocked, run_lock
-    from fraglib.train import main
+    from fraglib.run.checkpoint import RunLocked, run_lock
+    from fraglib.run.train import main
 
     run, models = tmp_path / "run", tmp_path / "models"
     nowhere = tmp_path / "no-data"  # never read: the refusal comes first
@@ -630,13 +630,13 @@ def test_the_lock_of_a_killed_run_is_released(tmp_path):
     import subprocess
     import sys
 
-    from fraglib.checkpoint import RunLocked, run_lock
+    from fraglib.run.checkpoint import RunLocked, run_lock
 
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from fraglib.checkpoint import run_lock\n"
+            "import sys, time; from fraglib.run.checkpoint import run_lock\n"
             f"with run_lock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -656,11 +656,11 @@ def test_the_lock_of_a_killed_run_is_released(tmp_path):
 
 
 def test_results_and_timing_are_written_atomically_with_the_same_bytes(tmp_path, monkeypatch):
-    """metrics.json, ranks.json, history.csv and timing.json go through fraglib.outputs (a complete
+    """metrics.json, ranks.json, history.csv and timing.json go through fraglib.core.outputs (a complete
     temporary file renamed into place), with the bytes they always had."""
     import os
 
-    from fraglib.train import write_outputs, write_timing
+    from fraglib.run.train import write_outputs, write_timing
 
     renamed = []
     real = os.replace
@@ -686,8 +686,8 @@ def test_distinct_image_batches_equal_the_greedy_scan_of_the_pool():
     are those of the plain greedy scan written from the definition, for full and short batches."""
     import numpy as np
 
-    from fraglib.bench.common import random_split
-    from fraglib.inputs import make_batches
+    from fraglib.run.inputs import make_batches
+    from fraglib_study.bench.common import random_split
 
     def greedy(split, batch_size, seed, epoch):
         pool = list(np.random.default_rng([seed, epoch]).permutation(np.nonzero(split.usable_sentences())[0]))
@@ -721,9 +721,9 @@ def test_the_fused_update_is_the_plain_update_to_float_rounding(tiny_full, optim
     on the CPU the default stays the plain update (its floats unchanged)."""
     import dataclasses
 
-    from fraglib.distributed import Context
+    from fraglib.core.distributed import Context
+    from fraglib.run.train import Step, make_optimizer, train_epoch
     from fraglib.systems import get_system
-    from fraglib.train import Step, make_optimizer, train_epoch
 
     spec = tiny_spec()
     tc = dataclasses.replace(spec.train_config, optimizer=optimizer)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fraglib.batches import Rows
-from fraglib.inputs import DataPaths
-from fraglib.metrics import median_rank_vsepp
+from fraglib.core.batches import Rows
+from fraglib.metrics.retrieval import median_rank_vsepp
+from fraglib.run.inputs import DataPaths
 from fraglib.systems import vse
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics, order_scores
 from fraglib.systems.vse import VseSystem, attention_scores, attention_scores_reference
@@ -229,8 +229,8 @@ def test_vsepp_median_rank_on_an_even_number_of_queries():
 
 
 def test_batches_with_repeated_images_and_the_mask(tiny_full):
-    from fraglib.batches import Views
-    from fraglib.inputs import load_splits, make_batches
+    from fraglib.core.batches import Views
+    from fraglib.run.inputs import load_splits, make_batches
 
     tr = load_splits(DataPaths(tiny_full), Views("fullframe", "tokens"), torch.device("cpu"))[0]["train"]
     plain = make_batches(tr, 8, seed=0, epoch=0, distinct=False)

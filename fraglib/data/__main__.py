@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 
 
 @command

@@ -1,5 +1,5 @@
 """The image-fragment feature cache: the file the features stage writes (:mod:`fraglib.vision.features`) and the
-readers load (:mod:`fraglib.inputs`, :mod:`fraglib.data.precomp`). Below both: a format, no extractor.
+readers load (:mod:`fraglib.run.inputs`, :mod:`fraglib.data.precomp`). Below both: a format, no extractor.
 
 **Format** — one uncompressed ``.npz`` per detector (NumPy's own container: no extra dependency,
 several named arrays in one file, exact float32 round trip, readable from any language with a zip
@@ -154,7 +154,7 @@ class FeatureCache:
 
 def cache_family(out_dir: str | Path) -> list[Path]:
     """Every file a feature folder may hold (one cache per detector view, then the stats): the family that
-    :func:`fraglib.outputs.claim` replaces as a whole."""
+    :func:`fraglib.core.outputs.claim` replaces as a whole."""
     return [Path(out_dir) / f"{d}.npz" for d in ("rcnn", "groundtruth", "top36", "grid")] + [
         Path(out_dir) / "features_stats.json"
     ]

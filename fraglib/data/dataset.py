@@ -17,8 +17,8 @@ from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 
 import numpy as np
 
-from fraglib.config import check_choice
-from fraglib.outputs import atomic, write_text
+from fraglib.core.config import check_choice
+from fraglib.core.outputs import atomic, write_text
 
 SPLITS = ("train", "val", "test")
 # name -> default location (relative to the project root) of its dataset.json and images/
@@ -255,7 +255,7 @@ def write_npy(f: BinaryIO, a: Chunks, name: str) -> None:
 
 
 def save_npz(path: str | Path, **arrays: Any) -> None:
-    """Write ``arrays`` as the uncompressed ``.npz`` file ``path`` atomically (:func:`fraglib.outputs.atomic`),
+    """Write ``arrays`` as the uncompressed ``.npz`` file ``path`` atomically (:func:`fraglib.core.outputs.atomic`),
     under the name as given (``np.savez`` on a name would add ``.npz`` to one without it). An array given
     as :class:`Chunks` is written one block at a time, never whole in memory; the file is the one
     ``np.savez`` writes of the stacked arrays."""

@@ -5,7 +5,7 @@
 The page (``http://vision.cs.uiuc.edu/pascal-sentences/``) lists every image
 (``<category>/<file>.jpg``) followed by its sentences. This writes the project's layout —
 ``sentences.json`` (``{file: {"category", "sentences"}}``) and ``images/<file>.jpg`` — and checks
-every image against ``fraglib/reference/pascal1k_sha256.json`` (SHA-256 of the 1,000 official
+every image against ``fraglib/data/pascal1k_sha256.json`` (SHA-256 of the 1,000 official
 files); a mismatch stops with the names of the files. Nothing else in fraglib touches the network.
 """
 
@@ -21,10 +21,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
-from fraglib.outputs import atomic, command, resumes, write_text
+from fraglib.core.outputs import atomic, command, resumes, write_text
 
 PASCAL_URL = "http://vision.cs.uiuc.edu/pascal-sentences/"
-MANIFEST = Path(__file__).parents[1] / "reference" / "pascal1k_sha256.json"
+MANIFEST = Path(__file__).parent / "pascal1k_sha256.json"
 
 
 class _PageParser(HTMLParser):

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from fraglib.core.outputs import atomic
 from fraglib.data.dataset import Chunks, Dataset, nonfinite_rows, npy_chunks, tokenize
-from fraglib.outputs import atomic
 
 SPLIT_OF = {"train": "train", "dev": "val", "test": "test", "testall": "test"}
 

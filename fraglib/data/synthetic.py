@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from fraglib.config import ConfigError, check_range
+from fraglib.core.config import ConfigError, check_range
+from fraglib.core.outputs import OVERWRITE_HELP, atomic, claim, command, write_text
 from fraglib.data.dataset import tokenize
-from fraglib.outputs import OVERWRITE_HELP, atomic, claim, command, write_text
 
 # ----------------------------------------------------------------------------- vocabulary
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -682,7 +682,7 @@ def write_benchmark(
     """Generate the benchmark into ``out_dir``; returns the statistics.
 
     An earlier benchmark there (:func:`benchmark_files`: its ``images/NNNNNN.png`` and :data:`OUTPUT_FILES`)
-    is an error unless ``overwrite``, which replaces it completely (see :mod:`fraglib.outputs`); any other
+    is an error unless ``overwrite``, which replaces it completely (see :mod:`fraglib.core.outputs`); any other
     file (a user's picture in ``images/``) is neither listed nor deleted.
     """
     out = Path(out_dir)
@@ -744,7 +744,7 @@ def write_benchmark(
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from fraglib.config import load_section
+    from fraglib.core.config import load_section
 
     ap = argparse.ArgumentParser(description="Generate the synthetic benchmark from params.yaml's `synthetic` section.")
     ap.add_argument("--params", default="params.yaml")

@@ -7,7 +7,7 @@ docs/adding_a_system.md.
 
 from __future__ import annotations
 
-from fraglib.config import ConfigError
+from fraglib.core.config import ConfigError
 from fraglib.systems.base import System
 from fraglib.systems.devise import DeviseSystem
 from fraglib.systems.fragment import FragmentSystem

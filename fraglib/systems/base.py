@@ -1,8 +1,8 @@
 """The system protocol: what every compared system implements (docs/systems.md).
 
 A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` with a frozen
-``Config`` dataclass beside it. The trainer (``fraglib.train``) and the evaluator
-(``fraglib.evaluate.score_matrix``) know systems only through these members:
+``Config`` dataclass beside it. The trainer (``fraglib.run.train``) and the evaluator
+(``fraglib.run.evaluate.score_matrix``) know systems only through these members:
 
 =====================================  ======================================================================
 ``NAME``, ``Config``                   registry name (= module name) and its checked settings (``systems.<NAME>``)
@@ -26,7 +26,7 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``use_training_split(train)``          called before the first epoch (also on resume): a system whose loss ranks
                                        against the whole training split (Socher's Eq. 5) keeps it; default none
 ``join(encs) -> enc``                  the encoding of consecutive item lists encoded apart, as if encoded together
-                                       (data-parallel training, :mod:`fraglib.distributed`); the default joins
+                                       (data-parallel training, :mod:`fraglib.core.distributed`); the default joins
                                        tensors, arrays, tuples and dataclasses item-wise (:func:`join_parts`)
 ``TRAINABLE``                          False for systems without parameters (never stepped)
 ``lr_groups() -> [(scale, params)]``   the parameters with their learning-rate multipliers (of ``train.lr`` and
@@ -42,7 +42,7 @@ A *system* is one ``torch.nn.Module`` subclass in ``fraglib/systems/<name>.py`` 
 ``GENERATES``, ``decode``,             True for systems that generate sentences (STT): ``image_vectors`` /
 ``caption_nll``, ``image_vectors``,    ``sentence_vectors`` give the decoder's inputs, ``decode`` the words
 ``sentence_vectors``                   (beam search), ``caption_nll`` the per-sentence loss
-                                       (:mod:`fraglib.captions` scores them with pycocoevalcap)
+                                       (:mod:`fraglib_study.experiments.captions` scores them with pycocoevalcap)
 ``cfg``                                the system's checked ``Config`` (``self.cfg``, set in ``__init__``)
 =====================================  ======================================================================
 
@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraglib.batches import Rows, Views
+from fraglib.core.batches import Rows, Views
 
 
 class System(nn.Module):
@@ -165,7 +165,7 @@ def image_map(img_dim: int, embed_dim: int) -> nn.Linear:
 
 
 def check_finetune(section: str, cfg: Any) -> None:
-    from fraglib.config import ConfigError, check_range
+    from fraglib.core.config import ConfigError, check_range
 
     check_range(f"{section}.finetune", cfg.finetune, 0, 64, int)
     check_range(f"{section}.finetune_lr_scale", cfg.finetune_lr_scale, 0.0, 100.0, float)

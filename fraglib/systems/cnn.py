@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fraglib.batches import Rows
-from fraglib.config import check_range
+from fraglib.core.batches import Rows
+from fraglib.core.config import check_range
 
 
 class TunedCNN(nn.Module):

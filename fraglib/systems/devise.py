@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fraglib.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
-from fraglib.config import check_choice, check_range
+from fraglib.core.batches import IMAGE_SIGNAL_VIEWS, Rows, Views, mean_rows
+from fraglib.core.config import check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers, image_map
 from fraglib.systems.objectives import contrastive_hinge
 

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraglib.batches import FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, Views
-from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.device import to_device
+from fraglib.core.batches import FRAGMENT_VIEWS, IMAGE_SIGNAL_VIEWS, Rows, Views
+from fraglib.core.config import ConfigError, check_choice, check_range
+from fraglib.core.device import to_device
 from fraglib.systems.base import System, add_input_buffers, check_finetune, fill_input_buffers, image_map
 from fraglib.systems.cnn import tuned_cnn
 from fraglib.systems.objectives import bag_entries, fragment_scores, pair_scores, total_cost
@@ -73,7 +73,7 @@ class Config:
 @dataclasses.dataclass
 class Fragments:
     """Encoded fragments of n items: ``x`` (R, h), ``owner`` (R,) in [0, n), ``owner_cpu`` the same on
-    the CPU (the loss's index bookkeeping runs there, :meth:`~fraglib.batches.Rows.cpu`)."""
+    the CPU (the loss's index bookkeeping runs there, :meth:`~fraglib.core.batches.Rows.cpu`)."""
 
     x: torch.Tensor
     owner: torch.Tensor

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.batches import Rows, Views, mean_rows
-from fraglib.config import check_choice, check_range
+from fraglib.core.batches import Rows, Views, mean_rows
+from fraglib.core.config import check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
 
 

@@ -42,7 +42,7 @@ import warnings
 
 import torch
 
-from fraglib.device import to_device
+from fraglib.core.device import to_device
 
 
 def fragment_scores(V: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ def bag_entries(
     """(E,) row and column indices of the entries of M whose two fragments share a pair (the
     positive bags), grouped by pair; every other entry of M is a negative of both objectives. ``n``: the
     number of pairs (default: read off the owners); ``sizes``: each pair's (image, sentence) fragment
-    counts on the CPU, (n,) each (:meth:`~fraglib.batches.Rows.cpu`), so that no size is read back
+    counts on the CPU, (n,) each (:meth:`~fraglib.core.batches.Rows.cpu`), so that no size is read back
     from the device (on a GPU each read waits for it)."""
     if n is None:
         n = int(max(v_owner.max().item(), s_owner.max().item())) + 1 if len(v_owner) and len(s_owner) else 0

@@ -14,8 +14,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from fraglib.batches import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, Views
-from fraglib.config import check_choice
+from fraglib.core.batches import IMAGE_VIEWS, SENTENCE_VIEWS, Rows, Views
+from fraglib.core.config import check_choice
 from fraglib.systems.base import System
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -46,9 +46,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from fraglib.batches import IMAGE_VIEWS, Rows, Views
-from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.device import to_device
+from fraglib.core.batches import IMAGE_VIEWS, Rows, Views
+from fraglib.core.config import ConfigError, check_choice, check_range
+from fraglib.core.device import to_device
 from fraglib.systems.base import System, standardized_linear
 from fraglib.systems.objectives import contrastive_hinge, hinge_diagnostics
 from fraglib.systems.vse import TokenGRU, padded

@@ -50,8 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraglib.batches import Rows, Views, mean_rows
-from fraglib.config import ConfigError, check_choice, check_range
+from fraglib.core.batches import Rows, Views, mean_rows
+from fraglib.core.config import ConfigError, check_choice, check_range
 from fraglib.systems.base import System, add_input_buffers, fill_input_buffers
 from fraglib.systems.recursive import Plan, compose, hinge_all_negatives, neg_euclidean, plan, squared_loss
 

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fraglib.batches import Rows
-from fraglib.config import ConfigError, check_range
+from fraglib.core.batches import Rows
+from fraglib.core.config import ConfigError, check_range
 from fraglib.systems import vse
 from fraglib.systems.gru import packed_gru
 

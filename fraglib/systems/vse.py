@@ -44,9 +44,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fraglib.batches import IMAGE_VIEWS, Rows, Views, mean_rows
-from fraglib.config import ConfigError, check_choice, check_range
-from fraglib.device import to_device
+from fraglib.core.batches import IMAGE_VIEWS, Rows, Views, mean_rows
+from fraglib.core.config import ConfigError, check_choice, check_range
+from fraglib.core.device import to_device
 from fraglib.systems.base import (
     System,
     add_input_buffers,
@@ -172,7 +172,7 @@ def padded(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``x`` (R, ...) of n items (``owner`` sorted) → ((n, Rmax, ...) zero-padded, (n, Rmax) bool mask);
     e.g. a caption's (R,) token ids → (n, Lmax) padded ids. ``owner_cpu``: the owners on the CPU
-    (:meth:`~fraglib.batches.Rows.cpu`): the items' sizes are counted there, so the host never waits
+    (:meth:`~fraglib.core.batches.Rows.cpu`): the items' sizes are counted there, so the host never waits
     for the device."""
     counts = torch.bincount(owner if owner_cpu is None else owner_cpu, minlength=n)
     width = max(int(counts.max()) if len(owner) else 1, 1)

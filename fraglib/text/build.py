@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from fraglib.config import check_choice, check_range, load_section
+from fraglib.core.config import check_choice, check_range, load_section
+from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.data import read_karpathy_json
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.text.fragments import (
     MODES,
     Fragments,
@@ -110,7 +110,7 @@ def run_tokens(
     dataset_dir: str | Path, vocab: list[str], out: str | Path, parse_file: str | Path | None = None
 ) -> dict[str, Any]:
     """The ``tokens`` view of a dataset's captions in *another* vocabulary (a trained model's), for
-    text-only transfer (``python -m fraglib.captions --parse-file``): every word looked up by its
+    text-only transfer (``python -m fraglib_study.experiments.captions --parse-file``): every word looked up by its
     string, a word outside ``vocab`` becomes ``<unk>`` (id 0) and is counted. Writes ``out``; returns the counts."""
     from fraglib.text.vectors import load_glove
 

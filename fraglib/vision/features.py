@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import load_with_overrides
+from fraglib.core.config import load_with_overrides
+from fraglib.core.outputs import OVERWRITE_HELP, claim, command, write_text
+from fraglib.core.progress import track
 from fraglib.data import Dataset, read_karpathy_json
 from fraglib.data.cache import FeatureCache, cache_family
 from fraglib.data.dataset import Chunks, read_rows
-from fraglib.outputs import OVERWRITE_HELP, claim, command, write_text
-from fraglib.progress import track
 from fraglib.vision.rcnn import (
     Backbone,
     BadImage,
@@ -95,7 +95,7 @@ def extract(
     Caches already in ``out_dir`` are an error unless ``overwrite`` (then a ``groundtruth.npz`` this
     run does not rewrite is removed rather than left stale). Descriptors are streamed to disk: the
     memory held does not grow with the number of images beyond boxes, scores and counts."""
-    from fraglib.device import select_device
+    from fraglib.core.device import select_device
 
     cfg.validate()
     if regions is not None and cfg.region_features != "roi":
@@ -255,7 +255,7 @@ def _extract(dataset, cfg, out_dir, truth, device, progress, regions, region_vie
 def pictures_digest(dataset: Dataset) -> str:
     """SHA-256 over the images of ``dataset`` in order: each one's file name and the SHA-256 of its bytes
     ("missing" for an absent file). Two shards' caches are of the same pictures only if this agrees."""
-    from fraglib.outputs import file_sha256
+    from fraglib.core.outputs import file_sha256
 
     h = hashlib.sha256()
     for row in range(len(dataset.images)):
@@ -431,11 +431,11 @@ def main(argv: list[str] | None = None) -> None:
 
         regions = Regions.load(args.regions)
     out = Path(args.out_dir or Path(args.dataset_dir) / "features")
-    try:  # a refusal (fraglib.outputs) comes before any work
+    try:  # a refusal (fraglib.core.outputs) comes before any work
         if args.merge:
             s = merge_shards(ds, out, args.merge, truth, args.overwrite)
         elif args.shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            from fraglib import distributed
+            from fraglib.core import distributed
 
             ctx = distributed.setup(torch.device("cpu")) if not args.shard else None
             i, n = (ctx.rank, ctx.world) if ctx else _parse_shard(args.shard)

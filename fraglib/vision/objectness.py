@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import load_with_overrides
+from fraglib.core.config import load_with_overrides
+from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.vision.rcnn import Backbone, VisionConfig, box_iou, nms_top_k, recall_at_iou, roi_descriptors
 
 POS, NEG = 0.5, 0.3  # IoU thresholds of the labels

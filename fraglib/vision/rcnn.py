@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fraglib.config import ConfigError, check_choice, check_range
+from fraglib.core.config import ConfigError, check_choice, check_range
 
 VARIANTS = {0: 224, 1: 240, 2: 260}  # EfficientNet-Lite variant -> training resolution
 SCORES = ("max_prob", "entropy", "learned")

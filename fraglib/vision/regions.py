@@ -42,9 +42,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from fraglib.config import load_with_overrides
+from fraglib.core.config import load_with_overrides
+from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command
 from fraglib.data import Dataset, open_npz, read_karpathy_json, save_npz
-from fraglib.outputs import OVERWRITE_HELP, claim_cli, command
 from fraglib.vision.rcnn import (
     Backbone,
     BadImage,
@@ -222,7 +222,7 @@ def build(
     """Compute and write the cache of ``dataset`` (see the module docstring). Returns its meta."""
     from tqdm.auto import tqdm
 
-    from fraglib.device import select_device
+    from fraglib.core.device import select_device
 
     cfg.validate()
     device = device or select_device()[0]

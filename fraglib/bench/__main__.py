@@ -1,3 +1,0 @@
-from fraglib.bench import main
-
-main()

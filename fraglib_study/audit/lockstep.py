@@ -1,0 +1,236 @@
+"""Is each DVC lock in step with the code and settings a clone holds? (issue #78, docs/runs.md "The lock")
+
+    python -m fraglib_study.audit.lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ,
+                                                               # or that dvc.yaml declares and the lock lacks
+    python -m fraglib_study.audit.lockstep record --evidence TEXT TARGET... # re-record stages after a change that moved nothing
+
+A stage's lock entry records the md5 of every dependency and the values of its ``params.yaml`` keys. A *source*
+is a dependency that no stage of any lock writes (the package's modules, the notebooks, the reference files);
+``check`` hashes the sources as DVC does (a file: md5 of its bytes; a folder: md5 of the sorted
+``[{"md5", "relpath"}]`` list, ``.dir``) and compares the settings, without DVC (fast enough for a test).
+
+When a change moves no number (a module moved, a docstring edited), re-running days of trainings to prove it is
+not affordable: ``record`` re-records the named stages with ``dvc commit --force`` (deps, settings, command and
+the outputs a clone holds), and appends the evidence -- which stages were re-run and found byte-identical, and
+where -- to ``docs/lock_records.json``. It refuses a stage whose ``params.yaml`` values changed: a changed setting
+is re-run, not re-recorded (``--rerun``: the stages' own commands just ran outside DVC, as ``make reports`` runs
+the report stages'). A change that moves numbers re-runs what it moves (``dvc repro``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fraglib.core.outputs import command, updates, write_text
+
+LOCKS = ("dvc.lock", "studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock")
+RECORDS = Path("docs/lock_records.json")
+_MISSING = object()
+
+
+def md5_of(path: str | Path) -> tuple[str, int, int | None]:
+    """DVC's hash of a file or folder: (md5, size in bytes, files in it or None for a file). A folder's md5 is
+    that of the JSON list of its files' md5 and relative paths, sorted by path parts, with ``.dir`` appended;
+    bytecode (``__pycache__``, ``*.pyc``) left out, as ``.dvcignore`` tells DVC."""
+    path = Path(path)
+    if path.is_file():
+        data = path.read_bytes()
+        return hashlib.md5(data).hexdigest(), len(data), None
+    entries, size = [], 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # .dvcignore: bytecode is no part of a package folder
+        for f in files:
+            if f.endswith(".pyc"):
+                continue
+            p = Path(root) / f
+            data = p.read_bytes()
+            entries.append({"md5": hashlib.md5(data).hexdigest(), "relpath": p.relative_to(path).as_posix()})
+            size += len(data)
+    entries.sort(key=lambda e: e["relpath"].split("/"))
+    listing = json.dumps(entries, sort_keys=True).encode()
+    return hashlib.md5(listing).hexdigest() + ".dir", size, len(entries)
+
+
+def _read(lock: str | Path) -> dict[str, Any]:
+    return _yaml(lock)["stages"]
+
+
+def _yaml(path: str | Path) -> Any:
+    """A YAML file read as DVC reads it (ruamel, YAML 1.2: ``1e-05`` is a number, not PyYAML's string)."""
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load(Path(path).read_text())
+
+
+def _inside(a: str, b: str) -> bool:
+    """Whether path ``a`` is ``b`` or under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def outputs(locks: list[str | Path]) -> list[str]:
+    """Every path some stage of ``locks`` writes."""
+    return [o["path"] for lock in locks for e in _read(lock).values() for o in e.get("outs") or []]
+
+
+def is_source(path: str, outs: list[str]) -> bool:
+    """A dependency no stage writes, nor holds a stage's output (``runs/synthetic`` holds written runs)."""
+    return not any(_inside(path, o) or _inside(o, path) for o in outs)
+
+
+def _value(params: dict[str, Any], key: str) -> Any:
+    node: Any = params
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None = None) -> list[dict[str, str]]:
+    """One row per difference in ``lock`` (relative to ``root``, the repository): ``stage``, ``what`` (``source``
+    or ``setting``), ``path`` (a source's path, a setting's ``file:key``) and ``why``. ``outs``: every path the
+    project's stages write (default: those of :data:`LOCKS` found under ``root``)."""
+    root = Path(root)
+    if outs is None:
+        outs = outputs([root / f for f in LOCKS if (root / f).is_file()])
+    rows: list[dict[str, str]] = []
+    settings: dict[str, Any] = {}
+    hashes: dict[str, str] = {}  # a source shared by many stages is hashed once
+    for stage, entry in _read(root / lock).items():
+        for dep in entry.get("deps") or []:
+            path = dep["path"]
+            if not is_source(path, outs):
+                continue
+            if not (root / path).exists():
+                rows.append({"stage": stage, "what": "source", "path": path, "why": "missing"})
+                continue
+            if path not in hashes:
+                hashes[path] = md5_of(root / path)[0]
+            if hashes[path] != dep.get("md5"):
+                rows.append({"stage": stage, "what": "source", "path": path, "why": "changed since recorded"})
+        for file, values in (entry.get("params") or {}).items():
+            if file not in settings:
+                settings[file] = _yaml(root / file) if (root / file).is_file() else {}
+            for key, recorded in values.items():
+                now = _value(settings[file], key)
+                if now is _MISSING or now != recorded:
+                    why = "missing" if now is _MISSING else "changed since recorded"
+                    rows.append({"stage": stage, "what": "setting", "path": f"{file}:{key}", "why": why})
+    return rows
+
+
+def unrecorded(pipeline: str | Path, root: str | Path = ".") -> list[dict[str, str]]:
+    """What ``pipeline`` (a ``dvc.yaml``, resolved by DVC) declares and its lock does not record: a stage never run
+    (``why``: "not in the lock"), an input or a setting added to a stage after it ran ("declared, not recorded").
+    Rows as :func:`out_of_step`'s; ``what`` is ``stage``, ``source`` or ``setting``."""
+    from dvc.repo import Repo
+
+    root = Path(root)
+    lock = root / Path(pipeline).with_suffix(".lock")
+    recorded = _read(lock) if lock.is_file() else {}
+    rows: list[dict[str, str]] = []
+    for stage in Repo(str(root)).stage.collect(str(root / pipeline)):
+        entry = recorded.get(stage.name)
+        if entry is None:
+            rows.append({"stage": stage.name, "what": "stage", "path": str(pipeline), "why": "not in the lock"})
+            continue
+        deps = {d["path"] for d in entry.get("deps") or []}
+        keys = {f"{f}:{k}" for f, v in (entry.get("params") or {}).items() for k in v}
+        for dep in stage.deps:
+            if type(dep).__name__ == "ParamsDependency":
+                rows += [
+                    {
+                        "stage": stage.name,
+                        "what": "setting",
+                        "path": f"{dep.def_path}:{k}",
+                        "why": "declared, not recorded",
+                    }
+                    for k in dep.params
+                    if f"{dep.def_path}:{k}" not in keys
+                ]
+            elif dep.def_path not in deps:
+                rows.append(
+                    {"stage": stage.name, "what": "source", "path": dep.def_path, "why": "declared, not recorded"}
+                )
+    return rows
+
+
+def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bool = False) -> dict[str, Any]:
+    """``dvc commit --force`` of ``targets`` (DVC's stage addresses, e.g. ``dvc.yaml:index``) after checking that
+    none of their settings changed -- unless ``rerun``: their commands were just run outside DVC with the current
+    settings (``make reports`` runs the report stages' own commands); appends ``{date, parent, targets, rerun,
+    evidence}`` to ``records``."""
+    if not evidence.strip():
+        raise ValueError("--evidence: say which stages were re-run and found byte-identical, and where")
+    changed = []
+    for lock in LOCKS:
+        if not Path(lock).is_file():
+            continue
+        pipeline = str(Path(lock).with_suffix(".yaml"))
+        for row in out_of_step(lock):
+            address = f"{pipeline}:{row['stage']}"
+            group = f"{pipeline}:{row['stage'].split('@')[0]}"  # a foreach stage's every item
+            named = any(t in (pipeline, address, group) for t in targets)
+            if named and row["what"] == "setting":
+                changed.append(f"{address} {row['path']} ({row['why']})")
+    if changed and not rerun:
+        raise ValueError(
+            "settings changed (re-run these stages, or pass --rerun if their commands just ran): " + "; ".join(changed)
+        )
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", *targets], check=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    entry = {
+        "date": dt.date.today().isoformat(),
+        "parent": head,
+        "targets": targets,
+        "rerun": rerun,
+        "evidence": evidence,
+    }
+    log = json.loads(records.read_text()) if records.is_file() else []
+    updates(records)  # the project's register of re-recordings: appended on purpose
+    write_text(records, json.dumps([*log, entry], indent=1, ensure_ascii=False) + "\n")
+    return entry
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="list the stages whose recorded sources or settings differ (exit 1 if any)")
+    c.add_argument("locks", nargs="*", default=[f for f in LOCKS if Path(f).is_file()])
+    r = sub.add_parser("record", help="re-record stages after a change that moved no number, with its evidence")
+    r.add_argument("targets", nargs="+", help="stage addresses (dvc.yaml:index) or pipeline files")
+    r.add_argument("--evidence", required=True, help="which stages were re-run and found byte-identical, and where")
+    r.add_argument(
+        "--rerun",
+        action="store_true",
+        help="the targets' commands were just run outside DVC with the current settings (make reports): record them "
+        "even where a setting changed",
+    )
+    args = ap.parse_args(argv)
+    if args.command == "record":
+        print(json.dumps(record(args.targets, args.evidence, rerun=args.rerun), ensure_ascii=False))
+        return
+    bad = 0
+    for lock in args.locks:
+        rows = out_of_step(lock) + unrecorded(Path(lock).with_suffix(".yaml"))
+        stages = sorted({r["stage"] for r in rows})
+        bad += len(stages)
+        print(f"{lock}: {len(stages)} stage(s) out of step" + (":" if stages else ""))
+        for s in stages:
+            mine = [r for r in rows if r["stage"] == s]
+            print(f"  {s}: " + ", ".join(f"{r['path']} ({r['why']})" for r in mine[:6])
+                  + (f" and {len(mine) - 6} more" if len(mine) > 6 else ""))  # fmt: skip
+    raise SystemExit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

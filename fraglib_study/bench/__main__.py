@@ -1,0 +1,3 @@
+from fraglib_study.bench import main
+
+main()
