@@ -17,7 +17,7 @@ export PATH := $(BIN):$(PATH)
 # (fraglib_study/audit/costs.py; the cost table on reports/index.html): $(call clock,start|stop,<target name>)
 empty :=
 space := $(empty) $(empty)
-clock = @$(BIN)/python -m fraglib_study.audit.costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
+clock = @$(BIN)/python -m fraglib_study costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
 .PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench lab reports clean-env
 all: repro
@@ -36,10 +36,10 @@ $(STAMP): pyproject.toml
 
 # `make` records its timeline (fraglib_study/bench/timeline.py) in benchmarks/timeline.json: each DVC stage's start and end,
 # the training units', the cores' use every second; the output and exit status stay dvc's. A figure of it:
-# python -m fraglib_study.bench timeline draw benchmarks/timeline.json --out timeline.svg
+# python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 repro: env
 	$(call clock,start,make)
-	$(BIN)/python -m fraglib_study.bench timeline record --out benchmarks/timeline.json -- $(BIN)/dvc repro
+	$(BIN)/python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- $(BIN)/dvc repro
 	$(call clock,stop,make)
 
 pascal1k: env
@@ -79,11 +79,11 @@ browser:
 		echo "no chromium (not root, or no apt-get): tests/test_browser.py skips"
 
 bench: env
-	$(BIN)/python -m fraglib_study.bench
+	$(BIN)/python -m fraglib_study bench
 
 reports: env
 	$(call clock,start,make reports)
-	$(BIN)/python -m fraglib_study.pages.render
+	$(BIN)/python -m fraglib_study reports
 	$(call clock,stop,make reports)
 
 lab: env

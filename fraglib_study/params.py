@@ -200,7 +200,7 @@ def check_params(data: dict[str, Any]) -> None:
 
 def dataset_folds(data: dict[str, Any], dataset: str) -> tuple[int, int]:
     """(k, partition) of ``<dataset>.folds`` and ``<dataset>.partition`` (default 0), the k-fold protocol
-    (``python -m fraglib_study.experiments.study --folds``): ConfigError naming the key unless k is an integer ≥ 3 and the partition
+    (``python -m fraglib_study study --folds``): ConfigError naming the key unless k is an integer ≥ 3 and the partition
     seed an integer ≥ 0."""
     section = data.get(dataset) or {}
     k, partition = section.get("folds"), section.get("partition", 0)

@@ -82,7 +82,7 @@ def test_a_confirmation_rebuilds_the_benchmark_from_the_new_seed_and_retrains_th
     table = C.claims_table([r for r in rows if r.study == "synthetic"])
     assert table.header[-1] == "confirmed on partition 5" and table.rows[0][-1] in C.VERDICTS
     text = markdown(C.claim_blocks(tmp_path, params))
-    assert "confirmed on partition 5" in text and "`python -m fraglib_study.experiments.confirm --partition N`" in text
+    assert "confirmed on partition 5" in text and "`python -m fraglib_study confirm --partition N`" in text
     # a finished confirmation is never replaced silently
     with pytest.raises(SystemExit):
         main(["--partition", "5", "--dataset", "synthetic", "--runs", "full", "--params", "frozen.yaml"])

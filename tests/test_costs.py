@@ -11,7 +11,7 @@ import pytest
 from fraglib_study.audit import costs
 from fraglib_study.report.tables import html
 
-TRAIN = "python -m fraglib_study.experiments.study --run ${{item}} {dataset} --dataset-dir data/x --out runs/{study}/${{item}}"
+TRAIN = "python -m fraglib_study study --run ${{item}} {dataset} --dataset-dir data/x --out runs/{study}/${{item}}"
 
 
 def write_json(path: Path, obj) -> None:
@@ -77,7 +77,7 @@ def test_the_folds_have_rows_and_a_run_after_the_papers_its_own(tmp_path):
     (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
         "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
         + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
-        + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib_study.experiments.study --run ${item} --dataset pascal1k"
+        + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib_study study --run ${item} --dataset pascal1k"
         " --folds --dataset-dir data/f --out runs/pascal1k_folds/${item}"
     )
     (root / "params.yaml").write_text("runs:\n  gpo: {system: vse, after_papers: true}\n  vsepp: {system: vse}\n")

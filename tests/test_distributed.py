@@ -117,7 +117,7 @@ def test_shards_cover_the_batch_in_order():
 
 
 def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_path):
-    """torchrun -m fraglib.run.train with 2 gloo processes: rank 0 alone writes; test metrics within a stated
+    """torchrun -m fraglib.run train with 2 gloo processes: rank 0 alone writes; test metrics within a stated
     tolerance of the one-process run (same global batches; float sums in another order); a killed run resumes."""
     params = tmp_path / "params.yaml"
     import yaml
@@ -126,7 +126,17 @@ def test_a_short_two_process_run_matches_one_process_and_resumes(tiny_full, tmp_
 
     p = tiny_params()
     params.write_text(yaml.safe_dump(p))
-    args = ["-m", "fraglib.run.train", "--run-name", "full", "--dataset-dir", str(tiny_full), "--params", str(params)]
+    args = [
+        "-m",
+        "fraglib.run",
+        "train",
+        "--run-name",
+        "full",
+        "--dataset-dir",
+        str(tiny_full),
+        "--params",
+        str(params),
+    ]
     torchrun(args + ["--out", str(tmp_path / "two")])
     one = train(
         DataPaths(tiny_full), tmp_path / "one", tiny_spec(), tiny_eval(), device=torch.device("cpu"), progress=False
@@ -191,7 +201,7 @@ def test_mixed_precision_changes_the_step_little(tiny_full, system, override):
 
 
 def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
-    """`torchrun -m fraglib.vision.features`: each rank extracts its shard, rank 0 merges into the
+    """`torchrun -m fraglib.vision features`: each rank extracts its shard, rank 0 merges into the
     arrays one process wrote (tiny_full's caches, same settings): boxes and indices exactly, CNN
     descriptors up to float rounding (torchrun gives each rank one thread, the test process may use
     more, and the convolution kernels then sum in another order)."""
@@ -201,7 +211,8 @@ def test_torchrun_features_take_a_shard_per_rank_and_merge(tiny_full, tmp_path):
     torchrun(
         [
             "-m",
-            "fraglib.vision.features",
+            "fraglib.vision",
+            "features",
             "--dataset-dir",
             str(tiny_full),
             "--truth",

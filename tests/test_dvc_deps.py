@@ -1,6 +1,6 @@
 """DVC dependencies that cannot lie: every stage of every dvc.yaml depends on each fraglib file its command runs.
 
-A stage's command runs ``python -m fraglib.<module>`` (a notebook through ``python -m fraglib_study.report.notebook``, whose code
+A stage's command runs ``python -m fraglib.<module>`` (a notebook through ``python -m fraglib_study notebook``, whose code
 cells' imports count too). Its code is the transitive closure of the fraglib modules those import (a static scan
 of every import statement, function-local ones included, relative ones resolved; a package's ``__init__.py``
 runs on import, so the registry ``fraglib.systems`` pulls in every system), plus the package data files they
@@ -80,6 +80,14 @@ def _data_files() -> dict[str, Path]:
     }
 
 
+def study_commands() -> dict[str, tuple[str, str]]:
+    """``python -m fraglib_study``'s commands (fraglib_study/__main__.py: it imports a command's module by name, so
+    the scan reads the table rather than the imports)."""
+    from fraglib_study.__main__ import COMMANDS
+
+    return COMMANDS
+
+
 def notebook_imports(notebook: Path) -> set[str]:
     """The modules a notebook's code cells import (IPython magics and shell lines left out)."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
@@ -96,12 +104,15 @@ def stage_code(cmd: str, wdir: Path = ROOT) -> set[str]:
     needed: set[Path] = set()
     for i, w in enumerate(words):
         if w in ("python", "python3") or w.endswith("/python"):
-            if words[i + 1 : i + 2] != ["-m"] or not words[i + 2].startswith(("fraglib.", "fraglib_study.")):
+            if words[i + 1 : i + 2] != ["-m"] or words[i + 2].split(".")[0] not in PACKAGES:
                 raise ValueError(f"{cmd!r}: a python command this test cannot follow (not python -m fraglib.…)")
-            mod = words[i + 2]
+            mod, rest = words[i + 2], i + 3
             todo |= imported(ast.parse(f"import {mod}")) | {f"{mod}.__main__"}
+            if mod == "fraglib_study":  # the study's one command line: COMMAND names the module whose main runs
+                mod, rest = study_commands()[words[i + 3]][0], i + 4
+                todo |= imported(ast.parse(f"import {mod}"))
             if mod == "fraglib_study.report.notebook":
-                nb = (wdir / words[i + 3]).resolve()
+                nb = (wdir / words[rest]).resolve()
                 needed.add(nb)
                 todo |= notebook_imports(nb)
     data, seen = _data_files(), set()
@@ -153,14 +164,14 @@ CASES = [(n, d) for n, s in _copied_stages().items() for d in s["deps"] if d.sta
 
 
 def test_the_scan_follows_registry_local_and_relative_imports():
-    code = stage_code("python -m fraglib_study.experiments.captions --run-dir runs/synthetic/stt")
+    code = stage_code("python -m fraglib_study captions --run-dir runs/synthetic/stt")
     assert {
         "fraglib_study/experiments/captions.py",
         "fraglib/systems/__init__.py",
         "fraglib/systems/gru.py",
         "fraglib/systems/cnn.py",
     } <= code
-    report = stage_code("python -m fraglib_study.report.notebook notebooks/results_report.ipynb reports/r.html -p a b")
+    report = stage_code("python -m fraglib_study notebook notebooks/results_report.ipynb reports/r.html -p a b")
     assert {
         "notebooks/results_report.ipynb",
         "fraglib_study/reference/published_results.yaml",

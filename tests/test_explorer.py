@@ -135,7 +135,7 @@ def test_the_page_and_its_data_script(explorer_data, tmp_path):
 def test_the_page_without_its_data_names_the_stage(tmp_path):
     from fraglib_study.pages.explorer_page import build
 
-    with pytest.raises(FileNotFoundError, match="python -m fraglib_study.experiments.explore"):
+    with pytest.raises(FileNotFoundError, match="python -m fraglib_study explore"):
         build(tmp_path / "nothing", tmp_path / "explorer.html")
 
 
@@ -159,7 +159,7 @@ def test_the_committed_explorers_are_small():
 
     folders = sorted(p.parent for p in ROOT.glob("runs/*/explorer/explorer.json"))
     if not folders:
-        pytest.skip("no explorer data committed yet (python -m fraglib_study.experiments.explore: the explorer stages)")
+        pytest.skip("no explorer data committed yet (python -m fraglib_study explore: the explorer stages)")
     for folder in folders:
         data = json.loads((folder / "explorer.json").read_text())
         thumbs = sorted({(folder / im["thumb"]).resolve() for im in data["images"]})

@@ -38,8 +38,8 @@ def test_every_marked_number_in_the_docs_is_the_committed_value(committed):
     stale = [
         f"{f.file}:{f.line} quotes {f.quoted}, the results hold {f.committed} ({f.key})" for f in found if not f.ok
     ]
-    assert not stale, (
-        "numbers that are not the committed ones (python -m fraglib_study.audit.facts --stale):\n" + "\n".join(stale)
+    assert not stale, "numbers that are not the committed ones (python -m fraglib_study facts --stale):\n" + "\n".join(
+        stale
     )
 
 

@@ -169,3 +169,35 @@ def test_the_report_layer_imports_no_trainer_and_no_system():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", out
+
+
+ENTRY_POINTS = ("fraglib.data", "fraglib.text", "fraglib.vision", "fraglib.run", "fraglib_study")
+
+
+def test_five_entry_points_and_every_command_uses_them():
+    """Only the packages in :data:`ENTRY_POINTS` run under ``python -m`` (a ``__main__.py``; no module keeps an
+    ``if __name__ == "__main__"`` of its own), and every command the stages, the Makefile, the notebooks and the docs
+    give calls one of them; a ``fraglib_study`` command is one of its COMMANDS."""
+    from fraglib_study.__main__ import COMMANDS
+
+    runnable = {name.removesuffix(".__main__") for name, p in modules().items() if p.name == "__main__.py"}
+    runnable |= {
+        n for n, p in modules().items() if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()
+    }
+    assert runnable == set(ENTRY_POINTS)
+    texts = [*ROOT.glob("**/dvc.yaml"), ROOT / "Makefile", ROOT / "README.md", *ROOT.glob("docs/*.md")]
+    texts += [
+        *ROOT.glob("notebooks/*.ipynb"),
+        *(ROOT / "fraglib").rglob("*.py"),
+        *(ROOT / "fraglib_study").rglob("*.py"),
+    ]
+    bad = []
+    for p in texts:
+        if ".venv" in p.parts:
+            continue
+        for prog, rest in re.findall(r"python3? -m ((?:fraglib|fraglib_study)[\w.]*)(?:\s+([\w-]+))?", p.read_text()):
+            if prog not in ENTRY_POINTS or (
+                prog == "fraglib_study" and rest and not rest.isupper() and rest not in COMMANDS
+            ):
+                bad.append(f"{p.relative_to(ROOT)}: python -m {prog} {rest}")
+    assert not bad, bad

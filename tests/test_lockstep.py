@@ -91,7 +91,7 @@ def test_record_refuses_a_changed_setting_and_an_empty_evidence(tmp_path, monkey
 
 def test_the_default_pipelines_lock_is_in_step_with_the_code():
     """dvc.lock (the README's first command) records the sources and settings a clone holds: after an edit that
-    moves no number, `python -m fraglib_study.audit.lockstep record` with the evidence; after one that does, `dvc repro`."""
+    moves no number, `python -m fraglib_study lockstep record` with the evidence; after one that does, `dvc repro`."""
     rows = out_of_step("dvc.lock", ROOT) + unrecorded("dvc.yaml", ROOT)
     assert not rows, "\n".join(f"{r['stage']}: {r['path']} ({r['why']})" for r in rows[:20])
 

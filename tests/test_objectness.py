@@ -114,6 +114,6 @@ def test_a_damaged_objectness_model_is_not_called_missing(tmp_path, damage, reas
     with pytest.raises(
         FileNotFoundError,
         match=r"nope.npz: objectness model not found \(vision.objectness_file\); "
-        r"train one with python -m fraglib.vision.objectness",
+        r"train one with python -m fraglib.vision objectness",
     ):
         Objectness.load(tmp_path / "nope.npz")

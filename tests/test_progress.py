@@ -147,7 +147,7 @@ def test_a_study_says_its_units_and_their_epochs_as_they_finish(tiny_full, tmp_p
 
 
 def test_a_training_says_each_epoch_and_a_resumed_one_goes_on_counting(tiny_full, tmp_path, capsys, monkeypatch):
-    """The trainer alone (``python -m fraglib.run.train``): a line per epoch under the run's name with an ETA, on stderr;
+    """The trainer alone (``python -m fraglib.run train``): a line per epoch under the run's name with an ETA, on stderr;
     killed after one epoch and resumed, it goes on from epoch 2 of 4."""
     import torch
 

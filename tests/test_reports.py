@@ -69,7 +69,7 @@ def test_make_reports_renders_every_page_from_the_committed_results(tmp_path):
     copy = _tracked_copy(tmp_path / "clone")
     before = {p: p.read_bytes() for p in (copy / "reports").rglob("*.html")}
     out = subprocess.run(
-        [sys.executable, "-m", "fraglib_study.pages.render", "--no-index"],
+        [sys.executable, "-m", "fraglib_study", "reports", "--no-index"],
         cwd=copy,
         capture_output=True,
         text=True,

@@ -480,7 +480,7 @@ def test_results_page_is_generated_from_the_committed_summaries():
     from fraglib_study.report.tables import UNCONFIRMED
 
     page = (ROOT / "docs" / "results.md").read_text()
-    assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib_study.pages.summary"
+    assert page == results_markdown(ROOT), "docs/results.md is stale: run python -m fraglib_study summary"
     m = json.loads((ROOT / "runs" / "pascal1k" / "fr_lr01" / "metrics.json").read_text())
     pascal = page[page.index("## Pascal1K") :]  # other studies have fr_lr01 too
     row = next(line for line in pascal.splitlines() if line.startswith("| `fr_lr01`"))

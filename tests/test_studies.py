@@ -7,19 +7,19 @@ from pathlib import Path
 from fraglib_study.report.registry import studies
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = "stages:\n  page:\n    cmd: python -m fraglib_study.report.notebook notebooks/x.ipynb reports/x.html\n"
+TOOLS = "stages:\n  page:\n    cmd: python -m fraglib_study notebook notebooks/x.ipynb reports/x.html\n"
 STUDY = """stages:
   train:
     foreach: ${runs}
     do:
       wdir: ../..
-      cmd: python -m fraglib_study.experiments.study --run ${key} --dataset coco --dataset-dir data/coco/split{seed} --out runs/coco/${key}
+      cmd: python -m fraglib_study study --run ${key} --dataset coco --dataset-dir data/coco/split{seed} --out runs/coco/${key}
   text:
     wdir: ../..
     cmd: python -m fraglib.text fragments --dataset-dir data/coco
   page:
     wdir: ../..
-    cmd: python -m fraglib_study.report.notebook notebooks/results_report.ipynb reports/coco/results.html -p runs_dir runs/coco
+    cmd: python -m fraglib_study notebook notebooks/results_report.ipynb reports/coco/results.html -p runs_dir runs/coco
 """
 
 
@@ -101,7 +101,7 @@ def test_the_registry_finds_exactly_the_studies_whose_dvc_yaml_exists(tmp_path):
 
 
 def test_summary_csv_has_one_row_per_committed_run_with_its_numbers():
-    """``python -m fraglib_study.pages.summary --csv``: one row per run of every study, the means and sds of its
+    """``python -m fraglib_study summary --csv``: one row per run of every study, the means and sds of its
     metrics.json, and the commit that last wrote it."""
     import csv
     import io

@@ -108,7 +108,17 @@ def test_a_command_under_a_terminal_still_sees_one(tmp_path):
     buffering, colours as without the recorder); the bytes reach the terminal as written."""
     master, slave = os.openpty()
     probe = "import sys; print('tty', sys.stdout.isatty(), sys.stderr.isatty()); print(\"Running stage 'x':\")"
-    cmd = [sys.executable, "-m", "fraglib_study.bench", "timeline", "record", "--out", str(tmp_path / "t.json"), "--"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fraglib_study",
+        "bench",
+        "timeline",
+        "record",
+        "--out",
+        str(tmp_path / "t.json"),
+        "--",
+    ]
     run = subprocess.run([*cmd, sys.executable, "-c", probe], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""
@@ -131,16 +141,16 @@ DVC_LOG = (
     "Stage 'synthetic' didn't change, skipping\r\n"
     "'data/pascal1k.dvc' didn't change, skipping\r\n"
     "\x1b[32mRunning stage 'features':\x1b[39m\r\n"
-    "> python -m fraglib.vision.features --dataset-dir data/synthetic\r\n"
+    "> python -m fraglib.vision features --dataset-dir data/synthetic\r\n"
     "features: 100%|██████████| 1400/1400 [01:02<00:00]\r"
     "Updating lock file 'dvc.lock'\r\n"
     "\r\n"
     "Running stage 'studies/synthetic/dvc.yaml:train@full':\n"
-    "> python -m fraglib_study.experiments.study --run full\n"
+    "> python -m fraglib_study study --run full\n"
     "Updating lock file 'studies/synthetic/dvc.lock'\n"
     "Stage 'captions@full' is cached - skipping run, checking out outputs\n"
     "Running stage 'summary':\n"
-    "ERROR: failed to reproduce 'summary': failed to run: python -m fraglib_study.pages.summary, exited with 1\n"
+    "ERROR: failed to reproduce 'summary': failed to run: python -m fraglib_study summary, exited with 1\n"
 )
 
 
@@ -276,7 +286,7 @@ def test_a_term_sent_to_the_recorder_ends_the_command_and_the_record_says_so(tmp
 
     out = tmp_path / "t.json"
     sleeper = [sys.executable, "-c", "import time; print(\"Running stage 'long':\", flush=True); time.sleep(600)"]
-    cmd = [sys.executable, "-m", "fraglib_study.bench", "timeline", "record", "--out", str(out), "--", *sleeper]
+    cmd = [sys.executable, "-m", "fraglib_study", "bench", "timeline", "record", "--out", str(out), "--", *sleeper]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline() == "Running stage 'long':\n"  # the command runs (and the recorder waits for it)
     proc.send_signal(signal.SIGTERM)

@@ -1,7 +1,7 @@
 """Data-parallel training over the processes ``torchrun`` starts (docs/training.md, "Many processes").
 
-    torchrun --nproc_per_node 2 -m fraglib.run.train --run full --dataset-dir data/synthetic --out runs/try
-    torchrun --nnodes 2 --node_rank 0 --rdzv_backend c10d --rdzv_endpoint HOST:29500 --nproc_per_node 8 -m fraglib.run.train ...
+    torchrun --nproc_per_node 2 -m fraglib.run train --run full --dataset-dir data/synthetic --out runs/try
+    torchrun --nnodes 2 --node_rank 0 --rdzv_backend c10d --rdzv_endpoint HOST:29500 --nproc_per_node 8 -m fraglib.run train ...
 
 Every process draws the same global batch (the order depends only on (seed, epoch)) and encodes its
 contiguous share of it (:func:`shard`); the encodings are exchanged with gradients (:meth:`Context.gather`)

@@ -1,8 +1,10 @@
-"""``python -m fraglib.data``: convert a dataset to the internal (Karpathy) format."""
+"""``python -m fraglib.data``: convert a dataset to the internal (Karpathy) format; ``python -m fraglib.data
+synthetic`` generates the synthetic benchmark, ``python -m fraglib.data download pascal1k`` fetches Pascal1K."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +12,21 @@ from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command, write_text
 from fraglib.data.dataset import read_karpathy_json, read_pascal1k, write_karpathy_json
 
 
-@command
 def main(argv: list[str] | None = None) -> None:
+    """``synthetic`` and ``download`` run their modules' commands; any other first word is a dataset to convert."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["synthetic"]:
+        from fraglib.data.synthetic import main as run
+    elif argv[:1] == ["download"]:
+        from fraglib.data.download import main as run
+    else:
+        return convert(argv)
+    sys.argv[0] = f"python -m fraglib.data {argv[0]}"
+    return run(argv[1:])
+
+
+@command
+def convert(argv: list[str] | None = None) -> None:
     """Convert a dataset to the internal (Karpathy) format::
 
     python -m fraglib.data pascal1k  --root DIR --out data/pascal1k [--split-seed N]
@@ -25,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     import argparse
 
-    ap = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=convert.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", choices=["pascal1k", "flickr8k", "flickr30k", "karpathy", "precomp"])
     ap.add_argument("--root", help="pascal1k: folder with sentences.json and images/; flickr8k: the text release")
     ap.add_argument("--images", help="image folder (flickr8k, flickr30k, karpathy)")

@@ -1,6 +1,6 @@
 """Download Pascal1K from the official UIUC page, verified against known checksums.
 
-    python -m fraglib.data.download pascal1k --out ~/data/pascal1k        # needs the internet, once
+    python -m fraglib.data download pascal1k --out ~/data/pascal1k        # needs the internet, once
 
 The page (``http://vision.cs.uiuc.edu/pascal-sentences/``) lists every image
 (``<category>/<file>.jpg``) followed by its sentences. This writes the project's layout —
@@ -133,7 +133,3 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     resumes(args.out)  # keeps the images whose checksums verify
     print(download_pascal1k(args.out, args.url, allow_unverified=args.allow_unverified))
-
-
-if __name__ == "__main__":
-    main()

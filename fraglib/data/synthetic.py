@@ -759,10 +759,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {stats['images']} images, {stats['captions']} captions to {args.out} in {stats['_seconds']:.1f} s")
 
 
-if __name__ == "__main__":
-    main()
-
-
 def synthetic_truth(path: str | Path) -> dict[int, np.ndarray]:
     """imgid -> true boxes (float32 (M, 4)) from a synthetic ``ground_truth.json``."""
     gt = json.loads(Path(path).read_text())

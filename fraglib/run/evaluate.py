@@ -1,15 +1,15 @@
 """The one evaluation of a trained system on a split (docs/evaluation.md): score it, rank, and report.
 
 :func:`evaluate_split` is the test evaluation of every run — the study calls it after fitting
-(:func:`fraglib.run.train.train`), ``python -m fraglib.run.evaluate`` re-scores a checkpoint with it, and a search never
+(:func:`fraglib.run.train.train`), ``python -m fraglib.run evaluate`` re-scores a checkpoint with it, and a search never
 calls it (a trial scores validation only). Its settings are ``params.yaml: evaluation`` (:class:`EvalConfig`):
 they are not part of a checkpoint's identity, so changing ``n_boot`` re-scores ``best.pt`` and never retrains.
 Scores come from the system in tiles (:func:`score_matrix`); the ranking arithmetic is :mod:`fraglib.metrics.retrieval`,
 hubness and its corrections :mod:`fraglib.metrics.hubness`.
 
-    python -m fraglib.run.evaluate runs/synthetic/full/seeds/seed0 [--split val] [--set n_boot=200] [--out m.json]
-    python -m fraglib.run.evaluate --scores S.npy --dataset-dir D [--val-scores V.npy --banks B.npz] [--against S2.npy]
-    python -m fraglib.run.evaluate --image-emb I.npy --sentence-emb T.npy --dataset-dir D [--metric cosine|dot]
+    python -m fraglib.run evaluate runs/synthetic/full/seeds/seed0 [--split val] [--set n_boot=200] [--out m.json]
+    python -m fraglib.run evaluate --scores S.npy --dataset-dir D [--val-scores V.npy --banks B.npz] [--against S2.npy]
+    python -m fraglib.run evaluate --image-emb I.npy --sentence-emb T.npy --dataset-dir D [--metric cosine|dot]
 
 Another tool's scores go through the same :func:`evaluate_matrix` as every run (:func:`evaluate_files`): ranks
 pessimistic on ties, R@K, median and mean rank, the fold protocol, hubness and its corrections, bootstrap CIs;
@@ -64,7 +64,7 @@ def score_matrix(
     in tiles: images encoded once in tiles of ``chunk`` (kept), sentences in tiles of ``sent_chunk``,
     each pair of tiles scored apart. Peak memory ≈ all image encodings + one sentence tile's encoding +
     one tile pair's scoring intermediates + the float32 output on the CPU (COCO 5K: 5,000 x 25,000 =
-    0.5 GB; measured per system by ``python -m fraglib_study.bench coco_eval``). Images or sentences without rows
+    0.5 GB; measured per system by ``python -m fraglib_study bench coco_eval``). Images or sentences without rows
     in the system's views score -inf (they rank last). ``image_items`` / ``sentence_items`` (positions)
     score only those items; ``sentences`` (another split's :class:`fraglib.run.inputs.Ragged`) replaces the
     split's sentences (a hubness bank: :func:`hubness_banks`). A split with ``galleries`` (scored whole) is
@@ -354,7 +354,7 @@ def load_trained(
         raise ValueError(
             f"{seed_dir}: the sentences of {paths.dataset} are encoded with another "
             f"vocabulary ({len(got['relations'])} ids, the model's {len(info['relations'])}); re-encode "
-            "them in the model's: `python -m fraglib_study.experiments.captions … --parse-file <their parse>`"
+            "them in the model's: `python -m fraglib_study captions … --parse-file <their parse>`"
         )
     return system, ck, splits if split is None else splits[split]
 
@@ -871,7 +871,3 @@ def main(argv: list[str] | None = None) -> None:
     h = m.get("hubness", {})
     for key in sorted(k for k in h if isinstance(h[k], dict) and "param" in h[k].get("annotation", {})):
         print(f"{key}: " + "; ".join(f"{d} R@1 {h[key][d]['r1']:.1f}" for d in DIRECTIONS))
-
-
-if __name__ == "__main__":
-    main()

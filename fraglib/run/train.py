@@ -1,6 +1,6 @@
 """One training loop for every system, resumable and deterministic (docs/training.md).
 
-    python -m fraglib.run.train --run full --dataset-dir data/synthetic --out runs/try [--dataset pascal1k] [--set key=value ...]
+    python -m fraglib.run train --run full --dataset-dir data/synthetic --out runs/try [--dataset pascal1k] [--set key=value ...]
 
 The loop knows no system by name: it builds the system of a run (``runs.<name>.system``) from
 sizes read off the data, then per epoch draws batches of ``batch_size`` image–sentence pairs
@@ -247,7 +247,7 @@ def train_epoch(
     run: str = "",
 ) -> tuple[dict[str, float], int, int]:
     """One epoch of optimisation steps on the training split ``tr`` (the trainer's loop, also timed by
-    ``python -m fraglib_study.bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
+    ``python -m fraglib_study bench epoch``): the learning rate and AdaGrad reset of ``epoch``, batches of
     :func:`fraglib.run.inputs.make_batches` (after the system's ``begin_epoch``), autocast when ``tc.amp``,
     gradient clipping. Returns (sums of the cost and the loss parts over the batches, number of batches,
     pairs skipped in batches smaller than the number of processes); ``desc``: a progress bar with that title, drawn
@@ -681,7 +681,3 @@ def main(argv: list[str] | None = None) -> None:
             for d in DIRECTIONS
         )
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -110,7 +110,7 @@ def run_tokens(
     dataset_dir: str | Path, vocab: list[str], out: str | Path, parse_file: str | Path | None = None
 ) -> dict[str, Any]:
     """The ``tokens`` view of a dataset's captions in *another* vocabulary (a trained model's), for
-    text-only transfer (``python -m fraglib_study.experiments.captions --parse-file``): every word looked up by its
+    text-only transfer (``python -m fraglib_study captions --parse-file``): every word looked up by its
     string, a word outside ``vocab`` becomes ``<unk>`` (id 0) and is counted. Writes ``out``; returns the counts."""
     from fraglib.text.vectors import load_glove
 
@@ -263,7 +263,3 @@ def main(argv: list[str] | None = None) -> None:
                 for m in MODES
             )
         )
-
-
-if __name__ == "__main__":
-    main()

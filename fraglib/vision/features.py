@@ -1,6 +1,6 @@
 """The image-fragment feature cache: one backbone pass per image, every detector's boxes.
 
-    python -m fraglib.vision.features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
+    python -m fraglib.vision features --dataset-dir data/synthetic [--truth data/synthetic/ground_truth.json]
 
 writes ``<dataset-dir>/features/rcnn.npz`` (and ``groundtruth.npz`` when true boxes are given)
 plus ``features_stats.json``. ``--shard i/N`` computes shard i of N (contiguous images) into
@@ -477,7 +477,3 @@ def _parse_shard(text: str) -> tuple[int, int]:
     if not 0 <= i < n:
         raise SystemExit(f"--shard {text!r}: expected 0 <= i < N")
     return i, n
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ layer perceptron (``model: mlp``) or logistic regression (``model: linear``). Pr
 labelled by IoU with the annotated boxes (positive ≥ 0.5 — the annotated boxes themselves
 included, as in R-CNN — negative < 0.3, in between ignored), classes weighted to balance.
 
-    python -m fraglib.vision.objectness --dataset-dir data/pascal1k --annotations ROOT/annotations \
+    python -m fraglib.vision objectness --dataset-dir data/pascal1k --annotations ROOT/annotations \
         --exclude-test-of data/pascal1k/split0 ... --out data/pascal1k/objectness.npz \
         [--regions data/pascal1k/regions.npz] [--cv-out data/pascal1k/objectness_cv.json]
 
@@ -98,7 +98,7 @@ class Objectness:
     def load(cls, path: str | Path) -> "Objectness":
         """The model in ``path``: FileNotFoundError when there is no such file (saying how to get one),
         ValueError when the file exists but is no readable model (damaged, another file, an older format)."""
-        how = "python -m fraglib.vision.objectness"
+        how = "python -m fraglib.vision objectness"
         if not Path(path).exists():
             raise FileNotFoundError(
                 f"{path}: objectness model not found (vision.objectness_file); train one with {how}"
@@ -321,7 +321,3 @@ def main(argv: list[str] | None = None) -> None:
         cv = cross_validate(data, [truth[int(im["imgid"])] for im in images], args.cv_nms, cfg.k, **fit_args)
         write_text(args.cv_out, json.dumps(cv, indent=1, sort_keys=True) + "\n")
         print(json.dumps(cv["recall_by_nms_iou"]))
-
-
-if __name__ == "__main__":
-    main()

@@ -78,7 +78,7 @@ class VisionConfig:
         check_choice(f"{p}.score", self.score, SCORES)
         if self.score == "learned" and not self.objectness_file:
             raise ConfigError(
-                f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.vision.objectness)"
+                f"{p}.score=learned needs {p}.objectness_file (written by python -m fraglib.vision objectness)"
             )
         check_range(f"{p}.nms_iou", self.nms_iou, 0.0, 1.0, float)
         check_range(f"{p}.k", self.k, 0, 1000, int)

@@ -1,6 +1,6 @@
 """Proposals and backbone feature maps of every image, computed once (real photographs).
 
-    python -m fraglib.vision.regions --dataset-dir data/pascal1k --out data/pascal1k/regions.npz \
+    python -m fraglib.vision regions --dataset-dir data/pascal1k --out data/pascal1k/regions.npz \
         --set image_size=512 --set proposal_size=300
 
 Selective search and the CNN pass are the whole cost of image fragments (~0.8 s per Pascal1K
@@ -177,7 +177,7 @@ class Regions:
 
     @classmethod
     def load(cls, path: str | Path) -> "Regions":
-        z, meta = open_npz(path, "regions cache not found (run python -m fraglib.vision.regions)")
+        z, meta = open_npz(path, "regions cache not found (run python -m fraglib.vision regions)")
         return cls({k: z[k] for k in KEYS}, meta)
 
     def positions(self, dataset: Dataset) -> list[int]:
@@ -187,7 +187,7 @@ class Regions:
         if missing:
             raise ValueError(
                 f"regions cache lacks {len(missing)} image(s) of dataset {dataset.name}, "
-                f"e.g. {missing[:3]} (rebuild it with python -m fraglib.vision.regions)"
+                f"e.g. {missing[:3]} (rebuild it with python -m fraglib.vision regions)"
             )
         return [where[(int(im["imgid"]), im["filename"])] for im in dataset.images]
 
@@ -198,7 +198,7 @@ class Regions:
             if built[key] != getattr(cfg, key):
                 raise ValueError(
                     f"vision.{key}={getattr(cfg, key)} but the regions cache was built with "
-                    f"{built[key]}: rebuild it (python -m fraglib.vision.regions) or use its value"
+                    f"{built[key]}: rebuild it (python -m fraglib.vision regions) or use its value"
                 )
 
     def item(self, p: int) -> dict[str, Any]:
@@ -296,7 +296,3 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_with_overrides(args.params, "vision", VisionConfig, args.set)
     meta = build(read_karpathy_json(Path(args.dataset_dir) / "dataset.json"), cfg, args.out)
     print(json.dumps({k: meta[k] for k in ("wall_seconds_per_image", "backbone_seconds_median", "skipped")}))
-
-
-if __name__ == "__main__":
-    main()

@@ -541,7 +541,7 @@ def dataset_folders(root: str | Path = ".", folds: bool = False) -> dict[str, li
     return out
 
 
-CONFIRM = Path("runs") / "confirm"  # runs/confirm/<dataset>/p<N>/<run>: python -m fraglib_study.experiments.confirm
+CONFIRM = Path("runs") / "confirm"  # runs/confirm/<dataset>/p<N>/<run>: python -m fraglib_study confirm
 
 
 def confirmations(root: str | Path = ".") -> dict[str, dict[int, Path]]:
@@ -960,7 +960,7 @@ def claim_blocks(root: str | Path, params: dict[str, Any]) -> list[Block]:
         if any(r.confirmed for r in part):
             scope += (
                 ' A column "confirmed on partition N" holds the verdict, by the same rule, on the claim\'s runs '
-                "re-run on fresh data N after every choice was frozen (`python -m fraglib_study.experiments.confirm --partition N`, "
+                "re-run on fresh data N after every choice was frozen (`python -m fraglib_study confirm --partition N`, "
                 "docs/claims.md); — where they are not there."
             )
         title = study.title if study is not None else data
@@ -1060,7 +1060,7 @@ def run_seconds(folder: Path) -> tuple[float, int, set[str]]:
 
 
 def cost_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[Row]) -> list[Block]:
-    """What confirming each claim of ``data`` on a fresh partition costs (``python -m fraglib_study.experiments.confirm --partition
+    """What confirming each claim of ``data`` on a fresh partition costs (``python -m fraglib_study confirm --partition
     N --runs a,b``): the two k-fold runs' trainings and their measured seconds, from their timing records."""
     found = run_folders(params, dataset_folders(root, folds=True).get(data) or [])
     rows, seen = [], set()
@@ -1082,7 +1082,7 @@ def cost_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[
     if not rows:
         return []
     return [
-        f"**What confirming one claim costs, `{data}`** (`python -m fraglib_study.experiments.confirm --partition N --runs a,b`): its "
+        f"**What confirming one claim costs, `{data}`** (`python -m fraglib_study confirm --partition N --runs a,b`): its "
         "two runs' trainings on the folds, with the CPU minutes they took here (training and test, from each "
         "training's `timing.json`; one training per process, two at a time on two cores, so the wall time is about "
         "half). A run shared by several claims is trained once.",
@@ -1090,13 +1090,11 @@ def cost_blocks(params: dict[str, Any], data: str, root: str | Path, part: list[
     ]
 
 
-RERUNS = (
-    Path("benchmarks") / "reruns"
-)  # python -m fraglib_study.audit.rerun … --json: a re-run on another machine, compared
+RERUNS = Path("benchmarks") / "reruns"  # python -m fraglib_study rerun … --json: a re-run on another machine, compared
 
 
 def rerun_blocks(root: str | Path = ".") -> list[Block]:
-    """The verdicts on another CPU: per comparison kept in ``benchmarks/reruns/*.json`` (``python -m fraglib_study.audit.rerun
+    """The verdicts on another CPU: per comparison kept in ``benchmarks/reruns/*.json`` (``python -m fraglib_study rerun
     RUNS --json F``: a study re-made on another machine against the committed results) its machines, the metrics
     within the re-run contract and the verdicts that stayed; then every verdict that changed, with both CIs."""
     from fraglib_study.report.results import read_json
@@ -1107,7 +1105,7 @@ def rerun_blocks(root: str | Path = ".") -> list[Block]:
     recs = [(f, read_json(f)) for f in files]
     for f, r in recs:
         if not isinstance(r, dict) or not isinstance(r.get("metrics"), list) or "metrics_within" not in r:
-            raise ValueError(f"{f}: not a comparison `python -m fraglib_study.audit.rerun --json` writes")
+            raise ValueError(f"{f}: not a comparison `python -m fraglib_study rerun --json` writes")
 
     def ci(o: dict[str, float]) -> str:
         return f"{o['diff']:+.1f} [{o['lo']:+.1f}, {o['hi']:+.1f}]"
@@ -1117,7 +1115,7 @@ def rerun_blocks(root: str | Path = ".") -> list[Block]:
         Heading(3, "The verdicts on another CPU"),
         "Another CPU picks other float kernels, so training follows another trajectory (README "
         '"Reproducibility"). Each row: a study re-made with `make` on another machine, compared with the results '
-        "in git by `python -m fraglib_study.audit.rerun` (its metrics within |z| ≤ 3 of the committed ones, and every claim's "
+        "in git by `python -m fraglib_study rerun` (its metrics within |z| ≤ 3 of the committed ones, and every claim's "
         "verdict by the same rule).",
         Table(
             ("comparison", "results in git from", "re-made on", "metrics within the contract", "verdicts the same"),

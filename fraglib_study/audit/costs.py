@@ -1,7 +1,7 @@
 """What the work costs, from committed timings: one training of each system, and each ``make`` target in all.
 
-    python -m fraglib_study.audit.costs start .venv/.clock-pascal1k                    # the Makefile, before a target's work
-    python -m fraglib_study.audit.costs stop .venv/.clock-pascal1k "make pascal1k"     # after it: records the wall time
+    python -m fraglib_study costs start .venv/.clock-pascal1k                    # the Makefile, before a target's work
+    python -m fraglib_study costs stop .venv/.clock-pascal1k "make pascal1k"     # after it: records the wall time
 
 Two sources, both in git, neither estimated:
 
@@ -226,7 +226,7 @@ def read_clock(clock: Path) -> dict[str, Any]:
     from fraglib_study.report.results import read_json
 
     if not clock.exists():
-        raise ValueError(f"{clock}: no clock file; `python -m fraglib_study.audit.costs start {clock}` writes it")
+        raise ValueError(f"{clock}: no clock file; `python -m fraglib_study costs start {clock}` writes it")
     if not clock.is_file():
         raise ValueError(f"{clock}: a folder, not a clock file")
     try:
@@ -302,7 +302,3 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{r['target']}: {duration(r['seconds'])} (recorded in {args.out})")
     except ValueError as exc:
         ap.error(str(exc))
-
-
-if __name__ == "__main__":
-    main()

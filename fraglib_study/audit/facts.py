@@ -1,7 +1,7 @@
 """The numbers README.md and docs/*.md quote, checked against the committed results they name.
 
-    python -m fraglib_study.audit.facts              # every fact of README.md and docs/*.md: its quoted and committed value
-    python -m fraglib_study.audit.facts --stale      # only those that differ (exit 1 when any does)
+    python -m fraglib_study facts              # every fact of README.md and docs/*.md: its quoted and committed value
+    python -m fraglib_study facts --stale      # only those that differ (exit 1 when any does)
 
 A number in prose names its source with an HTML comment right after it (invisible where Markdown is rendered):
 
@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -286,7 +285,3 @@ def main(argv: list[str] | None = None) -> int:
             f"{'ok   ' if f.ok else 'STALE'} {f.file}:{f.line}  quoted {f.quoted}  committed {f.committed}  ({f.key})"
         )
     return 1 if any(not f.ok for f in found) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Is each DVC lock in step with the code and settings a clone holds? (issue #78, docs/runs.md "The lock")
 
-    python -m fraglib_study.audit.lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ,
+    python -m fraglib_study lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ,
                                                                # or that dvc.yaml declares and the lock lacks
-    python -m fraglib_study.audit.lockstep record --evidence TEXT TARGET... # re-record stages after a change that moved nothing
+    python -m fraglib_study lockstep record --evidence TEXT TARGET... # re-record stages after a change that moved nothing
 
 A stage's lock entry records the md5 of every dependency and the values of its ``params.yaml`` keys. A *source*
 is a dependency that no stage of any lock writes (the package's modules, the notebooks, the reference files);
@@ -230,7 +230,3 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {s}: " + ", ".join(f"{r['path']} ({r['why']})" for r in mine[:6])
                   + (f" and {len(mine) - 6} more" if len(mine) > 6 else ""))  # fmt: skip
     raise SystemExit(1 if bad else 0)
-
-
-if __name__ == "__main__":
-    main()

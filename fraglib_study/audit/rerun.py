@@ -1,7 +1,7 @@
 """Does a re-run agree with the committed results? (the cross-machine contract of README "Reproducibility")
 
     dvc repro                                   # on your machine: rewrites runs/synthetic/*/metrics.json
-    python -m fraglib_study.audit.rerun runs/synthetic      # compares them with the committed ones (git HEAD)
+    python -m fraglib_study rerun runs/synthetic      # compares them with the committed ones (git HEAD)
 
 On the machine that produced them, a re-run is byte-identical. On another CPU the float kernels
 differ (see README), training follows another trajectory, and each run's mean over seeds moves like
@@ -267,7 +267,3 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"VERDICT CHANGED: {f['claim']} ({f['task']}): committed {f['committed']}, new {f['new']}")
         print(f"{sum(f['same'] for f in flips)} of {len(flips)} claims' verdicts the same")
     raise SystemExit(1 if bad or (flips and not all(f["same"] for f in flips)) else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m fraglib_study.bench [names...]`` updates ``benchmarks/results.json``.
+"""Benchmarks: ``python -m fraglib_study bench [names...]`` updates ``benchmarks/results.json``.
 
 Each entry: ``{"name", "value", "unit", "reference", "ratio", "machine", ...extra}``. Entries are
 merged by name, so later benchmarks add to the file without erasing the others. The file is checked
@@ -10,7 +10,7 @@ One module per area: :mod:`~fraglib_study.bench.pipeline` (generator, `dvc repro
 :mod:`~fraglib_study.bench.text`, :mod:`~fraglib_study.bench.vision`, :mod:`~fraglib_study.bench.systems` (steps,
 epochs with their FLOPs and critical paths, evaluation), :mod:`~fraglib_study.bench.scale` (COCO size,
 growth curves); :mod:`~fraglib_study.bench.common` holds the schema and the random inputs.
-``python -m fraglib_study.bench timeline record|draw`` (:mod:`~fraglib_study.bench.timeline`) records and draws a command's
+``python -m fraglib_study bench timeline record|draw`` (:mod:`~fraglib_study.bench.timeline`) records and draws a command's
 timeline: its DVC stages and the cores' use over time (`make` records ``benchmarks/timeline.json``).
 """
 
@@ -28,7 +28,7 @@ __all__ = ["BENCHMARKS", "OPT_IN", "main", "merge"]
 
 def _registers() -> tuple[dict[str, Callable[[], list[dict[str, Any]]]], dict[str, Callable[[], list[dict[str, Any]]]]]:
     """The benchmarks by name, imported on first use (every module of the package imports torch):
-    ``python -m fraglib_study.bench timeline``, which `make` runs around ``dvc repro``, starts without them."""
+    ``python -m fraglib_study bench timeline``, which `make` runs around ``dvc repro``, starts without them."""
     if "BENCHMARKS" in globals():
         return globals()["BENCHMARKS"], globals()["OPT_IN"]
     from fraglib_study.bench.pipeline import (
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     BENCHMARKS, OPT_IN = _registers()
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        epilog="python -m fraglib_study.bench timeline record|draw ...: a command's timeline (fraglib_study/bench/timeline.py)",
+        epilog="python -m fraglib_study bench timeline record|draw ...: a command's timeline (fraglib_study/bench/timeline.py)",
     )
     ap.add_argument(
         "names",

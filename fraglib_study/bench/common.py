@@ -133,7 +133,7 @@ def result_of(p: Any, q: Any, what: str) -> Any:
 
 
 def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list[dict[str, Any]]:
-    """An entry saying why a GPU figure is missing and which ``python -m fraglib_study.bench`` ``command`` fills it
+    """An entry saying why a GPU figure is missing and which ``python -m fraglib_study bench`` ``command`` fills it
     (none when a CUDA device is visible)."""
     import torch
 
@@ -145,7 +145,7 @@ def gpu_absent(name: str, command: str = "epoch systems_device profile") -> list
             None,
             "s",
             note="not measured: no CUDA device visible to this process (torch "
-            f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib_study.bench "
+            f"{torch.__version__}, CUDA build {torch.version.cuda or 'no'}); run `python -m fraglib_study bench "
             f"{command}` on a GPU machine",
         )
     ]

@@ -192,7 +192,7 @@ def growth_params(params: dict[str, Any], runs: list[str], negatives: dict[str, 
 
 
 def _study(argv: list[str]) -> dict[str, float]:
-    """``python -m fraglib_study.experiments.study argv`` in this process: its timing.json (training loop and test evaluation seconds)."""
+    """``python -m fraglib_study study argv`` in this process: its timing.json (training loop and test evaluation seconds)."""
     from fraglib_study.experiments.study import main
 
     main(argv)
@@ -200,7 +200,7 @@ def _study(argv: list[str]) -> dict[str, float]:
 
 
 def report_page(argv: list[str]) -> float:
-    """``python -m fraglib_study.report.notebook argv`` (the results page) in this process; returns the kernel's peak RSS (MB)."""
+    """``python -m fraglib_study notebook argv`` (the results page) in this process; returns the kernel's peak RSS (MB)."""
     import resource
 
     from fraglib_study.report.notebook import main
@@ -298,7 +298,7 @@ def bench_socher_growth(
     O(data²) per epoch) and sampled (``negatives`` = 256: linear), for the DT-RNN run: one epoch of the trainer's
     loop per point, each in a fresh process (seconds, peak RSS), on random inputs of the synthetic benchmark's
     size × scale (:func:`_random_epoch`). Entries ``growth_epoch_<run>_neg<n>_x<scale>_s``, so the index page's
-    growth table shows them with their slope beside ``python -m fraglib_study.bench growth``'s lines (real synthetic
+    growth table shows them with their slope beside ``python -m fraglib_study bench growth``'s lines (real synthetic
     data, exact Eq. 5: ``growth_epoch_<run>_x<scale>_s``). The exact form is timed up to ``exact_max_scale``
     only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
     and ``FRAGLIB_SOCHER_GROWTH_NEGATIVES`` choose the scales and n."""

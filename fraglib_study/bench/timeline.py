@@ -1,7 +1,7 @@
 """A command's timeline (issue #80): each DVC stage's start and end, each training unit's, and the cores' use.
 
-    python -m fraglib_study.bench timeline record --out benchmarks/timeline.json -- dvc repro   # what `make` runs
-    python -m fraglib_study.bench timeline draw benchmarks/timeline.json --out timeline.svg
+    python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- dvc repro   # what `make` runs
+    python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 
 ``record`` runs the command and passes its output through as it comes (where our stdout or stderr is a terminal
 the command writes to a pseudo-terminal of the same size, so it still sees one and prints as it would; elsewhere
@@ -587,7 +587,7 @@ def _check_out(ap: argparse.ArgumentParser, out: Path, overwrite: bool) -> None:
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m fraglib_study.bench timeline", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m fraglib_study bench timeline", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="action", required=True)
     p = sub.add_parser("record", help="run a command and record its timeline")
     p.add_argument("--out", type=Path, default=Path("benchmarks/timeline.json"))
@@ -618,7 +618,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        ap.error("record: no command (python -m fraglib_study.bench timeline record --out FILE -- COMMAND ...)")
+        ap.error("record: no command (python -m fraglib_study bench timeline record --out FILE -- COMMAND ...)")
     if not args.interval > 0:
         ap.error(f"--interval {args.interval}: a positive number of seconds")
     _check_out(ap, args.out, args.overwrite)
@@ -636,7 +636,3 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(128 - status)
     if status:
         raise SystemExit(status)
-
-
-if __name__ == "__main__":
-    main()

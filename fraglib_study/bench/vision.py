@@ -33,7 +33,8 @@ def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
             [
                 sys.executable,
                 "-m",
-                "fraglib.vision.features",
+                "fraglib.vision",
+                "features",
                 "--dataset-dir",
                 ddir,
                 "--out-dir",

@@ -1,8 +1,8 @@
 """Captions and paraphrases of a trained generating system (``GENERATES``, e.g. STT), scored with the
 coco-caption toolkit (``pycocoevalcap``: PTB tokenizer, BLEU-1..4, METEOR 1.5, ROUGE-L, CIDEr-D).
 
-    python -m fraglib_study.experiments.captions --run-dir runs/synthetic/stt [--beam 3] [--split test]
-    python -m fraglib_study.experiments.captions --run-dir runs/pascal1k/stt_text --dataset-dir data/flickr8k --images none \
+    python -m fraglib_study captions --run-dir runs/synthetic/stt [--beam 3] [--split test]
+    python -m fraglib_study captions --run-dir runs/pascal1k/stt_text --dataset-dir data/flickr8k --images none \
         --parse-file data/flickr8k/parse.conllu --name transfer_flickr8k     # text-only transfer
 
 For every seed of the run (``seeds/seed<N>/best.pt``, the system rebuilt from the checkpoint alone):
@@ -715,7 +715,3 @@ def main(argv: list[str] | None = None) -> None:
     )
     for t in (t for t in TASKS if t in s):
         print(f"{t}: " + ", ".join(f"{m} {100 * s[t][m]:.1f}" for m in METRICS))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Confirmation as data (issue #59): the claims' runs re-run on fresh data after every choice is frozen.
 
-    python -m fraglib_study.experiments.confirm --partition N [--dataset pascal1k|synthetic] [--runs a,b,…] [--params FILE]
+    python -m fraglib_study confirm --partition N [--dataset pascal1k|synthetic] [--runs a,b,…] [--params FILE]
 
 * ``pascal1k``: the ``pascal1k.folds`` stratified folds of partition seed N (``pascal1k.partition = N``), built
   by the ``folds`` stage's command of ``studies/pascal1k/dvc.yaml`` into ``data/confirm/pascal1k/p<N>/``, each
@@ -60,7 +60,7 @@ DATASETS = {  # dataset -> (its pipeline, its data stages in order, the data fol
 }
 
 # modules of the data stages that read no parameter file: every setting on their command line (``${…}``, resolved
-# from the frozen parameters); every other ``python -m fraglib.…`` of a data stage is given ``--params`` (a test
+# from the frozen parameters); every other fraglib command of a data stage is given ``--params`` (a test
 # checks both against the modules' parsers)
 PARAMS_FREE = frozenset({"fraglib.data"})
 
@@ -110,7 +110,7 @@ def fraglib_modules(cmd: str) -> list[str]:
 
 
 def with_options(cmd: str, params_file: str | Path | None = None, overwrite: bool = False) -> str:
-    """``cmd`` with ``--params params_file`` in every ``python -m fraglib.…`` of it that reads a parameter file
+    """``cmd`` with ``--params params_file`` in every fraglib command of it that reads a parameter file
     (not :data:`PARAMS_FREE`; replacing the one it names) and, when ``overwrite``, ``--overwrite`` in every one."""
     parts = _SEPARATOR.split(cmd.strip())
     for i in range(0, len(parts), 2):
@@ -168,9 +168,7 @@ def captions(root: Path, run_dir: Path, params: dict[str, Any]) -> None:
         print(f"fraglib_study.experiments.confirm: no captions of {run_dir}: {why}", flush=True)
         return
     n_boot = (params.get("captions") or {}).get("n_boot", 200)
-    run_commands(
-        [f"python -m fraglib_study.experiments.captions --run-dir {run_dir} --n-boot {n_boot} --overwrite"], root
-    )
+    run_commands([f"python -m fraglib_study captions --run-dir {run_dir} --n-boot {n_boot} --overwrite"], root)
 
 
 def sha256(text: str) -> str:
@@ -337,10 +335,4 @@ def main(argv: list[str] | None = None) -> None:
         out = confirm(".", args.dataset, args.partition, runs, args.params, args.overwrite)
     except ConfigError as exc:
         ap.error(str(exc))
-    print(
-        f"confirmation runs in {out}; `python -m fraglib_study.pages.summary` puts their verdicts in the claims table"
-    )
-
-
-if __name__ == "__main__":
-    main()
+    print(f"confirmation runs in {out}; `python -m fraglib_study summary` puts their verdicts in the claims table")

@@ -1,14 +1,14 @@
 """The explorer's data (reports/explorer.html): what each run retrieves on one test split, and where a fragment
 run looks, from the checkpoints; small enough for git, so the page needs no checkpoint.
 
-    python -m fraglib_study.experiments.explore --models-dir models/synthetic --out runs/synthetic/explorer \
+    python -m fraglib_study explore --models-dir models/synthetic --out runs/synthetic/explorer \
         [--truth data/synthetic/ground_truth.json] [--seed 0] [--runs full,devise] [--overwrite]
         [--align-runs full] [--map-runs devise|all]     # default: params.yaml explorer
         [--thumbs reports/explorer_thumbs]              # default: <out>/thumbs
-    python -m fraglib_study.experiments.explore --folds --dataset pascal1k --models-dir models/pascal1k_folds \
+    python -m fraglib_study explore --folds --dataset pascal1k --models-dir models/pascal1k_folds \
         --out runs/pascal1k_folds/explorer --thumbs reports/pascal1k/explorer_thumbs \
         --train-command "dvc repro studies/pascal1k/dvc.yaml:train_folds@{run}" [--skip stt]
-    python -m fraglib_study.experiments.explore --out runs/synthetic/explorer --thumbs reports/explorer_thumbs --move-thumbs
+    python -m fraglib_study explore --out runs/synthetic/explorer --thumbs reports/explorer_thumbs --move-thumbs
 
 For one seed (split) of every run of ``study.runs`` (``<models-dir>/<run>/seed<seed>/best.pt``, scored on the data
 it was trained on: :func:`fraglib.run.evaluate.load_trained`), ``<out>/explorer.json`` holds
@@ -514,7 +514,3 @@ def main(argv: list[str] | None = None) -> None:
     size_t = sum(p.stat().st_size for p in thumbs)
     print(f"wrote {out}: {len(data['runs'])} runs, {len(data['images'])} images, {size / 1e6:.2f} MB of data, "
           f"{size_t / 1e6:.2f} MB of thumbnails in {Path(args.thumbs or out / 'thumbs')}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Late fusion of two trained runs: one image–sentence score from two systems' scores (docs/systems.md).
 
-    python -m fraglib_study.experiments.fusion --runs runs/pascal1k/fr_lr01 runs/pascal1k/devise_d2048 \
+    python -m fraglib_study fuse --runs runs/pascal1k/fr_lr01 runs/pascal1k/devise_d2048 \
         --out runs/pascal1k/fuse_fr_lr01_devise_d2048
 
 ``S = w · z_A(S_A) + (1 − w) · z_B(S_B)``, where ``z`` standardises a model's score matrix with the mean
@@ -293,7 +293,3 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
         f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}"
     )
-
-
-if __name__ == "__main__":
-    main()

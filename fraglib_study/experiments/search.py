@@ -1,14 +1,14 @@
 """Hyperparameter search on the validation split only (never the test split).
 
-    python -m fraglib_study.experiments.search --run full --dataset-dir data/synthetic --set dense_epochs=4 --out studies/search/synthetic.csv
-    python -m fraglib_study.experiments.search --run devise --dataset pascal1k --dataset-dir "data/pascal1k/split{seed}" --splits 0 1 \
+    python -m fraglib_study search --run full --dataset-dir data/synthetic --set dense_epochs=4 --out studies/search/synthetic.csv
+    python -m fraglib_study search --run devise --dataset pascal1k --dataset-dir "data/pascal1k/split{seed}" --splits 0 1 \
         --features-dir data/pascal1k/features --out studies/search/pascal1k_devise.csv
 
 Random search for one run (``runs.<name>``): ``--trials`` configurations drawn (seeded) from
 :data:`SPACE` (or ``--space``) on top of the run's settings (:func:`fraglib.run.train.resolve_run`;
 with ``--dataset``, that section's layers apply), each trained for ``--epochs`` epochs; ``--set``
 fixes more keys for every trial; the space key ``features_dir`` searches detector settings as feature
-caches extracted with other ``vision`` settings (``python -m fraglib.vision.features --set ...``). The
+caches extracted with other ``vision`` settings (``python -m fraglib.vision features --set ...``). The
 criterion is the best validation R@K sum (R@1+5+10, both directions) over those epochs — averaged
 over ``--splits`` when ``--dataset-dir`` holds ``{seed}`` (each split trains with seed = split). Trials run in ``--jobs`` processes of one thread each. The
 table (one row per trial, sorted by the criterion) is written as CSV and shown in the training
@@ -438,7 +438,3 @@ def main(argv: list[str] | None = None) -> None:
     )
     remove(out.with_suffix(".partial.jsonl"))
     print(f"best: {rows[0]}")
-
-
-if __name__ == "__main__":
-    main()

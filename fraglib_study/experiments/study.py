@@ -1,7 +1,7 @@
 """One run over several seeds (a DVC ``foreach`` stage per run of ``params.yaml: runs``).
 
-    python -m fraglib_study.experiments.study --run full --dataset-dir data/synthetic --out runs/synthetic/full
-    python -m fraglib_study.experiments.study --run full --dataset pascal1k --dataset-dir "data/pascal1k/split{seed}" \
+    python -m fraglib_study study --run full --dataset-dir data/synthetic --out runs/synthetic/full
+    python -m fraglib_study study --run full --dataset pascal1k --dataset-dir "data/pascal1k/split{seed}" \
         --features-dir data/pascal1k/features --out runs/pascal1k/full
 
 The run's settings follow :func:`fraglib.run.train.resolve_run` (with ``--dataset``, that section's
@@ -347,7 +347,3 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
         f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,13 +1,13 @@
 """The explorer page: pick a test image or sentence and see what every run retrieves, and where the fragment run
 aligns each fragment; built from the committed ``runs/<study>/explorer/`` (:mod:`fraglib_study.experiments.explore`), no checkpoint.
 
-    python -m fraglib_study.pages.explorer_page runs/synthetic/explorer reports/explorer.html [--title T] [--overwrite]
+    python -m fraglib_study explorer-page runs/synthetic/explorer reports/explorer.html [--title T] [--overwrite]
 
 Writes the page (``templates/explorer.html.j2``: HTML and its JavaScript, no server, opens from ``file://``) and
 its scripts in ``<page stem>_files/`` beside it: ``data.js`` sets ``window.EXPLORER``, the explorer's JSON with
 thumbnail paths relative to the page, and ``align_<run>.js`` per aligned run sets ``window.EXPLORER_ALIGN[run]``
 (each file under 1 MB, as every committed file). The thumbnails stay where the data stage wrote them (one copy in
-git): a study's explorer stage writes them under ``reports/`` (``python -m fraglib_study.experiments.explore --thumbs``), so the page
+git): a study's explorer stage writes them under ``reports/`` (``python -m fraglib_study explore --thumbs``), so the page
 and its pictures travel together; the page refuses data whose thumbnail is missing. Labels: each run's
 ``params.yaml`` label without notes on another protocol's splits (:func:`shown_label`); the title names the data
 set and the protocol (:func:`page_title`).
@@ -31,10 +31,8 @@ TEMPLATE = "explorer.html.j2"  # in fraglib_study/templates
 
 def parser() -> argparse.ArgumentParser:
     """The command line; DATA and HTML come first (``fraglib_study.report.registry`` reads them there in dvc.yaml's stages)."""
-    ap = argparse.ArgumentParser(prog="python -m fraglib_study.pages.explorer_page", description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "data", help="a folder written by python -m fraglib_study.experiments.explore (explorer.json, thumbs/)"
-    )
+    ap = argparse.ArgumentParser(prog="python -m fraglib_study explorer-page", description=__doc__.split("\n")[0])
+    ap.add_argument("data", help="a folder written by python -m fraglib_study explore (explorer.json, thumbs/)")
     ap.add_argument("html", help="the page to write; its scripts go beside it in <stem>_files/")
     ap.add_argument("--title", default="", help="the page's title (default: from the data set's name)")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
@@ -216,7 +214,7 @@ def check_alignments(src: Path, data: dict[str, Any]) -> dict[str, Any]:
     image, ``fragments`` per sentence, ``pairs`` ``"i,j"`` -> [box, score × 10, …] two numbers per fragment)."""
 
     def bad(what: str) -> ValueError:
-        return ValueError(f"{src}: {what}; python -m fraglib_study.experiments.explore writes it, rebuild it")
+        return ValueError(f"{src}: {what}; python -m fraglib_study explore writes it, rebuild it")
 
     def constant(name: str) -> None:
         raise ValueError(f"{name} is no JSON number")
@@ -279,7 +277,7 @@ def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
     ValueError naming a damaged one's field (:func:`check_explorer`)."""
     data_dir = Path(data_dir)
     src = data_dir / "explorer.json"
-    how = "python -m fraglib_study.experiments.explore (the explorer stage of the study's dvc.yaml) writes it"
+    how = "python -m fraglib_study explore (the explorer stage of the study's dvc.yaml) writes it"
     if not src.is_file():
         raise FileNotFoundError(f"{src}: no explorer data; {how}")
     data = check_explorer(src)
@@ -313,7 +311,7 @@ def build(data_dir: str | Path, html: str | Path, title: str = "") -> tuple[Path
         src = Path(data_dir) / f"alignments_{run}.json"
         if not src.is_file():
             raise FileNotFoundError(
-                f"{src}: alignments of run {run} missing; python -m fraglib_study.experiments.explore writes them"
+                f"{src}: alignments of run {run} missing; python -m fraglib_study explore writes them"
             )
         path = js.with_name(f"align_{run}.js")
         if (path.exists() or path.is_symlink()) and path not in ours:
@@ -355,7 +353,3 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         ap.error(str(exc))
     print(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB) and {js} ({js.stat().st_size / 1e3:.0f} kB)")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """``reports/index.html``: the entry page linking every report, with provenance.
 
-    python -m fraglib_study.pages.index --out reports/index.html
+    python -m fraglib_study index --out reports/index.html
 
 States the data, features, parser, device, package versions, the commit the page is rendered from and the
 hash of ``dvc.lock`` the results came from, the headline numbers of each study found, and the
@@ -88,7 +88,7 @@ def _h(value: Any) -> str:
 
 def _scale_sections(entries: list[dict]) -> list[str]:
     """What a user needs to predict their cost: growth with data size (table and figure) and COCO-size
-    evaluation per system, from ``python -m fraglib_study.bench growth`` / ``coco_eval``."""
+    evaluation per system, from ``python -m fraglib_study bench growth`` / ``coco_eval``."""
     import base64
     import io
 
@@ -138,7 +138,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     prof = [e for e in entries if e["name"].startswith("profile_") and e.get("device_busy_share") is not None]
     if prof:
         out.append(
-            "<p>Where a GPU training step goes (<code>python -m fraglib_study.bench profile</code>, "
+            "<p>Where a GPU training step goes (<code>python -m fraglib_study bench profile</code>, "
             f"{html.escape(prof[0].get('device', ''))}): "
             + "; ".join(
                 f"{html.escape(e['name'][len('profile_') :])}: {_h(e['ms_per_step'])} ms per step"
@@ -185,7 +185,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         out.append(
             f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "
             "synthetic benchmark, seeds "
-            f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib_study.bench amp</code>): "
+            f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib_study bench amp</code>): "
             + "; ".join(
                 f"{html.escape(e['name'][len('amp_') :])}: annotation R@1 {_h(e['fp32']['annotation_r1'])} ± "
                 f"{_h(e['fp32']['annotation_r1_sd'])} (fp32) vs {_h(e['bf16']['annotation_r1'])} ± "
@@ -208,13 +208,13 @@ def _scale_sections(entries: list[dict]) -> list[str]:
         cell = {(step(e), e["scale"]): e for e in growth}
         out.append(
             "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
-            "the default size × " + ", ".join(map(_h, scales)) + " (<code>python -m fraglib_study.bench growth</code>: "
+            "the default size × " + ", ".join(map(_h, scales)) + " (<code>python -m fraglib_study bench growth</code>: "
             "real synthetic data, the training split × scale, validation and test at the protocol's 100 and 500 images "
             "(so the data and features lines, which also process those 600, grow more slowly in scale than in "
             "images; lines <code>…_alltest</code>: every split × scale) — generation with parse and fragments, features "
             "(<code>features_cheap</code>: proposals on 64 px, backbone on 128 px), one epoch of each run and its "
             "test evaluation in one <code>fraglib_study.experiments.study</code>, the results page of those runs (<code>report</code>); "
-            "lines <code>…_random</code>: <code>python -m fraglib_study.bench epoch_growth</code>, "
+            "lines <code>…_random</code>: <code>python -m fraglib_study bench epoch_growth</code>, "
             "one epoch on random inputs of the run's views, Pascal1K's training size × scale)."
             " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
             "(1 = linear; Eq. 5's all-negatives systems grow faster). Each line is from one machine, named on it: a "
@@ -256,7 +256,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
             "<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
             f"<p>CPU: {html.escape(coco[0].get('machine', ''))}"
             + (
-                f"; GPU: {html.escape(dev)} (<code>python -m fraglib_study.bench coco_eval</code> on that machine)"
+                f"; GPU: {html.escape(dev)} (<code>python -m fraglib_study bench coco_eval</code> on that machine)"
                 if gpu
                 else ""
             )
@@ -281,7 +281,7 @@ def _scale_sections(entries: list[dict]) -> list[str]:
 
 
 def _rehearsal_section(rows: list[dict]) -> list[str]:
-    """The Flickr30K-size rehearsal (``python -m fraglib_study.bench rehearsal``): each stage's seconds and peak RSS at
+    """The Flickr30K-size rehearsal (``python -m fraglib_study bench rehearsal``): each stage's seconds and peak RSS at
     each size, its slope over the sizes, and each training's epoch seconds and test R@1 at the largest."""
     if not rows:
         return []
@@ -307,7 +307,7 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
         + ", ".join(f"{n:,}" for n in sizes)
         + " images (Flickr30K: 29,000 / 1,014 / 1,000), through docs/own_data.md's commands, each stage a fresh "
         f"process ({html.escape(rows[0]['machine'])}, {_h(rows[0].get('threads'))} thread(s); "
-        "<code>python -m fraglib_study.bench rehearsal</code>). Training: "
+        "<code>python -m fraglib_study bench rehearsal</code>). Training: "
         + ", ".join(
             f"{n:,} images: {', '.join(sorted({_h(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
             for n in sizes
@@ -661,7 +661,7 @@ def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
 
 def provenance() -> dict[str, str]:
     """Code revision, device, Python, machine, parser, CNN and package versions. (Not dvc.lock's hash: the lock
-    records this page, so a page naming its lock could never be in step with it; ``python -m fraglib_study.audit.lockstep``.)"""
+    records this page, so a page naming its lock could never be in step with it; ``python -m fraglib_study lockstep``.)"""
     from fraglib.core.device import describe
 
     prov = {
@@ -737,7 +737,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {build(args.out)}")
     except ValueError as exc:  # a damaged summary or register, named
         ap.error(str(exc))
-
-
-if __name__ == "__main__":
-    main()

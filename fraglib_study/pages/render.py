@@ -1,10 +1,10 @@
 """``make reports``: every page re-rendered from what git holds, without training.
 
-    python -m fraglib_study.pages.render            # every page, then docs/results.md and reports/index.html
-    python -m fraglib_study.pages.render --list     # the pages and the stage that builds each
+    python -m fraglib_study reports            # every page, then docs/results.md and reports/index.html
+    python -m fraglib_study reports --list     # the pages and the stage that builds each
 
 The pages and their parameters are the report stages of every ``dvc.yaml`` (a stage whose command is
-``python -m fraglib_study.report.notebook …``): the command DVC runs is the command run here, so the two never differ.
+``python -m fraglib_study notebook …``): the command DVC runs is the command run here, so the two never differ.
 The results pages (synthetic, extended synthetic, Pascal1K, the fight, Flickr8K) read the committed per-run
 results (``runs/<study>/<run>/``); a section that needs data, features or checkpoints (DVC outputs a clone
 lacks) says in place which command builds them. A page whose notebook stops at once with ``MissingResults``
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ STAGING = Path("build/reports")  # pages are rendered here first, moved into pla
 
 
 def report_pages(root: str | Path = ".") -> list[Page]:
-    """Every ``python -m fraglib_study.report.notebook`` (and explorer) stage of every dvc.yaml under ``root``, commands resolved by DVC
+    """Every ``python -m fraglib_study notebook`` (and explorer) stage of every dvc.yaml under ``root``, commands resolved by DVC
     (``${…}`` from params.yaml), in dvc.yaml order. Raises ValueError for a report stage whose working folder
     is not the project root (its paths would mean something else here)."""
     from dvc.repo import Repo
@@ -136,7 +135,3 @@ def main(argv: list[str] | None = None) -> int:
         f"{n['failed']} failed, in {time.perf_counter() - t0:.0f} s"
     )
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The data of a study's figures, small enough for git, so its results page draws them with no data or checkpoint:
 
-    python -m fraglib_study.report.figure_data --dataset-dir "data/pascal1k/split{seed}" --splits 0,1,2,3,4 \
+    python -m fraglib_study figures --dataset-dir "data/pascal1k/split{seed}" --splits 0,1,2,3,4 \
         --parse data/pascal1k/parse.conllu --triplet-run models/pascal1k/fr_lr01/seed0 \
         --triplets "amod dog black;prep_on cat sofa;nsubj flying airplane" \
         --relation-run "models/pascal1k/sdtrnn/seed{seed}" --out runs/pascal1k/figures
@@ -205,7 +205,3 @@ def main(argv: list[str] | None = None) -> None:
     prune(family)  # what the earlier run wrote and this one did not (its triplets, when none were asked for)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out}: {len(splits)} splits' queries, {size / 1e3:.0f} kB")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Run a parameterised notebook with papermill and render it to HTML (code folded away).
 
-    python -m fraglib_study.report.notebook notebooks/data_report.ipynb reports/data_report.html \
+    python -m fraglib_study notebook notebooks/data_report.ipynb reports/data_report.html \
         -p data_dir data/synthetic -p n_show 12
 
 The executed notebook is written beside the HTML (``reports/executed/<name>.ipynb``), the page's figures as
@@ -269,8 +269,8 @@ def run_notebook(
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m fraglib_study.report.notebook`` (``fraglib_study.pages.render`` reads dvc.yaml's commands with it)."""
-    ap = argparse.ArgumentParser(prog="python -m fraglib_study.report.notebook", description=__doc__.split("\n")[0])
+    """The command line of ``python -m fraglib_study notebook`` (``fraglib_study.pages.render`` reads dvc.yaml's commands with it)."""
+    ap = argparse.ArgumentParser(prog="python -m fraglib_study notebook", description=__doc__.split("\n")[0])
     ap.add_argument("notebook")
     ap.add_argument("html")
     ap.add_argument(
@@ -388,7 +388,3 @@ def section(ok: bool, what: str, command: str) -> bool:
             )
         )
     return ok
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,16 @@
 """The one registry of studies, derived from the ``dvc.yaml`` files; only their human titles are typed (here).
 
 A study is a pipeline: the root ``dvc.yaml`` (the default synthetic study, built by ``dvc repro``) and each
-``studies/<folder>/dvc.yaml``. A pipeline without a ``python -m fraglib_study.experiments.study`` stage trains nothing and is no
+``studies/<folder>/dvc.yaml``. A pipeline without a ``python -m fraglib_study study`` stage trains nothing and is no
 study. From the stages of its file come
 
 * its name and runs folder: that stage's ``--out runs/<name>/<run>``;
 * its dataset (that stage's ``--dataset``, else ``synthetic``) and unit: ``splits`` when its ``--dataset-dir``
   holds ``{seed}`` (one split per seed), else ``seeds``;
-* its k-fold runs folder: the ``--out runs/<folds>/<run>`` of a ``python -m fraglib_study.experiments.study --folds`` stage (the
+* its k-fold runs folder: the ``--out runs/<folds>/<run>`` of a ``python -m fraglib_study study --folds`` stage (the
   k-fold protocol beside the splits; None without one);
 * its data folder: the ``--dataset-dir`` of its ``python -m fraglib.text fragments`` stage (None without one);
-* its pages: its ``python -m fraglib_study.report.notebook`` and ``fraglib_study.pages.explorer_page`` stages in file order, parameters as
+* its pages: its ``python -m fraglib_study notebook`` and ``fraglib_study.pages.explorer_page`` stages in file order, parameters as
   written (``${…}`` unresolved);
 * its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that.
 """
@@ -135,19 +135,19 @@ def stage_address(pipeline: str, stage: str) -> str:
 
 
 def page_of(stage: str, cmd: str) -> Page | None:
-    """The page a stage command renders (``python -m fraglib_study.report.notebook NOTEBOOK HTML -p …``, or the explorer's
-    ``python -m fraglib_study.pages.explorer_page DATA HTML [--title T]``: no notebook, its data folder and title the parameters), else
+    """The page a stage command renders (``python -m fraglib_study notebook NOTEBOOK HTML -p …``, or the explorer's
+    ``python -m fraglib_study explorer-page DATA HTML [--title T]``: no notebook, its data folder and title the parameters), else
     None."""
     words = shlex.split(cmd)
-    if words[:3] == ["python", "-m", "fraglib_study.pages.explorer_page"]:
+    if words[:4] == ["python", "-m", "fraglib_study", "explorer-page"]:
         ap = argparse.ArgumentParser(add_help=False)  # fraglib_study.pages.explorer_page's DATA HTML --title, read here
         for arg in ("data", "html", "--title"):
             ap.add_argument(arg, default="")
-        args = ap.parse_known_args(words[3:])[0]
+        args = ap.parse_known_args(words[4:])[0]
         return Page(stage, "", args.html, "", {"data": args.data, **({"title": args.title} if args.title else {})})
-    if words[:3] != ["python", "-m", "fraglib_study.report.notebook"]:
+    if words[:4] != ["python", "-m", "fraglib_study", "notebook"]:
         return None
-    args = parser().parse_args(words[3:])
+    args = parser().parse_args(words[4:])
     return Page(
         stage,
         args.notebook,
@@ -195,7 +195,7 @@ def make_target(makefile: Path, command: str) -> str | None:
 def read_study(root: Path, pipeline: str) -> Study | None:
     """The study of ``root / pipeline``, or None for a pipeline that trains no run."""
     cmds = _commands(root / pipeline)
-    trains = [o for o in (_options(c, "fraglib_study.experiments.study") for c in cmds.values()) if o and o.out]
+    trains = [o for o in (_options(c, "fraglib_study", "study") for c in cmds.values()) if o and o.out]
     train = next((o for o in trains if not o.folds), None)
     folds = next((Path(o.out).parent.as_posix() for o in trains if o.folds), None)
     if train is None:

@@ -142,7 +142,7 @@ SUMMARY_KEYS = (
     "annotation",
     "search",
 )  # what every run summary (fraglib_study.experiments.study) holds
-RERUN = "restore it (from git, or `dvc pull`) or re-run the run (`python -m fraglib_study.experiments.study`)"
+RERUN = "restore it (from git, or `dvc pull`) or re-run the run (`python -m fraglib_study study`)"
 
 
 def read_json(path: str | Path) -> Any:
@@ -778,7 +778,7 @@ def query_record(dataset_dir: str | Path, parse_file: str | Path | None = None) 
     """One split's test queries, in the order of ``ranks.json``: ``category`` per test image (its dataset
     ``category`` or "-"), and per test sentence ``image`` (its image's position among the test images),
     ``length`` (tokens) and, with ``parse_file`` (CoNLL-U), ``verb`` (:func:`has_verb`, 0/1): what the
-    breakdowns need, small enough for git (``python -m fraglib_study.report.figure_data``). Raises ValueError when a test
+    breakdowns need, small enough for git (``python -m fraglib_study figures``). Raises ValueError when a test
     sentence is not in the parse."""
     from fraglib.data import read_karpathy_json
 
@@ -828,7 +828,7 @@ def test_groups(
 ) -> dict[str, np.ndarray]:
     """:func:`groups_of` one split's test queries: from its data (``dataset_dir``, with ``parse_file`` the verb
     split) when they are here, else from the committed record of split ``seed`` in ``queries_file`` (written by
-    ``python -m fraglib_study.report.figure_data``; its verbs only with ``parse_file`` named). Raises FileNotFoundError when
+    ``python -m fraglib_study figures``; its verbs only with ``parse_file`` named). Raises FileNotFoundError when
     neither is."""
     live = (Path(dataset_dir) / "dataset.json").is_file()
     if live and (not parse_file or Path(parse_file).is_file()):
@@ -837,7 +837,7 @@ def test_groups(
     if record is None:
         raise FileNotFoundError(
             f"{Path(dataset_dir) / 'dataset.json'}{' or ' + str(parse_file) if live else ''}: absent, and split "
-            f"{seed} is not in {queries_file or 'a queries file'} (python -m fraglib_study.report.figure_data writes it)"
+            f"{seed} is not in {queries_file or 'a queries file'} (python -m fraglib_study figures writes it)"
         )
     return groups_of(record if parse_file else {k: v for k, v in record.items() if k != "verb"})
 
@@ -1108,7 +1108,7 @@ def caption_table(
 def paraphrase_results(runs: dict[str, str | Path]) -> dict[tuple[str, str], dict[str, Any]]:
     """Text-only paraphrasing summaries of every (trained on, scored on) pair of ``runs`` (data label →
     a run folder trained on it) that exists: the run's ``captions.json`` on its own data,
-    ``transfer_<label in lower case>.json`` on another's (``python -m fraglib_study.experiments.captions --name``)."""
+    ``transfer_<label in lower case>.json`` on another's (``python -m fraglib_study captions --name``)."""
     out = {}
     for a, d in runs.items():
         for b in runs:
@@ -1290,7 +1290,7 @@ def explorer_panels(
 
 def read_triplets(folder: str | Path) -> tuple[dict[str, Any], list[tuple[str, list[tuple[np.ndarray, str]] | str]]]:
     """(``triplets.json``, [(title, [(crop, score label)]) or (title, reason)]) of a folder written by
-    ``python -m fraglib_study.report.figure_data``: the shape :func:`fraglib_study.experiments.alignment.triplet_crops` gives, from committed files
+    ``python -m fraglib_study figures``: the shape :func:`fraglib_study.experiments.alignment.triplet_crops` gives, from committed files
     alone. Raises FileNotFoundError naming a missing file."""
     from PIL import Image
 

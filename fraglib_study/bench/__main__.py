@@ -1,3 +1,0 @@
-from fraglib_study.bench import main
-
-main()
