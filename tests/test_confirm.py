@@ -164,13 +164,19 @@ def test_every_module_of_the_data_stages_is_given_the_frozen_file_if_it_reads_on
         for _, cmd in data_stages(ROOT, d, params, Path("out"), Path("p.yaml"))
         for m in fraglib_modules(cmd)
     }
-    assert {"fraglib.data.synthetic", "fraglib.text", "fraglib.vision.features", "fraglib.data"} <= modules
+    assert {
+        "fraglib.data synthetic",
+        "fraglib.text parse",
+        "fraglib.vision features",
+        "fraglib.data pascal1k",
+    } <= modules
     for m in sorted(modules):
+        entry, command = m.split(" ")
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore")  # runpy: the module is imported already
-            mp.setattr(sys, "argv", [m, "--help"])
+            mp.setattr(sys, "argv", [entry, command, "--help"])
             with pytest.raises(SystemExit):
-                runpy.run_module(m, run_name="__main__", alter_sys=False)
+                runpy.run_module(entry, run_name="__main__", alter_sys=False)
         usage = capsys.readouterr().out
         assert ("--params" in usage) == (m not in PARAMS_FREE), m
         assert "--overwrite" in usage, m
@@ -226,25 +232,25 @@ def test_a_confirmation_killed_in_its_data_stages_resumes_where_it_stopped(tmp_p
         main(argv)
     assert (data / "dataset.json").exists() and not trained
     # the generation again, over its own files (--overwrite, else it refuses them); killed in the features stage
-    stages = Stages(fail="fraglib.vision.features")
+    stages = Stages(fail="fraglib.vision features")
 
     generated = []
 
     def generation_for_real(cmds, root):
-        generated.extend(c for c in cmds if "fraglib.data.synthetic" in c)
-        (run_commands if "fraglib.data.synthetic" in cmds[0] else stages)(cmds, root)
+        generated.extend(c for c in cmds if "fraglib.data synthetic" in c)
+        (run_commands if "fraglib.data synthetic" in cmds[0] else stages)(cmds, root)
 
     monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", generation_for_real)
     with pytest.raises(KeyboardInterrupt):
         main(argv)
-    assert [c.split()[3] for c in stages.cmds] == ["parse", "fragments", "--dataset-dir"] and not trained
+    assert [c.split()[3] for c in stages.cmds] == ["parse", "fragments", "features"] and not trained
     assert generated[0].endswith("--overwrite")  # its own partial files, replaced
     # resumed: the three finished stages kept, the features run again over their partial files
     stages = Stages()
     monkeypatch.setattr("fraglib_study.experiments.confirm.run_commands", stages)
     main(argv)
     (cmd,) = stages.cmds
-    assert "fraglib.vision.features" in cmd and cmd.endswith(f"--params {data}/params.yaml --overwrite")
+    assert "fraglib.vision features" in cmd and cmd.endswith(f"--params {data}/params.yaml --overwrite")
     assert trained == [("full", frozen_sha(yaml.safe_load((data / "params.yaml").read_text())))]
     state = json.loads((data / "stages.json").read_text())["stages"]
     assert all(s["done"] for s in state.values()) and len(state) == 4

@@ -90,7 +90,7 @@ def run_command(words: list[str], monkeypatch) -> None:
     """``python -m MODULE ARGS`` in this process, as ``python -m`` runs it."""
     assert words[:2] == ["python", "-m"], words
     monkeypatch.setattr(sys, "argv", [words[2], *words[3:]])
-    monkeypatch.delitem(sys.modules, words[2], raising=False)  # imported by an earlier step: run it afresh
+    monkeypatch.delitem(sys.modules, f"{words[2]}.__main__", raising=False)  # run by an earlier step: run it afresh
     try:
         runpy.run_module(words[2], run_name="__main__", alter_sys=True)
     except SystemExit as exc:

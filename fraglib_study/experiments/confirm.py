@@ -59,10 +59,10 @@ DATASETS = {  # dataset -> (its pipeline, its data stages in order, the data fol
     "pascal1k": ("studies/pascal1k/dvc.yaml", ("folds",), "data/pascal1k/folds"),
 }
 
-# modules of the data stages that read no parameter file: every setting on their command line (``${…}``, resolved
-# from the frozen parameters); every other fraglib command of a data stage is given ``--params`` (a test
-# checks both against the modules' parsers)
-PARAMS_FREE = frozenset({"fraglib.data"})
+# commands of the data stages that read no parameter file (the converters): every setting on their command line
+# (``${…}``, resolved from the frozen parameters); every other fraglib command of a data stage is given ``--params``
+# (a test checks both against the commands' parsers)
+PARAMS_FREE = frozenset(f"fraglib.data {d}" for d in ("pascal1k", "flickr8k", "flickr30k", "karpathy", "precomp"))
 
 STATE = "stages.json"  # in the partition's data folder: each data stage's progress and inputs
 RECORD = "confirm.json"  # in the partition's results folder
@@ -101,11 +101,12 @@ def resolve(cmd: str, params: dict[str, Any]) -> str:
 
 
 _SEPARATOR = re.compile(r"(\s*(?:&&|\|\||;)\s*)")  # between the simple commands of a shell line
-_FRAGLIB = re.compile(r"(?:do\s+)?python -m (fraglib(?:\.\w+)*)(?=\s|$)")  # one of ours, maybe a loop's body
+# one of ours (an entry point and its command word), maybe a loop's body
+_FRAGLIB = re.compile(r"(?:do\s+)?python -m ((?:fraglib|fraglib_study)(?:\.\w+)*(?:\s+[a-z][\w-]*)?)(?=\s|$)")
 
 
 def fraglib_modules(cmd: str) -> list[str]:
-    """The ``fraglib`` modules ``cmd`` runs (``python -m …``), in order."""
+    """The fraglib commands ``cmd`` runs (``python -m ENTRY COMMAND …``: "ENTRY COMMAND"), in order."""
     return [m.group(1) for part in _SEPARATOR.split(cmd.strip())[::2] if (m := _FRAGLIB.match(part))]
 
 
