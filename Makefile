@@ -19,7 +19,7 @@ empty :=
 space := $(empty) $(empty)
 clock = @$(BIN)/python -m fraglib_study costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
-.PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench lab reports clean-env
+.PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench light lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -80,6 +80,14 @@ browser:
 
 bench: env
 	$(BIN)/python -m fraglib_study bench
+
+# the library installed light (its required dependencies only, no extra) in a virtual environment of its own:
+# another tool's score matrix scored and a small system trained there (tests/light_check.py)
+LIGHT ?= .venv-light
+light: env
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(LIGHT)
+	$(BIN)/uv pip install -q --python $(LIGHT)/bin/python --reinstall-package fraglib .
+	$(LIGHT)/bin/python tests/light_check.py
 
 reports: env
 	$(call clock,start,make reports)
