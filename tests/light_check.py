@@ -22,8 +22,19 @@ def made_dataset(root: Path, n: int = 12, per: int = 3) -> Path:
     """A Karpathy-format dataset.json of ``n`` test images with ``per`` sentences each (no pictures)."""
     images, sid = [], 0
     for i in range(n):
-        sents = [{"raw": f"image {i} sentence {k}", "tokens": ["image", str(i)], "imgid": i, "sentid": sid + k} for k in range(per)]
-        images.append({"imgid": i, "filename": f"{i}.jpg", "split": "test", "sentids": [s["sentid"] for s in sents], "sentences": sents})
+        sents = [
+            {"raw": f"image {i} sentence {k}", "tokens": ["image", str(i)], "imgid": i, "sentid": sid + k}
+            for k in range(per)
+        ]
+        images.append(
+            {
+                "imgid": i,
+                "filename": f"{i}.jpg",
+                "split": "test",
+                "sentids": [s["sentid"] for s in sents],
+                "sentences": sents,
+            }
+        )
         sid += per
     root.mkdir(parents=True, exist_ok=True)
     (root / "dataset.json").write_text(json.dumps({"dataset": "made", "images": images}))
@@ -38,7 +49,18 @@ def score_a_matrix(tmp: Path) -> dict:
     S[np.arange(n).repeat(per), np.arange(n * per)] += 3.0  # the matching sentences score higher: a good system
     np.save(tmp / "S.npy", S)
     out = tmp / "metrics.json"
-    cmd = [sys.executable, "-m", "fraglib.run", "evaluate", "--scores", str(tmp / "S.npy"), "--dataset-dir", str(data), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fraglib.run",
+        "evaluate",
+        "--scores",
+        str(tmp / "S.npy"),
+        "--dataset-dir",
+        str(data),
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True)
     m = json.loads(out.read_text())
     return m
@@ -85,7 +107,9 @@ def main() -> int:
     if not losses[-1] < losses[0]:
         print(f"training: the loss did not fall ({losses[0]:.4f} -> {losses[-1]:.4f})", file=sys.stderr)
         return 1
-    print(f"light install: evaluate --scores R@1 {', '.join(f'{v:.1f}' for v in r1)}; VSE trained 30 steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    print(
+        f"light install: evaluate --scores R@1 {', '.join(f'{v:.1f}' for v in r1)}; VSE trained 30 steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+    )
     return 0
 
 

@@ -172,3 +172,28 @@ def test_training_curves_follow_the_given_groups_and_show_one_fit_runs_as_points
     assert titles == ["fragment", "vse", "one fit each (no epochs)"]
     assert [p[1] for p in plots.curve_panels(runs, groups)] == [runs[:2], runs[2:]]
     assert [len(p[1]) for p in plots.curve_panels(_runs(15), {r: "vse" for r in _runs(15)})] == [8, 7]
+
+
+def test_the_split_strips_jitter_the_same_at_every_render_and_leave_numpy_alone():
+    """The fight page's per-split strip plot: the same points at every render (seaborn's jitter is drawn from a fixed
+    seed), and numpy's global generator left where it was."""
+    rows = [
+        {"run": r, "split": s, "direction": d, "R@1": 10.0 * s + k}
+        for r in ("a", "b")
+        for s in range(3)
+        for k in range(2)
+        for d in ("annotation", "search")
+    ]
+
+    def points():
+        g = plots.split_strips(rows)
+        out = [c.get_offsets().copy() for ax in g.axes.flat for c in ax.collections]
+        plt.close(g.figure)
+        return np.concatenate(out)
+
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    first, second = points(), points()
+    assert np.array_equal(first, second) and len(first) == len(rows)
+    assert np.array_equal(np.random.get_state()[1], before)
+    assert not np.allclose(first[:, 0], np.round(first[:, 0]))  # jittered: not all on the category centres

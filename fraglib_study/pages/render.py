@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{o.status:8s} {o.page.html:48s} {o.seconds:6.1f} s  {o.detail}")
     failed = [o for o in outcomes if o.status == "failed"]
     if not args.no_index and not failed:
-        from fraglib_study.pages import index
-        from fraglib_study.report import summary
+        from fraglib_study.pages import index, summary
 
         summary.main([])
         index.main(["--out", INDEX, "--overwrite"])

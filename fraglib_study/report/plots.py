@@ -421,3 +421,28 @@ def fusion_figure(curves: dict[str, dict[str, float]]) -> plt.Figure:
     if curves:  # below the plot, off the curves
         fig.legend(loc="outside lower center", fontsize=7, frameon=False)
     return fig
+
+
+def split_strips(rows: list[dict[str, Any]]) -> Any:
+    """R@1 of every training per split and run, one panel per direction (``rows``: dicts of run, split, direction,
+    R@1): seaborn's strip plot, its jitter drawn with a fixed seed -- seaborn draws it from numpy's global generator,
+    so unseeded the page's image changed at every render. The generator's state is restored afterwards."""
+    import pandas as pd
+    import seaborn as sns
+
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        return sns.catplot(
+            data=pd.DataFrame(rows),
+            x="split",
+            y="R@1",
+            hue="run",
+            col="direction",
+            kind="strip",
+            dodge=True,
+            height=3.6,
+            aspect=1.6,
+        )
+    finally:
+        np.random.set_state(state)
