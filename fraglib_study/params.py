@@ -1,16 +1,16 @@
-"""The schema of ``params.yaml``: every section in one place, and the one reader of the file as a whole.
+"""The study's reader of ``params.yaml`` as a whole: its sections and every key the study owns.
 
 The modules that own a section define its dataclass (``SynthConfig``, ``TextConfig``, ``VisionConfig``,
 ``TrainConfig``, ``EvalConfig``, each system's ``Config``) and read only their own section
-(:func:`fraglib.core.config.load_section`): generating images never reads ``runs``. The code that reads the whole
-file (a study, a search, fusion, the reports) calls :func:`read_params`, which checks every nested mapping
-against this schema, so a misspelt key anywhere is an error with "did you mean" before any work. It sits
-above every module whose dataclass it names (the layers: docs/architecture.md).
+(:func:`fraglib.core.config.load_section`): generating images never reads ``runs``. :func:`read_params` checks
+the file's sections and the study's own mappings (reports, run lists, fusion, folds, each run's own keys), with
+"did you mean", and loads no library module above ``core``: the pages and the index read parameters without the
+trainer, a system or torch, so a system's edit leaves them up to date (issue #78). The keys those dataclasses own
+are checked by :func:`fraglib_study.schema.read_checked`, which every command that trains or scores calls.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,12 @@ from fraglib.core.config import (
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """The whole params file as a dict, checked against the schema (an error names the file: missing or
-    malformed, a duplicated key, an unknown section or key anywhere, with a "did you mean")."""
+    """The whole params file as a dict, its sections and the study's own keys checked (an error names the file:
+    missing or malformed, a duplicated key, an unknown section or key, with a "did you mean"); the library's keys:
+    :func:`fraglib_study.schema.read_checked`."""
     data = check_sections(read_yaml(path), path)
     try:
-        check_params(data)
+        check_study_keys(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return data
@@ -131,58 +132,26 @@ def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
     return value
 
 
-def check_params(data: dict[str, Any]) -> None:
-    """Every nested mapping of a params dict against its schema: a misspelt key anywhere (``study.jobz``,
-    ``pascal1k.trian``, ``systems.fragmnet``, ``runs.full.epohcs``) is a ConfigError with "did you mean";
-    so is a run list naming an unknown run. Values are checked where they are used. (The sections' dataclasses
-    are imported here, not with the module: reading parameters loads no trainer, no system and no torch.)"""
-    from fraglib.data.synthetic import SynthConfig
-    from fraglib.run.evaluate import EvalConfig
-    from fraglib.run.train import TrainConfig
-    from fraglib.systems import SYSTEMS
-    from fraglib.text.build import TextConfig
-    from fraglib.vision.rcnn import VisionConfig
-
-    names = lambda cls: tuple(f.name for f in dataclasses.fields(cls))  # noqa: E731
-    trainer = names(TrainConfig)
-    for sec, cls in (
-        ("synthetic", SynthConfig),
-        ("text", TextConfig),
-        ("vision", VisionConfig),
-        ("train", TrainConfig),
-        ("evaluation", EvalConfig),
-    ):
-        _keys(sec, data.get(sec), names(cls))
+def check_study_keys(data: dict[str, Any]) -> None:
+    """The study's own mappings of a params dict: a misspelt key (``study.jobz``, ``pascal1k.trian``,
+    ``results_report.fihgt``) or a run list naming an unknown run is a ConfigError with "did you mean"; each run
+    names its system by a string. The keys of the library's dataclasses: :func:`fraglib_study.schema.check_params`."""
     for where, allowed in PLAIN_KEYS.items():
         head, _, sub = where.partition(".")
         value = data.get(head)
         if sub:
             value = value.get(sub) if isinstance(value, dict) else None
         _keys(where, value, allowed)
-
-    def systems(where: str, value: Any) -> None:
-        for name, settings in _keys(where, value, tuple(SYSTEMS)).items():
-            _keys(f"{where}.{name}", settings, trainer + names(SYSTEMS[name].Config))
-
-    systems("systems", data.get("systems"))
     runs = data.get("runs") or {}
     for run, entry in _keys("runs", runs, tuple(runs)).items():
-        entry = entry or {}
-        if not isinstance(entry, dict) or entry.get("system") not in SYSTEMS:
+        if not isinstance(entry, dict) or not isinstance(entry.get("system"), str):
             got = entry.get("system") if isinstance(entry, dict) else entry
-            raise ConfigError(
-                f"runs.{run}.system: {got!r}{did_you_mean(got, SYSTEMS)}; registered systems: {', '.join(SYSTEMS)}"
-            )
-        _keys(f"runs.{run}", entry, RUN_KEYS + trainer + names(SYSTEMS[entry["system"]].Config))
+            raise ConfigError(f"runs.{run}.system: {got!r}: expected the name of a system (fraglib.systems)")
         if entry.get("after_papers", False) not in (True, False):
             raise ConfigError(f"runs.{run}.after_papers={entry['after_papers']!r}: expected true or false")
     for ds in DATASETS:
         if isinstance(data.get(ds), dict) and "folds" in data[ds]:
             dataset_folds(data, ds)
-    for ds in ("study", *DATASETS):
-        if isinstance(data.get(ds), dict):
-            _keys(f"{ds}.train", data[ds].get("train"), trainer)
-            systems(f"{ds}.systems", data[ds].get("systems"))
     for name, entry in _keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
         for side in ("a", "b"):  # late fusion of two trained runs (fraglib_study/experiments/fusion.py)
             r = _keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)

@@ -101,15 +101,43 @@ BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {sys
     ],
 )
 def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     ok = tmp_path / "ok.yaml"
     ok.write_text(BASE)
-    assert set(read_params(ok)["runs"]) == {"full", "dv"}  # the base alone is accepted
+    assert set(read_checked(ok)["runs"]) == {"full", "dv"}  # the base alone is accepted
+    p = tmp_path / "params.yaml"
+    p.write_text(BASE + extra)
+    with pytest.raises(ConfigError, match=message):
+        read_checked(p)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("study: {seeds: [0], jobz: 2}\n", r"study\.jobz: unknown parameter"),
+        ("captions: {runs: [ful]}\n", r"captions\.runs: unknown run 'ful'"),
+        ("results_report: {fight: {ladder: full, baseline: dv}}\n", r"results_report\.fight\.baseline: unknown"),
+        ("fusion: {f: {a: full, b: dvv}}\n", r"fusion\.f\.b: unknown run 'dvv'"),
+    ],
+)
+def test_the_pages_reader_checks_the_study_keys(tmp_path, extra, message):
+    """The reader of the pages and the index (no trainer, no system) still refuses a misspelt study key; the
+    library's keys are the trainers' check (:func:`fraglib_study.schema.read_checked`), not the pages'."""
+    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
+
     p = tmp_path / "params.yaml"
     p.write_text(BASE + extra)
     with pytest.raises(ConfigError, match=message):
         read_params(p)
+    p.write_text(BASE.replace("{system: devise}", "{label: no system}"))
+    with pytest.raises(ConfigError, match=r"runs\.dv\.system: None: expected the name of a system"):
+        read_params(p)
+    p.write_text(BASE.replace("fragment: {}", "fragment: {embed_dimm: 3}"))
+    assert read_params(p)["systems"]["fragment"] == {"embed_dimm": 3}  # the pages' reader leaves it
+    with pytest.raises(ConfigError, match=r"systems\.fragment\.embed_dimm"):
+        read_checked(p)
 
 
 @pytest.mark.parametrize(
@@ -131,12 +159,12 @@ def test_misspelt_nested_keys_are_errors(tmp_path, extra, message):
     ],
 )
 def test_misspelt_systems_and_run_keys_are_errors(tmp_path, text, message):
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     p = tmp_path / "params.yaml"
     p.write_text(text)
     with pytest.raises(ConfigError, match=message):
-        read_params(p)
+        read_checked(p)
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,8 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
 def test_figure_4_from_the_explorer_is_the_live_one(explorer_data, tiny_full):
     """explorer_panels draws the images retrieval_panels draws, with the same top sentences, fragments and boxes
     (scaled to the thumbnail; scores to the explorer's 0.1)."""
-    from fraglib_study.report.results import explorer_panels, read_explorer, retrieval_panels
+    from fraglib_study.report.live import retrieval_panels
+    from fraglib_study.report.results import explorer_panels, read_explorer
 
     out, runs = explorer_data
     explorer = read_explorer(out)
@@ -197,7 +198,7 @@ def test_the_committed_relation_norms_are_the_checkpoints(tiny_full, tmp_path):
     from fraglib.run.inputs import DataPaths
     from fraglib.run.train import resolve_run, train
     from fraglib_study.report.figure_data import build
-    from fraglib_study.report.results import relation_norms
+    from fraglib_study.report.live import relation_norms
 
     from conftest import tiny_eval, tiny_params
 

@@ -12,8 +12,9 @@ from fraglib.core.config import ConfigError
 from fraglib.data import fold_split, read_karpathy_json, stratified_folds
 from fraglib.metrics.retrieval import DIRECTIONS, bootstrap_draws, bootstrap_seed_mean, paired_difference, recall_table
 from fraglib_study.audit import claims as C
-from fraglib_study.params import check_params, dataset_folds
+from fraglib_study.params import dataset_folds
 from fraglib_study.report.results import load_run, paired_differences, shared_strata
+from fraglib_study.schema import check_params
 
 
 def test_stratified_folds_deal_each_category_equally_and_every_item_is_tested_and_validated_once():

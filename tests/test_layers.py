@@ -163,8 +163,10 @@ def test_the_report_layer_imports_no_trainer_and_no_system():
     import sys
 
     code = (
-        "import sys; import fraglib_study.report.tables, fraglib_study.audit.claims, fraglib_study.audit.facts, fraglib_study.pages.index; "
-        "print(sorted(m for m in sys.modules if m in ('fraglib.run.train', 'fraglib_study.experiments.study', 'fraglib.run.evaluate') "
+        "import sys; import fraglib_study.params, fraglib_study.report.results, fraglib_study.report.tables, fraglib_study.audit.claims, "
+        "fraglib_study.audit.facts, fraglib_study.pages.index, fraglib_study.pages.summary; "
+        "print(sorted(m for m in sys.modules if m in ('fraglib.run.train', 'fraglib_study.experiments.study', 'fraglib.run.evaluate', "
+        "'fraglib_study.schema', 'fraglib_study.experiments.captions') "
         "or m.startswith('fraglib.systems')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -335,7 +335,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
 
     from fraglib.run.checkpoint import load_system
     from fraglib.run.train import resolve_run, train
-    from fraglib_study.report.results import relation_norms
+    from fraglib_study.report.live import relation_norms
 
     from conftest import tiny_params
 

@@ -62,7 +62,7 @@ _StrictLoader.add_implicit_resolver(
 
 def read_yaml(path: str | Path = "params.yaml") -> dict[str, Any]:
     """The params file as a dict of sections, parsed strictly (a key given twice is an error) but not checked
-    against the schema: that is :func:`fraglib_study.params.read_params`, for code that reads the file as a whole.
+    against the schema: that is :func:`fraglib_study.schema.read_checked`, for code that reads the file as a whole.
     A stage reads its own section (:func:`load_section`), so a typo elsewhere does not stop it."""
     path = Path(path)
     if not path.exists():
@@ -127,7 +127,7 @@ def check_sections(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
 def read_settings(path: str | Path = "params.yaml") -> dict[str, Any]:
     """The params file parsed strictly (:func:`read_yaml`) with its sections checked (:func:`check_sections`): the
     reader of every command below :mod:`fraglib_study.params` (evaluate, train), which then checks the keys of each
-    section it reads (:func:`from_dict`); :func:`fraglib_study.params.read_params` adds every other section's keys."""
+    section it reads (:func:`from_dict`); :func:`fraglib_study.schema.read_checked` adds every other section's keys."""
     return check_sections(read_yaml(path), path)
 
 

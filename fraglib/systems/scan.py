@@ -58,6 +58,8 @@ RAW_FEATURE_NORMS = ("clipped_l2norm", "l2norm", "softmax", "clipped", "no_norm"
 AGG_FUNCS = ("Mean", "LogSumExp", "Max", "Sum")
 EPS = 1e-8  # SCAN's ε: l2norm's ‖x‖ + ε and cosine_similarity's max(‖x‖ ‖y‖, ε)
 TINY = 1e-30  # ‖a‖² floor before the square root (a finite gradient; below SCAN's ε it changes nothing)
+CPU_TILE_ELEMS = 1 << 20  # CPU: entries of one tile at most (4 MB a tensor, cache-sized): a training step of
+# batch 128 on one thread 2.9x (i2t) / 2.7x (t2i) faster than one 2^24 tile, 2^18 slower again (2026-11-29)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +176,9 @@ def xattn_scores(
     ``raw_feature_norm``), ``agg_func`` and ``lambda_lse`` (λ2). ``V`` (n, R, D) regions with ``vmask``
     (n, R) bool; ``E`` (m, L, D) words with ``emask`` (m, L) bool; every image and caption has at least one
     real row; the vectors need not be unit (the cosines divide by their norms). Captions are scored in
-    length-sorted tiles of at most ``max_elems`` (n·R·k·L_tile) entries, padded to the tile's longest;
-    the result does not depend on the tiling beyond float rounding."""
+    length-sorted tiles of at most ``max_elems`` (n·R·k·L_tile) entries (on a CPU also at most
+    :data:`CPU_TILE_ELEMS`, cache-sized), padded to the tile's longest; the result does not depend on the
+    tiling beyond float rounding."""
     if direction not in ("t2i", "i2t"):
         raise ValueError(f"direction must be t2i or i2t, got {direction!r}")
     n, R, D = V.shape
@@ -185,7 +188,8 @@ def xattn_scores(
     ct = torch.promote_types(V.dtype, torch.float32)  # fp32 elementwise work under autocast
     lengths = emask.sum(1).cpu()  # one host read per call
     order = torch.argsort(lengths, stable=True)
-    step = max(1, max_elems // max(1, n * R * L))
+    limit = max_elems if V.device.type == "cuda" else min(max_elems, CPU_TILE_ELEMS)
+    step = max(1, limit // max(1, n * R * L))
     flat = V.reshape(n * R, D)
     if direction == "t2i":
         vgram = torch.bmm(V, V.transpose(1, 2)).to(ct)  # (n, R, R) regions' Gram

@@ -51,7 +51,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from fraglib.core.outputs import command
-from fraglib.metrics.retrieval import N_BOOT
 from fraglib_study.report.notebook import project_root
 
 NUMBER = r"[−+-]?\d[\d,]*(?:\.\d+)?"
@@ -126,7 +125,10 @@ def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
                 f"fact diff {' '.join(words)}: correction {correction[0]!r} is none of {list(CORRECTIONS)}"
             )
         runs = corrected_study(runs, correction[0])
-    d = paired_differences(runs, [(a, b)], (direction,), (metric,), n_boot=N_BOOT)
+    from fraglib_study.params import read_params
+
+    n_boot = read_params(root / "params.yaml")["evaluation"]["n_boot"]  # the CIs the reports print
+    d = paired_differences(runs, [(a, b)], (direction,), (metric,), n_boot=n_boot)
     row = d[(d.direction == direction) & (d.metric == metric_label(metric))]
     if len(row) != 1:
         raise ValueError(f"fact diff {' '.join(words)}: no {direction} {metric} difference of {a} and {b}")

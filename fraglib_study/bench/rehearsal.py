@@ -140,9 +140,9 @@ def rehearse(
     entries ``rehearsal_<stage>_n<images>_s`` (seconds, peak RSS; a training's epoch seconds and test R@1)."""
     import yaml
 
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    params = params if params is not None else read_params("params.yaml")
+    params = params if params is not None else read_checked("params.yaml")
     n = sum(sizes.values())
     root, data, models, out = work / "precomp", work / "flickr30k", work / "models", work / "runs"
     P = work / "params.yaml"
@@ -213,9 +213,9 @@ def bench_rehearsal() -> list[dict[str, Any]]:
     ``FRAGLIB_REHEARSAL_DIR`` (default the system's temporary folder; ≈ 24 GB at full size), removed after."""
     env = os.environ.get
     fractions = [float(x) for x in env("FRAGLIB_REHEARSAL_FRACTIONS", "0.0625,0.25,1").split(",") if x]
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    default = ",".join((read_params("params.yaml").get("bench") or {}).get("rehearsal_runs") or [])
+    default = ",".join((read_checked("params.yaml").get("bench") or {}).get("rehearsal_runs") or [])
     runs = tuple(x for x in env("FRAGLIB_REHEARSAL_RUNS", default).split(",") if x)
     epochs = int(env("FRAGLIB_REHEARSAL_EPOCHS", "2"))
     out: list[dict[str, Any]] = []

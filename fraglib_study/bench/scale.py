@@ -90,9 +90,9 @@ def bench_coco_eval(budget_s: float = 90.0) -> list[dict[str, Any]]:
     import multiprocessing as mp
 
     from fraglib.systems import SYSTEMS
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    params = read_params("params.yaml")
+    params = read_checked("params.yaml")
     cases = [(n, dict(params["systems"].get(n) or {})) for n in SYSTEMS]
     cases.append(("vse", {**(params["systems"].get("vse") or {}), "similarity": "attention", "images": "top36"}))
     ctx, out = mp.get_context("spawn"), []
@@ -225,12 +225,12 @@ def bench_growth(
     ``FRAGLIB_GROWTH_SCALES`` (e.g. ``1,4``) picks the scales, ``FRAGLIB_BENCH_THREADS`` the threads."""
     import yaml
 
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     env = os.environ.get
     scales = tuple(int(x) for x in env("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
     cheap = env("FRAGLIB_GROWTH_VISION", "") == "cheap"
-    params = read_params("params.yaml")
+    params = read_checked("params.yaml")
     default = ",".join((params.get("bench") or {}).get("growth_runs") or [])
     runs = [r for r in env("FRAGLIB_GROWTH_RUNS", default).split(",") if r]
     out: list[dict[str, Any]] = []
@@ -303,12 +303,12 @@ def bench_socher_growth(
     only (``FRAGLIB_SOCHER_GROWTH_EXACT_MAX``; at 16× it would take ~5–6 min on 2 cores); ``FRAGLIB_GROWTH_SCALES``
     and ``FRAGLIB_SOCHER_GROWTH_NEGATIVES`` choose the scales and n."""
     from fraglib_study.pages.index import growth_slope
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
     negatives = int(os.environ.get("FRAGLIB_SOCHER_GROWTH_NEGATIVES", negatives))
     exact_max_scale = int(os.environ.get("FRAGLIB_SOCHER_GROWTH_EXACT_MAX", exact_max_scale))
-    params = read_params("params.yaml")
+    params = read_checked("params.yaml")
     n_total = sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
     out: list[dict[str, Any]] = []
     for n in (0, negatives):
@@ -357,11 +357,11 @@ def _random_epoch(run: str, scale: int, negatives: int | None, threads: int | No
     from fraglib.run.train import Step, make_optimizer, resolve_run, train_epoch
     from fraglib.systems import get_system
     from fraglib_study.bench.systems import _rows_per_image
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     if threads is not None:
         torch.set_num_threads(threads)
-    spec = resolve_run(read_params("params.yaml"), run, extra=None if negatives is None else {"negatives": negatives})
+    spec = resolve_run(read_checked("params.yaml"), run, extra=None if negatives is None else {"negatives": negatives})
     cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
     views = cls.views(cfg)
     rows = _rows_per_image(views)
@@ -405,10 +405,10 @@ def bench_epoch_growth(
     O(data²) per epoch) is timed to ``exact_max_scale`` only; the linear form (``negatives`` sampled trees,
     ``systems.socher.negatives``) at every scale, as ``<run>_neg<n>``. ``FRAGLIB_GROWTH_SCALES`` chooses the scales."""
     from fraglib_study.pages.index import growth_slope
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     scales = tuple(int(x) for x in os.environ.get("FRAGLIB_GROWTH_SCALES", ",".join(map(str, scales))).split(","))
-    params = read_params("params.yaml")
+    params = read_checked("params.yaml")
     n_total = sum(params["synthetic"][k] for k in ("n_train", "n_val", "n_test"))
     out: list[dict[str, Any]] = []
     for run in (params.get("bench") or {}).get("growth_runs") or []:
@@ -469,14 +469,14 @@ def _memory_features(data: str, out: str, n: int | None = None, scale: int = 1) 
     from fraglib.data.synthetic import synthetic_truth
     from fraglib.vision.features import extract
     from fraglib.vision.rcnn import VisionConfig
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     ds = read_karpathy_json(Path(data) / "dataset.json")
     truth = synthetic_truth(Path(data) / "ground_truth.json")
     if n is not None:
         keep = {im["imgid"] for im in ds.images[:n]}
         ds = Dataset(ds.name, ds.image_dir, ds.images[:n], [s for s in ds.sentences if s["imgid"] in keep])
-    settings = read_params("params.yaml")["vision"]
+    settings = read_checked("params.yaml")["vision"]
     if scale > 1:
         ds, truth = repeat_dataset(ds, truth, scale)
         settings = {**settings, **CHEAP_VISION}
@@ -524,7 +524,7 @@ def bench_memory() -> list[dict[str, Any]]:
     import shutil
 
     from fraglib_study.pages.index import least_squares_slope
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     env = os.environ.get
     feature_ns = [int(x) for x in env("FRAGLIB_MEMORY_FEATURE_IMAGES", "250,500,1000").split(",") if x]
@@ -543,7 +543,7 @@ def bench_memory() -> list[dict[str, Any]]:
         data = env("FRAGLIB_MEMORY_DATASET")
         if (feature_ns or feature_scales) and not data:
             data = str(Path(tmp) / "synth")
-            fresh(_growth_data, read_params("params.yaml"), 1, data)
+            fresh(_growth_data, read_checked("params.yaml"), 1, data)
         points = []
         for n in feature_ns:
             t, peak, _ = fresh(_memory_features, data, str(Path(tmp) / f"features{n}"), n)

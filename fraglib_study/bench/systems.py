@@ -648,11 +648,11 @@ def _pascal1k_sized(run: str, dev: Any) -> tuple[Any, Any, Any, Any, Any]:
     from fraglib.run.inputs import pool_images
     from fraglib.run.train import resolve_run
     from fraglib.systems import get_system
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
     torch.manual_seed(0)
     make_deterministic(dev)
-    spec = resolve_run(read_params("params.yaml"), run)
+    spec = resolve_run(read_checked("params.yaml"), run)
     cls, cfg, tc = get_system(spec.system), spec.system_config, spec.train_config
     views = cls.views(cfg)
     rows, n_rel = _rows_per_image(views), 1000 if views.sentences == "tokens" else 40
@@ -745,9 +745,9 @@ def bench_epoch(runs: list[str] | None = None, repeats: int = 3) -> list[dict[st
     On a GPU (detected, or ``FRAGLIB_DEVICE``) the entries are ``epoch_<run>_cuda``, against the GPU's rate."""
     import multiprocessing as mp
 
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    runs = runs or (read_params("params.yaml").get("bench") or {}).get("epoch_runs") or []
+    runs = runs or (read_checked("params.yaml").get("bench") or {}).get("epoch_runs") or []
     threads = int(os.environ.get("FRAGLIB_BENCH_THREADS", "1"))
     ctx, out = mp.get_context("spawn"), []
     for run in runs:
@@ -811,9 +811,9 @@ def bench_profile(runs: list[str] | None = None) -> list[dict[str, Any]]:
     from fraglib.core.device import select_device
     from fraglib.core.distributed import Context
     from fraglib.run.train import Step, make_optimizer, train_epoch
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    runs = runs or (read_params("params.yaml").get("bench") or {}).get("profile_runs") or []
+    runs = runs or (read_checked("params.yaml").get("bench") or {}).get("profile_runs") or []
     dev, dev_name = select_device()
     out = []
     for run in runs:
@@ -927,9 +927,9 @@ def bench_amp(runs: list[str] | None = None, seeds: tuple[int, ...] = (0, 1, 2))
     from fraglib.core.device import select_device
     from fraglib.run.inputs import DataPaths
     from fraglib_study.experiments.study import run_study
-    from fraglib_study.params import read_params
+    from fraglib_study.schema import read_checked
 
-    params = read_params("params.yaml")
+    params = read_checked("params.yaml")
     runs = runs or (params.get("bench") or {}).get("amp_runs") or []
     dev, dev_name = select_device()
     out = []

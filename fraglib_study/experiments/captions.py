@@ -47,9 +47,7 @@ import torch
 from fraglib.core.outputs import OVERWRITE_HELP, claim, claim_cli, command, unit_seed, write_text
 from fraglib.run.checkpoint import CheckpointError
 from fraglib.run.inputs import DataPaths
-
-METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
-TASKS = ("captioning", "paraphrasing")
+from fraglib_study.experiments.caption_record import METRICS, TASKS, read_record
 
 
 class JavaMissing(RuntimeError):
@@ -416,19 +414,6 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
     out["captioning"] = [{**c, "references": [at(r) for r in c["references"]]} for c in record["captioning"]]
     out["texts"] = texts
     return out
-
-
-def read_record(path: str | Path) -> dict[str, Any]:
-    """A seed's ``<name>/seed<N>.json`` with inputs and references as text again (either format)."""
-    rec = json.loads(Path(path).read_text())
-    if "texts" not in rec:
-        return rec
-    t = rec.pop("texts")
-    rec["paraphrasing"] = [
-        {**p, "input": t[p["input"]], "references": [t[r] for r in p["references"]]} for p in rec["paraphrasing"]
-    ]
-    rec["captioning"] = [{**c, "references": [t[r] for r in c["references"]]} for c in rec["captioning"]]
-    return rec
 
 
 def run_units(summary: dict[str, Any]) -> list[str]:

@@ -48,7 +48,7 @@ from fraglib.core.config import ConfigError, read_yaml
 from fraglib.core.outputs import OVERWRITE_HELP, command, remove, resumes, write_text
 from fraglib.run.inputs import DataPaths
 from fraglib_study.experiments.study import run_study
-from fraglib_study.params import check_params, read_params
+from fraglib_study.schema import check_params, read_checked
 
 DATASETS = {  # dataset -> (its pipeline, its data stages in order, the data folder their commands name)
     "synthetic": (
@@ -238,7 +238,7 @@ def confirm(
     """Build the data of ``partition`` and train ``runs`` (default: the claims' runs of ``dataset`` not confirmed
     there yet) on it (module docstring); returns ``runs/confirm/<dataset>/p<partition>``."""
     root = Path(root)
-    params = frozen_params(read_params(root / params_file), dataset, partition)
+    params = frozen_params(read_checked(root / params_file), dataset, partition)
     text = yaml.safe_dump(params, sort_keys=False)
     sha = sha256(text)
     tag = f"p{partition}"

@@ -407,7 +407,8 @@ def _runs_arg(text: str | None) -> list[str] | None:
 @command
 def main(argv: list[str] | None = None) -> None:
     from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, prune
-    from fraglib_study.params import dataset_folds, read_params
+    from fraglib_study.params import dataset_folds
+    from fraglib_study.schema import read_checked
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -465,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.models_dir:
         ap.error("--models-dir is required (the checkpoints)")
-    params = read_params(args.params)
+    params = read_checked(args.params)
     cfg = from_dict("explorer", params.get("explorer"), ExplorerConfig)
     for key in ("align_runs", "map_runs"):  # a study whose runs are not the synthetic study's names its own
         if getattr(args, key) is not None:

@@ -45,7 +45,7 @@ from fraglib.core.config import parse_overrides
 from fraglib.core.distributed import worker_pool
 from fraglib.core.outputs import appending, claim_cli, command, remove, resumes, write_text
 from fraglib.run.inputs import DataPaths
-from fraglib_study.params import read_params
+from fraglib_study.schema import read_checked
 
 SPACE: dict[str, list[Any]] = {
     "lr": [0.003, 0.01, 0.03],
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rows = search(
             DataPaths(args.dataset_dir, args.features_dir),
-            read_params(args.params),
+            read_checked(args.params),
             args.run,
             args.trials,
             args.epochs,

@@ -46,7 +46,8 @@ from fraglib.metrics.retrieval import DIRECTIONS, METRICS, recall_table
 from fraglib.run.evaluate import eval_config
 from fraglib.run.inputs import DataPaths
 from fraglib.run.train import resolve_run, train
-from fraglib_study.params import dataset_folds, read_params
+from fraglib_study.params import dataset_folds
+from fraglib_study.schema import read_checked
 
 
 def study_seeds(params: dict[str, Any], dataset: str | None = None, run: str | None = None) -> list[int]:
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         "not re-checked: for adding replicates to results made on another machine from the same inputs)",
     )
     args = ap.parse_args(argv)
-    params = read_params(args.params)
+    params = read_checked(args.params)
     try:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     except ValueError:

@@ -529,15 +529,15 @@ def _protocol(title: str, runs: dict[str, tuple[Path, dict]], old: dict[str, int
     return {"title": title, "runs": {r: f / r for r, (f, m) in runs.items() if _ranked(f / r, m)}, "left_out": left}
 
 
-def r1_scores(runs: dict[str, Path]) -> dict[str, dict[str, tables.Score]]:
+def r1_scores(runs: dict[str, Path], n_boot: int) -> dict[str, dict[str, tables.Score]]:
     """Direction -> run -> (mean test R@1, its 95 % CI) of ``runs`` (run -> folder): the summary's mean and the
     percentile bootstrap of :func:`fraglib.metrics.retrieval.bootstrap_seed_mean` (splits or folds, training runs and test
-    queries resampled; :data:`N_BOOT` resamples, seed 0: the CIs the reports print)."""
+    queries resampled; ``n_boot`` resamples (``params.yaml: evaluation.n_boot``), seed 0: the CIs the reports print)."""
     out: dict[str, dict[str, tables.Score]] = {d: {} for d in DIRECTIONS}
     for r, folder in runs.items():
         s = load_run(folder)
         for d in DIRECTIONS:
-            lo, hi = bootstrap_seed_mean(s["ranks"][d], "r1", N_BOOT, groups=s["groups"], strata=shared_strata([s], d))
+            lo, hi = bootstrap_seed_mean(s["ranks"][d], "r1", n_boot, groups=s["groups"], strata=shared_strata([s], d))
             out[d][r] = (float(s[d]["r1"]), lo, hi)
     return out
 
@@ -548,7 +548,8 @@ def best_blocks(found: list[Study], params: dict) -> tuple[list[tables.Block], l
     found_protocols = protocols(found, params)
     if not any(p["runs"] for p in found_protocols):
         return [], []
-    scored = [(p["title"], r1_scores(p["runs"])) for p in found_protocols if p["runs"]]
+    n_boot = (params.get("evaluation") or {}).get("n_boot", N_BOOT)  # the reports' resamples
+    scored = [(p["title"], r1_scores(p["runs"], n_boot)) for p in found_protocols if p["runs"]]
     short, full = tables.best_per_direction(scored, labels_of(params))
     left = [
         f"{p['title']}: left out " + "; ".join(f"`{r}` ({why})" for r, why in p["left_out"]) + "."

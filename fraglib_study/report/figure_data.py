@@ -13,7 +13,7 @@
   triplet its ``top`` highest-scoring boxes (test image id, box in px of the original, score) and each box's crop,
   a JPEG whose longer side is at most ``px``;
 * ``relation_norms.csv``: with ``--relation-run`` (an SDT-RNN's seed folders, ``{seed}`` for the split), Socher et
-  al. §6.7's table (:func:`fraglib_study.report.results.relation_norms`): each relation matrix's Frobenius norm, mean and sd over
+  al. §6.7's table (:func:`fraglib_study.report.live.relation_norms`): each relation matrix's Frobenius norm, mean and sd over
   ``--splits``, with its count among the training tree edges.
 
 The photographs (Pascal1K: :data:`fraglib_study.experiments.explore.SOURCES`) are named in ``triplets.json``'s ``source``. The results
@@ -33,7 +33,8 @@ import numpy as np
 
 from fraglib.core.outputs import command, listed_files, remove, write_bytes, write_text
 from fraglib_study.experiments.explore import SOURCES, compact
-from fraglib_study.report.results import query_record, relation_norms
+from fraglib_study.report.live import relation_norms
+from fraglib_study.report.results import query_record
 
 
 def crop_jpeg(image: np.ndarray, box, px: int, quality: int) -> bytes:

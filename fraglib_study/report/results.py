@@ -960,35 +960,7 @@ def group_differences(
     return pd.DataFrame(rows)
 
 
-# ----------------------------------------------------------------------------- any trained run, reloaded
-def relation_norms(
-    seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
-) -> pd.DataFrame:
-    """Socher et al. §6.7: the Frobenius norm of each relation matrix of trained SDT-RNNs (one seed
-    dir per split, each with its dataset dir), with the relation's count among that split's
-    training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
-    from fraglib.run.evaluate import load_trained
-    from fraglib.run.inputs import DataPaths
-
-    rows = []
-    for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
-        system, ck, train = load_trained(seed_dir, DataPaths(dataset_dir, features_dir), "train")
-        if getattr(system.cfg, "encoder", None) != "sdtrnn":
-            raise ValueError(
-                f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn"
-            )
-        names = ck["info"]["relations"]
-        counts = np.bincount(train.sentences.data["rel"].numpy(), minlength=len(names))
-        norms = system.W.detach().flatten(1).norm(dim=1).numpy()
-        rows += [{"relation": r, "norm": float(norms[k]), "train_edges": int(counts[k])} for k, r in enumerate(names)]
-    df = (
-        pd.DataFrame(rows)
-        .groupby("relation", as_index=False)
-        .agg(norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
-    )
-    return df.sort_values("norm", ascending=False, ignore_index=True)
-
-
+# ----------------------------------------------------------------------------- figures of trained runs (reloaded: fraglib_study.report.live)
 def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
     """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
     one of the image's own."""
@@ -1039,44 +1011,6 @@ def has_pictures(dataset_dir: str | Path) -> bool:
     return bool(test) and ds.image_path(test[0]).is_file()
 
 
-def retrieval_panels(
-    seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int, k: int = 5
-) -> list[dict[str, Any]]:
-    """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
-    for a fragment-system run with boxes the best box of each fragment of the top sentence."""
-    from fraglib.run.evaluate import load_trained, score_matrix
-    from fraglib.run.inputs import DataPaths
-    from fraglib.vision.rcnn import load_image
-
-    system, ck, split = load_trained(seed_dir, DataPaths(dataset_dir, features_dir))
-    S = score_matrix(system, split).numpy()
-    view = None
-    if ck["system"] == "fragment" and system.cfg.images != "fullframe":
-        from fraglib_study.experiments.alignment import FragmentView, fragment_boxes, glove_words
-
-        view, vocab = FragmentView(system, DataPaths(dataset_dir, features_dir)), glove_words()
-    from fraglib.data import read_karpathy_json
-
-    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
-    test_rows = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
-    raw = {s["sentid"]: s["raw"] for s in ds.sentences}
-    pick = sorted(
-        np.random.default_rng(seed).choice(split.n_images, size=min(n, split.n_images), replace=False).tolist()
-    )
-    panels = []
-    for img in pick:
-        top = top_sentences(S, split.sentence_image, img, k)
-        p = {
-            "image": load_image(ds.image_path(test_rows[img]))[0],
-            "title": ds.images[test_rows[img]]["filename"],
-            "lines": [f"{'✓' if ok else '✗'} {r + 1}. {raw[int(split.sentids[j])]}" for r, (j, ok) in enumerate(top)],
-        }
-        if view is not None and top:
-            p["boxes"], p["labels"] = fragment_boxes(view, img, int(split.sentids[top[0][0]]), vocab)
-        panels.append(p)
-    return panels
-
-
 def _mean_ci(value: float, ci: list[float] | None) -> str:
     """A caption metric ×100 as 'mean [lo, hi]' (no brackets without a CI)."""
     return f"{100 * value:.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
@@ -1091,7 +1025,7 @@ def caption_table(
     """Caption and paraphrase metrics (``fraglib_study.experiments.captions``: ``<run>/<name>.json``) of the ``runs``
     that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
     bootstrap CI over images / input captions); a task a run did not score (text only) has no row."""
-    from fraglib_study.experiments.captions import METRICS, TASKS
+    from fraglib_study.experiments.caption_record import METRICS, TASKS
 
     rows = {}
     for r in runs:
@@ -1122,7 +1056,7 @@ def paraphrase_table(results: dict[tuple[str, str], dict[str, Any]]) -> pd.DataF
     """Rows (trained on, scored on) of :func:`paraphrase_results`: each metric ×100 as 'mean [95% CI]'
     (mean over seeds, bootstrap over input captions), the scored tokens' ``<unk>`` share in the model's
     vocabulary, and the input dependence (NLL own / another's input, nats per caption)."""
-    from fraglib_study.experiments.captions import METRICS
+    from fraglib_study.experiments.caption_record import METRICS
 
     rows = {}
     for key, c in results.items():
@@ -1151,35 +1085,6 @@ def peri_caption_published() -> pd.DataFrame:
             for name, r in table.items():
                 rows[(key, name)] = {m: round(100 * v, 1) for m, v in r.items()}
     return pd.DataFrame(rows).T
-
-
-def caption_gallery(
-    run_dir: str | Path,
-    seed: int,
-    dataset_dir: str | Path,
-    features_dir: str | Path | None = None,
-    n_good: int = 2,
-    n_bad: int = 2,
-    k: int = 3,
-) -> list[dict[str, Any]]:
-    """Panels (:func:`fraglib_study.report.plots.retrieval_figure`) in the layout of Peri's figures from the run's checkpoint
-    and the data (:func:`gallery_panels`, with the top-``k`` retrieved captions)."""
-    from fraglib.data import read_karpathy_json
-    from fraglib.run.evaluate import load_trained, score_matrix
-    from fraglib.run.inputs import DataPaths
-    from fraglib.vision.rcnn import load_image
-    from fraglib_study.experiments.captions import read_record
-
-    rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
-    system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", DataPaths(dataset_dir, features_dir))
-    S = score_matrix(system, split).numpy()
-    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
-    rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
-
-    def picture(i: int) -> tuple[np.ndarray, str]:
-        return load_image(ds.image_path(rows[i]))[0], ds.images[rows[i]]["filename"]
-
-    return gallery_panels(rec, picture, split.sentence_image, S, n_good, n_bad, k)
 
 
 def gallery_panels(
@@ -1241,7 +1146,7 @@ def explorer_gallery(run_dir: str | Path, seed: int, explorer: dict[str, Any], *
     """:func:`gallery_panels` of a captioning run's split ``seed`` from committed files alone: its captions
     record and the explorer's thumbnails of that split (:func:`read_explorer`); no retrieved captions (they
     need the run's checkpoint). Raises ValueError when the explorer shows another split."""
-    from fraglib_study.experiments.captions import read_record
+    from fraglib_study.experiments.caption_record import read_record
 
     if explorer["seed"] != seed:
         raise ValueError(f"the explorer shows split {explorer['seed']}, the gallery split {seed}")
@@ -1255,7 +1160,7 @@ def explorer_panels(
     explorer_dir: str | Path, explorer: dict[str, Any], run: str, n: int, seed: int, k: int = 5, top: int = 6
 ) -> list[dict[str, Any]]:
     """The paper's Figure 4 from committed files alone: for ``n`` test images drawn with ``seed`` (the draw of
-    :func:`retrieval_panels`), ``run``'s top-``k`` sentences from the explorer's lists (✓ = the image's own) and,
+    :func:`fraglib_study.report.live.retrieval_panels`), ``run``'s top-``k`` sentences from the explorer's lists (✓ = the image's own) and,
     for the top one, the best box of each of its fragments (at most ``top``) with its score, from
     ``alignments_<run>.json``, on the thumbnail. Raises ValueError for a run the explorer does not hold."""
     images, sentences = explorer["images"], explorer["sentences"]

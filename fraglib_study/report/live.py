@@ -1,0 +1,104 @@
+"""Figures drawn from a trained run's checkpoint and its data: the notebooks' branches for a clone that has
+them (``dvc repro``). A committed page's figures come from committed figure data instead
+(:mod:`fraglib_study.report.figure_data`, :mod:`fraglib_study.experiments.explore`); this module, unlike the rest of
+the report layer, loads the trainer and the systems.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fraglib.data import read_karpathy_json
+from fraglib.run.evaluate import load_trained, score_matrix
+from fraglib.run.inputs import DataPaths
+from fraglib.vision.rcnn import load_image
+from fraglib_study.experiments.caption_record import read_record
+from fraglib_study.report.results import gallery_panels, top_sentences
+
+
+def relation_norms(
+    seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
+) -> pd.DataFrame:
+    """Socher et al. §6.7: the Frobenius norm of each relation matrix of trained SDT-RNNs (one seed
+    dir per split, each with its dataset dir), with the relation's count among that split's
+    training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
+
+    rows = []
+    for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
+        system, ck, train = load_trained(seed_dir, DataPaths(dataset_dir, features_dir), "train")
+        if getattr(system.cfg, "encoder", None) != "sdtrnn":
+            raise ValueError(
+                f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn"
+            )
+        names = ck["info"]["relations"]
+        counts = np.bincount(train.sentences.data["rel"].numpy(), minlength=len(names))
+        norms = system.W.detach().flatten(1).norm(dim=1).numpy()
+        rows += [{"relation": r, "norm": float(norms[k]), "train_edges": int(counts[k])} for k, r in enumerate(names)]
+    df = (
+        pd.DataFrame(rows)
+        .groupby("relation", as_index=False)
+        .agg(norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
+    )
+    return df.sort_values("norm", ascending=False, ignore_index=True)
+
+
+def retrieval_panels(
+    seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, n: int, seed: int, k: int = 5
+) -> list[dict[str, Any]]:
+    """For ``n`` test images drawn with ``seed``: the top-``k`` sentences of any trained run, and
+    for a fragment-system run with boxes the best box of each fragment of the top sentence."""
+
+    system, ck, split = load_trained(seed_dir, DataPaths(dataset_dir, features_dir))
+    S = score_matrix(system, split).numpy()
+    view = None
+    if ck["system"] == "fragment" and system.cfg.images != "fullframe":
+        from fraglib_study.experiments.alignment import FragmentView, fragment_boxes, glove_words
+
+        view, vocab = FragmentView(system, DataPaths(dataset_dir, features_dir)), glove_words()
+
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    test_rows = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
+    raw = {s["sentid"]: s["raw"] for s in ds.sentences}
+    pick = sorted(
+        np.random.default_rng(seed).choice(split.n_images, size=min(n, split.n_images), replace=False).tolist()
+    )
+    panels = []
+    for img in pick:
+        top = top_sentences(S, split.sentence_image, img, k)
+        p = {
+            "image": load_image(ds.image_path(test_rows[img]))[0],
+            "title": ds.images[test_rows[img]]["filename"],
+            "lines": [f"{'✓' if ok else '✗'} {r + 1}. {raw[int(split.sentids[j])]}" for r, (j, ok) in enumerate(top)],
+        }
+        if view is not None and top:
+            p["boxes"], p["labels"] = fragment_boxes(view, img, int(split.sentids[top[0][0]]), vocab)
+        panels.append(p)
+    return panels
+
+
+def caption_gallery(
+    run_dir: str | Path,
+    seed: int,
+    dataset_dir: str | Path,
+    features_dir: str | Path | None = None,
+    n_good: int = 2,
+    n_bad: int = 2,
+    k: int = 3,
+) -> list[dict[str, Any]]:
+    """Panels (:func:`fraglib_study.report.plots.retrieval_figure`) in the layout of Peri's figures from the run's checkpoint
+    and the data (:func:`gallery_panels`, with the top-``k`` retrieved captions)."""
+
+    rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
+    system, ck, split = load_trained(Path(run_dir) / "seeds" / f"seed{seed}", DataPaths(dataset_dir, features_dir))
+    S = score_matrix(system, split).numpy()
+    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
+    rows = [r for r, im in enumerate(ds.images) if im["split"] == rec["split"]]
+
+    def picture(i: int) -> tuple[np.ndarray, str]:
+        return load_image(ds.image_path(rows[i]))[0], ds.images[rows[i]]["filename"]
+
+    return gallery_panels(rec, picture, split.sentence_image, S, n_good, n_bad, k)
