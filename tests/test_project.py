@@ -140,7 +140,7 @@ def test_readme_layout_names_every_module_and_docs_exist():
 
 
 def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
-    from fraglib_study.pages.index import _scale_sections
+    from fraglib_study.pages.index import costs_html
 
     def ep(name, value, ratio, **kw):
         return {
@@ -188,7 +188,7 @@ def test_the_epoch_table_sets_gpu_figures_beside_the_cpu_ones():
             "bf16": {"annotation_r1": 30.67, "annotation_r1_sd": 4.16, "search_r1": 19.47},
         },
     ]
-    page = "".join(_scale_sections(entries))
+    page = costs_html(entries)
     assert (
         "<tr><td>full</td><td>rcnn/dependency</td><td>234.9</td><td>6.8</td><td>0.49</td><td>—</td>"
         "<td>0.69 (was 0.91)</td><td>0.009</td><td>—</td></tr>" in page

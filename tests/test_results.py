@@ -1196,7 +1196,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
     """The rehearsal's table: make → import → parse → fragments, then each run's training and re-scoring, last the
     results page; a stage's
     slope from its seconds, a training's from its seconds per epoch (2 epochs at one size, 1 at the other)."""
-    from fraglib_study.pages.index import _rehearsal_section
+    from fraglib_study.pages.index import costs_html
 
     def e(stage, n, v, **kw):
         return {"name": f"rehearsal_{stage}_n{n}_s", "stage": stage, "images": n, "value": v, "peak_rss_mb": 10,
@@ -1208,7 +1208,7 @@ def test_index_rehearsal_table_orders_the_pipeline_and_fits_trainings_per_epoch(
         e("train_x", 400, 90.0, epochs=1, epoch_s=80.0, test_r1=[9.5, 7.25], commit="abc1234", date="2026-11-28"),
         e("report", 100, 3.0), e("rescore_x", 100, 1.0), e("make", 100, 1.0),
     ]  # fmt: skip
-    html = "".join(_rehearsal_section(rows))
+    html = costs_html(rows)
     order = [html.index(f"<td>{s}</td>") for s in ("make", "import", "fragments", "train_x", "rescore_x", "report")]
     assert order == sorted(order)
     assert "<td>import</td><td>2.0 s, 10 MB</td><td>4.0 s, 10 MB</td><td>0.50</td>" in html  # 2× for 4×: b = 0.5

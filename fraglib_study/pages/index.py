@@ -12,7 +12,6 @@ registry's (:mod:`fraglib_study.report.registry`), each page's one-line finding 
 from __future__ import annotations
 
 import argparse
-import html
 import os
 import platform
 from importlib import metadata
@@ -41,6 +40,7 @@ from fraglib_study.report.results import (
 )
 
 TEMPLATE = "index_page.html.j2"  # in fraglib_study/templates
+COSTS_TEMPLATE = "index_costs.html.j2"  # its cost sections (:func:`costs_html`)
 
 PACKAGES = [
     "torch",
@@ -80,168 +80,120 @@ def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
-def _h(value: Any) -> str:
-    """A value read from a register (``benchmarks/results.json``) as HTML text: escaped, so a field holding markup
-    shows as that text and never runs in the reader's browser."""
-    return html.escape(str(value))
+def _num(x) -> str:
+    """A benchmark's number as the cost tables print it (``str``; None: "None", as before the template)."""
+    return str(x)
 
 
-def _scale_sections(entries: list[dict]) -> list[str]:
-    """What a user needs to predict their cost: growth with data size (table and figure) and COCO-size
-    evaluation per system, from ``python -m fraglib_study bench growth`` / ``coco_eval``."""
+def _epoch_cells(e: dict | None) -> list[str]:
+    """(seconds, ratio, critical path) of one epoch entry, "—" where not measured."""
+    if e is None or e["value"] is None:
+        return ["—"] * 3
+    cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
+    was = f" (was {e['before']['value']})" if e.get("before") else ""
+    was_over = (e.get("before") or {}).get("seconds_over_critical_path")
+    path = f"{cp} s ({over}×" + (f", was {was_over}×" if was_over else "") + ")" if cp else "—"
+    return [f"{e['value']}{was}", "—" if e["ratio"] is None else format(e["ratio"], ".2g"), path]
+
+
+def cost_context(entries: list[dict]) -> dict[str, Any]:
+    """What the index's cost sections show (``index_costs.html.j2``), as plain values the template escapes: the epoch
+    table at Pascal1K size, where a GPU step goes, the paper-size step and Pascal1K stages on a GPU, bfloat16 against
+    float32, growth with data size (with its figure), the Flickr30K-size rehearsal and COCO-size evaluation, from
+    ``benchmarks/results.json`` (``python -m fraglib_study bench ...``); a section nobody measured is None."""
     import base64
     import io
 
-    out = []
     by = {e["name"]: e for e in entries}
+    ctx: dict[str, Any] = {}
     cpu = [e for e in entries if e["name"].startswith("epoch_") and not e["name"].endswith(("_cuda", "_gpu"))]
     if cpu:
         gpus = [e for e in entries if e["name"].startswith("epoch_") and e["name"].endswith("_cuda")]
-        gpu_note = (
-            f"GPU: {html.escape(gpus[0].get('device', ''))} ({html.escape(gpus[0]['machine'])}), ratio against "
-            "that GPU's float32 matmul rate"
-            if gpus
-            else html.escape(by.get("epoch_gpu", {}).get("note", "GPU: not measured"))
-        )
-        out.append(
-            "<h2>One training epoch at Pascal1K size, against the machine</h2><p>Each run of "
-            "<code>params.yaml: bench.epoch_runs</code> on random inputs of its views (800 / 4,000 training, "
-            f"100 / 500 validation), median of {_h(cpu[0].get('repeats'))} epochs, train + validation seconds. CPU: "
-            f"{_h(cpu[0].get('threads'))} thread(s), {html.escape(cpu[0]['machine'])} (<code>make bench</code>). "
-            f"{gpu_note}. <i>was</i>: the code before a change, measured just before it by the same command on "
-            "the same machine (GPU: before the GPU forms of the relation maps and the attention tiles; CPU: before "
-            "the pooled image views and the tree encoders' hand-written gradients; docs/scale.md). FLOPs: matmul-like operations as executed (<code>FlopCounterMode</code>); ratio = "
-            "achieved FLOP/s ÷ the same process's matmul FLOP/s; critical path = sequential steps × one "
-            "step's measured latency (for kCCA's closed form: its decompositions and matrix products as they ran in "
-            "the fit; × = seconds over it).</p><table><tr><th>run</th><th>views</th>"
-            "<th>GFLOP</th><th>CPU seconds</th><th>CPU ratio</th><th>CPU critical path</th><th>GPU seconds</th>"
-            "<th>GPU ratio</th><th>GPU critical path</th></tr>"
-        )
-
-        def cells(e: dict | None) -> str:
-            if e is None or e["value"] is None:
-                return "<td>—</td>" * 3
-            cp, over = e.get("critical_path_s"), e.get("seconds_over_critical_path")
-            was = f" (was {_h(e['before']['value'])})" if e.get("before") else ""
-            was_over = (e.get("before") or {}).get("seconds_over_critical_path")
-            return (
-                f"<td>{_h(e['value'])}{was}</td><td>{'—' if e['ratio'] is None else format(e['ratio'], '.2g')}</td>"
-                f"<td>{f'{_h(cp)} s ({_h(over)}×' + (f', was {_h(was_over)}×' if was_over else '') + ')' if cp else '—'}</td>"
-            )
-
-        for e in cpu:
-            out.append(
-                f"<tr><td>{html.escape(e['name'][len('epoch_') :])}</td><td>{html.escape(str(e.get('views')))}</td>"
-                f"<td>{_h(e.get('gflop'))}</td>{cells(e)}{cells(by.get(e['name'] + '_cuda'))}</tr>"
-            )
-        out.append("</table>")
+        ctx["epoch"] = {
+            "first": cpu[0],
+            "gpu": gpus[0] if gpus else None,
+            "gpu_note": by.get("epoch_gpu", {}).get("note", "GPU: not measured"),
+            "rows": [
+                [e["name"][len("epoch_") :], str(e.get("views")), _num(e.get("gflop"))]
+                + _epoch_cells(e)
+                + _epoch_cells(by.get(e["name"] + "_cuda"))
+                for e in cpu
+            ],
+        }
     prof = [e for e in entries if e["name"].startswith("profile_") and e.get("device_busy_share") is not None]
     if prof:
-        out.append(
-            "<p>Where a GPU training step goes (<code>python -m fraglib_study bench profile</code>, "
-            f"{html.escape(prof[0].get('device', ''))}): "
-            + "; ".join(
-                f"{html.escape(e['name'][len('profile_') :])}: {_h(e['ms_per_step'])} ms per step"
+        ctx["profile"] = {
+            "device": prof[0].get("device", ""),
+            "steps": [
+                f"{e['name'][len('profile_') :]}: {e['ms_per_step']} ms per step"
                 + (
-                    f" (was {_h(e['before']['ms_per_step'])} ms, {e['before']['launches_per_step']:.0f} launches)"
+                    f" (was {e['before']['ms_per_step']} ms, {e['before']['launches_per_step']:.0f} launches)"
                     if e.get("before")
                     else ""
                 )
-                + ", the GPU busy "
-                f"{100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel launches and "
-                f"{e['syncs_per_step']:.0f} host synchronisations per step"
+                + f", the GPU busy {100 * e['device_busy_share']:.0f}% of it, {e['launches_per_step']:.0f} kernel "
+                f"launches and {e['syncs_per_step']:.0f} host synchronisations per step"
                 for e in prof
-            )
-            + ". The steps are bound by the host issuing small kernels, not by the GPU's arithmetic.</p>"
-        )
+            ],
+        }
     steps = [by[k] for k in ("train_step_ms_cuda", "train_step_ms_mil_cuda") if by.get(k, {}).get("value")]
     if steps:
-        out.append(
-            "<p>The paper-size fragment step on a GPU (100 pairs, 20 × 4,096-d image fragments, <code>python -m "
-            f"fraglib_study.bench train_step</code>, {html.escape(steps[0].get('device', ''))}): "
-            + "; ".join(
-                f"{html.escape(e['objective'])} {_h(e['value'])} ms"
-                + (f" (was {_h(e['before']['value'])} ms)" if e.get("before") else "")
-                + f", ratio {_h(e['ratio'])}"
+        ctx["steps"] = {
+            "device": steps[0].get("device", ""),
+            "steps": [
+                f"{e['objective']} {e['value']} ms"
+                + (f" (was {e['before']['value']} ms)" if e.get("before") else "")
+                + f", ratio {e['ratio']}"
                 for e in steps
-            )
-            + ".</p>"
-        )
+            ],
+        }
     p1k = by.get("pascal1k_train_cuda")
     if p1k and p1k.get("runs"):
-        out.append(
-            "<p>Pascal1K training stages timed on a GPU (" + html.escape(p1k.get("device", "")) + ", split 0, "
-            "the trainer's clock): "
-            + "; ".join(
-                f"{html.escape(k)} {_h(v['train_seconds'])} s for {_h(v['epochs'])} epochs"
-                for k, v in p1k["runs"].items()
-            )
-            + ". "
-            + html.escape(p1k.get("note", ""))
-            + ".</p>"
-        )
+        ctx["pascal1k_gpu"] = {
+            "device": p1k.get("device", ""),
+            "runs": [f"{k} {v['train_seconds']} s for {v['epochs']} epochs" for k, v in p1k["runs"].items()],
+            "note": p1k.get("note", ""),
+        }
     amp = [e for e in entries if e["name"].startswith("amp_") and e["value"] is not None]
     if amp:
-        out.append(
-            f"<p>bfloat16 autocast (<code>train.amp</code>) against float32 on {html.escape(amp[0].get('device', ''))}, "
-            "synthetic benchmark, seeds "
-            f"{html.escape(str(amp[0].get('seeds')))} (<code>python -m fraglib_study bench amp</code>): "
-            + "; ".join(
-                f"{html.escape(e['name'][len('amp_') :])}: annotation R@1 {_h(e['fp32']['annotation_r1'])} ± "
-                f"{_h(e['fp32']['annotation_r1_sd'])} (fp32) vs {_h(e['bf16']['annotation_r1'])} ± "
-                f"{_h(e['bf16']['annotation_r1_sd'])} (bf16), search {_h(e['fp32']['search_r1'])} vs "
-                f"{_h(e['bf16']['search_r1'])}, time × {_h(e['ratio'])}"
+        ctx["amp"] = {
+            "device": amp[0].get("device", ""),
+            "seeds": str(amp[0].get("seeds")),
+            "runs": [
+                f"{e['name'][len('amp_') :]}: annotation R@1 {e['fp32']['annotation_r1']} ± "
+                f"{e['fp32']['annotation_r1_sd']} (fp32) vs {e['bf16']['annotation_r1']} ± "
+                f"{e['bf16']['annotation_r1_sd']} (bf16), search {e['fp32']['search_r1']} vs "
+                f"{e['bf16']['search_r1']}, time × {e['ratio']}"
                 for e in amp
-            )
-            + " (± = SD over seeds).</p>"
-        )
+            ],
+        }
     growth = [e for e in entries if e["name"].startswith("growth_")]
     if growth:
         from fraglib_study.report.plots import growth_figure
 
-        fig = growth_figure(growth)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=90)
+        growth_figure(growth).savefig(buf, format="png", dpi=90)
         scales = sorted({e["scale"] for e in growth})
         step = lambda e: (e["name"][len("growth_") :].rsplit("_x", 1)[0], str(e.get("machine", "")))  # noqa: E731
-        comps = sorted({step(e) for e in growth})  # a line: a step on one machine, so a slope never mixes two
         cell = {(step(e), e["scale"]): e for e in growth}
-        out.append(
-            "<h2>Growth with data size (synthetic benchmark)</h2><p>Seconds / peak RSS of each step at "
-            "the default size × " + ", ".join(map(_h, scales)) + " (<code>python -m fraglib_study bench growth</code>: "
-            "real synthetic data, the training split × scale, validation and test at the protocol's 100 and 500 images "
-            "(so the data and features lines, which also process those 600, grow more slowly in scale than in "
-            "images; lines <code>…_alltest</code>: every split × scale) — generation with parse and fragments, features "
-            "(<code>features_cheap</code>: proposals on 64 px, backbone on 128 px), one epoch of each run and its "
-            "test evaluation in one <code>fraglib_study.experiments.study</code>, the results page of those runs (<code>report</code>); "
-            "lines <code>…_random</code>: <code>python -m fraglib_study bench epoch_growth</code>, "
-            "one epoch on random inputs of the run's views, Pascal1K's training size × scale)."
-            " Slope: the least-squares exponent b of seconds ∝ size<sup>b</sup> over the measured scales "
-            "(1 = linear; Eq. 5's all-negatives systems grow faster). Each line is from one machine, named on it: a "
-            "slope never mixes machines.</p>"
-            "<table><tr><th>step</th>" + "".join(f"<th>× {_h(s)}</th>" for s in scales) + "<th>slope</th>"
-            "<th>machine, threads</th></tr>"
-        )
-        for c in comps:
+        rows = []
+        for c in sorted({step(e) for e in growth}):  # a line: a step on one machine, so a slope never mixes two
             slope = growth_slope([(s, cell[c, s]["value"]) for s in scales if (c, s) in cell])
             threads = next(e.get("threads") for (c2, _), e in cell.items() if c2 == c)
-            out.append(
-                f"<tr><td>{html.escape(c[0])}</td>"
-                + "".join(
-                    f"<td>{_h(cell[c, s]['value'])} s, {_h(cell[c, s]['peak_rss_mb'])} MB</td>"
-                    if (c, s) in cell
-                    else "<td>—</td>"
+            rows.append(
+                [c[0]]
+                + [
+                    f"{cell[c, s]['value']} s, {cell[c, s]['peak_rss_mb']} MB" if (c, s) in cell else "—"
                     for s in scales
-                )
-                + f"<td>{'—' if slope is None else f'{slope:.2f}'}</td>"
-                + f"<td>{html.escape(c[1])}, {html.escape(str(threads))}</td></tr>"
+                ]
+                + ["—" if slope is None else f"{slope:.2f}", f"{c[1]}, {threads}"]
             )
-        out.append(
-            "</table><img alt='growth curves' src='data:image/png;base64,"
-            + base64.b64encode(buf.getvalue()).decode()
-            + "'>"
-        )
-    out += _rehearsal_section([e for e in entries if e["name"].startswith("rehearsal_")])
+        ctx["growth"] = {
+            "scales": [str(s) for s in scales],
+            "rows": rows,
+            "png": base64.b64encode(buf.getvalue()).decode(),
+        }
+    ctx["rehearsal"] = rehearsal_context([e for e in entries if e["name"].startswith("rehearsal_")])
     coco = [e for e in entries if e["name"].startswith("coco5k_") and not e["name"].endswith("_cuda")]
     gpu = {
         e["name"][: -len("_cuda")]: e
@@ -251,40 +203,36 @@ def _scale_sections(entries: list[dict]) -> list[str]:
     if gpu:  # measured: the entry saying how to measure it is moot
         coco = [e for e in coco if e["name"] != "coco5k_gpu"]
     if coco:
-        dev = next(iter(gpu.values())).get("device", "") if gpu else ""
-        out.append(
-            "<h2>Evaluation at COCO size (5,000 images × 25,000 sentences)</h2>"
-            f"<p>CPU: {html.escape(coco[0].get('machine', ''))}"
-            + (
-                f"; GPU: {html.escape(dev)} (<code>python -m fraglib_study bench coco_eval</code> on that machine)"
-                if gpu
-                else ""
-            )
-            + ".</p><table><tr><th>step</th><th>CPU seconds</th>"
-            "<th>peak RSS</th><th>measured</th><th>GPU seconds</th><th>GPU peak memory</th></tr>"
-        )
+        rows = []
         for e in coco:
-            if e["value"] is None:
-                out.append(
-                    f"<tr><td>{html.escape(e['name'])}</td><td colspan=5>{html.escape(e.get('note', ''))}</td></tr>"
-                )
-                continue
             g = gpu.get(e["name"])
-            out.append(
-                f"<tr><td>{html.escape(e['name'])}</td><td>{_h(e['value'])}</td><td>{_h(e.get('peak_rss_mb'))} MB</td>"
-                f"<td>{html.escape(str(e.get('measured_tiles', 'all')))} sentence tiles</td>"
-                + (f"<td>{_h(g['value'])}</td><td>{_h(g.get('peak_gpu_mb'))} MB</td>" if g else "<td>—</td><td>—</td>")
-                + "</tr>"
+            rows.append(
+                {"name": e["name"], "note": e.get("note", "")}
+                if e["value"] is None
+                else {
+                    "name": e["name"],
+                    "cells": [
+                        str(e["value"]),
+                        f"{e.get('peak_rss_mb')} MB",
+                        f"{e.get('measured_tiles', 'all')} sentence tiles",
+                        *([str(g["value"]), f"{g.get('peak_gpu_mb')} MB"] if g else ["—", "—"]),
+                    ],
+                }
             )
-        out.append("</table>")
-    return out
+        ctx["coco"] = {
+            "machine": coco[0].get("machine", ""),
+            "gpu": next(iter(gpu.values())).get("device", "") if gpu else None,
+            "rows": rows,
+        }
+    return ctx
 
 
-def _rehearsal_section(rows: list[dict]) -> list[str]:
+def rehearsal_context(rows: list[dict]) -> dict[str, Any] | None:
     """The Flickr30K-size rehearsal (``python -m fraglib_study bench rehearsal``): each stage's seconds and peak RSS at
-    each size, its slope over the sizes, and each training's epoch seconds and test R@1 at the largest."""
+    each size, its slope over the sizes, and each training's epoch seconds and test R@1 at the largest (None: not
+    measured)."""
     if not rows:
-        return []
+        return None
     sizes = sorted({e["images"] for e in rows})
     first = ("make", "import", "parse", "fragments")  # the pipeline's order, each run's training and re-scoring,
     runs = list(dict.fromkeys(e["stage"].split("_", 1)[1] for e in rows if e["stage"] not in (*first, "report")))
@@ -300,45 +248,45 @@ def _rehearsal_section(rows: list[dict]) -> list[str]:
     )
     cell = {(e["stage"], e["images"]): e for e in rows}
     top = sizes[-1]
-    out = [
-        "<h2>A Flickr30K-size rehearsal: precomputed features, end to end</h2><p>Made data in VSE++/SCAN's "
-        "precomputed layout (36 regions × 2,048 float16 per image, five captions per image from the synthetic "
-        "grammar; regions made from the objects' codes plus noise, docs/scale.md) at "
-        + ", ".join(f"{n:,}" for n in sizes)
-        + " images (Flickr30K: 29,000 / 1,014 / 1,000), through docs/own_data.md's commands, each stage a fresh "
-        f"process ({html.escape(rows[0]['machine'])}, {_h(rows[0].get('threads'))} thread(s); "
-        "<code>python -m fraglib_study bench rehearsal</code>). Training: "
-        + ", ".join(
-            f"{n:,} images: {', '.join(sorted({_h(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
-            for n in sizes
-        )
-        + " epoch(s) per run, "
-        "seconds with loading, validation and the test evaluation. Slope: b of seconds ∝ images<sup>b</sup> (a "
-        "training's: of its seconds per epoch, the epochs differing between sizes).</p>"
-        "<table><tr><th>stage</th>"
-        + "".join(f"<th>{n:,} images</th>" for n in sizes)
-        + f"<th>slope</th><th>epoch at {top:,}</th><th>test R@1 at {top:,} (annotation / search)</th>"
-        f"<th>measured at {top:,} (commit, date)</th></tr>"
-    ]
+    table = []
     for st in stages:
         per = "epoch_s" if all(cell[st, n].get("epoch_s") for n in sizes if (st, n) in cell) else "value"
         slope = growth_slope([(n, cell[st, n][per]) for n in sizes if (st, n) in cell])
         big = cell.get((st, top), {})
-        timed = [
-            f"<td>{cell[st, n]['value']:,} s, {cell[st, n]['peak_rss_mb']:,} MB</td>"
-            if (st, n) in cell
-            else "<td>—</td>"
-            for n in sizes
-        ]
-        epoch = f"{big['epoch_s']:.1f} s" if big.get("epoch_s") else "—"
-        r1 = " / ".join(map(_h, big["test_r1"])) if big.get("test_r1") else "—"
-        when = f"{_h(big['commit'])}, {_h(big.get('date', ''))}" if big.get("commit") else "—"
-        out.append(
-            f"<tr><td>{html.escape(st)}</td>{''.join(timed)}<td>{'—' if slope is None else f'{slope:.2f}'}</td>"
-            f"<td>{epoch}</td><td>{r1}</td><td>{when}</td></tr>"
+        table.append(
+            [st]
+            + [
+                f"{cell[st, n]['value']:,} s, {cell[st, n]['peak_rss_mb']:,} MB" if (st, n) in cell else "—"
+                for n in sizes
+            ]
+            + [
+                "—" if slope is None else f"{slope:.2f}",
+                f"{big['epoch_s']:.1f} s" if big.get("epoch_s") else "—",
+                " / ".join(map(str, big["test_r1"])) if big.get("test_r1") else "—",
+                f"{big['commit']}, {big.get('date', '')}" if big.get("commit") else "—",
+            ]
         )
-    out.append("</table>")
-    return out
+    return {
+        "sizes": [f"{n:,}" for n in sizes],
+        "top": f"{top:,}",
+        "machine": rows[0]["machine"],
+        "threads": str(rows[0].get("threads")),
+        "epochs": [
+            f"{n:,} images: {', '.join(sorted({str(e['epochs']) for e in rows if e['images'] == n and e.get('epochs')}))}"
+            for n in sizes
+        ],
+        "rows": table,
+    }
+
+
+def costs_html(entries: list[dict]) -> str:
+    """The index's cost sections (:func:`cost_context` through ``index_costs.html.j2``; every value escaped)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True
+    )
+    return env.get_template(COSTS_TEMPLATE).render(c=cost_context(entries)).strip("\n")
 
 
 def _json(path: str | Path) -> dict:
@@ -721,7 +669,7 @@ def build(out: str | Path = "reports/index.html") -> Path:
             for e in bench
             if e["name"].startswith(("make_", "repro_")) and e.get("commit")  # undated: a study since grown
         ],
-        scale=[Markup(tables.html(costs.cost_blocks("."))), *(Markup(x) for x in _scale_sections(bench))],
+        scale=[Markup(tables.html(costs.cost_blocks("."))), Markup(costs_html(bench))],
     )
     write_text(out, page)
     return out
