@@ -35,7 +35,7 @@ def figure_data(tiny_study, tiny_full, tmp_path_factory):
 
 def test_the_queries_record_is_the_split_s_test_queries(figure_data, tiny_full):
     from fraglib.data import read_karpathy_json
-    from fraglib_study.report.results import query_record
+    from fraglib_study.report.breakdown import query_record
 
     out, _, written = figure_data
     queries = json.loads((out / "queries.json").read_text())

@@ -137,7 +137,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
     import pandas as pd
 
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib_study.report.results import breakdown, have_groups, query_record
+    from fraglib_study.report.breakdown import breakdown, have_groups, query_record
 
     images = [
         {"imgid": 0, "filename": "a.jpg", "split": "train", "category": "dog"},
@@ -192,7 +192,7 @@ def test_breakdown_by_category_and_length_by_hand(tmp_path):
 def test_group_differences_by_hand(tmp_path):
     """Per-category paired differences: the point is the mean of per-split differences within the group."""
     from fraglib.data import Dataset, write_karpathy_json
-    from fraglib_study.report.results import group_differences
+    from fraglib_study.report.breakdown import group_differences
 
     images = [
         {"imgid": i, "filename": f"{i}.jpg", "split": "test", "category": c}
@@ -272,7 +272,7 @@ def test_rerun_agreement_by_hand():
 
 def test_verb_groups_by_hand():
     from fraglib.text.parse import Token
-    from fraglib_study.report.results import groups_of, has_verb, verb_groups
+    from fraglib_study.report.breakdown import groups_of, has_verb, verb_groups
 
     tok = lambda upos, xpos: Token(1, "w", "_", upos, xpos, 0, "root")  # noqa: E731
     assert has_verb([tok("_", "NN"), tok("_", "VBG")]) and has_verb([tok("VERB", "_")]) and has_verb([tok("AUX", "_")])
@@ -1054,7 +1054,8 @@ def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path
     where a run lacks them), the index counts each over the runs that have it, the chosen parameters come out in
     their units, and a run whose training runs disagree on the corrections keeps those all of them have."""
     from fraglib_study.pages.index import hubness_line
-    from fraglib_study.report.results import correction_parameters, load_run
+    from fraglib_study.report.corrections import correction_parameters
+    from fraglib_study.report.results import load_run
     from fraglib_study.report.tables import hubness
 
     def corr(v, **extra):
@@ -1283,14 +1284,14 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
     statistic or a correction existed."""
     import pandas as pd
 
-    from fraglib_study.report.results import (
-        DIRECTIONS,
+    from fraglib_study.report.corrections import (
         MISSING,
         correction_parameter_table,
         correction_parameters,
         correction_table,
         hubness_table,
     )
+    from fraglib_study.report.results import DIRECTIONS
 
     def corr(**extra):
         return {d: {"param": 0.5, "val_rsum": 3.0, "val_rsum_uncorrected": 1.04, **extra} for d in DIRECTIONS}

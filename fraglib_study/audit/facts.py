@@ -113,7 +113,8 @@ def _json_value(root: Path, path: str, key: str) -> float:
 
 
 def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
-    from fraglib_study.report.results import CORRECTIONS, corrected_study, metric_label, paired_differences
+    from fraglib_study.report.corrections import CORRECTIONS, corrected_study
+    from fraglib_study.report.results import metric_label, paired_differences
 
     if len(words) not in (5, 6):
         raise ValueError(f"fact diff {' '.join(words)}: expected STUDY A B DIRECTION METRIC [CORRECTION]")

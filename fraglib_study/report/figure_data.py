@@ -33,8 +33,8 @@ import numpy as np
 
 from fraglib.core.outputs import command, listed_files, remove, write_bytes, write_text
 from fraglib_study.experiments.explore import SOURCES, compact
+from fraglib_study.report.breakdown import query_record
 from fraglib_study.report.live import relation_norms
-from fraglib_study.report.results import query_record
 
 
 def crop_jpeg(image: np.ndarray, box, px: int, quality: int) -> bytes:
