@@ -25,7 +25,7 @@ A number in prose names its source with an HTML comment right after it (invisibl
   :mod:`fraglib_study.audit.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
   CI (:func:`fraglib_study.report.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
-  correction (:data:`fraglib_study.report.results.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
+  correction (:data:`fraglib_study.report.corrections.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
   CI, ``+8.4 [+2.4, +14.3]``.
 
 A verdict in prose names its row the same way, the verdict word in asterisks right before the marker:

@@ -6,7 +6,7 @@
         --relation-run "models/pascal1k/sdtrnn/seed{seed}" --out runs/pascal1k/figures
 
 * ``queries.json``: per split (``{seed}`` of ``--dataset-dir``), its test queries in the order of ``ranks.json``
-  (:func:`fraglib_study.report.results.query_record`): each test image's category, each test sentence's image (position among the test
+  (:func:`fraglib_study.report.breakdown.query_record`): each test image's category, each test sentence's image (position among the test
   images), token count and, with the parse, whether it has a verb: what the breakdowns by category, caption length
   and verb need;
 * ``triplets.json`` and ``crops/``: the paper's Figure 5 for one fragment run (:func:`triplet_record`): for each
@@ -17,7 +17,7 @@
   ``--splits``, with its count among the training tree edges.
 
 The photographs (Pascal1K: :data:`fraglib_study.experiments.explore.SOURCES`) are named in ``triplets.json``'s ``source``. The results
-page reads them (:func:`fraglib_study.report.results.test_groups`, :func:`fraglib_study.report.results.read_triplets`, ``relation_norms.csv``)
+page reads them (:func:`fraglib_study.report.breakdown.test_groups`, :func:`fraglib_study.report.results.read_triplets`, ``relation_norms.csv``)
 where the data or the checkpoints are absent.
 """
 
