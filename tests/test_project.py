@@ -294,3 +294,19 @@ def test_ruff_lint_and_format_are_clean():
     for args in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
         r = subprocess.run([ruff, *args], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 0, f"ruff {' '.join(args)}:\n{r.stdout}{r.stderr}"
+
+
+def test_the_cost_sections_escape_what_a_register_holds():
+    """benchmarks/results.json is data: a machine name, a note or a device holding markup reaches the index as text."""
+    from fraglib_study.pages.index import costs_html
+
+    bad = "<script>window.pwned=1</script>"
+    entries = [
+        {"name": "epoch_full", "value": 6.8, "ratio": 0.49, "machine": bad, "threads": 1, "repeats": 3, "views": bad},
+        {"name": "epoch_gpu", "value": None, "note": bad},
+        {"name": "coco5k_full", "value": None, "note": bad, "machine": bad},
+        {"name": "rehearsal_import_n100_s", "stage": "import", "images": 100, "value": 1.0, "peak_rss_mb": 1,
+         "machine": bad, "threads": bad},
+    ]  # fmt: skip
+    page = costs_html(entries)
+    assert "<script" not in page and page.count("&lt;script&gt;window.pwned=1&lt;/script&gt;") >= 6

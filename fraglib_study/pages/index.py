@@ -80,11 +80,6 @@ def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
-def _num(x) -> str:
-    """A benchmark's number as the cost tables print it (``str``; None: "None", as before the template)."""
-    return str(x)
-
-
 def _epoch_cells(e: dict | None) -> list[str]:
     """(seconds, ratio, critical path) of one epoch entry, "—" where not measured."""
     if e is None or e["value"] is None:
@@ -114,7 +109,7 @@ def cost_context(entries: list[dict]) -> dict[str, Any]:
             "gpu": gpus[0] if gpus else None,
             "gpu_note": by.get("epoch_gpu", {}).get("note", "GPU: not measured"),
             "rows": [
-                [e["name"][len("epoch_") :], str(e.get("views")), _num(e.get("gflop"))]
+                [e["name"][len("epoch_") :], str(e.get("views")), str(e.get("gflop"))]
                 + _epoch_cells(e)
                 + _epoch_cells(by.get(e["name"] + "_cuda"))
                 for e in cpu
