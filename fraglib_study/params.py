@@ -118,7 +118,7 @@ RUN_LISTS = (
 )
 
 
-def _keys(where: str, value: Any, allowed) -> dict[str, Any]:
+def checked_keys(where: str, value: Any, allowed) -> dict[str, Any]:
     """``value`` as a mapping whose keys are all in ``allowed`` (None/empty: {})."""
     if value is None:
         return {}
@@ -141,9 +141,9 @@ def check_study_keys(data: dict[str, Any]) -> None:
         value = data.get(head)
         if sub:
             value = value.get(sub) if isinstance(value, dict) else None
-        _keys(where, value, allowed)
+        checked_keys(where, value, allowed)
     runs = data.get("runs") or {}
-    for run, entry in _keys("runs", runs, tuple(runs)).items():
+    for run, entry in checked_keys("runs", runs, tuple(runs)).items():
         if not isinstance(entry, dict) or not isinstance(entry.get("system"), str):
             got = entry.get("system") if isinstance(entry, dict) else entry
             raise ConfigError(f"runs.{run}.system: {got!r}: expected the name of a system (fraglib.systems)")
@@ -152,9 +152,9 @@ def check_study_keys(data: dict[str, Any]) -> None:
     for ds in DATASETS:
         if isinstance(data.get(ds), dict) and "folds" in data[ds]:
             dataset_folds(data, ds)
-    for name, entry in _keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
+    for name, entry in checked_keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
         for side in ("a", "b"):  # late fusion of two trained runs (fraglib_study/experiments/fusion.py)
-            r = _keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)
+            r = checked_keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)
             if r not in runs:
                 raise ConfigError(f"fusion.{name}.{side}: unknown run {r!r}{did_you_mean(r, runs)}")
     for where in RUN_LISTS:

@@ -20,7 +20,7 @@ from fraglib.run.train import TrainConfig
 from fraglib.systems import SYSTEMS
 from fraglib.text.build import TextConfig
 from fraglib.vision.rcnn import VisionConfig
-from fraglib_study.params import RUN_KEYS, _keys, check_study_keys, read_params
+from fraglib_study.params import RUN_KEYS, check_study_keys, checked_keys, read_params
 
 
 def _names(cls) -> tuple[str, ...]:
@@ -40,11 +40,11 @@ def check_params(data: dict[str, Any]) -> None:
         ("train", TrainConfig),
         ("evaluation", EvalConfig),
     ):
-        _keys(sec, data.get(sec), _names(cls))
+        checked_keys(sec, data.get(sec), _names(cls))
 
     def systems(where: str, value: Any) -> None:
-        for name, settings in _keys(where, value, tuple(SYSTEMS)).items():
-            _keys(f"{where}.{name}", settings, trainer + _names(SYSTEMS[name].Config))
+        for name, settings in checked_keys(where, value, tuple(SYSTEMS)).items():
+            checked_keys(f"{where}.{name}", settings, trainer + _names(SYSTEMS[name].Config))
 
     systems("systems", data.get("systems"))
     for run, entry in (data.get("runs") or {}).items():
@@ -53,10 +53,10 @@ def check_params(data: dict[str, Any]) -> None:
                 f"runs.{run}.system: {entry['system']!r}{did_you_mean(entry['system'], SYSTEMS)}; "
                 f"registered systems: {', '.join(SYSTEMS)}"
             )
-        _keys(f"runs.{run}", entry, RUN_KEYS + trainer + _names(SYSTEMS[entry["system"]].Config))
+        checked_keys(f"runs.{run}", entry, RUN_KEYS + trainer + _names(SYSTEMS[entry["system"]].Config))
     for ds in ("study", *DATASETS):
         if isinstance(data.get(ds), dict):
-            _keys(f"{ds}.train", data[ds].get("train"), trainer)
+            checked_keys(f"{ds}.train", data[ds].get("train"), trainer)
             systems(f"{ds}.systems", data[ds].get("systems"))
 
 
