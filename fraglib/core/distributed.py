@@ -155,7 +155,7 @@ def teardown(ctx: Context) -> None:
         dist.destroy_process_group()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Pool initializer: on Linux the kernel sends this worker SIGTERM when the process that started it
     dies (``prctl(PR_SET_PDEATHSIG)``), so a killed study or search leaves no orphan training behind."""
     import signal
@@ -175,4 +175,4 @@ def worker_pool(jobs: int):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_die_with_parent)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent)

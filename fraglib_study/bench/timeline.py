@@ -1,6 +1,7 @@
 """A command's timeline (issue #80): each DVC stage's start and end, each training unit's, and the cores' use.
 
-    python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- dvc repro   # what `make` runs
+    python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- dvc repro   # `make` runs the
+    #   study's pool (fraglib_study/experiments/pool.py: one stage line for all its runs) and then dvc repro
     python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 
 ``record`` runs the command and passes its output through as it comes (where our stdout or stderr is a terminal

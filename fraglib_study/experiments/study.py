@@ -14,7 +14,8 @@ training noise is then measured within a split (:mod:`fraglib_study.report.resul
 protocol of ``<dataset>.folds``, ``--dataset-dir`` holding ``{seed}`` for ``fold{seed}``) the seeds are the folds
 0 … k − 1, each trained as many times as the run trains a split (its replicates: so a CI over the folds has a
 training level where the run has one), and the summary's metrics are over the pooled test queries of its training
-runs (every image tested once per training run, in its own fold by its own fold's model). Every seed trains in its own process (``study.jobs`` at a time, one
+runs (every image tested once per training run, in its own fold by its own fold's model). Every seed trains in its own process, a task of a Dask
+cluster (:mod:`~fraglib_study.experiments.schedule`; one at a time, in the command's process; ``study.jobs`` at a time, one
 thread each — under ``torchrun`` one seed after another, each on all processes, rank 0 writing: on a CPU two small single-threaded runs beat one two-threaded run; the seeds of a
 last, incomplete round get the idle cores, see :func:`seed_threads`) and writes
 ``seeds/seed<N>/`` (metrics, per-query ranks, history, checkpoints). A seed whose checkpoint was
@@ -32,6 +33,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ from fraglib.metrics.retrieval import DIRECTIONS, METRICS, recall_table
 from fraglib.run.evaluate import eval_config
 from fraglib.run.inputs import DataPaths
 from fraglib.run.train import resolve_run, train
+from fraglib_study.experiments.schedule import ENV
 from fraglib_study.params import dataset_folds
 from fraglib_study.schema import read_checked
 
@@ -173,6 +176,18 @@ def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, b
     return m, time.monotonic() - t0, False
 
 
+def unit_main() -> None:
+    """A unit's fresh process (:func:`fraglib_study.experiments.schedule.unit_process`): ``argv[1]`` the pickled
+    :func:`_run_seed` argument, ``argv[2]`` where its pickled result goes."""
+    import pickle
+
+    from fraglib.core.distributed import die_with_parent
+
+    die_with_parent()
+    out = _run_seed(pickle.loads(Path(sys.argv[1]).read_bytes()))
+    Path(sys.argv[2]).write_bytes(pickle.dumps(out))
+
+
 def unit_line(name: str, m: dict[str, Any], kept: bool) -> str:
     """What a study's progress line says of a finished unit: its name, trained or kept, its test R@1."""
     t = m.get("test") or {}
@@ -208,7 +223,33 @@ def summarise(head: dict[str, Any], keys: list[str], groups: list[int], tests: l
     return summary
 
 
-def run_study(
+@dataclass
+class Plan:
+    """A run's training units, planned (:func:`plan_study`) before any trains: ``work[i]`` is unit i's argument to
+    :func:`_run_seed` (its ``threads``: ``threads[i]``); ``names`` say it in progress lines (``seed 0r1``)."""
+
+    run: str
+    spec: Any
+    paths: DataPaths
+    out: Path
+    seeds: list[int]
+    units: list[tuple[int, int]]
+    keys: list[str]
+    names: list[str]
+    work: list[tuple]
+    threads: list[int]
+    head: dict[str, Any]
+    folds: bool
+    jobs: int
+
+    def seconds(self, i: int) -> float:
+        """Unit i's expected seconds (its last timing.json, else its epochs): its place in a queue."""
+        from fraglib_study.experiments.schedule import recorded_seconds
+
+        return recorded_seconds(self.out / "seeds" / f"seed{self.keys[i]}", int(self.spec.train_config.epochs))
+
+
+def plan_study(
     paths: DataPaths,
     run: str,
     params: dict[str, Any],
@@ -218,11 +259,11 @@ def run_study(
     models_dir: str | None = None,
     folds: bool = False,
     keep: bool = False,
-) -> dict[str, Any]:
-    """Train run ``run`` for every seed and summarise; ``paths`` may hold ``{seed}``; ``keep``: a unit's finished
-    result without its checkpoint is kept (:func:`kept_result`); ``models_dir``:
-    checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside the results (git); ``folds``:
-    the k-fold protocol (module docstring; ``seeds`` default: every fold)."""
+) -> Plan:
+    """Run ``run``'s units (every seed × replicate) and their threads, checked before any trains; creates ``out``.
+    ``paths`` may hold ``{seed}``; ``keep``: a unit's finished result without its checkpoint is kept
+    (:func:`kept_result`); ``models_dir``: checkpoints in ``<models_dir>/seed<N>/`` (a DVC output) instead of beside
+    the results (git); ``folds``: the k-fold protocol (module docstring; ``seeds`` default: every fold)."""
     spec = resolve_run(params, run, dataset)  # fails before any work
     ec = eval_config(params)
     head = fold_head(params, dataset) if folds else {}
@@ -233,56 +274,74 @@ def run_study(
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"seeds {seeds}: expected a non-empty list without duplicates")
     jobs = study_jobs(params)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:  # under torchrun: the seeds one after another, each on all processes
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: the seeds one after another, each on all processes
         jobs = 1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     units = [(s, r) for s in seeds for r in range(study_replicates(params, run, dataset, folds))]
     keys = [unit_key(s, r) for s, r in units]
     names = [f"{'fold' if folds else 'seed'} {k}" for k in keys]
+    threads = seed_threads(len(units), jobs, torch.get_num_threads())
     work = [
-        (paths, spec, ec, s, r, str(out), t, models_dir, keep, name)
-        for (s, r), t, name in zip(units, seed_threads(len(units), jobs, torch.get_num_threads()), names)
+        (paths, spec, ec, s, r, str(out), t, models_dir, keep, name) for (s, r), t, name in zip(units, threads, names)
     ]
-    parallel = min(jobs, len(units))
+    return Plan(run, spec, paths, out, seeds, units, keys, names, work, threads, head, folds, jobs)
+
+
+def run_study(*args: Any, scheduler: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Train a run's every unit and summarise (arguments as :func:`plan_study`). Several units at once go to a Dask
+    cluster (:mod:`fraglib_study.experiments.schedule`; ``scheduler``: its address, default a local one); one at a
+    time they train in this process."""
+    plan = plan_study(*args, **kwargs)
+    run = plan.run
+    n = len(plan.units)
+    parallel = min(plan.jobs, n)
     shown = int(os.environ.get("RANK", "0")) == 0  # printing only: one process speaks under torchrun
     if shown:
         sys.stderr.write(
-            f"[{run}] {len(units)} training unit{'s' if len(units) != 1 else ''} ({', '.join(names)}), {parallel} at a time\n"
+            f"[{run}] {n} training unit{'s' if n != 1 else ''} ({', '.join(plan.names)}), {parallel} at a time\n"
         )
-    lines = Progress(run, len(units), "unit", parallel=parallel)
+    lines = Progress(run, n, "unit", parallel=parallel)
     done: dict[int, dict[str, Any]] = {}
 
     def finished(i: int, unit: tuple[dict, float, bool]) -> None:
         done[i], seconds, kept = unit
         if shown:
-            lines.step(unit_line(names[i], done[i], kept), seconds=seconds, timed=not kept)
+            lines.step(unit_line(plan.names[i], done[i], kept), seconds=seconds, timed=not kept)
 
-    if jobs > 1 and len(units) > 1:
-        from concurrent.futures import as_completed
+    if parallel > 1 or scheduler or os.environ.get(ENV):
+        from fraglib_study.experiments import schedule
 
-        from fraglib.core.distributed import worker_pool
-
-        with worker_pool(parallel) as ex:
-            futures = {ex.submit(_run_seed, w): i for i, w in enumerate(work)}
-            for f in as_completed(futures):  # as they finish; kept in the units' order below
-                finished(futures[f], f.result())
+        with schedule.cluster(scheduler, max(plan.jobs, torch.get_num_threads())) as client:
+            futures = {
+                schedule.submit(client, w, t, plan.seconds(i)): i
+                for i, (w, t) in enumerate(zip(plan.work, plan.threads))
+            }
+            for i, unit, error in schedule.wait(futures):  # as they finish; kept in the units' order below
+                if error is not None:
+                    raise error
+                finished(i, unit)
     else:
-        for i, w in enumerate(work):
+        for i, w in enumerate(plan.work):
             finished(i, _run_seed(w))
-    results = [done[i] for i in range(len(work))]
+    return finish_study(plan, [done[i] for i in range(n)])
+
+
+def finish_study(plan: Plan, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's summary from its units' ``results`` (in ``plan.units``' order): ``metrics.json`` and ``history.csv``
+    in ``plan.out``; returns the summary ({} on a torchrun rank other than 0, which summarises nothing)."""
     if "test" not in results[0]:  # not rank 0: rank 0 summarises
         return {}
+    out, keys, spec, units = plan.out, plan.keys, plan.spec, plan.units
     # units on one test set share queries: the splits when the data is split per seed, else all one group
-    groups = [s if paths.per_seed else 0 for s, _ in units]
+    groups = [s if plan.paths.per_seed else 0 for s, _ in units]
     summary = summarise(
-        {"run": run, "system": spec.system, "seeds": seeds, "overrides": spec.overrides, **head},
+        {"run": plan.run, "system": spec.system, "seeds": plan.seeds, "overrides": spec.overrides, **plan.head},
         keys,
         groups,
         [r["test"] for r in results],
     )
-    if folds:
+    if plan.folds:
         pool_fold_metrics(summary, out)
     if all("hubness" in r["test"] for r in results):  # mean over units (per unit: seeds/seed<N>/metrics.json)
         summary["hubness"] = hubness.average([r["test"]["hubness"] for r in results])
@@ -300,8 +359,8 @@ def run_study(
     return summary
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (a DVC stage's ``study`` command is read with it by ``python -m fraglib_study pool``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--run",
@@ -333,17 +392,44 @@ def main(argv: list[str] | None = None) -> None:
         help="keep a unit whose result is here with this run's settings and whose checkpoint is not (its inputs are "
         "not re-checked: for adding replicates to results made on another machine from the same inputs)",
     )
+    ap.add_argument(
+        "--scheduler",
+        help=f"a Dask scheduler's address (tcp://HOST:8786; default ${ENV}, else a local cluster when units train at "
+        "once): docs/runs.md, 'On a cluster'",
+    )
+    return ap
+
+
+def study_arguments(
+    argv: list[str] | None, params: dict[str, Any] | None = None
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """``argv`` parsed, and :func:`plan_study`'s arguments from it (``params``: default read from ``--params``,
+    checked); claims the run's folders for this command's writes (each unit resumes from its checkpoint)."""
+    ap = parser()
     args = ap.parse_args(argv)
-    params = read_checked(args.params)
     try:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
-    paths = DataPaths(args.dataset_dir, args.features_dir)
-    resumes(args.out, *([args.models_dir] if args.models_dir else []))  # each unit resumes from its checkpoint
-    s = run_study(
-        paths, args.run, params, args.out, args.dataset, seeds, args.models_dir, args.folds, args.keep_results
+    resumes(args.out, *([args.models_dir] if args.models_dir else []))
+    call = dict(
+        paths=DataPaths(args.dataset_dir, args.features_dir),
+        run=args.run,
+        params=read_checked(args.params) if params is None else params,
+        out=args.out,
+        dataset=args.dataset,
+        seeds=seeds,
+        models_dir=args.models_dir,
+        folds=args.folds,
+        keep=args.keep_results,
     )
+    return args, call
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args, call = study_arguments(argv)
+    s = run_study(**call, scheduler=args.scheduler)
     print(
         f"{args.run}: annotation R@1 {s['annotation']['r1']:.1f} ± {s['annotation_sd']['r1']:.1f}, "
         f"search R@1 {s['search']['r1']:.1f} ± {s['search_sd']['r1']:.1f} over seeds {s['seeds']}"
