@@ -553,12 +553,20 @@ def confirmations(root: str | Path = ".") -> dict[str, dict[int, Path]]:
     return {k: dict(sorted(v.items())) for k, v in out.items()}
 
 
-def _pair(params: dict[str, Any], folders: list[Path], c: dict[str, Any]) -> tuple[Path, Path]:
-    """The folders of claim ``c``'s runs a and b, looked up in ``folders``; Untestable naming a missing one."""
-    found = run_folders(params, folders)
+def _pair(
+    params: dict[str, Any], folders: list[Path], c: dict[str, Any], cache: dict[Any, Any] | None = None
+) -> tuple[Path, Path]:
+    """The folders of claim ``c``'s runs a and b, looked up in ``folders`` (once per folders in ``cache``: a study's
+    folders are read once for its hundreds of claims); Untestable naming a missing one."""
+    key = ("folders", tuple(map(str, folders)))
+    if cache is None or key not in cache:
+        looked = (run_folders(params, folders), other_test_sets(params, folders), left_out_runs(params, folders))
+        if cache is None:
+            cache = {}
+        cache[key] = looked
+    found, why, left_out = cache[key]
     missing = [c["runs"][s] for s in ("a", "b") if c["runs"][s] not in found]
-    why = other_test_sets(params, folders)
-    for folder, runs in left_out_runs(params, folders).items():  # runs scored on an older test split
+    for folder, runs in left_out.items():  # runs scored on an older test split
         if any(r in runs for r in missing):
             raise Untestable(why[folder])
     if missing:
@@ -636,10 +644,10 @@ def _row(
     try:
         where = (folds or {}).get(data, [])
         try:
-            a, b = _pair(params, where, c)
+            a, b = _pair(params, where, c, cache)
         except Untestable:
             where = folders.get(data, [])
-            a, b = _pair(params, where, c)
+            a, b = _pair(params, where, c, cache)
         noise = study_noise(params, where, task, c["metric"], cache)[1]
         ours = our_difference(a, b, task, c["metric"], cache, noise)
     except Untestable as why:
@@ -746,7 +754,7 @@ def _confirmation(
     if kind(c, task):
         return kind(c, task)
     try:
-        pair = _pair(params, [folder], c)
+        pair = _pair(params, [folder], c, cache)
         noise = study_noise(params, [folder], task, c["metric"], cache)[1]
         ours = our_difference(*pair, task, c["metric"], cache, noise)
     except Untestable:

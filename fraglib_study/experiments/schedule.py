@@ -34,7 +34,7 @@ RESOURCE = "cores"  # the worker resource a unit asks for: one per torch thread
 @contextlib.contextmanager
 def cluster(address: str | None = None, slots: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: on the scheduler at ``address`` (else ``$FRAGLIB_DASK_SCHEDULER``), else on a local
-    cluster of ``slots`` cores (default ``os.cpu_count()``) in this process; closed on exit."""
+    cluster of ``slots`` cores (default the cores this process may run on) in this process; closed on exit."""
     from distributed import Client, LocalCluster
 
     address = address or os.environ.get(ENV) or None
@@ -42,7 +42,8 @@ def cluster(address: str | None = None, slots: int | None = None) -> Iterator[An
         with Client(address) as client:
             yield client
         return
-    n = max(1, slots or os.cpu_count() or 1)
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # taskset's, say
+    n = max(1, slots or mine or 1)
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=n, processes=False, resources={RESOURCE: n}, dashboard_address=None
