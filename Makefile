@@ -34,16 +34,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name fraglib --display-name "Python (fraglib)"
 	@touch $@
 
-# `make`: the pool (fraglib_study/experiments/pool.py) trains the default study's stale training stages together, every
-# unit on one local Dask cluster, longest first, and commits them to DVC; `dvc repro` then runs the rest (the
-# training stages up to date). FRAGLIB_DASK_SCHEDULER=tcp://HOST:8786 sends the units to a cluster (docs/runs.md).
+# `make`: the pool (fraglib_study/experiments/pool.py) runs the stages of dvc.yaml that are not up to date side by side
+# on one local Dask cluster, each as soon as the stages it depends on are done (a study stage as its training units,
+# longest first; a page on one core, dvc.yaml's meta.cores), committing each to DVC as it ends; `dvc repro` then
+# finds every stage up to date. FRAGLIB_DASK_SCHEDULER=tcp://HOST:8786 sends the units to a cluster (docs/scale.md).
 # Its timeline (fraglib_study/bench/timeline.py) goes to benchmarks/timeline.json: each stage's start and end, the
 # training units', the cores' use every second; the output and exit status stay the commands'. A figure of it:
 # python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 repro: env
 	$(call clock,start,make)
 	$(BIN)/python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- \
-		sh -c '$(BIN)/python -m fraglib_study pool dvc.yaml:train_synthetic && $(BIN)/dvc repro'
+		sh -c '$(BIN)/python -m fraglib_study pool dvc.yaml && $(BIN)/dvc repro'
 	$(call clock,stop,make)
 
 pascal1k: env

@@ -11,7 +11,7 @@ import sys
 # command -> (module whose main(argv) it runs, what it does)
 COMMANDS = {
     "study": ("fraglib_study.experiments.study", "train a run's seeds (or folds) and score them on test"),
-    "pool": ("fraglib_study.experiments.pool", "train the stale study stages of DVC pipelines together (Dask)"),
+    "pool": ("fraglib_study.experiments.pool", "dvc repro with the stages side by side, on a Dask cluster"),
     "search": ("fraglib_study.experiments.search", "search a run's settings on validation splits"),
     "fuse": ("fraglib_study.experiments.fusion", "fuse two trained runs' test scores"),
     "captions": ("fraglib_study.experiments.captions", "generate and score captions (pycocoevalcap)"),

@@ -676,6 +676,30 @@ def test_remove_inside_a_command_deletes_only_what_it_claimed(tmp_path, capsys):
     assert not mine.exists() and theirs.exists()
 
 
+def test_remove_tree_inside_a_command_deletes_only_a_claimed_output(tmp_path, capsys):
+    """What the pool clears before a stage's command (as dvc repro does): a claimed folder goes whole, a file too; an
+    unclaimed folder is refused and stays."""
+    from fraglib.core.outputs import remove_tree, updates
+
+    mine, theirs, page = tmp_path / "captions", tmp_path / "explorer", tmp_path / "page.html"
+    for d in (mine, theirs):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "a.json").write_text("x")
+    page.write_text("x")
+
+    def body():
+        updates(mine, page)
+        remove_tree(mine)
+        remove_tree(page)
+        remove_tree(tmp_path / "absent")
+        remove_tree(theirs)
+
+    with pytest.raises(SystemExit):
+        _command(body)()
+    assert "refusing to delete a folder this command did not claim" in capsys.readouterr().err
+    assert not mine.exists() and not page.exists() and (theirs / "sub" / "a.json").exists()
+
+
 def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, monkeypatch):
     """explore --overwrite whose work fails (a damaged checkpoint) deletes nothing: the earlier explorer data and
     thumbnails stay as they were (claimed with writes=family, pruned only after a complete new set)."""

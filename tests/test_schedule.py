@@ -36,15 +36,16 @@ def test_units_on_a_local_dask_cluster_give_the_bytes_of_units_in_this_process(t
     assert (tmp_path / "here" / "metrics.json").read_bytes() == (tmp_path / "dask" / "metrics.json").read_bytes()
 
 
-def test_a_unit_that_fails_names_itself(tiny_full, tmp_path):
+def test_a_unit_that_fails_names_itself_and_a_unit_no_worker_can_take_is_refused(tiny_full, tmp_path):
     from fraglib_study.experiments import schedule
     from fraglib_study.experiments.study import plan_study
 
-    params = tiny_params()
-    plan = plan_study(DataPaths(tmp_path / "no_such_data"), "devise", params, tmp_path / "out")
-    with schedule.cluster(slots=1) as client:
-        ((_, _, error),) = schedule.wait({schedule.submit(client, plan.work[0], 1, 1.0): 0})
-    assert isinstance(error, RuntimeError) and "'seed 0' of 'devise' failed" in str(error)
+    plan = plan_study(DataPaths(tmp_path / "no_such_data"), "devise", tiny_params(), tmp_path / "out")
+    with schedule.cluster(None, slots=1) as client:
+        ((_, _, error),) = schedule.wait(schedule.submit_all(client, [(0, plan.work[0], 1, 1.0)]))
+        assert isinstance(error, RuntimeError) and "'seed 0' of 'devise' failed" in str(error)
+        with pytest.raises(ConfigError, match="offer at most 1 'cores' and a unit needs 2"):
+            schedule.submit_all(client, [(0, plan.work[0], 2, 1.0)])
 
 
 def test_priority_puts_many_core_units_first_then_the_longest():
@@ -72,10 +73,33 @@ def test_the_pool_trains_only_study_commands_from_the_root(tmp_path, monkeypatch
         addressing="train@a", cmd='python -m fraglib_study study --run a --dataset-dir "d/f{seed}"', wdir="."
     )
     assert study_argv(ok) == ["--run", "a", "--dataset-dir", "d/f{seed}"]
-    with pytest.raises(ConfigError, match="train@b: its command is not"):
+    with pytest.raises(ConfigError, match="train@b: its command is not a plain"):
         study_argv(SimpleNamespace(addressing="train@b", cmd="python -m fraglib_study captions --run-dir x", wdir="."))
     with pytest.raises(ConfigError, match="train@c: its command is not"):
         study_argv(SimpleNamespace(addressing="train@c", cmd=["python", "x"], wdir="."))
+    for shell in ("$HOME", "~/d", "x; rm -rf y", "x && y", "x > log", "`x`"):  # what shlex would read otherwise
+        with pytest.raises(ConfigError, match="train@e: its command is not a plain"):
+            study_argv(SimpleNamespace(addressing="train@e", cmd=f"{ok.cmd} --out {shell}", wdir="."))
     (tmp_path / "sub").mkdir()
     with pytest.raises(ConfigError, match="train@d: it runs in sub, not in the repository's root"):
         study_argv(SimpleNamespace(addressing="train@d", cmd=ok.cmd, wdir="sub"))
+
+
+def test_a_stage_command_runs_as_dvc_runs_it_and_asks_for_its_cores(tmp_path):
+    """run_command: the stage's non-persistent outputs removed first (a file, a folder), then its command in a shell
+    in its folder; a failure names the stage. stage_cores: meta.cores, else every slot, at most the slots."""
+    from fraglib_study.experiments.pool import run_command, stage_cores
+
+    (tmp_path / "old.txt").write_text("stale")
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "a.html").write_text("stale")
+    outs = [str(tmp_path / "old.txt"), str(tmp_path / "pages"), str(tmp_path / "never_made")]
+    run_command("s", "test ! -e old.txt && test ! -e pages && echo new > out.txt", str(tmp_path), outs)
+    assert (tmp_path / "out.txt").read_text() == "new\n"
+    with pytest.raises(RuntimeError, match="stage 'bad' failed: `exit 3` exited with 3"):
+        run_command("bad", "exit 3", str(tmp_path), [])
+    stage = lambda meta: SimpleNamespace(addressing="x", meta=meta)  # noqa: E731
+    assert [stage_cores(stage(m), 2) for m in (None, {}, {"cores": 1}, {"cores": 8})] == [2, 2, 1, 2]
+    for bad in (0, "1", True):
+        with pytest.raises(ConfigError, match="x: meta.cores="):
+            stage_cores(stage({"cores": bad}), 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fraglib_study.bench import timeline as T
+from fraglib_study.report.plots import stage_label, timeline_lanes
 
 FAKE_DVC = textwrap.dedent(
     """
@@ -173,8 +174,8 @@ def test_the_parser_reads_a_dvc_log():
         ("captions@full", 100.0, 110.0, 120.0),  # restored: until the next stage's line
         ("summary", 120.0, 120.0, 200.0),  # failed, no lock file: until the command ended
     ]
-    assert T._label("studies/synthetic/dvc.yaml:train@full") == "synthetic:train@full"
-    assert T._label("features") == "features"
+    assert stage_label("studies/synthetic/dvc.yaml:train@full") == "synthetic:train@full"
+    assert stage_label("features") == "features"
 
 
 def test_shares_interpolate_the_counters():
@@ -206,13 +207,37 @@ def test_units_written_during_the_command(tmp_path):
         ("bow", "seed0", 170.0, 180.0),
         ("full", "seed0", 190.0, 300.0),
     ]
-    assert T.lanes(
+    assert timeline_lanes(
         [{"start": 0, "end": 5}, {"start": 1, "end": 3}, {"start": 4, "end": 9}, {"start": 5, "end": 6}]
     ) == [
         0,
         1,
         1,
         0,
+    ]
+
+
+def test_the_pool_s_stages_side_by_side_end_at_their_own_lines():
+    """The pool's lines (fraglib_study/experiments/pool.py): stages that overlap each end at their own `Finished
+    stage` line; `dvc repro` after it, skipping them, adds nothing."""
+    log = (
+        "Running stage 'synthetic':\n"
+        "Finished stage 'synthetic'\n"
+        "Running stage 'train@a': 2 training unit(s)\n"
+        "Running stage 'data_report':\n"
+        "Finished stage 'data_report'\n"
+        "Finished stage 'train@a'\n"
+        "Updating lock file 'dvc.lock'\n"
+        "Stage 'train@a' didn't change, skipping\n"
+        "Stage 'index' didn't change, skipping\n"
+    )
+    timed = [(10.0 * (i + 1), kind, name) for i, kind, name in T.parse_log(log)]
+    stages = T.stages_from(timed, end=100.0)
+    assert [(s["name"], s["status"], s["start"], s["end"]) for s in stages] == [
+        ("synthetic", "ran", 10.0, 20.0),
+        ("train@a", "ran", 30.0, 60.0),  # beside data_report
+        ("data_report", "ran", 40.0, 50.0),
+        ("index", "skipped", 90.0, 90.0),  # only dvc repro's line: skipped
     ]
 
 
@@ -302,3 +327,23 @@ def test_a_record_that_cannot_be_written_never_costs_the_command_its_status(tmp_
         T.main(["record", "--out", str(blocked / "t.json"), "--", sys.executable, "-c", "raise SystemExit(5)"])
     assert exc.value.code == 5
     assert "NOT recorded" in capfd.readouterr().err
+
+
+def test_the_index_shows_the_committed_timeline(tmp_path):
+    """The index's cost section: make's last timeline as a figure, with its summary and minutes by kind of stage
+    (fraglib_study.pages.index.timeline_context); nothing without a record."""
+    import base64
+
+    from fraglib_study.pages.index import costs_html, timeline_context
+
+    rec = json.loads(_record(tmp_path).read_text())
+    t = timeline_context(rec)
+    assert base64.b64decode(t["png"]).startswith(b"\x89PNG")
+    assert t["summary"].startswith("5.0 min on 2 cores, 2 of 3 stages run")
+    assert t["machine"] == "AMD EPYC (AVX2), 2 logical cores"
+    # synthetic 0-1 s and features 1-50 s (checks included); train@full 50-300 s
+    assert t["minutes"] == "data, features, captions, explorer data 0.8 min; training 4.2 min"
+    assert timeline_context(None) is None and timeline_context({"stages": []}) is None
+    page = costs_html([], rec)
+    assert "One <code>make</code> over time" in page and t["png"] in page
+    assert "over time" not in costs_html([], None)

@@ -289,6 +289,19 @@ def remove(path: str | Path) -> None:
     path.unlink()
 
 
+def remove_tree(path: str | Path) -> None:
+    """Delete ``path``, a file or a folder with everything under it (no error when absent), as ``dvc repro`` clears a
+    stage's declared output before running it; inside a :func:`command` only one it claimed (a folder: whole)."""
+    import shutil
+
+    path = Path(path)
+    if not (path.is_dir() and not path.is_symlink()):
+        return remove(path)
+    if _NOW.strict and not any(_under(_key(path), k) for k in _NOW.kept):
+        raise Refused(f"{path}: refusing to delete a folder this command did not claim")
+    shutil.rmtree(path)
+
+
 def command(main: Callable[..., Any]) -> Callable[..., Any]:
     """Run a command's ``main`` under the contract (the module docstring): writes to files it did not claim are
     refused; a refusal ends it with exit status 2 and a write that fails with 1, each with one line naming the

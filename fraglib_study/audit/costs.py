@@ -302,3 +302,24 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{r['target']}: {duration(r['seconds'])} (recorded in {args.out})")
     except ValueError as exc:
         ap.error(str(exc))
+
+
+def timeline_summary(rec: dict[str, Any]) -> str:
+    """One line of a timeline record (:mod:`fraglib_study.bench.timeline`): the wall time and the idle-core fractions."""
+    pct = lambda x: "n/a" if x is None else f"{x:.0%}"
+    ran = sum(s["status"] != "skipped" for s in rec["stages"])
+    return (
+        f"{duration(rec['seconds'])} on {rec['cores']} cores, {ran} of {len(rec['stages'])} stages run; idle cores: "
+        f"{pct(rec['idle_core_fraction'])} of the machine, {pct(rec['command_idle_core_fraction'])} counting only "
+        "the command's processes"
+    )
+
+
+def timeline_title(rec: dict[str, Any]) -> str:
+    """The title of a timeline record's figure: the command, its start and :func:`timeline_summary`, the machine."""
+    failed = f", FAILED (status {rec['status']})" if rec.get("failed") else ""
+    shown = " ".join([Path(rec["command"][0]).name, *rec["command"][1:]]) if rec.get("command") else ""
+    return (
+        f"{shown}{failed}, {rec.get('start', '')}: {timeline_summary(rec)}\n"
+        f"a stage: its minutes, idle cores of the machine | counting only the command's processes. {rec.get('machine', '')}"
+    )

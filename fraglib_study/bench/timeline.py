@@ -1,14 +1,15 @@
 """A command's timeline (issue #80): each DVC stage's start and end, each training unit's, and the cores' use.
 
-    python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- dvc repro   # `make` runs the
-    #   study's pool (fraglib_study/experiments/pool.py: one stage line for all its runs) and then dvc repro
+    python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- dvc repro   # `make` records
+    #   the pool (fraglib_study/experiments/pool.py: its stages side by side) and then dvc repro
     python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 
 ``record`` runs the command and passes its output through as it comes (where our stdout or stderr is a terminal
 the command writes to a pseudo-terminal of the same size, so it still sees one and prints as it would; elsewhere
 to a pipe); the command's exit status is ours, and a signal that ended it ends us. It timestamps DVC's lines
 ``Running stage '<name>':`` (the stage runs), ``Stage '<name>' didn't change, skipping`` (skipped) and
-``Stage '<name>' is cached - skipping run`` (restored from DVC's run cache). A stage runs from its line to DVC's
+``Stage '<name>' is cached - skipping run`` (restored from DVC's run cache), and the pool's ``Finished stage '<name>'``
+(the end of a stage that ran beside others). A stage runs from its line to DVC's
 ``Updating lock file`` line after it (its outputs saved), else to the next stage's line or the command's end; the
 time before its line since the previous one (``check_from``) is DVC checking it (hashing its dependencies; the
 first stage's includes DVC's start-up). Every ``--interval`` seconds it reads the machine's CPU counters
@@ -52,6 +53,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fraglib.core.outputs import OVERWRITE_HELP, atomic, claim_cli, command, git_revision, write_text
+from fraglib_study.audit.costs import timeline_summary
+from fraglib_study.audit.costs import timeline_title as title
 
 KIND = "fraglib command timeline"  # marks a record: --out replaces only a file that carries it
 DATE = "%Y-%m-%dT%H:%M:%SZ"
@@ -62,6 +65,7 @@ _EVENTS = (
     (re.compile(r"Stage '([^']+)' didn't change, skipping"), "skipped"),
     (re.compile(r"Stage '([^']+)' is cached - skipping run"), "restored"),
     (re.compile(r"(?:Updating|Generating) lock file '([^']+)'"), "lock"),
+    (re.compile(r"^Finished stage '([^']+)'"), "done"),  # the pool's (stages side by side): that stage's end
 )
 
 
@@ -90,15 +94,25 @@ def parse_log(text: str) -> list[tuple[int, str, str]]:
 def stages_from(events: list[tuple[float, str, str]], end: float) -> list[dict[str, Any]]:
     """Stages from timed DVC lines ``(t, kind, name)`` in order (:func:`parse_line`) and the command's ``end``: each
     with ``check_from`` (the previous line's time, 0 for the first), ``start`` (its line) and ``end`` (the lock
-    file's line after it, else the next stage's line, else ``end``; a skipped stage ends where it starts)."""
+    file's line after it, else the next stage's line, else ``end``; a skipped stage ends where it starts). A stage
+    with a ``Finished stage`` line (the pool's, side by side with others) runs from its line to that one, with no
+    checking time, and a later line skipping it (``dvc repro`` after the pool) adds nothing."""
+    ends = {name: t for t, kind, name in events if kind == "done"}
     stages: list[dict[str, Any]] = []
+    seen: set[str] = set()
     last = 0.0
     for t, kind, name in events:
         open_stage = stages[-1] if stages and stages[-1]["end"] is None else None
+        if kind == "done" or (kind == "skipped" and name in seen):
+            continue
         if kind == "lock":
             if open_stage is not None:
                 open_stage["end"] = t
             last = t
+            continue
+        seen.add(name)
+        if name in ends:
+            stages.append({"name": name, "status": kind, "check_from": t, "start": t, "end": max(ends[name], t)})
             continue
         if open_stage is not None:  # it ran until this line: no time left for checking this one
             open_stage["end"] = last = t
@@ -459,121 +473,6 @@ def read_record(path: Path) -> dict[str, Any]:
     return data
 
 
-def summary(rec: dict[str, Any]) -> str:
-    """One line: the wall time and the idle-core fractions."""
-    from fraglib_study.audit.costs import duration
-
-    pct = lambda x: "n/a" if x is None else f"{x:.0%}"
-    ran = sum(s["status"] != "skipped" for s in rec["stages"])
-    return (
-        f"{duration(rec['seconds'])} on {rec['cores']} cores, {ran} of {len(rec['stages'])} stages run; idle cores: "
-        f"{pct(rec['idle_core_fraction'])} of the machine, {pct(rec['command_idle_core_fraction'])} counting only "
-        "the command's processes"
-    )
-
-
-# ----------------------------------------------------------------------------- draw
-def _label(name: str) -> str:
-    """A stage's address, shorter: ``studies/synthetic/dvc.yaml:train@full`` -> ``synthetic:train@full``."""
-    folder, _, stage = name.rpartition(":")
-    return f"{Path(folder).parent.name}:{stage}" if folder.endswith("dvc.yaml") and "/" in folder else stage or name
-
-
-def lanes(units: list[dict[str, Any]]) -> list[int]:
-    """The lane of each unit (sorted by start): the first whose last unit ended by its start."""
-    ends: list[float] = []
-    out = []
-    for u in units:
-        lane = next((i for i, e in enumerate(ends) if e <= u["start"]), len(ends))
-        if lane == len(ends):
-            ends.append(0.0)
-        ends[lane] = u["end"]
-        out.append(lane)
-    return out
-
-
-def figure(rec: dict[str, Any]) -> Any:
-    """The timeline of a record: a bar per stage (DVC checking it, light; running it, dark; restored from the run
-    cache, green) with its minutes and idle share, the training units in lanes, and the share of the cores busy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import PercentFormatter
-
-    stages, units = rec["stages"], sorted(rec["units"], key=lambda u: u["start"])
-    lane = lanes(units)
-    n_lanes = max(lane, default=-1) + 1
-    rows = len(stages) + n_lanes
-    fig, (ax, cpu) = plt.subplots(
-        2,
-        1,
-        sharex=True,
-        figsize=(11, 2.6 + 0.19 * max(rows, 4)),
-        height_ratios=[max(rows, 4) * 0.19, 1.5],
-        layout="constrained",
-    )
-    m = 1 / 60
-    colors = {"ran": "C0", "restored": "C2", "skipped": "C0"}
-    labels = []
-    for y, s in enumerate(stages):
-        ax.barh(y, (s["start"] - s["check_from"]) * m, left=s["check_from"] * m, height=0.7, color="0.82")
-        if s["end"] > s["start"]:
-            ax.barh(y, (s["end"] - s["start"]) * m, left=s["start"] * m, height=0.7, color=colors[s["status"]])
-        idle, mine = s.get("idle_core_fraction"), s.get("command_idle_core_fraction")
-        what = "skipped" if s["status"] == "skipped" else f"{s['seconds'] * m:.1f} min"
-        if idle is not None:
-            what += f", idle {idle:.0%}" + ("" if mine is None else f" | {mine:.0%}")
-        labels.append(f"{_label(s['name'])}  ({what})")
-    for u, k in zip(units, lane):
-        ax.barh(len(stages) + k, (u["end"] - max(u["start"], 0)) * m, left=max(u["start"], 0) * m, height=0.7,
-                color="C1", edgecolor="white", linewidth=0.5)  # fmt: skip
-    labels += [f"training units, lane {k + 1}" for k in range(n_lanes)]
-    ax.set_yticks(range(rows), labels, fontsize=6.5)
-    ax.set_ylim(max(rows, 1) - 0.5, -0.5)
-    ax.grid(axis="x", color="0.92")
-    ax.set_axisbelow(True)
-
-    samples = [s for s in rec["samples"] if s[1] is not None]
-    if samples:
-        t = [0.0] + [s[0] * m for s in samples]
-        busy = [samples[0][1]] + [s[1] for s in samples]
-        mine = [samples[0][2]] + [s[2] for s in samples]
-        cpu.fill_between(t, busy, 1, step="pre", color="0.88", linewidth=0)
-        cpu.fill_between(t, 0, busy, step="pre", color="C3", alpha=0.55, linewidth=0)
-        cpu.step(t, mine, where="pre", color="black", linewidth=0.8)
-        for s in stages:
-            if s["status"] != "skipped":
-                cpu.axvline(s["start"] * m, color="white", linewidth=0.6)
-    else:
-        cpu.text(0.5, 0.5, "no CPU counters (no /proc/stat)", transform=cpu.transAxes, ha="center", va="center")
-    cpu.set_ylim(0, 1)
-    cpu.set_xlim(0, rec["seconds"] * m)
-    cpu.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-    cpu.set_ylabel(f"of {rec['cores']} cores", fontsize=8)
-    cpu.set_xlabel("minutes since the start")
-    seen = {s["status"] for s in stages}
-    handles = [
-        Patch(color="0.82", label="DVC checks the stage"),
-        *([Patch(color="C0", label="the stage runs")] if seen & {"ran"} else []),
-        *([Patch(color="C2", label="restored from the run cache")] if "restored" in seen else []),
-        *([Patch(color="C1", label="a training unit (train + test)")] if units else []),
-        Patch(color="C3", alpha=0.55, label="cores busy (every process)"),
-        plt.Line2D([], [], color="black", linewidth=0.8, label="cores busy (the command's processes)"),
-        Patch(color="0.88", label="cores idle"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7, frameon=False)
-    failed = f", FAILED (status {rec['status']})" if rec.get("failed") else ""
-    shown = " ".join([Path(rec["command"][0]).name, *rec["command"][1:]]) if rec["command"] else ""
-    fig.suptitle(
-        f"{shown}{failed}, {rec.get('start', '')}: {summary(rec)}\n"
-        f"a stage: its minutes, idle cores of the machine | counting only the command's processes. {rec.get('machine', '')}",
-        fontsize=8.5,
-    )
-    return fig
-
-
 # ----------------------------------------------------------------------------- the command line
 def _check_out(ap: argparse.ArgumentParser, out: Path, overwrite: bool) -> None:
     """Before the command runs: ``out`` may be replaced when absent, an earlier timeline record (each run replaces
@@ -611,11 +510,13 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(str(exc))
         import matplotlib.pyplot as plt
 
-        fig = figure(rec)
+        from fraglib_study.report.plots import timeline_figure
+
+        fig = timeline_figure(rec, title(rec))
         with atomic(args.out) as tmp:
             fig.savefig(tmp, dpi=130)
         plt.close(fig)
-        print(f"{summary(rec)}\nwrote {args.out}")
+        print(f"{timeline_summary(rec)}\nwrote {args.out}")
         return
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -626,9 +527,9 @@ def main(argv: list[str] | None = None) -> None:
     rec = record(cmd, args.runs, args.interval)
     try:
         write_text(args.out, json.dumps(rec, indent=1) + "\n")
-        print(f"timeline: {summary(rec)} (recorded in {args.out})", file=sys.stderr)
+        print(f"timeline: {timeline_summary(rec)} (recorded in {args.out})", file=sys.stderr)
     except OSError as exc:  # a full disk, a refusal: the record is lost, never the command's exit status
-        print(f"timeline: {summary(rec)}; NOT recorded: {exc}", file=sys.stderr)
+        print(f"timeline: {timeline_summary(rec)}; NOT recorded: {exc}", file=sys.stderr)
     status = rec["status"]
     if status < 0:  # ended by a signal: end by it too, so the caller (make) sees what the command met
         sys.stdout.flush()

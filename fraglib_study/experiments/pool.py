@@ -1,28 +1,35 @@
-"""Train the training stages of DVC pipelines that are not up to date together: every unit of every such stage on
-one Dask cluster, longest first (issue #80).
+"""``dvc repro`` with the stages side by side: the stages of DVC pipelines that are not up to date, on one Dask
+cluster, each as soon as the stages it depends on are done (issue #80).
 
-    python -m fraglib_study pool dvc.yaml:train_synthetic          # what `make` runs before `dvc repro`
+    python -m fraglib_study pool                     # dvc.yaml: what `make` runs before `dvc repro`
     python -m fraglib_study pool studies/pascal1k/dvc.yaml:train_folds --scheduler tcp://HEAD:8786   # a cluster
 
-1. The targets' stages (DVC addresses; a ``foreach`` group names all its items): each must run
-   ``python -m fraglib_study study`` from the repository's root (else an error naming it, before any work).
-2. The stages they depend on are brought up to date first (``dvc repro`` of them, its output as it comes).
-3. Of the targets, the stages DVC does not find up to date (``dvc status``) are planned as their commands would plan
-   them (:func:`fraglib_study.experiments.study.plan_study`: the same units, seeds and threads, so the same
-   arithmetic) and all their units submitted at once (:mod:`fraglib_study.experiments.schedule`).
-4. A stage whose units have all finished is summarised as its command would (``metrics.json``, ``history.csv``) and
-   recorded by ``dvc commit`` (its dependencies, parameters and outputs as they are now: what ``dvc repro`` records
-   after running its command). ``dvc repro`` then finds it up to date.
+1. The targets' stages (a pipeline file names all its stages, a ``foreach`` group all its items). The stages they
+   depend on outside the targets are brought up to date first (``dvc repro`` of them).
+2. The stages to run: those ``dvc status`` does not find up to date and every stage after one of them (``dvc repro``
+   would skip a stage whose inputs came out unchanged; the pool runs it).
+3. A stage whose command is ``python -m fraglib_study study`` runs as its training units, all submitted when it is
+   ready, longest first, each asking for its threads as cores (:mod:`fraglib_study.experiments.schedule`; planned as
+   its command plans them, :func:`fraglib_study.experiments.study.plan_study`: the same units, seeds and threads, so
+   the same arithmetic), then its summary as its command writes it. Any other stage runs its command as ``dvc repro``
+   does (:func:`run_command`: its non-persistent outputs removed first, then the command in a shell in its folder)
+   on the cores its dvc.yaml entry's ``meta: {cores: N}`` asks for (default all: it runs alone).
+4. Each stage, as it ends, is recorded by ``dvc commit`` (its dependencies, parameters and outputs as they are then:
+   what ``dvc repro`` records after running its command); ``dvc repro`` then finds it up to date.
 
-A failed unit fails its stage only (not committed: DVC still lists it as changed); the other stages go on, and the
-command ends with exit status 1 naming the failed stages. DVC's run cache is not consulted: a stage it could restore
-from there trains again. The stages' lines for ``make``'s timeline (:mod:`fraglib_study.bench.timeline`): one
-``Running stage 'pool TARGET…'`` line before the training and DVC's lock line after the last commit.
+As with ``dvc repro`` (over a longer time), a stage records its dependencies as they are when it is committed: edit
+no code or parameter it reads while the pool runs. A failed stage (a unit, its command or its summary) is not
+committed (DVC still lists it as changed; a study's queued units are cancelled, its running ones finish), and the
+stages after it do not run; the others go on, and the command ends with exit status 1 naming them. DVC's run cache
+is not consulted: a stage it could restore from there runs again. For ``make``'s timeline
+(:mod:`fraglib_study.bench.timeline`) each stage prints ``Running stage '<name>':`` when it starts and ``Finished
+stage '<name>'`` when it ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import subprocess
@@ -31,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.core.config import ConfigError
-from fraglib.core.outputs import command
+from fraglib.core.outputs import command, remove_tree, updates
 from fraglib.core.progress import Progress
 
 STUDY = ["python", "-m", "fraglib_study", "study"]
+SHELL = "$~;&|<>`"  # characters a shell reads otherwise than shlex.split
 
 
 def dvc(*args: str, capture: bool = False) -> str:
@@ -46,14 +54,17 @@ def dvc(*args: str, capture: bool = False) -> str:
     return done.stdout if capture else ""
 
 
-def study_argv(stage: Any) -> list[str]:
-    """The arguments of a stage's ``python -m fraglib_study study`` command. ConfigError naming the stage when its
-    command is another, or it runs from another folder than the repository's root."""
+def study_argv(stage: Any, strict: bool = True) -> list[str] | None:
+    """The arguments of a stage's ``python -m fraglib_study study`` command (not ``strict``: None for another command).
+    ConfigError naming the stage when its command is another, holds what a shell would read otherwise than :func:`shlex.split` (``$``, ``~``, ``;``, ``&``,
+    ``|``, redirections, backquotes), or runs from another folder than the repository's root."""
     cmd = stage.cmd if isinstance(stage.cmd, str) else None
-    words = shlex.split(cmd) if cmd else []
+    words = shlex.split(cmd) if cmd and not set(SHELL) & set(cmd) else []
     if words[: len(STUDY)] != STUDY:
+        if not strict:
+            return None
         raise ConfigError(
-            f"{stage.addressing}: its command is not `{' '.join(STUDY)} ...` (the pool trains only those)"
+            f"{stage.addressing}: its command is not a plain `{' '.join(STUDY)} ...` (the pool trains only those)"
         )
     if Path(stage.wdir).resolve() != Path.cwd().resolve():
         raise ConfigError(
@@ -62,91 +73,215 @@ def study_argv(stage: Any) -> list[str]:
     return words[len(STUDY) :]
 
 
-def collect(targets: list[str]) -> tuple[list[Any], list[str]]:
-    """The targets' stages (each a study command: :func:`study_argv`) and the addresses of the other stages they
-    depend on directly."""
+def collect(targets: list[str]) -> tuple[list[Any], dict[str, set[str]], list[str]]:
+    """The targets' stages (a pipeline file names all its stages, a ``foreach`` group all its items), the addresses of
+    the targets each depends on directly, and the addresses of the stages outside the targets they depend on."""
     from dvc.repo import Repo
 
     repo = Repo(".")
-    stages = [s for t in targets for s in repo.stage.collect(t)]
+    stages = list({s.addressing: s for t in targets for s in repo.stage.collect(t)}.values())
     if not stages:
         raise ConfigError(f"{' '.join(targets)}: no DVC stage")
-    for s in stages:
-        study_argv(s)
     graph = repo.index.graph  # an edge runs from a stage to a stage it depends on
     chosen = {s.addressing for s in stages}
+    after = {s.addressing: {d.addressing for d in graph.successors(s)} & chosen for s in stages}
     upstream = sorted({d.addressing for s in stages for d in graph.successors(s)} - chosen)
-    return stages, upstream
+    return stages, after, upstream
 
 
-def stale(addresses: list[str]) -> list[str]:
-    """Those of ``addresses`` that ``dvc status`` does not find up to date, in their order."""
-    changed = json.loads(dvc("status", "--json", *addresses, capture=True) or "{}")
-    return [a for a in addresses if a in changed]
+def to_run(stages: list[Any], after: dict[str, set[str]]) -> list[str]:
+    """The stages ``dvc status`` does not find up to date and every stage after one of them (as ``dvc repro`` would
+    run them, save that a stage after one whose outputs came out unchanged runs too), in the targets' order.
+    ConfigError for a frozen or always-changed one (``dvc repro`` decides those)."""
+    addresses = [s.addressing for s in stages]
+    out = set(json.loads(dvc("status", "--json", *addresses, capture=True) or "{}")) & set(addresses)
+    grew = True
+    while grew:
+        more = {a for a in addresses if after[a] & out} - out
+        out |= more
+        grew = bool(more)
+    for s in stages:
+        if s.addressing in out and (s.frozen or s.always_changed):
+            raise ConfigError(f"{s.addressing}: frozen or always changed (dvc repro decides those, not the pool)")
+    return [a for a in addresses if a in out]
 
 
-def train_stages(stages: list[Any], scheduler: str | None, label: str = "pool") -> list[str]:
-    """Train ``stages`` (study commands) on one cluster and commit each as it completes; the failed ones' addresses.
-    ``label``: the stage name of its line for make's timeline."""
+def stage_cores(stage: Any, slots: int) -> int:
+    """The cores a stage's command asks for: ``meta: {cores: N}`` in its dvc.yaml entry (a page renders on one),
+    else every slot (it runs alone), at most ``slots``."""
+    n = ((stage.meta or {}) if isinstance(stage.meta, dict) else {}).get("cores", slots)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"{stage.addressing}: meta.cores={n!r}, expected a positive integer")
+    return min(n, slots)
+
+
+def run_command(name: str, cmd: str, wdir: str, outs: list[str]) -> str:
+    """Run a stage's command as ``dvc repro`` does: its non-persistent outputs (``outs``, absolute paths) removed
+    first, then the command in a shell in the stage's folder ``wdir``. RuntimeError naming the stage when it fails."""
+    for o in outs:  # claimed by the pool (fraglib.core.outputs.updates) when it planned the stage
+        remove_tree(o)
+    print(f"Running stage '{name}':\n> {cmd}", flush=True)
+    done = subprocess.run(cmd, shell=True, cwd=wdir, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"stage {name!r} failed: `{cmd}` exited with {done.returncode}")
+    return name
+
+
+class Committer:
+    """``dvc commit --force`` of finished stages, in a thread beside the pool (the stages after them need not wait):
+    the stages queued while one commit runs go in the next, together."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self.queue: Any = queue.Queue()
+        self.failed: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def put(self, address: str) -> None:
+        self.queue.put(address)
+
+    def _run(self) -> None:
+        import queue
+
+        while True:
+            batch = [self.queue.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    batch.append(self.queue.get_nowait())
+            todo = [a for a in batch if a is not None]
+            if todo:
+                try:
+                    dvc("commit", "--force", "--quiet", *todo)
+                except subprocess.CalledProcessError as exc:
+                    sys.stderr.write(f"[pool] dvc commit of {' '.join(todo)} failed: {exc}\n")
+                    self.failed += todo
+            if None in batch:
+                return
+
+    def close(self) -> list[str]:
+        """Wait for the queued commits; the stages whose commit failed."""
+        self.queue.put(None)
+        self.thread.join()
+        return self.failed
+
+
+def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | None) -> list[str]:
+    """Run ``stages`` (the ones to run, :func:`to_run`) on one Dask cluster, each as soon as the stages it depends on
+    among them are done: a study stage as its units (:mod:`fraglib_study.experiments.schedule`) and then its summary,
+    any other as its command (:func:`run_command`, :func:`stage_cores`); each committed as it ends. The stages that
+    failed, or did not run because one before them failed."""
     import torch
 
     from fraglib_study.experiments import schedule
     from fraglib_study.experiments.study import finish_study, plan_study, study_arguments, unit_line
 
     plans = {}
-    for s in stages:  # every stage checked and planned before any unit trains
-        _, call = study_arguments(study_argv(s))
-        plans[s.addressing] = plan_study(**call)
-    queue = [(a, i) for a, p in plans.items() for i in range(len(p.units))]
-    slots = max(max(p.jobs for p in plans.values()), torch.get_num_threads())
-    print(f"Running stage '{label}':", flush=True)
-    sys.stderr.write(f"[pool] {len(queue)} training units of {len(plans)} stages\n")
-    lines = Progress("pool", len(queue), "unit", parallel=slots)
+    for s in stages:  # every study stage checked and planned before anything runs
+        if study_argv(s, strict=False) is not None:
+            _, call = study_arguments(study_argv(s))
+            plans[s.addressing] = plan_study(**call)
+    slots = max([torch.get_num_threads(), *(p.jobs for p in plans.values())])
+    by = {s.addressing: s for s in stages}
+    waits = {a: after[a] & set(by) for a in by}
+    n_units = sum(len(p.units) for p in plans.values())
+    sys.stderr.write(f"[pool] {len(by)} stages ({len(plans)} of them {n_units} training units) on {slots} cores\n")
+    lines = Progress("pool", n_units, "unit", parallel=slots)
     results: dict[str, dict[int, Any]] = {a: {} for a in plans}
+    done: set[str] = set()
     failed: list[str] = []
+    started: set[str] = set()
+    committer = Committer()
     with schedule.cluster(scheduler, slots) as client:
-        futures = {
-            schedule.submit(client, plans[a].work[i], plans[a].threads[i], plans[a].seconds(i)): (a, i)
-            for a, i in queue
-        }
-        for (a, i), unit, error in schedule.wait(futures):
-            p = plans[a]
-            if error is not None:
-                sys.stderr.write(f"[pool] {a} {p.names[i]} failed: {error}\n")
-                if a not in failed:
+        from distributed import as_completed
+
+        ac = as_completed()
+        keys: dict[Any, tuple[str, int | None]] = {}
+
+        def start_ready() -> None:
+            for a in by:
+                if a in started or not waits[a] <= done | set(failed):
+                    continue
+                started.add(a)
+                if waits[a] & set(failed):
+                    failed.append(a)  # not run: a stage before it failed
+                    sys.stderr.write(f"[pool] {a}: not run, a stage it depends on failed\n")
+                    continue
+                if a in plans:
+                    p = plans[a]
+                    print(f"Running stage '{a}': {len(p.units)} training unit(s)", flush=True)
+                    units = [((a, i), p.work[i], p.threads[i], p.seconds(i)) for i in range(len(p.units))]
+                    futures = schedule.submit_all(client, units)
+                else:
+                    s = by[a]
+                    outs = [str(o.fs_path) for o in s.outs if not o.persist]
+                    updates(*outs)  # dvc repro clears them before the command: so do we
+                    c = stage_cores(s, slots)
+                    f = client.submit(run_command, a, s.cmd, str(s.wdir), outs, resources={schedule.RESOURCE: c},
+                                      priority=schedule.priority(c, 0), pure=False)  # fmt: skip
+                    futures = {f: (a, None)}
+                keys.update(futures)
+                for f in futures:
+                    ac.add(f)
+
+        def finished(a: str) -> None:
+            done.add(a)
+            print(f"Finished stage '{a}'", flush=True)  # its end in make's timeline
+            committer.put(a)
+
+        start_ready()
+        for f in ac:
+            a, i = keys.pop(f)
+            try:
+                unit = f.result()
+            except Exception as exc:  # noqa: BLE001 - the stage fails; the others go on
+                if a not in failed:  # a study's other units: cancelled when queued (running ones finish)
+                    sys.stderr.write(f"[pool] {a}{'' if i is None else ' ' + plans[a].names[i]} failed: {exc}\n")
                     failed.append(a)
+                    client.cancel([g for g, (b, _) in keys.items() if b == a])
+                start_ready()
                 continue
-            m, seconds, kept = unit
-            results[a][i] = m
-            lines.step(f"{p.run} " + unit_line(p.names[i], m, kept), seconds=seconds, timed=not kept)
-            if len(results[a]) == len(p.units) and a not in failed:
-                try:
-                    finish_study(p, [results[a][k] for k in range(len(p.units))])
-                    dvc("commit", "--force", "--quiet", a)
-                except (OSError, ValueError, subprocess.CalledProcessError) as exc:
-                    sys.stderr.write(f"[pool] {a}: its summary or commit failed: {exc}\n")
-                    failed.append(a)
+            if i is None:
+                finished(a)
+            elif a not in failed:
+                p = plans[a]
+                m, seconds, kept = unit
+                results[a][i] = m
+                lines.step(f"{p.run} " + unit_line(p.names[i], m, kept), seconds=seconds, timed=not kept)
+                if len(results[a]) == len(p.units):
+                    try:
+                        finish_study(p, [results[a][k] for k in range(len(p.units))])
+                        finished(a)
+                    except Exception as exc:  # noqa: BLE001 - the stage fails; the others go on
+                        sys.stderr.write(f"[pool] {a}: its summary failed: {exc}\n")
+                        failed.append(a)
+            start_ready()
+    failed += committer.close()
     return failed
 
 
 @command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("targets", nargs="+", help="DVC stages or foreach groups (dvc.yaml:train_synthetic)")
+    ap.add_argument(
+        "targets", nargs="*", default=["dvc.yaml"], help="pipeline files, stages or foreach groups (default dvc.yaml)"
+    )
     ap.add_argument("--scheduler", help="a Dask scheduler's address (default $FRAGLIB_DASK_SCHEDULER, else local)")
-    ap.add_argument("--dry", action="store_true", help="say which stages would train, train none")
+    ap.add_argument("--dry", action="store_true", help="say which stages would run, run none")
     args = ap.parse_args(argv)
-    stages, upstream = collect(args.targets)
+    stages, after, upstream = collect(args.targets)
     if upstream and not args.dry:
         dvc("repro", *upstream)
-    todo = stale([s.addressing for s in stages])
-    print(f"[pool] {len(todo)} of {len(stages)} stages not up to date: {' '.join(todo) or '-'}", file=sys.stderr)
+    todo = to_run(stages, after)
+    print(f"[pool] {len(todo)} of {len(stages)} stages to run: {' '.join(todo) or '-'}", file=sys.stderr)
     if args.dry or not todo:
         return 0
     chosen = [s for s in stages if s.addressing in todo]
-    failed = train_stages(chosen, args.scheduler, f"pool {' '.join(args.targets)}")
+    failed = run_pool(chosen, after, args.scheduler)
     for lock in sorted({str(Path(s.dvcfile.relpath).with_suffix(".lock")) for s in chosen}):
-        print(f"Updating lock file '{lock}'", flush=True)  # the end of the pool's stage in make's timeline
+        print(f"Updating lock file '{lock}'", flush=True)
     if failed:
         print(f"[pool] failed: {' '.join(failed)} (not committed)", file=sys.stderr)
         return 1

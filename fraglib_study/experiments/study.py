@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from fraglib.core.config import ConfigError
-from fraglib.core.outputs import command, resumes, unit_key, write_text
+from fraglib.core.outputs import command, resumes, unit_key, write_bytes, write_text
 from fraglib.core.progress import Progress
 from fraglib.metrics import hubness
 from fraglib.metrics.retrieval import DIRECTIONS, METRICS, recall_table
@@ -185,7 +185,7 @@ def unit_main() -> None:
 
     die_with_parent()
     out = _run_seed(pickle.loads(Path(sys.argv[1]).read_bytes()))
-    Path(sys.argv[2]).write_bytes(pickle.dumps(out))
+    write_bytes(sys.argv[2], pickle.dumps(out))
 
 
 def unit_line(name: str, m: dict[str, Any], kept: bool) -> str:
@@ -309,15 +309,15 @@ def run_study(*args: Any, scheduler: str | None = None, **kwargs: Any) -> dict[s
         if shown:
             lines.step(unit_line(plan.names[i], done[i], kept), seconds=seconds, timed=not kept)
 
-    if parallel > 1 or scheduler or os.environ.get(ENV):
+    alone = int(os.environ.get("WORLD_SIZE", "1")) > 1  # under torchrun every rank trains each unit in this process
+    if not alone and (parallel > 1 or scheduler or os.environ.get(ENV)):
         from fraglib_study.experiments import schedule
 
         with schedule.cluster(scheduler, max(plan.jobs, torch.get_num_threads())) as client:
-            futures = {
-                schedule.submit(client, w, t, plan.seconds(i)): i
-                for i, (w, t) in enumerate(zip(plan.work, plan.threads))
-            }
-            for i, unit, error in schedule.wait(futures):  # as they finish; kept in the units' order below
+            units = [(i, w, t, plan.seconds(i)) for i, (w, t) in enumerate(zip(plan.work, plan.threads))]
+            for i, unit, error in schedule.wait(
+                schedule.submit_all(client, units)
+            ):  # as they finish; kept in the units' order below
                 if error is not None:
                     raise error
                 finished(i, unit)
@@ -395,7 +395,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--scheduler",
         help=f"a Dask scheduler's address (tcp://HOST:8786; default ${ENV}, else a local cluster when units train at "
-        "once): docs/runs.md, 'On a cluster'",
+        "once): docs/scale.md",
     )
     return ap
 

@@ -91,6 +91,36 @@ def _epoch_cells(e: dict | None) -> list[str]:
     return [f"{e['value']}{was}", "—" if e["ratio"] is None else format(e["ratio"], ".2g"), path]
 
 
+def timeline_context(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The index's view of ``make``'s last recorded timeline (``benchmarks/timeline.json`` as committed;
+    :mod:`fraglib_study.bench.timeline`): its commit, date, machine, minutes, idle-core fractions and minutes by kind
+    of stage, and the figure as a PNG (base64); None without a record."""
+    import base64
+    import io
+
+    from fraglib_study.audit.costs import timeline_summary, timeline_title
+    from fraglib_study.report.plots import timeline_figure
+
+    if not rec or not rec.get("stages"):
+        return None
+    kinds: dict[str, float] = {}
+    for st in rec["stages"]:
+        name = st["name"].rpartition(":")[2]
+        kind = "training" if name.startswith(("train", "pool")) else "pages" if name.endswith(
+            ("report", "page", "index")) else "data, features, captions, explorer data"  # fmt: skip
+        kinds[kind] = kinds.get(kind, 0.0) + (st["end"] - st["check_from"]) / 60
+    buf = io.BytesIO()
+    timeline_figure(rec, timeline_title(rec)).savefig(buf, format="png", dpi=80)
+    return {
+        "commit": rec.get("commit", "?"),
+        "date": rec.get("start", "?"),
+        "machine": rec.get("machine", "?"),
+        "summary": timeline_summary(rec),
+        "minutes": "; ".join(f"{k} {v:.1f} min" for k, v in kinds.items()),
+        "png": base64.b64encode(buf.getvalue()).decode(),
+    }
+
+
 def cost_context(entries: list[dict]) -> dict[str, Any]:
     """What the index's cost sections show (``index_costs.html.j2``), as plain values the template escapes: the epoch
     table at Pascal1K size, where a GPU step goes, the paper-size step and Pascal1K stages on a GPU, bfloat16 against
@@ -274,14 +304,16 @@ def rehearsal_context(rows: list[dict]) -> dict[str, Any] | None:
     }
 
 
-def costs_html(entries: list[dict]) -> str:
-    """The index's cost sections (:func:`cost_context` through ``index_costs.html.j2``; every value escaped)."""
+def costs_html(entries: list[dict], timeline: dict[str, Any] | None = None) -> str:
+    """The index's cost sections (:func:`cost_context`, :func:`timeline_context` of ``timeline`` through
+    ``index_costs.html.j2``; every value escaped)."""
     import jinja2
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True
     )
-    return env.get_template(COSTS_TEMPLATE).render(c=cost_context(entries)).strip("\n")
+    c = {**cost_context(entries), "timeline": timeline_context(timeline)}
+    return env.get_template(COSTS_TEMPLATE).render(c=c).strip("\n")
 
 
 def _json(path: str | Path) -> dict:
@@ -664,7 +696,10 @@ def build(out: str | Path = "reports/index.html") -> Path:
             for e in bench
             if e["name"].startswith(("make_", "repro_")) and e.get("commit")  # undated: a study since grown
         ],
-        scale=[Markup(tables.html(costs.cost_blocks("."))), Markup(costs_html(bench))],
+        scale=[
+            Markup(tables.html(costs.cost_blocks("."))),
+            Markup(costs_html(bench, _json("benchmarks/timeline.json"))),
+        ],
     )
     write_text(out, page)
     return out

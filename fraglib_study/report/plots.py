@@ -446,3 +446,94 @@ def split_strips(rows: list[dict[str, Any]]) -> Any:
         )
     finally:
         np.random.set_state(state)
+
+
+def stage_label(name: str) -> str:
+    """A stage's address, shorter: ``studies/synthetic/dvc.yaml:train@full`` -> ``synthetic:train@full``."""
+    folder, _, stage = name.rpartition(":")
+    return f"{Path(folder).parent.name}:{stage}" if folder.endswith("dvc.yaml") and "/" in folder else stage or name
+
+
+def timeline_lanes(units: list[dict[str, Any]]) -> list[int]:
+    """The lane of each unit (sorted by start): the first whose last unit ended by its start."""
+    ends: list[float] = []
+    out = []
+    for u in units:
+        lane = next((i for i, e in enumerate(ends) if e <= u["start"]), len(ends))
+        if lane == len(ends):
+            ends.append(0.0)
+        ends[lane] = u["end"]
+        out.append(lane)
+    return out
+
+
+def timeline_figure(rec: dict[str, Any], title: str) -> Any:
+    """The timeline of a record (:mod:`fraglib_study.bench.timeline`) under ``title``: a bar per stage (DVC checking it, light; running it, dark; restored from the run
+    cache, green) with its minutes and idle share, the training units in lanes, and the share of the cores busy."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import PercentFormatter
+
+    stages, units = rec["stages"], sorted(rec["units"], key=lambda u: u["start"])
+    lane = timeline_lanes(units)
+    n_lanes = max(lane, default=-1) + 1
+    rows = len(stages) + n_lanes
+    fig, (ax, cpu) = plt.subplots(
+        2,
+        1,
+        sharex=True,
+        figsize=(11, 2.6 + 0.19 * max(rows, 4)),
+        height_ratios=[max(rows, 4) * 0.19, 1.5],
+        layout="constrained",
+    )
+    m = 1 / 60
+    colors = {"ran": "C0", "restored": "C2", "skipped": "C0"}
+    labels = []
+    for y, s in enumerate(stages):
+        ax.barh(y, (s["start"] - s["check_from"]) * m, left=s["check_from"] * m, height=0.7, color="0.82")
+        if s["end"] > s["start"]:
+            ax.barh(y, (s["end"] - s["start"]) * m, left=s["start"] * m, height=0.7, color=colors[s["status"]])
+        idle, mine = s.get("idle_core_fraction"), s.get("command_idle_core_fraction")
+        what = "skipped" if s["status"] == "skipped" else f"{s['seconds'] * m:.1f} min"
+        if idle is not None:
+            what += f", idle {idle:.0%}" + ("" if mine is None else f" | {mine:.0%}")
+        labels.append(f"{stage_label(s['name'])}  ({what})")
+    for u, k in zip(units, lane):
+        ax.barh(len(stages) + k, (u["end"] - max(u["start"], 0)) * m, left=max(u["start"], 0) * m, height=0.7,
+                color="C1", edgecolor="white", linewidth=0.5)  # fmt: skip
+    labels += [f"training units, lane {k + 1}" for k in range(n_lanes)]
+    ax.set_yticks(range(rows), labels, fontsize=6.5)
+    ax.set_ylim(max(rows, 1) - 0.5, -0.5)
+    ax.grid(axis="x", color="0.92")
+    ax.set_axisbelow(True)
+
+    samples = [s for s in rec["samples"] if s[1] is not None]
+    if samples:
+        t = [0.0] + [s[0] * m for s in samples]
+        busy = [samples[0][1]] + [s[1] for s in samples]
+        mine = [samples[0][2]] + [s[2] for s in samples]
+        cpu.fill_between(t, busy, 1, step="pre", color="0.88", linewidth=0)
+        cpu.fill_between(t, 0, busy, step="pre", color="C3", alpha=0.55, linewidth=0)
+        cpu.step(t, mine, where="pre", color="black", linewidth=0.8)
+        for s in stages:
+            if s["status"] != "skipped":
+                cpu.axvline(s["start"] * m, color="white", linewidth=0.6)
+    else:
+        cpu.text(0.5, 0.5, "no CPU counters (no /proc/stat)", transform=cpu.transAxes, ha="center", va="center")
+    cpu.set_ylim(0, 1)
+    cpu.set_xlim(0, rec["seconds"] * m)
+    cpu.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    cpu.set_ylabel(f"of {rec['cores']} cores", fontsize=8)
+    cpu.set_xlabel("minutes since the start")
+    seen = {s["status"] for s in stages}
+    handles = [
+        Patch(color="0.82", label="DVC checks the stage"),
+        *([Patch(color="C0", label="the stage runs")] if seen & {"ran"} else []),
+        *([Patch(color="C2", label="restored from the run cache")] if "restored" in seen else []),
+        *([Patch(color="C1", label="a training unit (train + test)")] if units else []),
+        Patch(color="C3", alpha=0.55, label="cores busy (every process)"),
+        plt.Line2D([], [], color="black", linewidth=0.8, label="cores busy (the command's processes)"),
+        Patch(color="0.88", label="cores idle"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=8.5)
+    return fig
