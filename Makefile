@@ -5,6 +5,7 @@
 #   make reports  every report page, docs/results.md and reports/index.html from the committed results (no training)
 #   make pascal1k the Pascal1K study (params.yaml pascal1k.root points at the data)
 #   make pascal1k-folds  only its k-fold runs (pascal1k.fold_runs; the claims' and the fight's runs, ten folds)
+#   (the study targets, as make, run the pool: the stages side by side; FRAGLIB_DASK_SCHEDULER=tcp://HOST:8786 on a cluster)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
 #   make synthetic-all  the extended synthetic study (every other run; after `make`) and its results page
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -43,28 +44,27 @@ $(STAMP): pyproject.toml
 # python -m fraglib_study bench timeline draw benchmarks/timeline.json --out timeline.svg
 repro: env
 	$(call clock,start,make)
-	$(BIN)/python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- \
-		sh -c '$(BIN)/python -m fraglib_study pool dvc.yaml && $(BIN)/dvc repro'
+	$(BIN)/python -m fraglib_study bench timeline record --out benchmarks/timeline.json -- sh -c '$(BIN)/python -m fraglib_study pool dvc.yaml && $(BIN)/dvc repro'
 	$(call clock,stop,make)
 
 pascal1k: env
 	$(call clock,start,make pascal1k)
-	$(BIN)/dvc repro studies/pascal1k/dvc.yaml
+	$(BIN)/python -m fraglib_study pool studies/pascal1k/dvc.yaml && $(BIN)/dvc repro studies/pascal1k/dvc.yaml
 	$(call clock,stop,make pascal1k)
 
 pascal1k-folds: env
 	$(call clock,start,make pascal1k-folds)
-	$(BIN)/dvc repro studies/pascal1k/dvc.yaml:train_folds studies/pascal1k/dvc.yaml:captions_folds
+	$(BIN)/python -m fraglib_study pool studies/pascal1k/dvc.yaml:train_folds studies/pascal1k/dvc.yaml:captions_folds
 	$(call clock,stop,make pascal1k-folds)
 
 flickr8k: env
 	$(call clock,start,make flickr8k)
-	$(BIN)/dvc repro studies/flickr8k/dvc.yaml
+	$(BIN)/python -m fraglib_study pool studies/flickr8k/dvc.yaml && $(BIN)/dvc repro studies/flickr8k/dvc.yaml
 	$(call clock,stop,make flickr8k)
 
 synthetic-all: env
 	$(call clock,start,make synthetic-all)
-	$(BIN)/dvc repro studies/synthetic/dvc.yaml
+	$(BIN)/python -m fraglib_study pool studies/synthetic/dvc.yaml && $(BIN)/dvc repro studies/synthetic/dvc.yaml
 	$(call clock,stop,make synthetic-all)
 
 # one pytest worker per core (at most TEST_WORKERS), one thread each (tests/conftest.py); worksteal balances
