@@ -54,6 +54,13 @@ def dvc(*args: str, capture: bool = False) -> str:
     return done.stdout if capture else ""
 
 
+def say(text: str) -> None:
+    """``text`` and its newline to stdout in one write (stages side by side print from several threads: a line of one
+    never runs into another's, which make's timeline reads)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def study_argv(stage: Any, strict: bool = True) -> list[str] | None:
     """The arguments of a stage's ``python -m fraglib_study study`` command (not ``strict``: None for another command).
     ConfigError naming the stage when its command is another, holds what a shell would read otherwise than :func:`shlex.split` (``$``, ``~``, ``;``, ``&``,
@@ -120,7 +127,7 @@ def run_command(name: str, cmd: str, wdir: str, outs: list[str]) -> str:
     first, then the command in a shell in the stage's folder ``wdir``. RuntimeError naming the stage when it fails."""
     for o in outs:  # claimed by the pool (fraglib.core.outputs.updates) when it planned the stage
         remove_tree(o)
-    print(f"Running stage '{name}':\n> {cmd}", flush=True)
+    say(f"Running stage '{name}':\n> {cmd}")
     done = subprocess.run(cmd, shell=True, cwd=wdir, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"stage {name!r} failed: `{cmd}` exited with {done.returncode}")
@@ -211,7 +218,7 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
                     continue
                 if a in plans:
                     p = plans[a]
-                    print(f"Running stage '{a}': {len(p.units)} training unit(s)", flush=True)
+                    say(f"Running stage '{a}': {len(p.units)} training unit(s)")
                     units = [((a, i), p.work[i], p.threads[i], p.seconds(i)) for i in range(len(p.units))]
                     futures = schedule.submit_all(client, units)
                 else:
@@ -228,7 +235,7 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
 
         def finished(a: str) -> None:
             done.add(a)
-            print(f"Finished stage '{a}'", flush=True)  # its end in make's timeline
+            say(f"Finished stage '{a}'")  # its end in make's timeline
             committer.put(a)
 
         start_ready()

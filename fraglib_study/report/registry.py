@@ -180,14 +180,19 @@ def _options(cmd: str, *program: str) -> argparse.Namespace | None:
 
 
 def make_target(makefile: Path, command: str) -> str | None:
-    """``make <target>`` for the Makefile target whose recipe is exactly ``command`` (``$(BIN)/`` aside)."""
+    """``make <target>`` for the Makefile target whose recipe runs ``command`` as one of its ``&&`` steps (``$(BIN)/``
+    aside: a study target runs the pool, then ``dvc repro`` of the same pipeline)."""
     if not makefile.is_file():
         return None
     target = None
     for line in makefile.read_text(encoding="utf-8").splitlines():
         if line and not line[0].isspace() and ":" in line and "=" not in line.split(":")[0]:
             target = line.split(":")[0].strip()
-        elif line.startswith("\t") and line.strip().removeprefix("$(BIN)/") == command and target:
+        elif (
+            line.startswith("\t")
+            and target
+            and command in [c.strip().removeprefix("$(BIN)/") for c in line.split("&&")]
+        ):
             return f"make {target}"
     return None
 
