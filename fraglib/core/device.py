@@ -70,9 +70,17 @@ def describe(preference: str | None = None) -> str:
     return f"fraglib runs on {dev}: {reason}; torch {torch.__version__}"
 
 
+def _cores() -> str:
+    """The logical cores this process may run on, of the machine's: ``2``, or ``1 of 2`` under ``taskset -c 0``."""
+    total = os.cpu_count() or 1
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    return str(total) if mine >= total else f"{mine} of {total}"
+
+
 def hardware(device: torch.device) -> dict[str, str | int]:
     """What a timing was measured on: ``device`` (the GPU's name and memory, or ``cpu``), ``machine`` (the CPU's
-    model name, the instruction set torch's kernels use on it, e.g. ``AMD EPYC (AVX2), 2 logical cores``: two CPUs
+    model name, the instruction set torch's kernels use on it and the logical cores this process may use, e.g. ``AMD EPYC
+    (AVX2), 2 logical cores`` (``1 of 2 logical cores`` under ``taskset -c 0``): two CPUs
     of one model name but other kernels give other floats and times, so they are never one machine) and
     ``threads`` (torch's intra-op threads)."""
     cpu = platform.processor() or platform.machine()
@@ -82,7 +90,7 @@ def hardware(device: torch.device) -> dict[str, str | int]:
     isa = torch.backends.cpu.get_cpu_capability()
     return {
         "device": _cuda_name(device.index or 0) if device.type == "cuda" else device.type,
-        "machine": f"{cpu} ({isa}), {os.cpu_count()} logical cores",
+        "machine": f"{cpu} ({isa}), {_cores()} logical cores",
         "threads": torch.get_num_threads(),
     }
 

@@ -120,8 +120,9 @@ def stages_from(events: list[tuple[float, str, str]], end: float) -> list[dict[s
             {"name": name, "status": kind, "check_from": last, "start": t, "end": t if kind == "skipped" else None}
         )
         last = t
-    if stages and stages[-1]["end"] is None:
-        stages[-1]["end"] = max(end, stages[-1]["start"])
+    for s in stages:  # the last one, or one the pool started that never printed its end
+        if s["end"] is None:
+            s["end"] = max(end, s["start"])
     return stages
 
 

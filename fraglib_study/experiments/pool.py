@@ -14,7 +14,7 @@ cluster, each as soon as the stages it depends on are done (issue #80).
    the same arithmetic), then its summary as its command writes it. Any other stage runs its command as ``dvc repro``
    does (:func:`run_command`: its non-persistent outputs removed first, then the command in a shell in its folder)
    on the cores its dvc.yaml entry's ``meta: {cores: N}`` asks for (default all: it runs alone).
-4. Each stage, as it ends, is recorded by ``dvc commit`` (its dependencies, parameters and outputs as they are then:
+4. Each stage, as it ends and before any stage after it starts, is recorded by ``dvc commit`` (its dependencies, parameters and outputs as they are then:
    what ``dvc repro`` records after running its command); ``dvc repro`` then finds it up to date.
 
 As with ``dvc repro`` (over a longer time), a stage records its dependencies as they are when it is committed: edit
@@ -23,13 +23,12 @@ committed (DVC still lists it as changed; a study's queued units are cancelled, 
 stages after it do not run; the others go on, and the command ends with exit status 1 naming them. DVC's run cache
 is not consulted: a stage it could restore from there runs again. For ``make``'s timeline
 (:mod:`fraglib_study.bench.timeline`) each stage prints ``Running stage '<name>':`` when it starts and ``Finished
-stage '<name>'`` when it ends.
+stage '<name>'`` when it ends (with `` (failed)`` when it failed).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import subprocess
@@ -134,51 +133,11 @@ def run_command(name: str, cmd: str, wdir: str, outs: list[str]) -> str:
     return name
 
 
-class Committer:
-    """``dvc commit --force`` of finished stages, in a thread beside the pool (the stages after them need not wait):
-    the stages queued while one commit runs go in the next, together."""
-
-    def __init__(self) -> None:
-        import queue
-        import threading
-
-        self.queue: Any = queue.Queue()
-        self.failed: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def put(self, address: str) -> None:
-        self.queue.put(address)
-
-    def _run(self) -> None:
-        import queue
-
-        while True:
-            batch = [self.queue.get()]
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    batch.append(self.queue.get_nowait())
-            todo = [a for a in batch if a is not None]
-            if todo:
-                try:
-                    dvc("commit", "--force", "--quiet", *todo)
-                except subprocess.CalledProcessError as exc:
-                    sys.stderr.write(f"[pool] dvc commit of {' '.join(todo)} failed: {exc}\n")
-                    self.failed += todo
-            if None in batch:
-                return
-
-    def close(self) -> list[str]:
-        """Wait for the queued commits; the stages whose commit failed."""
-        self.queue.put(None)
-        self.thread.join()
-        return self.failed
-
-
 def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | None) -> list[str]:
     """Run ``stages`` (the ones to run, :func:`to_run`) on one Dask cluster, each as soon as the stages it depends on
     among them are done: a study stage as its units (:mod:`fraglib_study.experiments.schedule`) and then its summary,
-    any other as its command (:func:`run_command`, :func:`stage_cores`); each committed as it ends. The stages that
+    any other as its command (:func:`run_command`, :func:`stage_cores`); each committed as it ends, before the stages
+    after it start. The stages that
     failed, or did not run because one before them failed."""
     import torch
 
@@ -200,7 +159,6 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
     done: set[str] = set()
     failed: list[str] = []
     started: set[str] = set()
-    committer = Committer()
     with schedule.cluster(scheduler, slots) as client:
         from distributed import as_completed
 
@@ -234,9 +192,21 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
                     ac.add(f)
 
         def finished(a: str) -> None:
+            """Commit stage ``a`` before any stage after it starts: ``dvc commit`` moves its outputs into DVC's cache
+            and links them back, and a stage reading them meanwhile would find them missing."""
+            try:
+                dvc("commit", "--force", "--quiet", a)
+            except subprocess.CalledProcessError as exc:
+                fail(a, f"dvc commit failed: {exc}")
+                return
             done.add(a)
             say(f"Finished stage '{a}'")  # its end in make's timeline
-            committer.put(a)
+
+        def fail(a: str, why: str) -> None:
+            if a not in failed:
+                sys.stderr.write(f"[pool] {a} failed: {why}\n")
+                say(f"Finished stage '{a}' (failed)")
+                failed.append(a)
 
         start_ready()
         for f in ac:
@@ -245,8 +215,7 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
                 unit = f.result()
             except Exception as exc:  # noqa: BLE001 - the stage fails; the others go on
                 if a not in failed:  # a study's other units: cancelled when queued (running ones finish)
-                    sys.stderr.write(f"[pool] {a}{'' if i is None else ' ' + plans[a].names[i]} failed: {exc}\n")
-                    failed.append(a)
+                    fail(a, f"{'' if i is None else plans[a].names[i] + ': '}{exc}")
                     client.cancel([g for g, (b, _) in keys.items() if b == a])
                 start_ready()
                 continue
@@ -262,10 +231,8 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
                         finish_study(p, [results[a][k] for k in range(len(p.units))])
                         finished(a)
                     except Exception as exc:  # noqa: BLE001 - the stage fails; the others go on
-                        sys.stderr.write(f"[pool] {a}: its summary failed: {exc}\n")
-                        failed.append(a)
+                        fail(a, f"its summary: {exc}")
             start_ready()
-    failed += committer.close()
     return failed
 
 
