@@ -343,6 +343,9 @@ def test_the_index_shows_the_committed_timeline(tmp_path):
     assert t["machine"] == "AMD EPYC (AVX2), 2 logical cores"
     # synthetic 0-1 s and features 1-50 s (checks included); train@full 50-300 s
     assert t["minutes"] == "data, features, captions, explorer data 0.8 min; training 4.2 min"
+    from fraglib_study.pages.index import covered
+
+    assert covered([(0, 10), (5, 20), (30, 40), (35, 36)]) == 30  # overlapping stages count once
     assert timeline_context(None) is None and timeline_context({"stages": []}) is None
     page = costs_html([], rec)
     assert "One <code>make</code> over time" in page and t["png"] in page

@@ -91,10 +91,20 @@ def _epoch_cells(e: dict | None) -> list[str]:
     return [f"{e['value']}{was}", "—" if e["ratio"] is None else format(e["ratio"], ".2g"), path]
 
 
+def covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds of the union of the intervals ``spans`` (start, end)."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def timeline_context(rec: dict[str, Any] | None) -> dict[str, Any] | None:
     """The index's view of ``make``'s last recorded timeline (``benchmarks/timeline.json`` as committed;
     :mod:`fraglib_study.bench.timeline`): its commit, date, machine, minutes, idle-core fractions and minutes by kind
-    of stage, and the figure as a PNG (base64); None without a record."""
+    of stage (wall time in which a stage of that kind ran), and the figure as a PNG (base64); None without a record."""
     import base64
     import io
 
@@ -103,12 +113,13 @@ def timeline_context(rec: dict[str, Any] | None) -> dict[str, Any] | None:
 
     if not rec or not rec.get("stages"):
         return None
-    kinds: dict[str, float] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
     for st in rec["stages"]:
         name = st["name"].rpartition(":")[2]
         kind = "training" if name.startswith(("train", "pool")) else "pages" if name.endswith(
             ("report", "page", "index")) else "data, features, captions, explorer data"  # fmt: skip
-        kinds[kind] = kinds.get(kind, 0.0) + (st["end"] - st["check_from"]) / 60
+        spans.setdefault(kind, []).append((st["check_from"], st["end"]))
+    kinds = {k: covered(v) / 60 for k, v in spans.items()}  # wall time: stages side by side count once
     buf = io.BytesIO()
     timeline_figure(rec, timeline_title(rec)).savefig(buf, format="png", dpi=80)
     return {
