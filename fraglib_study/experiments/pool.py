@@ -146,9 +146,9 @@ def run_pool(stages: list[Any], after: dict[str, set[str]], scheduler: str | Non
 
     plans = {}
     for s in stages:  # every study stage checked and planned before anything runs
-        if study_argv(s, strict=False) is not None:
-            _, call = study_arguments(study_argv(s))
-            plans[s.addressing] = plan_study(**call)
+        argv = study_argv(s, strict=False)
+        if argv is not None:
+            plans[s.addressing] = plan_study(**study_arguments(argv)[1])
     slots = max([torch.get_num_threads(), *(p.jobs for p in plans.values())])
     by = {s.addressing: s for s in stages}
     waits = {a: after[a] & set(by) for a in by}
