@@ -7,6 +7,7 @@
 #   make pascal1k-folds  only its k-fold runs (pascal1k.fold_runs; the claims' and the fight's runs, ten folds)
 #   (the study targets, as make, run the pool: the stages side by side; FRAGLIB_DASK_SCHEDULER=tcp://HOST:8786 on a cluster)
 #   make flickr8k the Flickr8K text-only study and transfer (after `make pascal1k`; flickr8k.root)
+#   make study STUDY=<name>  any study's pipeline, studies/<name>/dvc.yaml (a new dataset's: docs/adding_a_dataset.md)
 #   make synthetic-all  the extended synthetic study (every other run; after `make`) and its results page
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -20,7 +21,7 @@ empty :=
 space := $(empty) $(empty)
 clock = @$(BIN)/python -m fraglib_study costs $(1) $(VENV)/.clock-$(subst $(space),-,$(2))$(if $(filter stop,$(1)), "$(2)")
 
-.PHONY: all env repro pascal1k pascal1k-folds flickr8k synthetic-all test browser bench light lab reports clean-env
+.PHONY: all env repro pascal1k pascal1k-folds flickr8k study synthetic-all test browser bench light lab reports clean-env
 all: repro
 
 env: $(STAMP)
@@ -61,6 +62,11 @@ flickr8k: env
 	$(call clock,start,make flickr8k)
 	$(BIN)/python -m fraglib_study pool studies/flickr8k/dvc.yaml && $(BIN)/dvc repro studies/flickr8k/dvc.yaml
 	$(call clock,stop,make flickr8k)
+
+# any study of studies/<name>/dvc.yaml, a new dataset's included (docs/adding_a_dataset.md): make study STUDY=<name>
+study: env
+	@test -n "$(STUDY)" || { echo "make study: name the study, e.g. make study STUDY=flickr30k" >&2; exit 2; }
+	$(BIN)/python -m fraglib_study pool studies/$(STUDY)/dvc.yaml && $(BIN)/dvc repro studies/$(STUDY)/dvc.yaml
 
 synthetic-all: env
 	$(call clock,start,make synthetic-all)

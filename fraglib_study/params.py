@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.core.config import (
-    DATASETS,
     SECTIONS,  # noqa: F401  (re-exported: the file's sections, checked by check_sections)
     ConfigError,
     check_sections,
+    dataset_sections,
     did_you_mean,
     read_yaml,
 )
 
-# DATASETS (the real-data studies' sections: a new study adds its name there) and SECTIONS live in fraglib.core.config,
-# the bottom layer, so that every command checks the file's sections (fraglib.core.config.read_settings)
+# SECTIONS and the rule that finds the datasets' sections (fraglib.core.config.dataset_sections: any other section
+# holding a root) live in fraglib.core.config, the bottom layer, so that every command checks the file's sections
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
@@ -44,6 +44,7 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 # Mappings whose keys the user names (results_report.socher_tables.margin, ….peri.generation) are free.
 DATASET_KEYS = (
     "root",
+    "reader",  # its reader's name (fraglib.data.readers; default: the section's name), checked by fraglib_study.schema
     "split_seed",
     "splits",
     "score",
@@ -85,8 +86,6 @@ PLAIN_KEYS = {
         "map_runs",
     ),  # fraglib_study.experiments.explore.ExplorerConfig
     "bench": ("growth_runs", "epoch_runs", "profile_runs", "amp_runs", "rehearsal_runs"),
-    **{ds: DATASET_KEYS for ds in DATASETS},
-    **{f"{ds}.objectness": ("model", "hidden", "epochs") for ds in DATASETS},
     "results_report": ("n_examples", "example_seed", "query_triplets", "socher_tables", "peri", "fight"),
     "results_report.socher_tables": ("margin", "squared", "length_weighting"),
     "results_report.peri": ("runs", "baselines", "masking", "generation", "thesis_rows", "working_forms"),
@@ -106,9 +105,6 @@ RUN_LISTS = (
     "bench.profile_runs",
     "bench.amp_runs",
     "bench.rehearsal_runs",
-    *(f"{ds}.runs" for ds in DATASETS),
-    *(f"{ds}.fold_runs" for ds in DATASETS),
-    *(f"{ds}.fold_captions" for ds in DATASETS),
     "study.runs",
     "study.extended_runs",
     "study.captions",
@@ -116,6 +112,15 @@ RUN_LISTS = (
     "explorer.align_runs",
     "explorer.map_runs",
 )
+DATASET_RUN_LISTS = ("runs", "fold_runs", "fold_captions")  # each dataset section's lists of run names
+
+
+def dataset_keys(data: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """:data:`PLAIN_KEYS`' entries of the dataset sections of ``data`` (fraglib.core.config.dataset_sections)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for ds in dataset_sections(data):
+        out[ds], out[f"{ds}.objectness"] = DATASET_KEYS, ("model", "hidden", "epochs")
+    return out
 
 
 def checked_keys(where: str, value: Any, allowed) -> dict[str, Any]:
@@ -136,7 +141,7 @@ def check_study_keys(data: dict[str, Any]) -> None:
     """The study's own mappings of a params dict: a misspelt key (``study.jobz``, ``pascal1k.trian``,
     ``results_report.fihgt``) or a run list naming an unknown run is a ConfigError with "did you mean"; each run
     names its system by a string. The keys of the library's dataclasses: :func:`fraglib_study.schema.check_params`."""
-    for where, allowed in PLAIN_KEYS.items():
+    for where, allowed in {**PLAIN_KEYS, **dataset_keys(data)}.items():
         head, _, sub = where.partition(".")
         value = data.get(head)
         if sub:
@@ -149,15 +154,15 @@ def check_study_keys(data: dict[str, Any]) -> None:
             raise ConfigError(f"runs.{run}.system: {got!r}: expected the name of a system (fraglib.systems)")
         if entry.get("after_papers", False) not in (True, False):
             raise ConfigError(f"runs.{run}.after_papers={entry['after_papers']!r}: expected true or false")
-    for ds in DATASETS:
-        if isinstance(data.get(ds), dict) and "folds" in data[ds]:
+    for ds in dataset_sections(data):
+        if "folds" in data[ds]:
             dataset_folds(data, ds)
     for name, entry in checked_keys("fusion", data.get("fusion"), tuple(data.get("fusion") or {})).items():
         for side in ("a", "b"):  # late fusion of two trained runs (fraglib_study/experiments/fusion.py)
             r = checked_keys(f"fusion.{name}", entry, ("a", "b", "label")).get(side)
             if r not in runs:
                 raise ConfigError(f"fusion.{name}.{side}: unknown run {r!r}{did_you_mean(r, runs)}")
-    for where in RUN_LISTS:
+    for where in RUN_LISTS + tuple(f"{ds}.{k}" for ds in dataset_sections(data) for k in DATASET_RUN_LISTS):
         head, _, sub = where.partition(".")
         listed = (data.get(head) or {}).get(sub) or []
         if not isinstance(listed, list):

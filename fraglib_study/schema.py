@@ -13,7 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from fraglib.core.config import DATASETS, ConfigError, did_you_mean
+from fraglib.core.config import ConfigError, dataset_sections, did_you_mean
+from fraglib.data import readers
 from fraglib.data.synthetic import SynthConfig
 from fraglib.run.evaluate import EvalConfig
 from fraglib.run.train import TrainConfig
@@ -54,7 +55,12 @@ def check_params(data: dict[str, Any]) -> None:
                 f"registered systems: {', '.join(SYSTEMS)}"
             )
         checked_keys(f"runs.{run}", entry, RUN_KEYS + trainer + _names(SYSTEMS[entry["system"]].Config))
-    for ds in ("study", *DATASETS):
+    for ds in dataset_sections(data):
+        try:
+            readers.reader(data[ds].get("reader", ds))
+        except ConfigError as exc:
+            raise ConfigError(f"{ds}.reader: {exc}") from None
+    for ds in ("study", *dataset_sections(data)):
         if isinstance(data.get(ds), dict):
             checked_keys(f"{ds}.train", data[ds].get("train"), trainer)
             systems(f"{ds}.systems", data[ds].get("systems"))

@@ -90,6 +90,11 @@ def test_the_registry_reads_and_every_claim_names_runs_of_params():
     assert named <= set(runs), f"runs not in params.yaml: {sorted(named - set(runs))}"
     untested = {c["id"] for c in found if not c["tested_on"]}
     assert {"karpathy_t3_finetune", "karpathy_t2_hodosh", "peri_attention_paraphrases"} <= untested
+    # the data a claim is tested on are read from the registry, not a tuple: each a dataset a study here trains on
+    from fraglib_study.report.registry import studies
+
+    tested = {d for c in found for d in c["tested_on"]}
+    assert tested <= {s.dataset for s in studies(ROOT)}, tested - {s.dataset for s in studies(ROOT)}
 
 
 def test_the_registry_pairs_the_runs_params_yaml_maps_to_the_papers_rows():
@@ -159,7 +164,8 @@ def _claim(**over):
         ({"beside": {"c": "x"}}, "beside"),
         ({"metric": "r1"}, "metric"),
         ({"tasks": ["captions"]}, "unknown task"),
-        ({"tested_on": ["flickr30k"]}, "unknown task or dataset"),
+        ({"tested_on": [""]}, "unknown task or dataset"),
+        ({"tested_on": [3]}, "unknown task or dataset"),
         ({"paper": {"a": "karpathy2014_defrag.flickr8k:bow", "b": "karpathy2014_defrag.pascal1k:devise"}}, "data"),
         ({"paper": {"a": "karpathy2014_defrag.flickr8k:bow", "b": "karpathy2014_defrag.flickr8k:devise"}}, "prints"),
         ({"paper": {"direction": "better"}}, "direction"),

@@ -79,16 +79,19 @@ BASE = "train: {lr: 0.1}\nsystems: {fragment: {}, devise: {}}\nruns: {full: {sys
     "extra, message",
     [
         ("study: {seeds: [0], jobz: 2}\n", r"study\.jobz: unknown parameter \(did you mean 'jobs'\?\)"),
-        ("pascal1k: {trian: {lr: 1}}\n", r"pascal1k\.trian: unknown parameter \(did you mean 'train'\?\)"),
+        ("pascal1k: {root: d, trian: {lr: 1}}\n", r"pascal1k\.trian: unknown parameter \(did you mean 'train'\?\)"),
         (
-            "pascal1k: {systems: {fragmnet: {lr: 1}}}\n",
+            "pascal1k: {root: d, systems: {fragmnet: {lr: 1}}}\n",
             r"pascal1k\.systems\.fragmnet: unknown parameter \(did you mean 'fragment'\?\)",
         ),
-        ("pascal1k: {train: {lrr: 1}}\n", r"pascal1k\.train\.lrr: unknown parameter \(did you mean 'lr'\?\)"),
+        ("pascal1k: {root: d, train: {lrr: 1}}\n", r"pascal1k\.train\.lrr: unknown parameter \(did you mean 'lr'\?\)"),
         (
-            "pascal1k: {objectness: {hiden: 3}}\n",
+            "pascal1k: {root: d, objectness: {hiden: 3}}\n",
             r"pascal1k\.objectness\.hiden: unknown parameter \(did you mean 'hidden'\?\)",
         ),
+        # a dataset is any section holding a root; its reader (reader:, default its name) must be registered
+        ("mine: {root: d, reader: karpathyy}\n", r"mine\.reader: unknown dataset reader 'karpathyy' \(did you mean"),
+        ("mine: {root: d}\n", r"mine\.reader: unknown dataset reader 'mine'; readers: .*karpathy"),
         ("captions: {runs: [ful]}\n", r"captions\.runs: unknown run 'ful' \(did you mean 'full'\?\)"),
         ("bench: {epoch_run: [full]}\n", r"bench\.epoch_run: unknown parameter \(did you mean 'epoch_runs'\?\)"),
         (

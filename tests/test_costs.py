@@ -22,13 +22,14 @@ def write_json(path: Path, obj) -> None:
 def project(root: Path) -> Path:
     """Two studies (synthetic: the root dvc.yaml; pascal1k), three timed units of a fragment run on the CPU (one
     without its machine), one of a devise run on a GPU and on the CPU each, and nothing timed on Pascal1K."""
-    (root / "dvc.yaml").write_text(
-        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: " + TRAIN.format(dataset="", study="synthetic")
+    (root / "dvc.yaml").write_text(  # a study's title: its train stage's meta (fraglib_study.report.registry)
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      meta: {title: Synthetic benchmark}\n      cmd: "
+        + TRAIN.format(dataset="", study="synthetic")
     )
     (root / "studies" / "pascal1k").mkdir(parents=True)
     (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
-        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
-        + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      meta: {title: 'Pascal1K, five stratified splits'}\n"
+        "      cmd: " + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
     )
     cpu = {"device": "cpu", "machine": "AMD EPYC; 2 cores", "threads": 2, "commit": "abc1234", "eval_seconds": 4.0}
     runs = root / "runs" / "synthetic"
@@ -75,7 +76,8 @@ def test_the_folds_have_rows_and_a_run_after_the_papers_its_own(tmp_path):
     system's other runs."""
     root = project(tmp_path)
     (root / "studies" / "pascal1k" / "dvc.yaml").write_text(
-        "stages:\n  train:\n    foreach: [full]\n    do:\n      cmd: "
+        "stages:\n  train:\n    foreach: [full]\n    do:\n      meta: {title: 'Pascal1K, five stratified splits'}\n"
+        "      cmd: "
         + TRAIN.format(dataset="--dataset pascal1k", study="pascal1k")
         + "\n  folds:\n    foreach: [full]\n    do:\n      cmd: python -m fraglib_study study --run ${item} --dataset pascal1k"
         " --folds --dataset-dir data/f --out runs/pascal1k_folds/${item}"

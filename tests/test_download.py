@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fraglib.data.download import download_pascal1k, parse_page, sha256
+from fraglib.data.readers.pascal1k import download_pascal1k, parse_page, sha256
 
 PAGE = """<html><body><table>
 <tr><td><img src="cat/2008_000001.jpg"/></td><td><table>
@@ -58,7 +58,7 @@ def test_checksum_mismatch_stops_with_names(tmp_path):
 
 
 def test_manifest_matches_the_shared_copy():
-    from fraglib.data.download import MANIFEST
+    from fraglib.data.readers.pascal1k import MANIFEST
 
     from conftest import shared_data
 

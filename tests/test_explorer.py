@@ -357,7 +357,9 @@ def test_the_title_names_the_data_set_and_the_protocol():
         "Explorer: Pascal1K, fold 0 of the ten-fold protocol"
     )
     assert page_title({"dataset": "synthetic", "seed": 0}) == "Explorer: synthetic benchmark, test split of seed 0"
-    assert page_title({"dataset": "pascal1k", "seed": 2}) == "Explorer: Pascal1K, test split 2"
+    # the name is the reader's title (fraglib.data.readers), the protocol's words the same for every dataset
+    assert page_title({"dataset": "pascal1k", "seed": 2}) == "Explorer: Pascal1K, test split of seed 2"
+    assert page_title({"dataset": "mydata", "seed": 1}) == "Explorer: mydata, test split of seed 1"  # no reader
 
 
 def test_a_fold_shows_its_first_training_else_its_first_replicate_with_a_checkpoint(tmp_path):

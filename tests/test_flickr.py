@@ -7,7 +7,8 @@ import pytest
 
 from fraglib.data import read_karpathy_json
 from fraglib.data.__main__ import main as data_main
-from fraglib.data.flickr import read_flickr8k, read_flickr30k
+from fraglib.data.readers.flickr8k import read_flickr8k
+from fraglib.data.readers.flickr30k import read_flickr30k
 
 from conftest import shared_data
 

@@ -221,7 +221,7 @@ def test_the_fold_parameters_are_checked():
         ({"fold_runs": ["nope"]}, r"pascal1k.fold_runs: unknown run 'nope'"),
     ]:
         with pytest.raises(ConfigError, match=match):
-            check_params({"pascal1k": section, "runs": {}})
+            check_params({"pascal1k": {"root": "r", **section}, "runs": {}})  # a dataset's section holds a root
 
 
 def test_the_study_refuses_folds_without_a_dataset_or_fold_folders(tmp_path):

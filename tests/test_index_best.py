@@ -122,8 +122,12 @@ def test_protocols_rank_the_current_runs_with_their_cis(tmp_path, monkeypatch):
         partition=0,
     )
 
-    def study(name: str, folds: str | None = None) -> Study:
-        return Study(name, "dvc.yaml", f"runs/{name}", "synthetic", "seeds", None, (), "", None, "", folds)
+    titles = {"synthetic": "Synthetic benchmark", "synthetic_extended": "Synthetic benchmark, extended study"}
+
+    def study(name: str, folds: str | None = None) -> Study:  # titles: the train stages' meta (registry)
+        return Study(
+            name, "dvc.yaml", f"runs/{name}", "synthetic", "seeds", None, (), "", None, "", folds, titles[name]
+        )
 
     found = [study("synthetic", "runs/synthetic_folds"), study("synthetic_extended")]
     params = {"runs": {r: {"label": f"Run {r}"} for r in ("top", "mid", "top2", "old", "noranks")}}

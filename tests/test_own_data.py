@@ -175,8 +175,8 @@ def test_the_pipeline_is_the_walkthrough(project):
 
 
 def test_the_section_is_checked_and_chosen_by_dataset(project):
-    """The page's claims on the section: the schema knows the name (a typo is refused with a hint, an unknown name
-    is refused), and ``--dataset`` picks its layers while without it the synthetic ``study`` layers apply."""
+    """The page's claims on the section: a section holding a root is a dataset whatever its name (a typo in its keys
+    is refused with a hint; a section without a root and with no known name is refused), and ``--dataset`` picks its layers while without it the synthetic ``study`` layers apply."""
     from fraglib.run.train import resolve_run
     from fraglib_study.params import read_params
 
@@ -189,5 +189,8 @@ def test_the_section_is_checked_and_chosen_by_dataset(project):
     with pytest.raises(ConfigError, match=rf"{NAME}\.runz: unknown parameter \(did you mean 'runs'\?\)"):
         read_params(root / "bad.yaml")
     (root / "other.yaml").write_text(yaml.safe_dump({**params, "mydata": params[NAME]}))
-    with pytest.raises(ConfigError, match="unknown section 'mydata'"):
+    assert "mydata" in read_params(root / "other.yaml")  # a section holding a root is a dataset: no code edit
+    rootless = {k: v for k, v in params[NAME].items() if k != "root"}
+    (root / "other.yaml").write_text(yaml.safe_dump({**params, "mydata": rootless}))
+    with pytest.raises(ConfigError, match="unknown section 'mydata'.*a dataset's, which holds root"):
         read_params(root / "other.yaml")

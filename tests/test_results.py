@@ -1168,15 +1168,27 @@ def test_rerun_compares_the_claims_verdicts_and_one_training_run_of_each(tmp_pat
         return tmp_path / folder
 
     ref, same, flipped = study("ref", good, bad), study("same", good, bad), study("flip", bad, good)
-    rows = verdict_agreement(params, ref, same)
+    rows = verdict_agreement(params, ref, same, "synthetic")
     assert rows and all(r["same"] for r in rows) and {r["claim"] for r in rows} >= {"karpathy_t2_dependencies_vs_bow"}
-    flips = verdict_agreement(params, ref, flipped)
+    flips = verdict_agreement(params, ref, flipped, "synthetic")
     assert flips and not any(r["same"] for r in flips if r["claim"] == "karpathy_t2_dependencies_vs_bow")
     (ref / "full" / "seeds" / "0").mkdir(parents=True, exist_ok=True)
     (ref / "full" / "seeds" / "0" / "timing.json").write_text(json.dumps({"machine": "CPU A"}))
     record = tmp_path / "rerun.json"
     with pytest.raises(SystemExit) as out:
-        main([str(flipped), "--reference-dir", str(ref), "--params", str(ROOT / "params.yaml"), "--json", str(record)])
+        main(
+            [
+                str(flipped),
+                "--reference-dir",
+                str(ref),
+                "--params",
+                str(ROOT / "params.yaml"),
+                "--json",
+                str(record),
+                "--dataset",
+                "synthetic",
+            ]
+        )  # a folder no study of the project names: its data given
     assert out.value.code == 1 and "VERDICT CHANGED: karpathy_t2_dependencies_vs_bow" in capsys.readouterr().out
     rec = json.loads(record.read_text())  # the comparison as data: every metric, every verdict, the machines
     assert rec["reference_machines"] == ["CPU A"] and rec["new_machines"] == []

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from fraglib.core.config import ConfigError
-from fraglib.data import read_karpathy_json, read_pascal1k, stratified_split, write_karpathy_json
+from fraglib.data import read_karpathy_json, stratified_split, write_karpathy_json
+from fraglib.data.readers.pascal1k import read_pascal1k
 from fraglib.text.build import TextConfig
 from fraglib.text.fragments import MODES, Fragments
 from fraglib.text.parse import read_conllu

@@ -351,7 +351,7 @@ def test_backbone_recognises_pascal_photographs():
     photographs of the category 'dog' get a dog breed as top-1 (with swish instead of ReLU6: few)."""
     import torch
 
-    from fraglib.data import read_pascal1k
+    from fraglib.data.readers.pascal1k import read_pascal1k
     from fraglib.vision.rcnn import Backbone
 
     from conftest import shared_data

@@ -35,7 +35,7 @@ def test_bad_files_are_named(tmp_path):
 
 def test_real_annotations():
     root = shared_data("pascal1k")
-    from fraglib.data import read_pascal1k
+    from fraglib.data.readers.pascal1k import read_pascal1k
 
     ds = read_pascal1k(root)
     t = voc_truth(root / "annotations", ds.images, include_difficult=True)

@@ -84,16 +84,14 @@ def read_yaml(path: str | Path = "params.yaml") -> dict[str, Any]:
 
 # The sections of params.yaml (the schema of their keys: fraglib_study.params). Here, in the bottom layer, so that every
 # command checks the file's sections on reading it (:func:`read_settings`), those below fraglib_study.params included.
-# The real-data studies' sections (root, splits, train, systems, runs): a new study adds its name to DATASETS,
-# and only there (docs/adding_a_dataset.md; fraglib_study.params.DATASETS is this tuple); flickr30k is the walkthrough's
-# (docs/own_data.md).
-DATASETS = ("pascal1k", "flickr8k", "flickr30k")
+# Besides these, every section holding a `root` is a dataset (:func:`dataset_sections`): a real-data study's data, read
+# by the reader its `reader` key names (default: the section's name; fraglib.data.readers). Datasets come from the
+# file: no name of one is typed here (docs/adding_a_dataset.md).
 SECTIONS = (
     "synthetic",
     "data_report",
     "text",
     "text_report",
-    *DATASETS,
     "vision",
     "vision_report",
     "train",
@@ -109,14 +107,21 @@ SECTIONS = (
 )
 
 
+def dataset_sections(data: dict[str, Any]) -> tuple[str, ...]:
+    """The dataset sections of a params file's sections ``data``, in file order: each section that is not one of
+    :data:`SECTIONS` and holds a ``root`` (its data's folder)."""
+    return tuple(k for k, v in data.items() if k not in SECTIONS and isinstance(v, dict) and "root" in v)
+
+
 def check_sections(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
-    """``data`` (a params file's sections) when every section is one of :data:`SECTIONS` and a mapping (or
-    empty), else a ConfigError naming the file and the section (a misspelt one with "did you mean")."""
-    unknown = [k for k in data if k not in SECTIONS]
+    """``data`` (a params file's sections) when every section is a mapping (or empty) and either one of
+    :data:`SECTIONS` or a dataset's (:func:`dataset_sections`), else a ConfigError naming the file and the section (a
+    misspelt one with "did you mean")."""
+    unknown = [k for k in data if k not in SECTIONS and k not in dataset_sections(data)]
     if unknown:
         raise ConfigError(
             f"{path}: unknown section '{unknown[0]}'{did_you_mean(unknown[0], SECTIONS)}; "
-            f"sections: {', '.join(SECTIONS)}"
+            f"sections: {', '.join(SECTIONS)}, and a dataset's, which holds root (its data's folder)"
         )
     for k, v in data.items():
         if v is not None and not isinstance(v, dict):

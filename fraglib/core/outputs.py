@@ -35,7 +35,7 @@ file: never anything else) and ``fraglib_study.pages.index``; tests/test_outputs
 output flag from the code and tries every one. Three keep what exists on purpose:
 training (``fraglib.run.train`` / ``fraglib_study.experiments.study`` resume a run from its checkpoint),
 ``fraglib_study.bench`` (``benchmarks/results.json`` is a register: a run updates this machine's entries,
-and replacing another machine's needs ``--overwrite``) and ``fraglib.data.download`` (resumes: keeps
+and replacing another machine's needs ``--overwrite``) and ``python -m fraglib.data download`` (resumes: keeps
 the images whose checksums verify).
 
 **Every file is written atomically** (:func:`atomic`, :func:`write_text`, :func:`write_bytes`): the

@@ -1,6 +1,7 @@
-"""Datasets in Karpathy's format, their converters, the synthetic benchmark and box annotations.
+"""Datasets in Karpathy's format, their readers (:mod:`fraglib.data.readers`), the synthetic benchmark and box
+annotations.
 
-``python -m fraglib.data pascal1k|flickr8k|flickr30k|karpathy`` converts (see ``__main__``).
+``python -m fraglib.data NAME`` runs reader NAME (``python -m fraglib.data`` lists them).
 """
 
 from fraglib.data.dataset import (
@@ -9,7 +10,6 @@ from fraglib.data.dataset import (
     fold_split,
     open_npz,
     read_karpathy_json,
-    read_pascal1k,
     save_npz,
     stratified_folds,
     stratified_split,
@@ -22,7 +22,6 @@ __all__ = [
     "Dataset",
     "open_npz",
     "read_karpathy_json",
-    "read_pascal1k",
     "fold_split",
     "save_npz",
     "stratified_folds",

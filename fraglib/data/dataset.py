@@ -21,7 +21,6 @@ from fraglib.core.config import check_choice
 from fraglib.core.outputs import atomic, write_text
 
 SPLITS = ("train", "val", "test")
-# name -> default location (relative to the project root) of its dataset.json and images/
 
 
 @dataclasses.dataclass
@@ -409,42 +408,6 @@ def fold_split(fold_of: list[int], fold: int, folds: int) -> list[str]:
     if not 0 <= fold < folds:
         raise ValueError(f"fold={fold}: expected 0 ≤ fold < folds={folds}")
     return ["test" if f == fold else "val" if f == (fold + 1) % folds else "train" for f in fold_of]
-
-
-def read_pascal1k(root: str | Path, split_seed: int = 0, fold: int | None = None, folds: int = 10) -> Dataset:
-    """Pascal1K from ``root/sentences.json`` (``{file: {"category", "sentences"}}``) and
-    ``root/images/``; split 800/100/100 stratified by category from ``split_seed`` (the paper's
-    split was never published), or with ``fold``: fold ``fold`` of the ``folds`` stratified folds drawn
-    from partition seed ``split_seed`` (:func:`stratified_folds`, :func:`fold_split`). Images are sorted by
-    file name; sentids follow that order."""
-    root = Path(root)
-    path = root / "sentences.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Real data')")
-    try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected an object {{file name: {{category, sentences}}}}")
-    for f, entry in raw.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("category"), str) or not entry["category"]:
-            raise ValueError(f"{path}: entry {f!r} has no 'category' (a non-empty string)")
-        if not isinstance(entry.get("sentences"), list) or not all(isinstance(t, str) for t in entry["sentences"]):
-            raise ValueError(f"{path}: entry {f!r}: 'sentences' must be a list of strings")
-    files = sorted(raw)
-    cats = [raw[f]["category"] for f in files]
-    split = (
-        stratified_split(cats, split_seed)
-        if fold is None
-        else fold_split(stratified_folds(cats, folds, split_seed), fold, folds)
-    )
-    images, sentences = [], []
-    for imgid, (f, sp) in enumerate(zip(files, split)):
-        images.append({"imgid": imgid, "filename": f, "split": sp, "category": raw[f]["category"]})
-        for text in raw[f]["sentences"]:
-            sentences.append({"sentid": len(sentences), "imgid": imgid, "raw": text, "tokens": tokenize(text)})
-    return Dataset("pascal1k", root / "images", images, sentences)
 
 
 def tokenize(raw: str) -> list[str]:

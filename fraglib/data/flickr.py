@@ -1,4 +1,4 @@
-"""Flickr8K / Flickr30K from their official caption token files (or Karpathy's dataset_*.json).
+"""Caption token files (Flickr8K, Flickr30K): the parsing their readers share (:mod:`fraglib.data.readers`).
 
 Token files hold one caption a line, ``<image file>#<n><TAB><caption>`` (Flickr8K:
 ``Flickr8k.token.txt``; Flickr30K: ``results_20130124.token``). Splits:
@@ -114,20 +114,3 @@ def read_flickr(
     report["captions"] = len(sentences)
     report["empty_captions"] = sum(not s["raw"] for s in sentences)
     return Dataset(name, image_dir, images, sentences), report
-
-
-def read_flickr8k(root: str | Path, image_dir: str | Path | None) -> tuple[Dataset, dict[str, Any]]:
-    """Flickr8K from the official text release in ``root`` and the images in ``image_dir`` (None: text only)."""
-    root = Path(root)
-    lists = {s: root / f"Flickr_8k.{n}Images.txt" for s, n in (("train", "train"), ("val", "dev"), ("test", "test"))}
-    for p in lists.values():
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: Flickr8K split list not found")
-    return read_flickr("flickr8k", root / "Flickr8k.token.txt", image_dir, lists)
-
-
-def read_flickr30k(
-    token_file: str | Path, image_dir: str | Path, split_seed: int = 0, n_val: int = 1000, n_test: int = 1000
-) -> tuple[Dataset, dict[str, Any]]:
-    """Flickr30K from its results token file; a seeded ``n_val``/``n_test`` split (see module doc)."""
-    return read_flickr("flickr30k", token_file, image_dir, None, split_seed, n_val, n_test)

@@ -155,9 +155,19 @@ def one_unit(runs_dir: str | Path, unit: str, dest: Path) -> Path:
     return out
 
 
-def verdict_agreement(
-    params: dict[str, Any], reference: Path, fresh: Path, dataset: str = "synthetic"
-) -> list[dict[str, Any]]:
+def study_dataset(runs_dir: str | Path, root: str | Path = ".") -> str | None:
+    """The dataset of the study (:func:`fraglib_study.report.registry.studies`) whose runs folder, or k-fold runs
+    folder, is ``runs_dir``; None when no study has it."""
+    from fraglib_study.report.registry import studies
+
+    want = Path(runs_dir).resolve()
+    for s in studies(root):
+        if want in {(Path(root) / f).resolve() for f in (s.runs, s.folds) if f}:
+            return s.dataset
+    return None
+
+
+def verdict_agreement(params: dict[str, Any], reference: Path, fresh: Path, dataset: str) -> list[dict[str, Any]]:
     """One row per claim and task that both ``reference`` and ``fresh`` (two folders of one study's runs) test:
     claim id, task, the two verdicts, ``same``, and each side's difference with its 95 % CI (``committed_ours``,
     ``new_ours``: ``diff``, ``lo``, ``hi``)."""
@@ -210,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
         help="also compare the claims' verdicts (default: where params.yaml is found)",
     )
     ap.add_argument("--params", default="params.yaml", help="the settings naming the claims' runs")
+    ap.add_argument(
+        "--dataset", help="the claims' data (default: the dataset of the study whose runs folder is RUNS_DIR)"
+    )
     ap.add_argument("--units", help="keep this training run of each run (e.g. 0r1) in the new results")
     ap.add_argument("--reference-units", help="likewise in the reference (e.g. 0)")
     ap.add_argument("--json", help="also write the comparison (every metric's z, every verdict, the machines) here")
@@ -237,7 +250,10 @@ def main(argv: list[str] | None = None) -> None:
             if args.claims or (args.claims is None and Path(args.params).is_file()):
                 from fraglib_study.params import read_params
 
-                flips = verdict_agreement(read_params(args.params), ref_dir, new_dir)
+                dataset = args.dataset or study_dataset(args.runs_dir)
+                if dataset is None:
+                    ap.error(f"{args.runs_dir}: no study of this project has it as its runs folder: name --dataset")
+                flips = verdict_agreement(read_params(args.params), ref_dir, new_dir, dataset)
             record = {
                 "reference": args.reference_dir or args.reference,
                 "reference_machines": machines(ref_dir) if ref_dir else [],

@@ -58,7 +58,7 @@ def _registers() -> tuple[dict[str, Callable[[], list[dict[str, Any]]]], dict[st
         bench_train_step,
     )
     from fraglib_study.bench.text import bench_parse
-    from fraglib_study.bench.vision import bench_features, bench_rcnn_recall
+    from fraglib_study.bench.vision import bench_feature_parts, bench_features, bench_rcnn_recall
 
     benchmarks: dict[str, Callable[[], list[dict[str, Any]]]] = {  # `make bench` (the default list)
         "train_step": bench_train_step,
@@ -72,6 +72,7 @@ def _registers() -> tuple[dict[str, Callable[[], list[dict[str, Any]]]], dict[st
     opt_in: dict[str, Callable[[], list[dict[str, Any]]]] = {  # by name only: long, or need the Pascal1K study
         "systems_device": bench_systems_device,
         "rcnn_recall": bench_rcnn_recall,
+        "feature_parts": bench_feature_parts,
         "repro": bench_repro,
         "repro_pascal1k": bench_repro_pascal1k,
         "kernel_bits": bench_kernel_bits,

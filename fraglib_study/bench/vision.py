@@ -21,7 +21,8 @@ def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
     pascal = Path(os.environ.get("FRAGLIB_PASCAL1K", "../shared/data/pascal1k"))
     with tempfile.TemporaryDirectory() as tmp:
         if (pascal / "sentences.json").exists():
-            from fraglib.data import read_pascal1k, write_karpathy_json
+            from fraglib.data import write_karpathy_json
+            from fraglib.data.readers.pascal1k import read_pascal1k
 
             write_karpathy_json(
                 read_pascal1k(pascal), Path(tmp) / "dataset.json", image_root=pascal.resolve() / "images"
@@ -71,6 +72,72 @@ def bench_features(n_images: int = 100) -> list[dict[str, Any]]:
             main_mb=round(st["peak_rss_mb"], 0),
             workers_mb=round(st["peak_rss_workers_mb"], 0),
         ),
+    ]
+
+
+def bench_feature_parts(n_images: int = 60, sizes: tuple[int, ...] = (160, 128)) -> list[dict[str, Any]]:
+    """Where the features stage's CPU goes (issue #80, item 4), on the first ``n_images`` synthetic images: CPU seconds
+    per image of selective search at ``vision.proposal_size`` and at the smaller ``sizes`` (a setting change: other
+    proposals, so every number moves), and of the backbone pass at one and at two torch threads (the stage runs it
+    on the cores its proposal workers leave, one on two cores; the bits differ between the two, see README
+    "Reproducibility"). Medians over the images, after two passes of warm-up."""
+    import statistics
+    import time
+
+    import torch
+    import yaml
+
+    from fraglib.data import read_karpathy_json
+    from fraglib.vision.rcnn import Backbone, VisionConfig, load_image, resize_longer, selective_search
+
+    cfg = VisionConfig(**yaml.safe_load(Path("params.yaml").read_text())["vision"])
+    ds = read_karpathy_json("data/synthetic/dataset.json")
+    arrs = [load_image(ds.image_path(n))[0] for n in range(min(n_images, len(ds.images)))]
+
+    def per_image(fn, items) -> float:
+        times = []
+        for x in items:
+            t = time.process_time()
+            fn(x)
+            times.append(time.process_time() - t)
+        return round(statistics.median(times), 4)
+
+    proposals = {}
+    for size in (cfg.proposal_size, *sizes):
+        counts: list[int] = []
+        search = lambda a: counts.append(len(selective_search(a, size, cfg.min_box, cfg.max_proposals)))  # noqa: E731
+        for a in arrs[:2]:
+            search(a)  # warm-up
+        proposals[size] = (per_image(search, arrs), statistics.median(counts[2:]))
+    backbone = Backbone(cfg.cnn_variant).to(memory_format=torch.channels_last)
+    xs = [Backbone.to_input(resize_longer(a, cfg.image_size)[0], torch.device("cpu")) for a in arrs]
+    threads, cnn = torch.get_num_threads(), {}
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            for x in xs[:2]:
+                backbone.feature_map(x)
+            cnn[n] = per_image(backbone.feature_map, xs)  # CPU seconds: over both threads at 2
+    finally:
+        torch.set_num_threads(threads)
+    base = proposals[cfg.proposal_size][0]
+    return [
+        entry(
+            "features_cpu_parts",
+            round(base + cnn[1], 4),
+            "CPU s/image",
+            corpus="synthetic",
+            images=len(arrs),
+            proposals_cpu_s={str(k): v[0] for k, v in proposals.items()},
+            proposals_per_image={str(k): v[1] for k, v in proposals.items()},
+            proposals_share=round(base / (base + cnn[1]), 3),
+            backbone_cpu_s_1_thread=cnn[1],
+            backbone_cpu_s_2_threads=cnn[2],
+            proposal_size=cfg.proposal_size,
+            image_size=cfg.image_size,
+            note="value: selective search at vision.proposal_size + the backbone at one thread, CPU seconds per "
+            "image (medians); proposals_cpu_s at smaller proposal sizes: a setting change, every number would move",
+        )
     ]
 
 

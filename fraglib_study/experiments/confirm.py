@@ -44,25 +44,27 @@ from typing import Any
 
 import yaml
 
-from fraglib.core.config import ConfigError, read_yaml
+from fraglib.core.config import ConfigError, dataset_sections, read_yaml
 from fraglib.core.outputs import OVERWRITE_HELP, command, remove, resumes, write_text
+from fraglib.data import readers
 from fraglib.run.inputs import DataPaths
 from fraglib_study.experiments.study import run_study
 from fraglib_study.schema import check_params, read_checked
 
-DATASETS = {  # dataset -> (its pipeline, its data stages in order, the data folder their commands name)
-    "synthetic": (
-        "dvc.yaml",
-        ("synthetic", "parse_synthetic", "fragments_synthetic", "features_synthetic"),
-        "data/synthetic",
-    ),
-    "pascal1k": ("studies/pascal1k/dvc.yaml", ("folds",), "data/pascal1k/folds"),
-}
+# The protocol is read from the pipelines (no dataset is named here): the key that draws a dataset's partition is
+# ``<dataset>.partition`` when its section has ``folds`` (the k-fold protocol), else ``<dataset>.seed``; its data stages
+# are the stages of the first pipeline (dvc.yaml, then studies/*/dvc.yaml) that run only the library's data commands
+# (DATA_COMMANDS) and read that key (or its whole section), then every such stage after them (through their outputs),
+# in file order; the partition's folder replaces the first one's ``--out``.
+PIPELINES = ("dvc.yaml", "studies/*/dvc.yaml")
+DATA_COMMANDS = ("fraglib.data", "fraglib.text", "fraglib.vision")
 
-# commands of the data stages that read no parameter file (the converters): every setting on their command line
-# (``${…}``, resolved from the frozen parameters); every other fraglib command of a data stage is given ``--params``
-# (a test checks both against the commands' parsers)
-PARAMS_FREE = frozenset(f"fraglib.data {d}" for d in ("pascal1k", "flickr8k", "flickr30k", "karpathy", "precomp"))
+# commands of the data stages that read no parameter file (the readers, fraglib.data.readers): every setting on their
+# command line (``${…}``, resolved from the frozen parameters); every other fraglib command of a data stage is given
+# ``--params`` (a test checks both against the commands' parsers)
+PARAMS_FREE = frozenset(
+    f"fraglib.data {d}" for d in readers.names() if not getattr(readers.reader(d), "READS_PARAMS", False)
+)
 
 STATE = "stages.json"  # in the partition's data folder: each data stage's progress and inputs
 RECORD = "confirm.json"  # in the partition's results folder
@@ -76,12 +78,21 @@ def claim_runs(dataset: str, path: str | Path = CLAIMS) -> list[str]:
     return list(dict.fromkeys(c["runs"][s] for c in claims if dataset in (c.get("tested_on") or []) for s in "ab"))
 
 
+def folds_protocol(params: dict[str, Any], dataset: str) -> bool:
+    """Whether ``dataset`` is confirmed under the k-fold protocol: its section has ``folds``."""
+    return "folds" in (params.get(dataset) or {})
+
+
+def partition_key(params: dict[str, Any], dataset: str) -> str:
+    """The key that draws ``dataset``'s data: ``<dataset>.partition`` (the k-fold protocol), else ``<dataset>.seed``."""
+    return f"{dataset}.{'partition' if folds_protocol(params, dataset) else 'seed'}"
+
+
 def frozen_params(params: dict[str, Any], dataset: str, partition: int) -> dict[str, Any]:
-    """``params`` with the one key that draws the data set to ``partition``: ``synthetic.seed`` or
-    ``pascal1k.partition`` (checked like params.yaml)."""
+    """``params`` with the one key that draws the data set to ``partition`` (:func:`partition_key`; checked like
+    params.yaml)."""
     out = copy.deepcopy(params)
-    key = "seed" if dataset == "synthetic" else "partition"
-    out.setdefault(dataset, {})[key] = partition
+    out.setdefault(dataset, {})[partition_key(params, dataset).split(".")[1]] = partition
     check_params(out)
     return out
 
@@ -129,20 +140,79 @@ def with_options(cmd: str, params_file: str | Path | None = None, overwrite: boo
     return "".join(parts)
 
 
+def _paths(entries: Any) -> list[str]:
+    """The paths of a stage's ``deps`` or ``outs`` (an entry: a path, or a mapping of one path to its options)."""
+    return [str(next(iter(e))) if isinstance(e, dict) else str(e) for e in entries or []]
+
+
+def _within(a: str, b: str) -> bool:
+    """Whether path ``a`` is path ``b`` or lies under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def _data_stage(stage: dict[str, Any]) -> bool:
+    """Whether a stage runs fraglib commands and only the library's data commands (:data:`DATA_COMMANDS`)."""
+    cmd = stage.get("cmd", "")
+    mods = fraglib_modules(cmd if isinstance(cmd, str) else " && ".join(cmd))
+    return bool(mods) and all(m.split(" ")[0] in DATA_COMMANDS for m in mods)
+
+
+def protocol(root: Path, dataset: str, params: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """(pipeline, its stages, the names of ``dataset``'s data stages in order) as the module comment above says;
+    ConfigError when no pipeline has a data stage reading :func:`partition_key`."""
+    key = partition_key(params, dataset)
+    files = [p.relative_to(root).as_posix() for pattern in PIPELINES for p in sorted(root.glob(pattern))]
+    for pipeline in files:
+        stages = read_yaml(root / pipeline).get("stages") or {}
+        chosen = [
+            n
+            for n, st in stages.items()
+            if _data_stage(st) and any(p in (key, dataset) for p in st.get("params") or [] if isinstance(p, str))
+        ]
+        if not chosen:
+            continue
+        outs = [o for n in chosen for o in _paths(stages[n].get("outs"))]
+        for n, st in stages.items():  # file order: a stage after the chosen ones, reading what they write
+            if n not in chosen and _data_stage(st):
+                if any(_within(d, o) or _within(o, d) for d in _paths(st.get("deps")) for o in outs):
+                    chosen.append(n)
+                    outs += _paths(st.get("outs"))
+        return pipeline, stages, [n for n in stages if n in chosen]
+    raise ConfigError(
+        f"no pipeline ({', '.join(PIPELINES)}) has a data stage reading {key}: nothing draws {dataset}'s partition"
+    )
+
+
+def data_folder(cmd: str) -> str:
+    """The folder a data stage's (resolved) command writes: its first ``--out``."""
+    m = re.search(r"(?<=\s)--out(?:=|\s+)(\S+)", cmd)
+    if not m:
+        raise ConfigError(f"{cmd}: no --out, so no data folder to replace with the partition's")
+    return m.group(1)
+
+
+def features_folder(stages: dict[str, Any]) -> str | None:
+    """The feature caches of a pipeline's ``fraglib.vision features`` stage, which the folds share: its
+    ``--out-dir``, else its ``--dataset-dir``'s ``features``. None without one."""
+    for st in stages.values():
+        cmd = st.get("cmd", "")
+        cmd = cmd if isinstance(cmd, str) else " && ".join(cmd)
+        if "fraglib.vision features" in fraglib_modules(cmd):
+            out = re.search(r"--out-dir\s+(\S+)", cmd)
+            data = re.search(r"--dataset-dir\s+(\S+)", cmd)
+            return out.group(1) if out else f"{data.group(1)}/features" if data else None
+    return None
+
+
 def data_stages(
     root: Path, dataset: str, params: dict[str, Any], out: Path, params_file: Path
 ) -> list[tuple[str, str]]:
-    """(name, command) of the dataset's data stages (:data:`DATASETS`), resolved with ``params``, writing to
+    """(name, command) of the dataset's data stages (:func:`protocol`), resolved with ``params``, writing to
     ``out`` instead of the study's data folder and reading ``params_file`` (:func:`with_options`)."""
-    pipeline, names, folder = DATASETS[dataset]
-    stages = read_yaml(root / pipeline).get("stages") or {}
-    found = []
-    for name in names:
-        if name not in stages:
-            raise ConfigError(f"{pipeline}: no stage {name!r}, which builds the {dataset} data to confirm on")
-        cmd = resolve(stages[name]["cmd"], params).replace(folder, out.as_posix())
-        found.append((name, with_options(cmd, params_file)))
-    return found
+    _, stages, names = protocol(Path(root), dataset, params)
+    cmds = [resolve(stages[n]["cmd"], params) for n in names]
+    folder = data_folder(cmds[0])
+    return [(n, with_options(c.replace(folder, out.as_posix()), params_file)) for n, c in zip(names, cmds)]
 
 
 def data_commands(root: Path, dataset: str, params: dict[str, Any], out: Path, params_file: Path) -> list[str]:
@@ -293,8 +363,13 @@ def confirm(
     inputs = build_data(root, stages, data, sha, overwrite or legacy)
     if legacy:
         remove(root / data / "done")  # the older confirm's marker, replaced by STATE
-    folds = dataset == "pascal1k"
-    paths = DataPaths(root / data / "fold{seed}", root / "data/pascal1k/features") if folds else DataPaths(root / data)
+    folds = folds_protocol(params, dataset)
+    features = features_folder(protocol(root, dataset, params)[1]) if folds else None
+    paths = (
+        DataPaths(root / data / "fold{seed}", root / features if features else None)
+        if folds
+        else DataPaths(root / data)
+    )
     for r in runs:
         run_study(paths, r, params, root / results / r, dataset if folds else None, None, str(root / models / r), folds)
         if params["runs"][r].get("system") == "stt" and params["runs"][r].get("images") != "none":
@@ -318,7 +393,10 @@ def confirm(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--partition", type=int, required=True, help="N: the seed of the fresh partition (or benchmark)")
-    ap.add_argument("--dataset", default="pascal1k", choices=sorted(DATASETS))
+    ap.add_argument(
+        "--dataset",
+        help="the data to confirm on: a section of --params whose key draws it (default: the first with folds)",
+    )
     ap.add_argument(
         "--runs", help="comma-separated runs (default: the claims' runs tested on the dataset, not confirmed yet)"
     )
@@ -332,6 +410,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.partition < 0:
         ap.error(f"--partition {args.partition}: a seed, a non-negative integer")
     runs = args.runs.split(",") if args.runs else None
+    if args.dataset is None:
+        from fraglib_study.params import read_params
+
+        params = read_params(args.params)
+        with_folds = [d for d in dataset_sections(params) if "folds" in params[d]]
+        if not with_folds:
+            ap.error(f"--dataset: {args.params} has no dataset section with folds to default to; name one")
+        args.dataset = with_folds[0]
     try:
         out = confirm(".", args.dataset, args.partition, runs, args.params, args.overwrite)
     except ConfigError as exc:

@@ -64,18 +64,10 @@ import torch
 
 from fraglib.core.config import ConfigError, check_range, from_dict
 from fraglib.core.outputs import command, write_bytes, write_text
+from fraglib.data import readers
 from fraglib.metrics.hubness import k_occurrence
 from fraglib.run.evaluate import load_trained, score_matrix
 from fraglib.run.inputs import DataPaths
-
-SOURCES = {  # dataset -> where its pictures come from, shown on the page beside them
-    "synthetic": "Synthetic benchmark drawn by fraglib.data.synthetic (this project; params.yaml synthetic).",
-    "pascal1k": (
-        "UIUC Pascal Sentence data set (Rashtchian, Young, Hodosh, Hockenmaier, NAACL HLT 2010 workshop; "
-        "vision.cs.uiuc.edu/pascal-sentences/): PASCAL VOC 2008 images, Flickr photographs used under the PASCAL "
-        "VOC terms (flickr.com terms of use). Thumbnails of one test split's or fold's images only."
-    ),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +301,7 @@ def build(
     seed_dirs: dict[str, Path],
     cfg: ExplorerConfig,
     out: str | Path,
-    dataset_name: str = "synthetic",
+    dataset_name: str | None = None,
     truth_file: str | Path | None = None,
     seed: int = 0,
     labels: dict[str, str] | None = None,
@@ -328,7 +320,7 @@ def build(
     cfg = cfg.validate()
     out = Path(out)
     map_all = "all" in cfg.map_runs
-    data: dict[str, Any] = {"dataset": dataset_name, "seed": seed, "k": cfg.k, "source": SOURCES.get(dataset_name, "")}
+    data: dict[str, Any] = {"dataset": dataset_name, "seed": seed, "k": cfg.k, "source": ""}  # filled from the data
     data.update(extra or {})
     data.update(runs={}, aligned=[], maps={})
     split_ids = None
@@ -341,6 +333,8 @@ def build(
         if split_ids is None:
             split_ids = ids
             ds = read_karpathy_json(Path(info["dataset_dir"]) / "dataset.json")
+            data["dataset"] = dataset_name or ds.name  # default: the data's own name (its reader's)
+            data["source"] = readers.credit(data["dataset"])
             rows = [n for n, im in enumerate(ds.images) if im["split"] == "test"]
             rows = [rows[i] for i in shown]
             data["images"] = thumbnails(ds, rows, out, cfg.thumb_px, cfg.quality, thumbs)
@@ -416,7 +410,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", required=True, help="folder of explorer.json (e.g. runs/synthetic/explorer)")
     ap.add_argument("--thumbs", help="folder of the thumbnails (default <out>/thumbs; e.g. reports/explorer_thumbs)")
-    ap.add_argument("--dataset", default="synthetic", choices=tuple(SOURCES), help="names the pictures' source")
+    ap.add_argument(
+        "--dataset",
+        help="the data's name, whose reader names the pictures' source (default: the data's own, its dataset.json's); "
+        "with --folds, its params.yaml section",
+    )
     ap.add_argument("--truth", help="the synthetic benchmark's ground_truth.json (each image's scene: its category)")
     ap.add_argument("--seed", type=int, default=0, help="the seed (split) shown; with --folds, the fold")
     ap.add_argument(
@@ -476,6 +474,8 @@ def main(argv: list[str] | None = None) -> None:
     extra: dict[str, Any] = {}
     units: dict[str, str] = {}
     if args.folds:
+        if not args.dataset:
+            ap.error("--folds: name the dataset whose <dataset>.folds to read (--dataset)")
         k, _ = dataset_folds(params, args.dataset)
         if not 0 <= args.seed < k:
             ap.error(f"--seed {args.seed}: not a fold of {args.dataset}.folds={k}")

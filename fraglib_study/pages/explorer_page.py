@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fraglib.core.outputs import OVERWRITE_HELP, Refused, claim_cli, command, remove, write_text
+from fraglib.data import readers
 from fraglib_study.report.notebook import TEMPLATES
 
 TEMPLATE = "explorer.html.j2"  # in fraglib_study/templates
@@ -45,7 +46,6 @@ def data_file(html: str | Path) -> Path:
     return html.with_name(f"{html.stem}_files") / "data.js"
 
 
-DATASET_NAMES = {"synthetic": "synthetic benchmark", "pascal1k": "Pascal1K", "flickr8k": "Flickr8K", "coco": "COCO"}
 WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
 # a label's note on the splits a study trained the run on ("(Pascal1K: splits 0-1)", "(…; Pascal1K, Flickr8K:
 # splits 0-1)"): true of another page's protocol, not of the items an explorer shows
@@ -61,15 +61,14 @@ def shown_label(label: str) -> str:
 
 
 def page_title(data: dict[str, Any]) -> str:
-    """The page's title from its data: the data set and the protocol (``Explorer: Pascal1K, fold 0 of the ten-fold
-    protocol``; ``Explorer: synthetic benchmark, test split of seed 0``)."""
-    name = DATASET_NAMES.get(data["dataset"], data["dataset"])
+    """The page's title from its data: the data set (its reader's title, :mod:`fraglib.data.readers`) and the
+    protocol (``Explorer: Pascal1K, fold 0 of the ten-fold protocol``; ``Explorer: synthetic benchmark, test split of
+    seed 0``)."""
+    name = readers.title(data["dataset"])
     if data.get("protocol") == "folds":
         k = data.get("folds")
         return f"Explorer: {name}, fold {data['seed']} of the {WORDS.get(k, k)}-fold protocol"
-    if data["dataset"] == "synthetic":
-        return f"Explorer: {name}, test split of seed {data['seed']}"
-    return f"Explorer: {name}, test split {data['seed']}"
+    return f"Explorer: {name}, test split of seed {data['seed']}"
 
 
 # explorer.json's fields (fraglib_study.experiments.explore writes them) and their types; each image and sentence record's too

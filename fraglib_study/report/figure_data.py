@@ -16,7 +16,7 @@
   al. §6.7's table (:func:`fraglib_study.report.live.relation_norms`): each relation matrix's Frobenius norm, mean and sd over
   ``--splits``, with its count among the training tree edges.
 
-The photographs (Pascal1K: :data:`fraglib_study.experiments.explore.SOURCES`) are named in ``triplets.json``'s ``source``. The results
+The photographs (their reader's ``CREDIT``, :mod:`fraglib.data.readers`) are named in ``triplets.json``'s ``source``. The results
 page reads them (:func:`fraglib_study.report.breakdown.test_groups`, :func:`fraglib_study.report.results.read_triplets`, ``relation_norms.csv``)
 where the data or the checkpoints are absent.
 """
@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from fraglib.core.outputs import command, listed_files, remove, write_bytes, write_text
-from fraglib_study.experiments.explore import SOURCES, compact
+from fraglib.data import readers
+from fraglib_study.experiments.explore import compact
 from fraglib_study.report.breakdown import query_record
 from fraglib_study.report.live import relation_norms
 
@@ -114,6 +115,11 @@ def run_name(seed_dir: str | Path) -> str:
     return parent.parent.name if parent.name == "seeds" else parent.name
 
 
+def data_name(dataset_dir: str | Path) -> str:
+    """The name a data folder's ``dataset.json`` gives its data (its reader's, :mod:`fraglib.data.readers`)."""
+    return str(json.loads((Path(dataset_dir) / "dataset.json").read_text(encoding="utf-8")).get("dataset", ""))
+
+
 def build(
     out: str | Path,
     dataset_dir: str,
@@ -122,7 +128,7 @@ def build(
     triplet_run: str | Path | None = None,
     triplets: str = "",
     features_dir: str | Path | None = None,
-    dataset: str = "pascal1k",
+    dataset: str | None = None,
     top: int = 6,
     px: int = 160,
     quality: int = 80,
@@ -146,7 +152,7 @@ def build(
         record = {
             "run": run_name(triplet_run),
             "seed": seed,
-            "source": SOURCES.get(dataset, ""),
+            "source": readers.credit(dataset or data_name(dataset_dir.format(seed=seed))),
             "queries": entries,
         }
         write_text(out / "triplets.json", json.dumps(record, indent=1) + "\n")
@@ -178,7 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--relation-run", default="", help='an SDT-RNN\'s seed folders, e.g. "models/pascal1k/sdtrnn/seed{seed}"'
     )
-    ap.add_argument("--dataset", default="pascal1k", choices=tuple(SOURCES), help="names the pictures' source")
+    ap.add_argument(
+        "--dataset",
+        choices=readers.names(),
+        help="its reader, which names the pictures' source (default: the data's own name, its dataset.json's)",
+    )
     ap.add_argument("--out", required=True, help="folder of queries.json, triplets.json and crops/")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)

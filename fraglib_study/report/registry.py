@@ -1,4 +1,4 @@
-"""The one registry of studies, derived from the ``dvc.yaml`` files; only their human titles are typed (here).
+"""The one registry of studies, derived from the ``dvc.yaml`` files, their human titles included.
 
 A study is a pipeline: the root ``dvc.yaml`` (the default synthetic study, built by ``dvc repro``) and each
 ``studies/<folder>/dvc.yaml``. A pipeline without a ``python -m fraglib_study study`` stage trains nothing and is no
@@ -12,7 +12,10 @@ study. From the stages of its file come
 * its data folder: the ``--dataset-dir`` of its ``python -m fraglib.text fragments`` stage (None without one);
 * its pages: its ``python -m fraglib_study notebook`` and ``fraglib_study.pages.explorer_page`` stages in file order, parameters as
   written (``${…}`` unresolved);
-* its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that.
+* its commands: ``dvc repro [<its dvc.yaml>]``, and the Makefile target that runs exactly that;
+* its title, its data in a few words and its place among the studies: its study stage's ``meta: {title, detail,
+  order}`` (``detail`` filled from its dataset's ``params.yaml`` section); a page's title and what it shows: its
+  stage's ``meta: {title, shows}``. Without them the folder and file names show.
 """
 
 from __future__ import annotations
@@ -28,53 +31,6 @@ from fraglib.core.config import read_yaml
 from fraglib_study.report.notebook import HEADER, executed_path, parameters, parser, project_root
 
 ROOT_PIPELINE = "dvc.yaml"
-TITLES = {  # study -> (title, its data in a few words, filled from its dataset's params.yaml section); the order
-    # of every page
-    "synthetic": ("Synthetic benchmark", "{n_train} / {n_val} / {n_test} images, test galleries of {gallery}"),
-    "synthetic_extended": ("Synthetic benchmark, extended study", ""),
-    "pascal1k": ("Pascal1K, five stratified splits", ""),
-    "flickr8k": ("Flickr8K, text only", ""),
-}
-PAGE_TITLES = {  # page -> (title, what it shows) on the index; a page not named here shows its file name
-    "reports/data_report.html": ("Synthetic benchmark: data report", "samples with boxes and captions, statistics"),
-    "reports/text_report.html": ("Synthetic benchmark: sentence fragments", "parses, relation inventory, fragments"),
-    "reports/vision_report.html": ("Synthetic benchmark: image fragments", "detections, recall, timing"),
-    "reports/training_report.html": (
-        "Synthetic benchmark: training the full model",
-        "curves, test metrics, search table",
-    ),
-    "reports/results_report.html": (
-        "Synthetic benchmark: the ablation study",
-        "Karpathy et al.'s Table 2 layout, paired differences, figures",
-    ),
-    "reports/synthetic_extended/results_report.html": (
-        "Synthetic benchmark: default and extended studies together",
-        "every run of params.yaml on the benchmark (make synthetic-all)",
-    ),
-    "reports/explorer.html": (
-        "Synthetic benchmark: explorer",
-        "pick a test image or sentence: every run's top 10 side by side, alignments, a map of the joint space",
-    ),
-    "reports/pascal1k/text_report.html": ("Pascal1K: sentence fragments", "relation inventory beside the paper's"),
-    "reports/pascal1k/vision_report.html": ("Pascal1K: image fragments", "detections on real photographs"),
-    "reports/pascal1k/results_report.html": (
-        "Pascal1K: every run beside the papers' tables",
-        "Karpathy et al.'s Table 2 layout, Socher et al.'s Tables 1–3, Peri's tables",
-    ),
-    "reports/pascal1k/explorer.html": (
-        "Pascal1K: explorer (fold 0)",
-        "pick a test image or sentence: fold 0 of the claims' and the fight's runs with a checkpoint here (the others "
-        "listed with their command), ranks both ways, alignments, a map per joint space",
-    ),
-    "reports/pascal1k/fight_report.html": (
-        "Pascal1K: fragments against tuned global baselines",
-        "the recipe ladder, training noise, paired CIs",
-    ),
-    "reports/flickr8k/text_only_report.html": (
-        "Flickr8K text only: paraphrasing and transfer to / from Pascal1K",
-        "STT's paraphrasing branch without images",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -87,6 +43,7 @@ class Page:
     html: str
     executed: str
     parameters: dict
+    label: tuple[str, str] = ("", "")  # its stage's meta: (title, what it shows)
 
     @property
     def kind(self) -> str:
@@ -95,8 +52,8 @@ class Page:
 
     @property
     def title(self) -> tuple[str, str]:
-        """(title, what it shows) of :data:`PAGE_TITLES`."""
-        return PAGE_TITLES.get(self.html, (Path(self.html).stem, ""))
+        """(title, what it shows): its stage's ``meta`` (the file name and "" without)."""
+        return (self.label[0] or Path(self.html).stem, self.label[1])
 
 
 @dataclass(frozen=True)
@@ -112,12 +69,14 @@ class Study:
     pages: tuple[Page, ...]
     repro: str  # the dvc command that builds it
     make: str | None  # the Makefile target that runs ``repro``
-    detail: str = ""  # its data in a few words (:data:`TITLES`)
+    detail: str = ""  # its data in a few words (its study stage's meta.detail, filled in)
     folds: str | None = None  # runs/<name>_folds: its runs under the k-fold protocol
+    heading_title: str = ""  # its study stage's meta.title
+    order: float = float("inf")  # its study stage's meta.order: its place among the studies
 
     @property
     def title(self) -> str:
-        return TITLES.get(self.name, (self.name, ""))[0]
+        return self.heading_title or self.name
 
     @property
     def heading(self) -> str:
@@ -134,17 +93,20 @@ def stage_address(pipeline: str, stage: str) -> str:
     return stage if pipeline == ROOT_PIPELINE else f"{pipeline}:{stage}"
 
 
-def page_of(stage: str, cmd: str) -> Page | None:
+def page_of(stage: str, cmd: str, meta: dict | None = None) -> Page | None:
     """The page a stage command renders (``python -m fraglib_study notebook NOTEBOOK HTML -p …``, or the explorer's
     ``python -m fraglib_study explorer-page DATA HTML [--title T]``: no notebook, its data folder and title the parameters), else
-    None."""
+    None. ``meta``: its stage's (``title``, ``shows``: the page's title and what it shows)."""
+    meta = meta or {}
+    label = (str(meta.get("title", "")), str(meta.get("shows", "")))
     words = shlex.split(cmd)
     if words[:4] == ["python", "-m", "fraglib_study", "explorer-page"]:
         ap = argparse.ArgumentParser(add_help=False)  # fraglib_study.pages.explorer_page's DATA HTML --title, read here
         for arg in ("data", "html", "--title"):
             ap.add_argument(arg, default="")
         args = ap.parse_known_args(words[4:])[0]
-        return Page(stage, "", args.html, "", {"data": args.data, **({"title": args.title} if args.title else {})})
+        parameters_ = {"data": args.data, **({"title": args.title} if args.title else {})}
+        return Page(stage, "", args.html, "", parameters_, label)
     if words[:4] != ["python", "-m", "fraglib_study", "notebook"]:
         return None
     args = parser().parse_args(words[4:])
@@ -154,16 +116,19 @@ def page_of(stage: str, cmd: str) -> Page | None:
         args.html,
         str(executed_path(args.notebook, args.html, args.executed)),
         parameters(args.parameter),
+        label,
     )
 
 
-def _commands(pipeline: Path) -> dict[str, str]:
-    """Stage name -> command of a dvc.yaml as written (a ``foreach`` stage: its ``do`` template)."""
+def _commands(pipeline: Path) -> dict[str, tuple[str, dict]]:
+    """Stage name -> (its command as written, its ``meta``) of a dvc.yaml (a ``foreach`` stage: its ``do``
+    template's)."""
     stages = read_yaml(pipeline).get("stages") or {}
     out = {}
     for name, s in stages.items():
-        cmd = (s.get("do") or s).get("cmd", "")
-        out[name] = cmd if isinstance(cmd, str) else " && ".join(cmd)
+        body = s.get("do") or s
+        cmd, meta = body.get("cmd", ""), body.get("meta") or {}
+        out[name] = (cmd if isinstance(cmd, str) else " && ".join(cmd), meta if isinstance(meta, dict) else {})
     return out
 
 
@@ -199,34 +164,38 @@ def make_target(makefile: Path, command: str) -> str | None:
 
 def read_study(root: Path, pipeline: str) -> Study | None:
     """The study of ``root / pipeline``, or None for a pipeline that trains no run."""
-    cmds = _commands(root / pipeline)
-    trains = [o for o in (_options(c, "fraglib_study", "study") for c in cmds.values()) if o and o.out]
-    train = next((o for o in trains if not o.folds), None)
-    folds = next((Path(o.out).parent.as_posix() for o in trains if o.folds), None)
+    stages = _commands(root / pipeline)
+    cmds = {n: c for n, (c, _) in stages.items()}
+    trains = [(n, o) for n, o in ((n, _options(c, "fraglib_study", "study")) for n, c in cmds.items()) if o and o.out]
+    train_stage, train = next(((n, o) for n, o in trains if not o.folds), (None, None))
+    folds = next((Path(o.out).parent.as_posix() for _, o in trains if o.folds), None)
     if train is None:
         return None
     data = next((o.dataset_dir for o in (_options(c, "fraglib.text", "fragments") for c in cmds.values()) if o), None)
-    pages = tuple(p for p in (page_of(stage_address(pipeline, n), c) for n, c in cmds.items()) if p)
+    pages = tuple(p for p in (page_of(stage_address(pipeline, n), c, m) for n, (c, m) in stages.items()) if p)
     repro = "dvc repro" if pipeline == ROOT_PIPELINE else f"dvc repro {pipeline}"
+    meta = stages[train_stage][1]
+    dataset = train.dataset or Path(train.dataset_dir or "data/?").parts[1]  # the default study's: its data folder
     return Study(
         Path(train.out).parent.name,
         pipeline,
         Path(train.out).parent.as_posix(),
-        train.dataset or "synthetic",
+        dataset,
         "splits" if "{seed}" in (train.dataset_dir or "") else "seeds",
         data,
         pages,
         repro,
         None if pipeline == ROOT_PIPELINE else make_target(root / "Makefile", repro),
-        detail=_detail(root, Path(train.out).parent.name, train.dataset or "synthetic"),
+        detail=_detail(root, str(meta.get("detail", "")), dataset),
         folds=folds,
+        heading_title=str(meta.get("title", "")),
+        order=float(meta.get("order", float("inf"))),
     )
 
 
-def _detail(root: Path, name: str, dataset: str) -> str:
-    """:data:`TITLES`' few words on study ``name``'s data, its dataset's ``params.yaml`` section filled in ("" when
+def _detail(root: Path, detail: str, dataset: str) -> str:
+    """A study's few words on its data (its meta.detail), its dataset's ``params.yaml`` section filled in ("" when
     that section leaves a key to its default: the heading then names no size rather than a wrong one)."""
-    detail = TITLES.get(name, (name, ""))[1]
     params = root / "params.yaml"
     section = (read_yaml(params).get(dataset) or {}) if params.is_file() else {}
     try:
@@ -236,14 +205,13 @@ def _detail(root: Path, name: str, dataset: str) -> str:
 
 
 def studies(root: str | Path = ".") -> list[Study]:
-    """Every study of the project at ``root``: the root pipeline's, then ``studies/*/dvc.yaml``'s, in the order of
-    :data:`TITLES` (studies it does not name last, by name)."""
+    """Every study of the project at ``root``: the root pipeline's and ``studies/*/dvc.yaml``'s, by their
+    ``meta.order`` (those without last), then name."""
     root = Path(root)
     files = [ROOT_PIPELINE] * (root / ROOT_PIPELINE).is_file()
     files += sorted(p.relative_to(root).as_posix() for p in root.glob("studies/*/dvc.yaml"))
     found = [s for s in (read_study(root, f) for f in files) if s]
-    order = list(TITLES)
-    return sorted(found, key=lambda s: (order.index(s.name) if s.name in order else len(order), s.name))
+    return sorted(found, key=lambda s: (s.order, s.name))
 
 
 def study_command(path: str | Path, root: str | Path | None = None) -> str:

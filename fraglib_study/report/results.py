@@ -582,7 +582,7 @@ def results_table(
     return df
 
 
-def published_table(dataset: str = "flickr8k") -> pd.DataFrame:
+def published_table(dataset: str) -> pd.DataFrame:
     """The paper's rows for ``dataset`` (Karpathy et al. 2014), same layout, numbers as printed."""
     from fraglib_study.reference import published
 

@@ -485,13 +485,17 @@ def peri_captions(folder: Path, params: dict[str, Any]) -> list[Block]:
     ]
 
 
-PAPERS_DATASET = "pascal1k"  # the data Socher et al. and Peri printed the tables beside ours on
+def papers_printed_on(dataset: str) -> bool:
+    """Whether Socher et al. printed their tables on ``dataset`` (a table of theirs in published_results.yaml is named
+    ``<dataset>_…``): the data on which the papers' tables stand beside ours, Peri's systems' included."""
+    return any("_" in str(k) and str(k).split("_")[0] == dataset for k in published()["socher2014_dtrnn"])
 
 
 def papers(folder: Path, dataset: str, params: dict[str, Any]) -> list[tuple[str, list[Block]]]:
     """(title, blocks) of each paper's tables beside ours (:func:`socher`; :func:`peri` and :func:`peri_captions`)
-    for the runs in ``folder``, when their ``dataset`` is the one the papers printed theirs on; those with blocks."""
-    if dataset != PAPERS_DATASET:
+    for the runs in ``folder``, when their ``dataset`` is the one the papers printed theirs on
+    (:func:`papers_printed_on`); those with blocks."""
+    if not papers_printed_on(dataset):
         return []
     parts = (
         ("Socher et al. 2014 beside the paper", socher(study_runs(folder), params)),
