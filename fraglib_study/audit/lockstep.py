@@ -31,7 +31,14 @@ from typing import Any
 
 from fraglib.core.outputs import command, updates, write_text
 
-LOCKS = ("dvc.lock", "studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock")
+
+def locks(root: str | Path = ".") -> list[str]:
+    """The project's locks found under ``root``: the default pipeline's, then each study's (``studies/*/dvc.lock``)."""
+    root = Path(root)
+    found = ["dvc.lock"] * (root / "dvc.lock").is_file()
+    return found + sorted(p.relative_to(root).as_posix() for p in root.glob("studies/*/dvc.lock"))
+
+
 RECORDS = Path("docs/lock_records.json")
 _MISSING = object()
 
@@ -97,10 +104,10 @@ def _value(params: dict[str, Any], key: str) -> Any:
 def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None = None) -> list[dict[str, str]]:
     """One row per difference in ``lock`` (relative to ``root``, the repository): ``stage``, ``what`` (``source``
     or ``setting``), ``path`` (a source's path, a setting's ``file:key``) and ``why``. ``outs``: every path the
-    project's stages write (default: those of :data:`LOCKS` found under ``root``)."""
+    project's stages write (default: those of :func:`locks` under ``root``)."""
     root = Path(root)
     if outs is None:
-        outs = outputs([root / f for f in LOCKS if (root / f).is_file()])
+        outs = outputs([root / f for f in locks(root)])
     rows: list[dict[str, str]] = []
     settings: dict[str, Any] = {}
     hashes: dict[str, str] = {}  # a source shared by many stages is hashed once
@@ -171,9 +178,7 @@ def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bo
     if not evidence.strip():
         raise ValueError("--evidence: say which stages were re-run and found byte-identical, and where")
     changed = []
-    for lock in LOCKS:
-        if not Path(lock).is_file():
-            continue
+    for lock in locks():
         pipeline = str(Path(lock).with_suffix(".yaml"))
         for row in out_of_step(lock):
             address = f"{pipeline}:{row['stage']}"
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="list the stages whose recorded sources or settings differ (exit 1 if any)")
-    c.add_argument("locks", nargs="*", default=[f for f in LOCKS if Path(f).is_file()])
+    c.add_argument("locks", nargs="*", default=locks())
     r = sub.add_parser("record", help="re-record stages after a change that moved no number, with its evidence")
     r.add_argument("targets", nargs="+", help="stage addresses (dvc.yaml:index) or pipeline files")
     r.add_argument("--evidence", required=True, help="which stages were re-run and found byte-identical, and where")
