@@ -647,10 +647,10 @@ def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
 
 
 def provenance() -> dict[str, str]:
-    """Code revision, device, Python, machine, parser, CNN and package versions. (Not dvc.lock's hash: the lock
-    records this page, so a page naming its lock could never be in step with it; ``python -m fraglib_study lockstep``.)"""
-    from fraglib.core.device import describe
-
+    """Code revision, Python, machine, parser, CNN and package versions. Not the device: the page computes nothing on
+    one (each page that trains or scores prints its own), and naming it would load torch. Not dvc.lock's hash: the
+    lock records this page, so a page naming its lock could never be in step with it (``python -m fraglib_study
+    lockstep``)."""
     prov = {
         "rendered from commit": (git("log", "-1", "--format=%h (%cs)") or "unknown")
         + (
@@ -658,7 +658,6 @@ def provenance() -> dict[str, str]:
             if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports")
             else ""
         ),
-        "device": describe(),
         "python": platform.python_version(),
         "machine": platform.platform(),
     }
