@@ -286,17 +286,23 @@ def _gallery(im: dict[str, Any], path: Any, n: int) -> int:
     return g
 
 
+def read_json(path: Path, missing: str) -> Any:
+    """The JSON value in ``path``: FileNotFoundError ``"<path>: <missing>"`` without the file, ValueError naming it
+    when it is not JSON (or not UTF-8)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: {missing}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+
+
 def read_karpathy_json(path: str | Path, image_dir: str | Path | None = None) -> Dataset:
     """Read a Karpathy-format ``dataset.json`` (ours, or Karpathy's ``dataset_{flickr8k,flickr30k,coco}.json``);
     images are looked up in ``image_dir`` (default: ``image_root`` of the file, else ``images/`` beside it),
     under ``filepath/filename`` when an image has a ``filepath`` (COCO: ``val2014/COCO_val2014_….jpg``)."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: dataset file not found")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, "dataset file not found")
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"{path}: expected an object with an 'images' list (Karpathy's format)")
     images, sentences = [], []

@@ -174,10 +174,11 @@ def read_study(root: Path, pipeline: str) -> Study | None:
     data = next((o.dataset_dir for o in (_options(c, "fraglib.text", "fragments") for c in cmds.values()) if o), None)
     pages = tuple(p for p in (page_of(stage_address(pipeline, n), c, m) for n, (c, m) in stages.items()) if p)
     repro = "dvc repro" if pipeline == ROOT_PIPELINE else f"dvc repro {pipeline}"
-    meta = stages[train_stage][1]
-    dataset = train.dataset or Path(train.dataset_dir or "data/?").parts[1]  # the default study's: its data folder
+    meta, name = stages[train_stage][1], Path(train.out).parent.name
+    folder = Path(train.dataset_dir or "").parts
+    dataset = train.dataset or (folder[1] if len(folder) > 1 else name)  # the default study's: its folder data/<name>
     return Study(
-        Path(train.out).parent.name,
+        name,
         pipeline,
         Path(train.out).parent.as_posix(),
         dataset,

@@ -32,6 +32,7 @@ from fraglib.data import convert
 from fraglib.data.dataset import (
     Dataset,
     fold_split,
+    read_json,
     stratified_folds,
     stratified_split,
     tokenize,
@@ -54,12 +55,7 @@ def read_pascal1k(root: str | Path, split_seed: int = 0, fold: int | None = None
     file name; sentids follow that order."""
     root = Path(root)
     path = root / "sentences.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: Pascal1K sentences not found (expected layout: README, 'Real data')")
-    try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    raw = read_json(path, "Pascal1K sentences not found (expected layout: README, 'Real data')")
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected an object {{file name: {{category, sentences}}}}")
     for f, entry in raw.items():
