@@ -265,16 +265,21 @@ def test_grounding_against_hand_counts():
 
 
 def test_caption_table_and_the_published_rows(tmp_path):
-    from fraglib_study.report.results import caption_table, peri_caption_published
+    from fraglib_study.report.results import peri_caption_published
+    from fraglib_study.report.tables import caption_files, captions
 
     run = tmp_path / "stt"
     run.mkdir()
     c = {t: {m: 0.5 for m in METRICS} for t in ("captioning", "paraphrasing")}
-    c.update({"captioning_ci": {m: [0.4, 0.6] for m in METRICS}, "paraphrasing_ci": None})
+    c.update({"captioning_ci": {m: [0.4, 0.6] for m in METRICS}, "paraphrasing_ci": None, "seeds": [0, 1]})
     (run / "captions.json").write_text(json.dumps(c))
-    t = caption_table(tmp_path, ["stt", "not_run"], {"stt": "STT"})
-    assert t.loc[("captioning", "STT"), "cider"] == "50.0 [40.0, 60.0]"
-    assert t.loc[("paraphrasing", "STT"), "bleu4"] == "50.0" and len(t) == 2
+    files = caption_files(tmp_path)
+    assert list(files) == ["`stt` captions"]
+    t = captions(files, cis=True)  # the notebook's: with the CIs
+    assert t.header == ("run, output", "task", "seeds", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D")
+    assert t.rows[0] == ("`stt` captions", "captioning", "2", *["50.0 [40.0, 60.0]"] * 4)
+    assert t.rows[1][1:] == ("paraphrasing", "2", *["50.0"] * 4) and len(t) == 2  # no CI recorded: none shown
+    assert captions(files).rows[0][3:] == ("50.0",) * 4  # the pages': means only
     pub = peri_caption_published()
     assert pub.loc[("captioning_mscoco_1k", "stt_1024"), "cider"] == 85.0  # as printed (0.850), x100
 

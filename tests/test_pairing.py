@@ -36,7 +36,7 @@ def test_the_fight_page_prints_the_claims_difference(folder, a, b):
     page = paired_differences(study, [(a, b)], metrics=("r1", "r5", "mean_rank"), n_boot=20)
     assert len(page) == 6
     for _, row in page.iterrows():
-        metric = {"R@1": "r1", "R@5": "r5", "mean r": "mean_rank"}[row.metric]
+        metric = {"R@1": "r1", "R@5": "r5", "mean rank": "mean_rank"}[row.metric]
         ours = claims.our_difference(where / a, where / b, row.direction, metric, train_var=0.0)
         assert row["diff"] == ours["diff"], (row.direction, metric)
         assert row["diff"] == results.run_difference(study[a], study[b], row.direction, metric)

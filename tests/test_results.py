@@ -111,20 +111,23 @@ def test_seed_mean_ci_contains_point():
 
 def test_published_table_layout():
     t = published_table("pascal1k")
-    assert ("annotation", "R@1") in t.columns and ("search", "mean r") in t.columns
+    assert ("annotation", "R@1") in t.columns and ("search", "mean rank") in t.columns
     assert t.loc["paper: full_model", ("annotation", "R@1")] == 39.0
 
 
 def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     from fraglib_study.pages.index import build
-    from fraglib_study.report.results import load_run, results_table
+    from fraglib_study.report.results import load_run
+    from fraglib_study.report.tables import retrieval
 
     full = load_run(tiny_study / "full")
     assert full["seeds"] == [0] and full["ranks"]["search"].shape[0] == 1
     summary = json.loads((tiny_study / "full" / "metrics.json").read_text())
     assert "train_seconds" not in json.dumps(summary)  # nothing timing-dependent in the DVC metric
-    table = results_table({"full": full, "random": load_run(tiny_study / "random")}, n_boot=20)
-    assert table.shape == (2, 8)
+    table = retrieval({"full": full, "random": load_run(tiny_study / "random")}, {}, ("r1", "r5"), 20, sort=False)
+    assert table.header[3:] == ("annotation R@1", "annotation R@5", "search R@1", "search R@5")
+    assert [r[0] for r in table.rows] == ["`full` — full", "`random` — random"]  # the order given
+    assert all(c.count("[") == 1 for r in table.rows for c in r[3:])  # each cell: its mean and 95 % CI
     monkeypatch.chdir(_pipelines(tmp_path))
     page = build(tmp_path / "reports" / "index.html").read_text().replace("&#39;", "'")
     assert (
@@ -289,35 +292,34 @@ def test_verb_groups_by_hand():
     ] + ["verb, unlike the others", "no verb, unlike the others"]
 
 
-def test_paper_table_by_hand():
-    from fraglib_study.report.results import paper_table
+def test_socher_tables_by_hand():
+    """Socher et al.'s tables as the index and the results notebook show them (one builder): ours with the CIs
+    the notebook asks for, the paper's in brackets; a row whose run is not here is left out."""
+    from fraglib_study.report.tables import html, socher
 
     study = {
-        "a": {"groups": [0, 1], "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])}}
+        "a": {
+            "groups": [0, 1],
+            "seeds": [0, 1],
+            "ranks": {"search": np.array([[1, 3], [2, 2]]), "annotation": np.array([[4], [6]])},
+        }
     }
-    pub = {"image_search": {"bow": 14.6, "dt_rnn": 13.6}, "describing_images": {"bow": 21.1}}
-    t = paper_table(
-        study, {"bow": "a", "dt_rnn": "b"}, pub, ("image_search", "describing_images"), labels={"a": "run A"}, n_boot=50
-    )
-    assert list(t.index) == ["bow (run A)", "dt_rnn (b)"]
-    assert t.loc["bow (run A)", ("image_search", "mean r", "ours")].startswith("2.0 [")
+    params = {"results_report": {"socher_tables": {"margin": {"bow": "a", "dt_rnn": "b"}}}}
+    t1, t3 = (b for b in socher(study, params, n_boot=50) if not isinstance(b, str))
+    assert t1.header == ("paper row", "run", "sentence similarity", "image search", "describing images")
+    assert [r[:2] for r in t1.rows] == [("bow", "`a`")]  # dt_rnn's run b is not here: named under the table
+    assert "Not run here: dt_rnn (`b`)." in socher(study, params)
+    assert t1.rows[0][2] == "— (11.8)"  # a ranked no sentence against sentences
+    assert t1.rows[0][3].startswith("2.0 [") and t1.rows[0][3].endswith("] (14.6)")
     # one query per split: the CI comes from resampling the two splits (mean ranks 4 and 6)
-    assert t.loc["bow (run A)", ("describing_images", "mean r", "ours")] == "5.0 [4.0, 6.0]"
-    assert t.loc["bow (run A)", ("image_search", "mean r", "paper")] == 14.6
-    assert t.loc["dt_rnn (b)", ("image_search", "mean r", "ours")] == "not run"
-    assert t.loc["dt_rnn (b)", ("describing_images", "mean r", "paper")] == "—"
-    t3 = paper_table(
-        study,
-        {"bow": "a"},
-        {"image_search": {"bow": {"mean_rank": 14.6, "r1": 15.8}}},
-        ("image_search",),
-        ("mean_rank", "r1"),
-        n_boot=20,
-    )
-    assert t3.loc["bow (a)", ("image_search", "R@1", "ours")].startswith("25.0 [")  # seeds: 50 and 0
-    assert t3.loc["bow (a)", ("image_search", "R@1", "paper")] == 15.8
-    no_paper = paper_table(study, {"bow": "a"}, None, ("image_search",), n_boot=20)
-    assert list(no_paper.columns) == [("image_search", "mean r", "ours")]
+    assert t1.rows[0][4] == "5.0 [4.0, 6.0] (21.1)"
+    assert t3.header[2] == "image search R@1" and t3.rows[0][2].startswith("25.0 [")  # R@1 per split: 50 and 0
+    assert t3.rows[0][2].endswith("] (15.8)")
+    page = socher(study, params)  # the index: no CIs
+    assert page[1].rows[0][4] == "5.0 (21.1)" and "Table 1" in page[0]
+    alone = socher(study, params, paper=False)  # another dataset: ours alone
+    assert alone[1].rows[0][4] == "5.0" and "(paper)" not in alone[0]
+    assert "<td>5.0 (21.1)</td>" in html(page) and page[1]._repr_html_() == html([page[1]])
 
 
 def test_study_keeps_sentence_similarity_ranks(tiny_study):
@@ -327,7 +329,7 @@ def test_study_keeps_sentence_similarity_ranks(tiny_study):
     assert "similarity" in runs["dtrnn"]["ranks"] and "similarity" in runs["random"]["ranks"]
     assert "similarity" not in runs["full"]["ranks"]  # the fragment model has no sentence space
     d = paired_differences(runs, [("dtrnn", "random"), ("full", "random")], ("similarity",), ("mean_rank",), n_boot=20)
-    assert d.run.tolist() == ["dtrnn"] and d.metric.tolist() == ["mean r"]
+    assert d.run.tolist() == ["dtrnn"] and d.metric.tolist() == ["mean rank"]
 
 
 def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
@@ -366,15 +368,17 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
 
 def test_vsepp_median_and_peri_table():
     """The VSE++ median per seed in the results table, and Peri's rows in their own table."""
-    from fraglib_study.report.results import peri_published_table, results_table
+    from fraglib_study.report.results import peri_published_table
+    from fraglib_study.report.tables import retrieval
 
     ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])  # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
-    run = {"groups": [0, 1], "ranks": {"annotation": ranks, "search": ranks}, "annotation": {}, "search": {}}
-    cell = results_table({"x": run}, rank="median_rank_vsepp", n_boot=20).loc["x", ("search", "med r (VSE++)")]
-    assert cell.startswith("2.5 ± 0.7 ")  # mean of (2, 3), sd with ddof=1
+    run = {"groups": [0, 1], "seeds": [0, 1], "system": "vse", "ranks": {"annotation": ranks, "search": ranks}}
+    table = retrieval({"x": run}, {}, ("median_rank_vsepp",), n_boot=20, sort=False)
+    assert table.header[-1] == "search median rank (VSE++)"
+    assert table.rows[0][-1].startswith("2.5 ± 0.7 [")  # mean of (2, 3), sd with ddof=1
     t = peri_published_table()
     assert t.loc["mscoco_5k_test: vse_baseline_1024", ("annotation", "R@1")] == 55.5
-    assert t.loc["flickr30k_1k_test: stt_att_1024", ("search", "mean r")] == 18.3
+    assert t.loc["flickr30k_1k_test: stt_att_1024", ("search", "mean rank")] == 18.3
 
 
 def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
@@ -539,11 +543,12 @@ def test_socher_tables_put_our_runs_beside_the_paper_by_hand():
     )
     assert next(x for x in lines if x.startswith("| sdt_rnn | `sdtrnn`")).split(" | ")[2] == "— (10.5)"  # no similarity
     assert "| dt_rnn | `dtrnn_sq` | 45.7 (13.3) | 60.2 (26.8) |" in lines
-    assert not any("`kcca`" in x for x in lines)
-    t3 = next(x for x in lines if x.startswith("| sdt_rnn |") and "/" in x)
-    assert (
-        t3
-        == "| sdt_rnn | `sdtrnn` | 20.0 / 50.0 / 70.0 / 8.2 (16.4 / 46.6 / 65.6 / 12.5) | 20.0 / 50.0 / 70.0 / 8.8 (23 / 45 / 63 / 16.9) |"
+    assert not any("`kcca`" in x for x in lines if x.startswith("|"))  # no row: named as not run
+    assert "Not run here: kcca (`kcca`)." in lines
+    t3 = [x for x in lines if x.startswith("| sdt_rnn | `sdtrnn`")][-1]  # Table 3: R@1, R@5, R@10, mean rank per task
+    assert t3 == (
+        "| sdt_rnn | `sdtrnn` | 20.0 (16.4) | 50.0 (46.6) | 70.0 (65.6) | 8.2 (12.5) "
+        "| 20.0 (23) | 50.0 (45) | 70.0 (63) | 8.8 (16.9) |"
     )
     assert socher({}, params) == []
 

@@ -626,7 +626,7 @@ def study_sections(found: list[Study], params: dict) -> list[dict[str, Any]]:
     out = []
     for s in found:
         folder = Path(s.runs)
-        runs, caps = tables.retrieval_runs(folder, params), tables.captions(folder)
+        runs, caps = tables.retrieval_runs(folder, params), tables.captions(tables.caption_files(folder))
         if not runs and not caps:
             continue
         stale = stale_runs(folder, tables.study_runs(folder), current[s.dataset])

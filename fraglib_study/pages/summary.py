@@ -63,7 +63,7 @@ def study_markdown(root: Path, study: Study, params: dict[str, Any], labels: dic
     """The Markdown section of one study ("" when it has no result here): the verdict and the papers' tables
     where they apply, then retrieval, hubness and generated sentences."""
     folder = root / study.runs
-    runs, caps = tables.retrieval_runs(folder, params), tables.captions(folder)
+    runs, caps = tables.retrieval_runs(folder, params), tables.captions(tables.caption_files(folder))
     if not runs and not caps:
         return ""
     head: list[Block] = [Heading(2, study.heading), *tables.coverage(folder)]

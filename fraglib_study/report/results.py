@@ -429,11 +429,36 @@ def protocol_text(study: dict[str, dict[str, Any]], runs: list[str] | None = Non
 
 
 def metric_label(name: str) -> str:
-    """Column label of a metric: r1 -> R@1, mean_rank -> mean r, median_rank -> med r, median_rank_vsepp ->
-    med r (VSE++) (:func:`fraglib.run.evaluate.median_rank_vsepp`)."""
-    return {"mean_rank": "mean r", "median_rank": "med r", "median_rank_vsepp": "med r (VSE++)"}.get(
-        name, name.replace("r", "R@", 1)
-    )
+    """Column label of a metric: r1 -> R@1, mean_rank -> mean rank, median_rank -> median rank,
+    median_rank_vsepp -> median rank (VSE++) (:func:`fraglib.run.evaluate.median_rank_vsepp`)."""
+    return name.replace("_vsepp", " (VSE++)").replace("_", " ") if "rank" in name else name.replace("r", "R@", 1)
+
+
+def mean_sd(run: dict[str, Any], task: str, metric: str) -> tuple[float, float | None]:
+    """Mean and sd over training runs of ``metric`` on ``task`` (a direction, or ``similarity``): the summary's
+    (``metrics.json``: ``<task>``, ``<task>_sd``), else from the per-query ranks of a loaded run (:func:`load_run`;
+    e.g. ``median_rank_vsepp``, which the trainer does not write; sd with ddof 1, None for one training run)."""
+    if metric in (run.get(task) or {}):
+        return run[task][metric], (run.get(f"{task}_sd") or {}).get(metric)
+    per_unit = _metric(run["ranks"][task], metric)
+    return float(per_unit.mean()), float(per_unit.std(ddof=1)) if len(per_unit) > 1 else None
+
+
+def seed_mean_cis(
+    study: dict[str, dict[str, Any]],
+    metrics: tuple[str, ...],
+    n_boot: int = N_BOOT,
+    tasks: tuple[str, ...] = DIRECTIONS,
+) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(run, task, metric) -> the 95 % bootstrap CI of the mean over training runs (the module's resampling, the
+    tables' CIs) for every loaded run of ``study`` (:func:`load_run`) and each of ``tasks`` it ranked."""
+    return {
+        (r, d, m): bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"], strata=shared_strata([s], d))
+        for r, s in study.items()
+        for d in tasks
+        if d in s["ranks"]
+        for m in metrics
+    }
 
 
 def training_noise(
@@ -556,38 +581,12 @@ def split_differences(
     return pd.DataFrame(rows)
 
 
-def results_table(
-    study: dict[str, dict[str, Any]],
-    labels: dict[str, str] | None = None,
-    rank: str = "median_rank",
-    n_boot: int = N_BOOT,
-) -> pd.DataFrame:
-    """Rows = runs (labelled by ``labels``); columns = (direction, metric) as 'mean ± sd [lo, hi]' strings."""
-    rows = {}
-    for v, s in study.items():
-        row = {}
-        for d in DIRECTIONS:
-            for m in [f"r{k}" for k in KS] + [rank]:
-                lo, hi = bootstrap_seed_mean(s["ranks"][d], m, n_boot, groups=s["groups"], strata=shared_strata([s], d))
-                per_seed = _metric(s["ranks"][d], m)  # metrics.json holds the trainer's metrics only
-                mean, sd = (
-                    (s[d][m], s[d + "_sd"][m])
-                    if m in s[d]
-                    else (per_seed.mean(), per_seed.std(ddof=1) if len(per_seed) > 1 else 0.0)
-                )
-                row[(d, metric_label(m))] = f"{mean:.1f} ± {sd:.1f} [{lo:.1f}, {hi:.1f}]"
-        rows[(labels or {}).get(v, v)] = row
-    df = pd.DataFrame(rows).T
-    df.columns = pd.MultiIndex.from_tuples(df.columns)
-    return df
-
-
 def published_table(dataset: str) -> pd.DataFrame:
     """The paper's rows for ``dataset`` (Karpathy et al. 2014), same layout, numbers as printed."""
     from fraglib_study.reference import published
 
     t = published()["karpathy2014_defrag"][dataset]
-    rank = "med r" if t["rank"] == "median" else "mean r"
+    rank = metric_label(f"{t['rank']}_rank")
     rows = {}
     for name, r in t["rows"].items():
         rows[f"paper: {name}"] = {
@@ -616,8 +615,8 @@ def peri_published_table() -> pd.DataFrame:
                     ("R@1", "r1"),
                     ("R@5", "r5"),
                     ("R@10", "r10"),
-                    ("med r (VSE++)", "med"),
-                    ("mean r", "mean"),
+                    (metric_label("median_rank_vsepp"), "med"),
+                    (metric_label("mean_rank"), "mean"),
                 )
             }
     df = pd.DataFrame(rows).T
@@ -712,43 +711,6 @@ def differences_from(
     return paired_differences(study, [(v, base) for v in study if v != base], labels=labels, n_boot=n_boot)
 
 
-def paper_table(
-    study: dict[str, dict[str, Any]],
-    rows: dict[str, str],
-    published: dict[str, Any] | None,
-    tasks: tuple[str, ...],
-    metrics: tuple[str, ...] = ("mean_rank",),
-    labels: dict[str, str] | None = None,
-    n_boot: int = N_BOOT,
-) -> pd.DataFrame:
-    """A published table laid out with ours beside it. ``rows``: the paper's row key -> our run
-    (rows whose run is not in ``study`` read "not run"); ``tasks``: the paper's task keys
-    (:data:`PAPER_TASKS`); ``published[task][row]`` a number (one metric) or {metric: number}, or
-    None for no paper column. Cells: seed-mean [95% bootstrap CI] of ours, the paper's as printed."""
-    out = {}
-    for key, run in rows.items():
-        row = {}
-        for task in tasks:
-            ours = PAPER_TASKS[task]
-            for m in metrics:
-                name = metric_label(m)
-                r = study[run]["ranks"].get(ours) if run in study else None
-                if r is None:
-                    row[(task, name, "ours")] = "not run" if run not in study else "—"
-                else:
-                    lo, hi = bootstrap_seed_mean(r, m, n_boot, groups=study[run]["groups"])
-                    row[(task, name, "ours")] = f"{_metric(r, m).mean():.1f} [{lo:.1f}, {hi:.1f}]"
-                if published is not None:
-                    p = (published.get(task) or {}).get(key)
-                    row[(task, name, "paper")] = (
-                        "—" if p is None else (p if len(metrics) == 1 and not isinstance(p, dict) else p.get(m))
-                    )
-        out[f"{key} ({(labels or {}).get(run, run)})"] = row
-    df = pd.DataFrame(out).T
-    df.columns = pd.MultiIndex.from_tuples(df.columns)
-    return df
-
-
 # ----------------------------------------------------------------------------- histories, captions, galleries, the explorer
 def top_sentences(scores: np.ndarray, sentence_image: np.ndarray, image: int, k: int = 5) -> list[tuple[int, bool]]:
     """The ``k`` best-scoring sentences (positions) of test image ``image``, each with whether it is
@@ -803,29 +765,6 @@ def has_pictures(dataset_dir: str | Path) -> bool:
 def _mean_ci(value: float, ci: list[float] | None) -> str:
     """A caption metric ×100 as 'mean [lo, hi]' (no brackets without a CI)."""
     return f"{100 * value:.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
-
-
-def caption_table(
-    runs_dir: str | Path | dict[str, Path],
-    runs: list[str],
-    labels: dict[str, str] | None = None,
-    name: str = "captions",
-) -> pd.DataFrame:
-    """Caption and paraphrase metrics (``fraglib_study.experiments.captions``: ``<run>/<name>.json``) of the ``runs``
-    that have them, ×100: rows (task, run), columns metrics, 'mean [lo, hi]' (mean over seeds, 95%
-    bootstrap CI over images / input captions); a task a run did not score (text only) has no row."""
-    from fraglib_study.experiments.caption_record import METRICS, TASKS
-
-    rows = {}
-    for r in runs:
-        f = _folder(runs_dir, r) / f"{name}.json"
-        if not f.exists():
-            continue
-        c = read_json(f)
-        for t in (t for t in TASKS if t in c):
-            ci = c.get(t + "_ci") or {}
-            rows[(t, (labels or {}).get(r, r))] = {m: _mean_ci(c[t][m], ci.get(m)) for m in METRICS}
-    return pd.DataFrame(rows).T
 
 
 def paraphrase_results(runs: dict[str, str | Path]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, Union
 
 from fraglib_study.reference import published
-from fraglib_study.report.results import DIRECTIONS, paired_r1, read_json, read_summary
+from fraglib_study.report.results import (
+    DIRECTIONS,
+    mean_sd,
+    metric_label,
+    paired_r1,
+    read_json,
+    read_summary,
+    seed_mean_cis,
+)
 
 UNCONFIRMED = "A confirmation of the verdict on partitions the study never used is not yet part of the study."
 
@@ -40,6 +48,9 @@ class Table:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _repr_html_(self) -> str:  # a notebook shows the table the pages show (:func:`html`)
+        return html([self])
 
 
 Block = Union[str, Heading, Table]
@@ -98,8 +109,9 @@ def retrieval_runs(folder: Path, params: dict[str, Any]) -> dict[str, dict[str, 
 
 
 def _units(m: dict[str, Any]) -> int:
-    """Training runs behind a summary's means."""
-    return len(m.get("units") or m["seeds"])
+    """Training runs behind a summary's means (a k-fold run read by :func:`fraglib_study.report.results.load_run`
+    too: its units are then its replicates, its training runs those of ``per_seed``)."""
+    return len(m.get("per_seed") or m.get("units") or m["seeds"])
 
 
 def _label(run: str, labels: dict[str, str]) -> str:
@@ -125,24 +137,42 @@ def coverage(folder: Path) -> list[Block]:
     return [line + ("." if not missing else f"; summaries only: {', '.join(f'`{r}`' for r in missing)}.")]
 
 
-def _cell(m: dict[str, Any], d: str, k: str) -> str:
-    """Mean (± sd over training runs when there are several) of metric ``k`` in direction ``d``."""
-    v, sd = m[d][k], (m.get(f"{d}_sd") or {}).get(k)
-    return f"{v:.1f}" + (f" ± {sd:.1f}" if sd is not None and _units(m) > 1 else "")
+Interval = tuple[float, float]
 
 
-def retrieval(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> Table:
-    """One row per run, R@1, R@10 and mean rank in both directions (mean ± sd over training runs), sorted by
-    annotation + search R@1."""
-    order = sorted(runs, key=lambda r: (-(runs[r]["annotation"]["r1"] + runs[r]["search"]["r1"]), r))
+def _ci(cis: dict[tuple[str, ...], Interval] | None, *key: str) -> str:
+    """`` [lo, hi]`` of ``cis[key]`` (a 95 % CI), or nothing when the table has no CIs (or none for ``key``: a
+    task a run did not rank)."""
+    return "" if cis is None or key not in cis else " [{:.1f}, {:.1f}]".format(*cis[key])
+
+
+def retrieval(
+    runs: dict[str, dict[str, Any]],
+    labels: dict[str, str],
+    metrics: tuple[str, ...] = ("r1", "r10", "mean_rank"),
+    n_boot: int | None = None,
+    sort: bool = True,
+) -> Table:
+    """One row per run (its summary, or its :func:`~fraglib_study.report.results.load_run`), ``metrics`` in both
+    directions as mean ± sd over training runs (:func:`~fraglib_study.report.results.mean_sd`), each followed by
+    its 95 % CI ``[lo, hi]`` from ``n_boot`` bootstrap draws when given (loaded runs:
+    :func:`~fraglib_study.report.results.seed_mean_cis`); sorted by annotation + search R@1 unless ``sort`` is
+    false (then in the order of ``runs``)."""
+    cis = seed_mean_cis(runs, metrics, n_boot) if n_boot else None
+
+    def cell(r: str, d: str, k: str) -> str:
+        mean, sd = mean_sd(runs[r], d, k)
+        return f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None and _units(runs[r]) > 1 else "") + _ci(cis, r, d, k)
+
+    order = sorted(runs, key=lambda r: (-(runs[r]["annotation"]["r1"] + runs[r]["search"]["r1"]), r)) if sort else runs
     return Table(
-        ("run", "system", "training runs", *(f"{d} {k}" for d in DIRECTIONS for k in ("R@1", "R@10", "mean rank"))),
+        ("run", "system", "training runs", *(f"{d} {metric_label(k)}" for d in DIRECTIONS for k in metrics)),
         tuple(
             (
                 _label(r, labels),
                 runs[r]["system"],
                 str(_units(runs[r])),
-                *(_cell(runs[r], d, k) for d in DIRECTIONS for k in ("r1", "r10", "mean_rank")),
+                *(cell(r, d, k) for d in DIRECTIONS for k in metrics),
             )
             for r in order
         ),
@@ -208,24 +238,42 @@ def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Blo
     ]
 
 
-def captions(folder: Path) -> Table:
-    """A row per task of every ``captions.json`` / ``transfer_*.json`` under ``folder`` (metrics × 100)."""
+def caption_files(folder: Path) -> dict[str, Path]:
+    """Row name ("`run` output") -> every ``captions.json`` / ``transfer_*.json`` under ``folder``
+    (``fraglib_study.experiments.captions``)."""
+    return {
+        f"`{p.parent.name}` {p.stem}": p
+        for p in sorted(Path(folder).glob("*/*.json"))
+        if p.name != "metrics.json" and p.name.startswith(("captions", "transfer_"))
+    }
+
+
+CAPTION_METRICS = {
+    **{f"bleu{n}": f"BLEU-{n}" for n in (1, 2, 3, 4)},
+    **{"meteor": "METEOR", "rouge_l": "ROUGE-L", "cider": "CIDEr-D"},
+}  # a caption record's metrics (fraglib_study.experiments.caption_record.METRICS) as the tables name them
+
+
+def captions(
+    files: dict[str, Path], cis: bool = False, metrics: tuple[str, ...] = ("bleu4", "meteor", "rouge_l", "cider")
+) -> Table:
+    """A row per task (captioning, paraphrasing) of each caption record of ``files`` (row name -> its JSON:
+    :func:`caption_files`; a text-only run paraphrases only), ``metrics`` × 100, mean over seeds, each followed by
+    its 95 % bootstrap CI over images / input captions (``<task>_ci``) when ``cis``."""
     rows = []
-    for p in sorted(Path(folder).glob("*/*.json")):
-        if p.name == "metrics.json" or not p.name.startswith(("captions", "transfer_")):
-            continue
-        c = read_json(p)
-        rows += [
-            (
-                f"`{c['run']}` {p.stem}",
-                task,
-                str(len(c["seeds"])),
-                *(f"{100 * c[task][k]:.1f}" for k in ("bleu4", "meteor", "rouge_l", "cider")),
+    for name, path in files.items():
+        c = read_json(path)
+        for task in (t for t in ("captioning", "paraphrasing") if t in c):
+            ci = {(k,): [100 * x for x in v] for k, v in (c.get(f"{task}_ci") or {}).items()} if cis else None
+            rows.append(
+                (
+                    name,
+                    task,
+                    str(len(c["seeds"])),
+                    *(f"{100 * c[task][k]:.1f}" + _ci(ci, k) for k in metrics),
+                )
             )
-            for task in ("captioning", "paraphrasing")
-            if task in c
-        ]
-    return Table(("run, output", "task", "seeds", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D"), tuple(rows))
+    return Table(("run, output", "task", "seeds", *(CAPTION_METRICS[k] for k in metrics)), tuple(rows))
 
 
 # ----------------------------------------------------------------------------- the fight (results_report.fight)
@@ -359,68 +407,69 @@ SOCHER_TASKS = (
     ("search", "image_search", "image search"),
     ("annotation", "describing_images", "describing images"),
 )
-SOCHER_MEAN_RANK = (
-    ("margin", "pascal1k_mean_rank", "Table 1 (margin loss, inner product): mean rank, ours (paper)"),
+SOCHER_TABLES = (  # (the params.yaml socher_tables map, the paper's table, its title, its metrics)
+    ("margin", "pascal1k_mean_rank", "Table 1 (margin loss, inner product): mean rank", ("mean_rank",)),
     (
         "squared",
         "pascal1k_mean_rank_squared_loss_euclidean",
-        "Table 2 (squared loss, Euclidean distance): mean rank, ours (paper)",
+        "Table 2 (squared loss, Euclidean distance): mean rank",
+        ("mean_rank",),
     ),
+    ("margin", "pascal1k_recall", "Table 3 (margin loss): R@K and mean rank", ("r1", "r5", "r10", "mean_rank")),
 )
 
 
-def _socher_mean_rank(runs: dict[str, dict[str, Any]], rows: list[tuple[str, str]], paper: dict[str, Any]) -> Table:
-    """Mean ranks of ``rows`` (paper row, run), ours (the paper's) per task the paper's table has."""
-    tasks = [t for t in SOCHER_TASKS if t[1] in paper]
-
-    def cell(run: str, ours: str, theirs: str, row: str) -> str:
-        v, ref = (runs[run].get(ours) or {}).get("mean_rank"), paper[theirs].get(row)
-        return ("—" if v is None else f"{v:.1f}") + f" ({'—' if ref is None else f'{ref:g}'})"
-
-    return Table(
-        ("paper row", "run", *(t[2] for t in tasks)),
-        tuple((row, f"`{run}`", *(cell(run, o, t, row) for o, t, _ in tasks)) for row, run in rows),
-    )
-
-
-def socher(runs: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[Block]:
-    """Socher et al. 2014's Tables 1–3 on Pascal1K, ours (mean over the splits' training runs) beside the paper's
-    as printed; the paper row -> run maps of ``params.yaml: results_report.socher_tables``. Mean ranks of 100
-    test items (lower is better), R@K in %. No blocks when none of the runs is here."""
-    paper = published()["socher2014_dtrnn"]
+def socher(
+    runs: dict[str, dict[str, Any]],
+    params: dict[str, Any],
+    n_boot: int | None = None,
+    paper: bool = True,
+) -> list[Block]:
+    """Socher et al. 2014's Tables 1–3 (:data:`SOCHER_TABLES`): ours (mean over training runs; each followed by its
+    95 % CI from ``n_boot`` bootstrap draws when given: loaded runs) beside the paper's as printed, in brackets, unless not
+    ``paper`` (another dataset: ours alone); the paper row -> run maps of ``params.yaml:
+    results_report.socher_tables``, the rows whose run is in ``runs`` (the others named below). Mean ranks of 100 test items (lower is
+    better), R@K in %. No blocks when none of the runs is here."""
+    printed = published()["socher2014_dtrnn"]
     maps = (params.get("results_report") or {}).get("socher_tables") or {}
     out: list[Block] = []
-    for key, table, title in SOCHER_MEAN_RANK:
-        rows = [(row, run) for row, run in (maps.get(key) or {}).items() if run in runs]
-        if rows:
-            out += [f"Socher et al. 2014, {title}:", _socher_mean_rank(runs, rows, paper[table])]
-    rec = paper["pascal1k_recall"]
-    rows = [(row, run) for row, run in (maps.get("margin") or {}).items() if run in runs and row in rec["image_search"]]
-    if rows:
-        keys = ("r1", "r5", "r10", "mean_rank")
-        cell = lambda m, ref: (
-            " / ".join(f"{m[k]:.1f}" for k in keys)  # noqa: E731
-            + " ("
-            + " / ".join(f"{ref[k]:g}" for k in keys)
-            + ")"
-        )
+    for key, name, title, metrics in SOCHER_TABLES:
+        table = printed[name]
+        mapped = [
+            (row, run)
+            for row, run in (maps.get(key) or {}).items()
+            if any(row in table[t] for _, t, _ in SOCHER_TASKS if t in table)
+        ]
+        rows = [(row, run) for row, run in mapped if run in runs]
+        if not rows:
+            continue
+        absent = ", ".join(f"{row} (`{run}`)" for row, run in mapped if run not in runs)
+        tasks = [t for t in SOCHER_TASKS if t[1] in table]
+        shown = {run: runs[run] for _, run in rows}
+        cis = seed_mean_cis(shown, metrics, n_boot, tuple(t[0] for t in tasks)) if n_boot else None
+
+        def cell(run: str, ours: str, theirs: str, row: str, k: str) -> str:
+            ranked = k in (runs[run].get(ours) or {}) or ours in (runs[run].get("ranks") or {})
+            v = mean_sd(runs[run], ours, k)[0] if ranked else None
+            ref = table[theirs].get(row)
+            ref = ref.get(k) if isinstance(ref, dict) else ref
+            text = "—" if v is None else f"{v:.1f}" + _ci(cis, run, ours, k)
+            return text + (f" ({'—' if ref is None else f'{ref:g}'})" if paper else "")
+
         out += [
-            "Socher et al. 2014, Table 3 (margin loss): R@1 / R@5 / R@10 / mean rank, ours (paper):",
+            f"Socher et al. 2014, {title}, ours" + (" (paper)" if paper else "") + ":",
             Table(
-                ("paper row", "run", "image search", "describing images"),
+                (
+                    "paper row",
+                    "run",
+                    *(f"{t[2]} {metric_label(k)}" if len(metrics) > 1 else t[2] for t in tasks for k in metrics),
+                ),
                 tuple(
-                    (
-                        row,
-                        f"`{run}`",
-                        *(
-                            cell(runs[run][o], rec[t][row])
-                            for o, t in (("search", "image_search"), ("annotation", "describing_images"))
-                        ),
-                    )
+                    (row, f"`{run}`", *(cell(run, o, t, row, k) for o, t, _ in tasks for k in metrics))
                     for row, run in rows
                 ),
             ),
-        ]
+        ] + ([f"Not run here: {absent}."] if absent else [])
     return out
 
 
