@@ -718,8 +718,8 @@ def test_hubness_table_and_index_line_by_hand():
     assert lines[0].startswith("Hubness of the test scores (k = 10;")
     rows = [x for x in lines if x.startswith("| `")]
     assert rows == [
-        "| `b` — b | 3.00 | 40 | 1.00 | 2 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
-        "| `a` — Run A | 0.50 | 40 | 0.40 | 2 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |",
+        "| `b` — b | 3.00 | 40.0 | 1.00 | 2.0 | 10.0 / 12.0 / 12.0 | 10.0 / 12.0 / 12.0 |",
+        "| `a` — Run A | 0.50 | 40.0 | 0.40 | 2.0 | 20.0 / 25.0 / 19.0 | 20.0 / 25.0 / 19.0 |",
     ]
     assert hubness({"c": runs["c"]}, {}) == []
     assert hubness_line(runs) == (
@@ -1306,9 +1306,9 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
         correction_parameter_table,
         correction_parameters,
         correction_table,
-        hubness_table,
     )
     from fraglib_study.report.results import DIRECTIONS
+    from fraglib_study.report.tables import HUB_STATS, hubness_table
 
     def corr(**extra):
         return {d: {"param": 0.5, "val_rsum": 3.0, "val_rsum_uncorrected": 1.04, **extra} for d in DIRECTIONS}
@@ -1342,12 +1342,11 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
         assert "nan" not in html.lower() and "..." not in html
         return html
 
-    hub = hubness_table(study, labels)
-    assert list(hub.index) == ["new", "Old run"] and hub.index.name == "run"
-    assert list(hub.columns.names) == ["direction", "test N10"] and hub.shape == (2, 8)
-    assert hub.loc["new", ("annotation", "skew")] == "1.23" and hub.loc["new", ("search", "never %")] == "26.1"
-    assert hub.loc["Old run", ("search", "max N10")] == MISSING == "—"
-    shown(hub)
+    hub = hubness_table(study, labels, tuple(HUB_STATS), corrections=False, sort=False)  # the notebooks'
+    assert [r[0] for r in hub.rows] == ["`new` — new", "`old` — Old run"] and len(hub.header) == 9
+    col = {h: i for i, h in enumerate(hub.header)}
+    assert hub.rows[0][col["annotation skew"]] == "1.23" and hub.rows[0][col["search never %"]] == "26.1"
+    assert hub.rows[1][col["search max N10"]] == MISSING == "—" and "nan" not in str(hub.rows).lower()
 
     chosen = correction_parameter_table(correction_parameters(study, labels))
     assert list(chosen.index) == ["new", "Old run"] and list(chosen.columns.names) == ["direction", "correction"]

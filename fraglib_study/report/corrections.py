@@ -1,5 +1,5 @@
-"""Hubness and its corrections read back (:mod:`fraglib.metrics.hubness` computes them): the k-occurrence table,
-each correction's R@1 against the plain one with paired CIs, the parameters chosen on validation, and a study with a
+"""Hubness and its corrections read back (:mod:`fraglib.metrics.hubness` computes them; the k-occurrence table is
+:func:`fraglib_study.report.tables.hubness_table`): each correction's R@1 against the plain one with paired CIs, the parameters chosen on validation, and a study with a
 correction's ranks in place of the plain ones."""
 
 from __future__ import annotations
@@ -27,37 +27,9 @@ CORRECTIONS = {
 MISSING = "—"  # a hubness table's cell for what a run did not measure
 
 
-def _cell(value: Any, fmt: str) -> str:
+def cell_text(value: Any, fmt: str) -> str:
     """``value`` formatted by ``fmt`` (a format spec), :data:`MISSING` for None or NaN."""
     return MISSING if value is None or value != value else format(value, fmt)
-
-
-def hubness_table(study: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Rows: runs with hubness measured (``run``, in study order); columns (direction, statistic) of the test
-    k-occurrence, mean over units: skewness of N_k, % of candidates never in a top k, the largest N_k, % of top-k
-    slots held by the 5 % most-retrieved candidates. Annotation's candidates are sentences, search's are images.
-    Cells as text, rounded (skew to 0.01, the rest to 0.1); :data:`MISSING` where a run lacks a statistic."""
-    rows = {}
-    k = None
-    for r, s in study.items():
-        h = s.get("hubness")
-        if not h:
-            continue
-        k = k or int(h["k"])
-        rows[(labels or {}).get(r, r)] = {
-            (d, name): _cell(h.get(d, {}).get(key), fmt)
-            for d in DIRECTIONS
-            for key, name, fmt in (
-                ("skewness", "skew", ".2f"),
-                ("never", "never %", ".1f"),
-                ("max", f"max N{k}", ".1f"),
-                ("top5_share", "top-5% share", ".1f"),
-            )
-        }
-    out = pd.DataFrame.from_dict(rows, orient="index")
-    if len(out):
-        out = out.fillna(MISSING).rename_axis(index="run", columns=["direction", f"test N{k}"])
-    return out
 
 
 def correction_differences(
@@ -136,7 +108,7 @@ def correction_table(diffs: pd.DataFrame) -> pd.DataFrame:
     table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")
     plain = d.pivot_table(index="run", columns="direction", values="without", aggfunc="first")
     for dirn in plain.columns:
-        table[(dirn, "none")] = [_cell(v, ".1f") for v in plain[dirn].reindex(table.index)]
+        table[(dirn, "none")] = [cell_text(v, ".1f") for v in plain[dirn].reindex(table.index)]
     order = [(dirn, c) for dirn in DIRECTIONS for c in ["none", *CORRECTIONS.values()] if (dirn, c) in table.columns]
     return table.loc[runs, order].fillna(MISSING)
 
@@ -150,8 +122,8 @@ def correction_parameter_table(chosen: pd.DataFrame) -> pd.DataFrame:
         return chosen
 
     def cell(r) -> str:
-        k = "" if r["k"] != r["k"] else f", k {_cell(r['k'], '.0f')}"
-        return f"{_cell(r['parameter'], '.3g')}{k} ({_cell(r['val gain'], '+.1f')})"
+        k = "" if r["k"] != r["k"] else f", k {cell_text(r['k'], '.0f')}"
+        return f"{cell_text(r['parameter'], '.3g')}{k} ({cell_text(r['val gain'], '+.1f')})"
 
     d = chosen.assign(cell=[cell(r) for _, r in chosen.iterrows()])
     table = d.pivot_table(index="run", columns=["direction", "correction"], values="cell", aggfunc="first")

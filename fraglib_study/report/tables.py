@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from fraglib_study.reference import published
+from fraglib_study.report.corrections import cell_text
 from fraglib_study.report.results import (
     DIRECTIONS,
     mean_sd,
@@ -190,51 +191,74 @@ def inductive_corrections(hub: dict[str, dict[str, Any]]) -> list[str]:
     return [m for m in CORRECTION_LABELS if any(f"{m}_inductive" in x["hubness"] for x in hub.values())]
 
 
-def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Block]:
-    """The runs that measured hubness (``metrics.json: hubness``, mean over training runs): skewness of the test
-    k-occurrence and % of candidates never in a top k, per direction, and R@1 without and with each inductive
-    correction any of them measured (— where a run lacks it; parameters chosen on validation;
-    docs/evaluation.md "Hubness"); most skewed first."""
+# the test k-occurrence's statistics (fraglib.metrics.hubness) as the tables name and round them ({k}: the k of N_k)
+HUB_STATS = {
+    "skewness": ("skew", ".2f"),
+    "never": ("never %", ".1f"),
+    "max": ("max N{k}", ".1f"),
+    "top5_share": ("top-5% share", ".1f"),
+}
+
+
+def hubness_table(
+    runs: dict[str, dict[str, Any]],
+    labels: dict[str, str],
+    stats: tuple[str, ...] = ("skewness", "never"),
+    corrections: bool = True,
+    sort: bool = True,
+) -> Table:
+    """The runs that measured hubness (``hubness`` in their summary, mean over training runs): per direction the
+    test k-occurrence's ``stats`` (:data:`HUB_STATS`: skewness of N_k, % of candidates never in a top k, the
+    largest N_k, % of the top-k slots held by the 5 % most-retrieved candidates), then, when ``corrections``, R@1
+    plain / under each inductive correction any of them measured (:func:`inductive_corrections`); "—"
+    where a run lacks a value; most skewed first unless not ``sort`` (then in the order of ``runs``). Annotation's
+    candidates are sentences, search's are images; empty when no run measured hubness."""
     hub = {r: m for r, m in runs.items() if m.get("hubness")}
-    if not hub:
-        return []
-    k = int(next(iter(hub.values()))["hubness"]["k"])
-    shown = inductive_corrections(hub)
-    rows = []
-    for r in sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in DIRECTIONS)):
+    k = int(next(iter(hub.values()))["hubness"]["k"]) if hub else 10
+    shown = inductive_corrections(hub) if corrections else []
+    order = sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in DIRECTIONS)) if sort else hub
+
+    def stat(r: str, d: str, key: str) -> str:
+        return cell_text(hub[r]["hubness"].get(d, {}).get(key), HUB_STATS[key][1])
+
+    def r1(r: str, d: str) -> str:
         h = hub[r]["hubness"]
-        r1 = [
-            " / ".join(
-                [f"{hub[r][d]['r1']:.1f}"]
-                + [f"{h[f'{m}_inductive'][d]['r1']:.1f}" if f"{m}_inductive" in h else "—" for m in shown]
-            )
-            for d in DIRECTIONS
-        ]
-        rows.append(
+        cells = [h[f"{m}_inductive"][d]["r1"] if f"{m}_inductive" in h else None for m in shown]
+        return " / ".join(cell_text(v, ".1f") for v in [hub[r][d]["r1"], *cells])
+
+    names = " / ".join(["plain", *(CORRECTION_LABELS[m] for m in shown)])
+    return Table(
+        (
+            "run",
+            *(f"{d} {HUB_STATS[key][0].format(k=k)}" for d in DIRECTIONS for key in stats),
+            *((f"{d} R@1: {names}" for d in DIRECTIONS) if corrections else ()),
+        ),
+        tuple(
             (
                 _label(r, labels),
-                *(x for d in DIRECTIONS for x in (f"{h[d]['skewness']:.2f}", f"{h[d]['never']:.0f}")),
-                *r1,
+                *(stat(r, d, key) for d in DIRECTIONS for key in stats),
+                *((r1(r, d) for d in DIRECTIONS) if corrections else ()),
             )
-        )
-    names = " / ".join(["plain", *(CORRECTION_LABELS[m] for m in shown)])
+            for r in order
+        ),
+    )
+
+
+def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Block]:
+    """:func:`hubness_table` (skewness, never %, R@1 under the inductive corrections; parameters chosen on
+    validation; docs/evaluation.md "Hubness") with the sentence that reads it; no blocks when no run measured
+    hubness."""
+    table = hubness_table(runs, labels)
+    if not table:
+        return []
+    hub = {r: m for r, m in runs.items() if m.get("hubness")}
+    k, shown = int(next(iter(hub.values()))["hubness"]["k"]), inductive_corrections(hub)
     return [
         f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
         f"R@1 under the {NUMBERS.get(len(shown), len(shown))} *inductive* corrections (banks from the training "
         "split, parameters chosen on "
         "validation). Paired CIs and the transductive protocol are in the results report.",
-        Table(
-            (
-                "run",
-                "annotation skew",
-                "annotation never %",
-                "search skew",
-                "search never %",
-                f"annotation R@1: {names}",
-                f"search R@1: {names}",
-            ),
-            tuple(rows),
-        ),
+        table,
     ]
 
 
