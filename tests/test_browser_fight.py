@@ -8,7 +8,7 @@ import pytest
 from test_browser import browser, open_page  # noqa: F401  (the module-scoped Chromium fixture)
 
 from fraglib_study.params import read_params
-from fraglib_study.report.results import run_labels, run_names
+from fraglib_study.report.loading import run_labels, run_names
 
 from test_dvc_deps import ROOT
 

@@ -265,7 +265,7 @@ def test_grounding_against_hand_counts():
 
 
 def test_caption_table_and_the_published_rows(tmp_path):
-    from fraglib_study.report.results import peri_caption_published
+    from fraglib_study.report.printed import peri_caption_published
     from fraglib_study.report.tables import caption_files, captions
 
     run = tmp_path / "stt"

@@ -112,7 +112,7 @@ def test_replicates_train_each_seed_again_with_its_own_training_seed(tiny_full, 
     """runs.<run>.replicates: seed 0 trains twice (training seeds 0 and 1000) on the same data; the
     summary lists both units in one group (one test set) and their mean."""
     from fraglib_study.experiments.study import run_study, study_replicates
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
 
     from conftest import tiny_params
 

@@ -374,7 +374,7 @@ def test_our_difference_pairs_the_training_runs_both_have(tmp_path):
 
 
 def test_k_fold_captions_pool_each_training_fold_by_fold(tmp_path):
-    """A k-fold generating run trained twice per fold: its captions read as its ranks are (fraglib_study.report.results.pool_folds):
+    """A k-fold generating run trained twice per fold: its captions read as its ranks are (fraglib_study.report.loading.pool_folds):
     one unit per replicate, its folds end to end in fold order, each image's fold its stratum; a replicate without
     a fold's captions is untestable, not pooled short."""
     r = np.arange(1, 5).reshape(1, 4)

@@ -1,4 +1,4 @@
-"""The figures of a results page from committed files alone (fraglib_study.report.figure_data writes them; fraglib_study.report.results reads
+"""The figures of a results page from committed files alone (fraglib_study.report.figure_data writes them; fraglib_study.report.galleries reads
 them): the same figures the checkpoints and the data give, small, with the crops' source named."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
     from PIL import Image
 
     from fraglib_study.experiments.alignment import triplet_crops
-    from fraglib_study.report.results import read_triplets
+    from fraglib_study.report.galleries import read_triplets
 
     out, seed_dir, written = figure_data
     record, found = read_triplets(out)
@@ -76,8 +76,8 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
 def test_figure_4_from_the_explorer_is_the_live_one(explorer_data, tiny_full):
     """explorer_panels draws the images retrieval_panels draws, with the same top sentences, fragments and boxes
     (scaled to the thumbnail; scores to the explorer's 0.1)."""
+    from fraglib_study.report.galleries import explorer_panels, read_explorer
     from fraglib_study.report.live import retrieval_panels
-    from fraglib_study.report.results import explorer_panels, read_explorer
 
     out, runs = explorer_data
     explorer = read_explorer(out)
@@ -112,7 +112,7 @@ def _captions(n_images: int = 3) -> dict:
 
 
 def test_a_gallery_shows_the_best_and_worst_captions_with_retrievals_only_from_scores():
-    from fraglib_study.report.results import gallery_panels
+    from fraglib_study.report.galleries import gallery_panels
 
     rec = _captions()
     owner = np.array([0, 0, 1, 1, 2, 2])
@@ -132,7 +132,7 @@ def test_a_gallery_shows_the_best_and_worst_captions_with_retrievals_only_from_s
 
 
 def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explorer_data, tmp_path):
-    from fraglib_study.report.results import explorer_gallery, read_explorer
+    from fraglib_study.report.galleries import explorer_gallery, read_explorer
 
     out, _ = explorer_data
     explorer = read_explorer(out)

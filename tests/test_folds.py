@@ -13,7 +13,8 @@ from fraglib.data import fold_split, read_karpathy_json, stratified_folds
 from fraglib.metrics.retrieval import DIRECTIONS, bootstrap_draws, bootstrap_seed_mean, paired_difference, recall_table
 from fraglib_study.audit import claims as C
 from fraglib_study.params import dataset_folds
-from fraglib_study.report.results import load_run, paired_differences, shared_strata
+from fraglib_study.report.loading import load_run
+from fraglib_study.report.uncertainty import paired_differences, shared_strata
 from fraglib_study.schema import check_params
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fraglib_study.experiments import fusion
-from fraglib_study.report.results import load_run
+from fraglib_study.report.loading import load_run
 
 
 def test_fuse_is_the_weighted_sum_of_standardised_scores():

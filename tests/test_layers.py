@@ -163,7 +163,7 @@ def test_the_report_layer_imports_no_trainer_and_no_system():
     import sys
 
     code = (
-        "import sys; import fraglib_study.params, fraglib_study.report.results, fraglib_study.report.tables, fraglib_study.audit.claims, "
+        "import sys; import fraglib_study.params, fraglib_study.report.loading, fraglib_study.report.uncertainty, fraglib_study.report.tables, fraglib_study.audit.claims, "
         "fraglib_study.audit.facts, fraglib_study.pages.index, fraglib_study.pages.summary; "
         "print(sorted(m for m in sys.modules if m in ('fraglib.run.train', 'fraglib_study.experiments.study', 'fraglib.run.evaluate', "
         "'fraglib_study.schema', 'fraglib_study.experiments.captions') "

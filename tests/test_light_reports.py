@@ -62,7 +62,8 @@ def test_the_report_layer_imports_and_builds_a_table_without_torch():
     mods = report_modules()
     assert {
         "fraglib_study.report.tables",
-        "fraglib_study.report.results",
+        "fraglib_study.report.loading",
+        "fraglib_study.report.uncertainty",
         "fraglib_study.audit.claims",
         "fraglib_study.pages.index",
         "fraglib_study.pages.summary",
@@ -71,7 +72,7 @@ def test_the_report_layer_imports_and_builds_a_table_without_torch():
         f"import {', '.join(mods)}\n"
         "from pathlib import Path\n"
         "from fraglib_study.params import read_params\n"
-        "from fraglib_study.report.results import run_labels\n"
+        "from fraglib_study.report.loading import run_labels\n"
         "from fraglib_study.report.registry import studies\n"
         "from fraglib_study.pages.summary import study_markdown\n"
         "params = read_params('params.yaml')\n"

@@ -786,7 +786,7 @@ def test_summary_replaces_only_its_own_page_without_overwrite(tmp_path, monkeypa
 def test_a_run_summary_with_impossible_figures_is_named(tmp_path, value):
     """summary, --csv, the claims and the pages read run summaries through read_summary: R@K beyond [0, 100], a
     rank below 1 or a non-finite figure is an error naming the file and the field, not a row on a page."""
-    from fraglib_study.report.results import read_summary
+    from fraglib_study.report.loading import read_summary
 
     m = {"system": "x", "seeds": [0], "annotation": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0},
          "search": {"r1": 10.0, "r5": 20.0, "r10": 30.0, "mean_rank": 4.0}}  # fmt: skip

@@ -1,5 +1,5 @@
 """One pairing rule per difference (docs/claims.md, "How differences are paired"): the result pages' paired
-differences (``fraglib_study.report.results.paired_differences``, the fight report's and the ``diff`` facts') are the claims
+differences (``fraglib_study.report.uncertainty.paired_differences``, the fight report's and the ``diff`` facts') are the claims
 table's (``fraglib_study.audit.claims``), to the bit, so a difference printed in two places prints one value."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import pytest
 
 from fraglib.metrics import retrieval as metrics
 from fraglib_study.audit import claims
-from fraglib_study.report import pagetext, results
+from fraglib_study.report import pagetext, uncertainty
+from fraglib_study.report.loading import load_run
+from fraglib_study.report.pagetext import protocol_text
 from fraglib_study.report.plots import differences_caption, differences_figure
-from fraglib_study.report.results import load_run, paired_differences, protocol_text
+from fraglib_study.report.uncertainty import paired_differences
 
 from test_dvc_deps import ROOT
 
@@ -39,7 +41,7 @@ def test_the_fight_page_prints_the_claims_difference(folder, a, b):
         metric = {"R@1": "r1", "R@5": "r5", "mean rank": "mean_rank"}[row.metric]
         ours = claims.our_difference(where / a, where / b, row.direction, metric, train_var=0.0)
         assert row["diff"] == ours["diff"], (row.direction, metric)
-        assert row["diff"] == results.run_difference(study[a], study[b], row.direction, metric)
+        assert row["diff"] == uncertainty.run_difference(study[a], study[b], row.direction, metric)
         shown = pagetext.ci_text(row["diff"], row.lo, row.hi).split(" [")[0]
         assert shown == pagetext.ci_text(ours["diff"], ours["lo"], ours["hi"]).split(" [")[0]
         assert row.n_units == ours["units"]
@@ -83,7 +85,7 @@ def test_pairing_leaves_out_the_training_runs_one_side_lacks():
         assert row["diff"] == pytest.approx(np.mean([(va[i] - vb[i]).mean() for i in range(3)]))
         assert row.n_units == 3
     with pytest.raises(ValueError, match="share no"):
-        results.run_difference(a, _run(["3"], rb[:1]), "annotation", "r1")
+        uncertainty.run_difference(a, _run(["3"], rb[:1]), "annotation", "r1")
 
 
 def test_query_values_of_one_recall():

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fraglib.metrics.retrieval import bootstrap_seed_mean, paired_difference
 from fraglib.run.inputs import DataPaths
-from fraglib_study.report.results import bootstrap_seed_mean, paired_difference, published_table
+from fraglib_study.report.printed import published_table
 from fraglib_study.report.tables import markdown
 
 from conftest import ROOT, tiny_eval
@@ -36,7 +37,7 @@ def test_paired_difference_by_hand():
 
 
 def test_paired_differences_use_the_seeds_both_runs_have():
-    from fraglib_study.report.results import paired_differences
+    from fraglib_study.report.uncertainty import paired_differences
 
     a = np.array([[1, 1, 5, 20], [1, 2, 5, 20], [9, 9, 9, 9]])
     b = np.array([[2, 1, 5, 20], [2, 2, 5, 20]])
@@ -89,7 +90,7 @@ def test_training_noise_widens_the_ci():
     """Two training runs on one split whose ranks differ only between runs (every query alike within a
     run): a query bootstrap alone would give a zero-width CI at 50; resampling the runs spans both
     runs' values. Their noise: the within-split sd of R@1 (100 and 0 -> 70.7) and the mean gap 100."""
-    from fraglib_study.report.results import training_noise
+    from fraglib_study.report.uncertainty import training_noise
 
     r = np.array([[1] * 10, [5] * 10])
     lo, hi = bootstrap_seed_mean(r, "r1", n_boot=400, groups=[0, 0])
@@ -117,7 +118,7 @@ def test_published_table_layout():
 
 def test_study_summary_and_index(tiny_study, tmp_path, monkeypatch):
     from fraglib_study.pages.index import build
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
     from fraglib_study.report.tables import retrieval
 
     full = load_run(tiny_study / "full")
@@ -219,7 +220,7 @@ def test_group_differences_by_hand(tmp_path):
 
 def test_validation_by_split_by_hand(tmp_path):
     """Best validation R-sum per training run; first runs per split, their mean, all runs, the run gap."""
-    from fraglib_study.report.results import validation_by_split
+    from fraglib_study.report.loading import validation_by_split
 
     rows = {
         "a": [("0", 1, 10.0), ("0", 2, 30.0), ("0r1", 1, 20.0), ("0r1", 2, 25.0), ("1", 1, 50.0), ("1r1", 1, 40.0)],
@@ -323,7 +324,8 @@ def test_socher_tables_by_hand():
 
 
 def test_study_keeps_sentence_similarity_ranks(tiny_study):
-    from fraglib_study.report.results import load_run, paired_differences
+    from fraglib_study.report.loading import load_run
+    from fraglib_study.report.uncertainty import paired_differences
 
     runs = {r: load_run(tiny_study / r) for r in ("dtrnn", "random", "full")}
     assert "similarity" in runs["dtrnn"]["ranks"] and "similarity" in runs["random"]["ranks"]
@@ -354,7 +356,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
 
 
 def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
-    from fraglib_study.report.results import run_names
+    from fraglib_study.report.loading import run_names
 
     params = {"runs": {"a": {}, "b": {}, "c": {}}}
     for r in ("a", "b"):
@@ -368,7 +370,7 @@ def test_run_names_skip_runs_whose_ranks_are_not_here(tmp_path):
 
 def test_vsepp_median_and_peri_table():
     """The VSE++ median per seed in the results table, and Peri's rows in their own table."""
-    from fraglib_study.report.results import peri_published_table
+    from fraglib_study.report.printed import peri_published_table
     from fraglib_study.report.tables import retrieval
 
     ranks = np.array([[1, 2, 3, 4], [2, 2, 5, 9]])  # VSE++ medians: floor(1.5)+1 = 2, floor(2.5)+1 = 3
@@ -436,7 +438,7 @@ def test_index_shows_growth_and_coco_benchmarks(tmp_path, monkeypatch):
 def test_split_differences_by_hand():
     """Per-split R@1 differences 2, 4, 6 -> mean 4, sd 2, t(0.975, 2) = 4.303: 4 ± 4.303 · 2 / √3 (a
     split's replicates are averaged before the difference)."""
-    from fraglib_study.report.results import split_differences, t975
+    from fraglib_study.report.uncertainty import split_differences, t975
 
     def run(r1s):
         return {"per_seed": {str(i): {d: {"r1": v} for d in ("annotation", "search")} for i, v in enumerate(r1s)}}
@@ -573,7 +575,7 @@ def test_the_index_findings_are_read_from_the_committed_results(monkeypatch):
         f"five splits: annotation R@1 {our_difference(a, b, 'annotation', 'r1', train_var=1.0)['diff']:+.1f}" in fight
     )
     # a page's finding counts the runs that page shows: the extended page both studies' runs, no fusion run
-    from fraglib_study.report.results import run_folders
+    from fraglib_study.report.loading import run_folders
 
     for name, folders in (
         ("synthetic", ["runs/synthetic"]),
@@ -839,7 +841,7 @@ def test_markdown_and_html_render_one_table_with_the_same_cells():
 
 def test_search_budget_by_hand(tmp_path):
     """Trials, trainings (trials × splits) and core-minutes per system, two tables of one system summed."""
-    from fraglib_study.report.results import search_budget
+    from fraglib_study.report.loading import search_budget
 
     def table(name, run, splits, seconds):
         (tmp_path / f"{name}.csv").write_text("lr,val_rsum_best,seconds\n" + "".join(f"0.1,1.0,{s}\n" for s in seconds))
@@ -896,7 +898,7 @@ def _fake_run(run_dir, units=("0", "0r1"), n_images=20, seed=0):
 
 
 def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
 
     run = _fake_run(tmp_path / "runs" / "x")
     assert load_run(run)["ranks"]["annotation"].shape == (2, 20)
@@ -920,7 +922,7 @@ def test_load_run_names_a_cut_or_foreign_ranks_file(tmp_path):
 
 
 def test_load_run_names_a_damaged_summary(tmp_path):
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
 
     run = _fake_run(tmp_path / "x")
     m = run / "metrics.json"
@@ -1042,7 +1044,7 @@ def test_ci_table_keeps_the_metrics_in_the_order_computed():
     """R@1, R@5, R@10 left to right (a pivot alone sorts them as text: R@1, R@10, R@5), each 'diff [lo, hi]'."""
     import pandas as pd
 
-    from fraglib_study.report.results import ci_table
+    from fraglib_study.report.uncertainty import ci_table
 
     rows = [
         {"run": "a", "base": "b", "direction": d, "metric": m, "diff": 1.25, "lo": -0.5, "hi": 3.0}
@@ -1060,7 +1062,7 @@ def test_hubness_tables_show_dis_and_nnn_beside_older_runs_without_them(tmp_path
     their units, and a run whose training runs disagree on the corrections keeps those all of them have."""
     from fraglib_study.pages.index import hubness_line
     from fraglib_study.report.corrections import correction_parameters
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
     from fraglib_study.report.tables import hubness
 
     def corr(v, **extra):
@@ -1119,7 +1121,7 @@ def test_a_study_scored_on_another_test_split_is_left_out_and_said_so(tmp_path):
     since the benchmark grew) are left out, and other_test_sets says which and why; same sizes merge."""
     import json
 
-    from fraglib_study.report.results import left_out_runs, other_test_sets, run_folders
+    from fraglib_study.report.loading import left_out_runs, other_test_sets, run_folders
 
     def put(folder, run, n):
         seed = tmp_path / folder / run / "seeds" / "seed0"
@@ -1260,7 +1262,7 @@ def test_lead_summary_counts_and_words_by_hand():
     """The fight's sentences: a CI above zero is a lead, below zero a loss, across zero not distinguishable."""
     import pandas as pd
 
-    from fraglib_study.report.results import lead_summary, lead_word
+    from fraglib_study.report.uncertainty import lead_summary, lead_word
 
     rows = pd.DataFrame(
         {
@@ -1285,7 +1287,7 @@ def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_imag
     false for the same dataset without its image folder (as ``fraglib.data precomp`` writes one)."""
     import shutil
 
-    from fraglib_study.report.results import has_pictures
+    from fraglib_study.report.loading import has_pictures
 
     src, _ = tiny_synth
     assert has_pictures(src)
@@ -1301,13 +1303,13 @@ def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lack
     statistic or a correction existed."""
     import pandas as pd
 
+    from fraglib.metrics.retrieval import DIRECTIONS
     from fraglib_study.report.corrections import (
         MISSING,
         correction_parameter_table,
         correction_parameters,
         correction_table,
     )
-    from fraglib_study.report.results import DIRECTIONS
     from fraglib_study.report.tables import HUB_STATS, hubness_table
 
     def corr(**extra):

@@ -480,5 +480,5 @@ def paired_value(a: np.ndarray, b: np.ndarray, groups, strata=None) -> float:
     """The difference a − b of per-query values (units × queries, paired by :func:`pair` and by query) as the rule
     computes it (:func:`paired_analytic`'s ``diff``: the mean of the splits' mean differences over several splits,
     else the mean over training runs and queries). The claims table and the result pages
-    (fraglib_study.report.results.paired_differences) both print this number, so one difference prints one value."""
+    (fraglib_study.report.uncertainty.paired_differences) both print this number, so one difference prints one value."""
     return paired_analytic(a, b, groups, strata)["diff"]

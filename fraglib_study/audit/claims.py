@@ -32,19 +32,19 @@ from fraglib.metrics.retrieval import (  # the pairing and the analytic differen
     stratified_mean_se,
 )
 from fraglib_study.reference import PUBLISHED, published
-from fraglib_study.report.pagetext import ci_text
-from fraglib_study.report.registry import studies
-from fraglib_study.report.results import (
-    PAPER_TASKS,
+from fraglib_study.report.loading import (
     left_out_runs,
     load_run,
     other_test_sets,
     read_json,
     read_summary,
     run_folders,
-    shared_strata,
 )
+from fraglib_study.report.pagetext import ci_text
+from fraglib_study.report.printed import PAPER_TASKS
+from fraglib_study.report.registry import studies
 from fraglib_study.report.tables import Block, Heading, Table
+from fraglib_study.report.uncertainty import shared_strata
 
 CLAIMS = Path(__file__).parents[1] / "reference" / "claims.yaml"
 
@@ -418,7 +418,7 @@ def training_variance(pairs: list[dict[str, Any]], leave_out: str | None = None)
 
 def _captions(folder: Path) -> tuple[list[str], list[Any], np.ndarray, dict[str, Any]]:
     """(units, groups, CIDEr-D × 100 per test image (units × images), the run) of a generating run; a k-fold
-    run is read as :func:`fraglib_study.report.results.pool_folds` reads its ranks: per replicate its folds end to end in fold
+    run is read as :func:`fraglib_study.report.loading.pool_folds` reads its ranks: per replicate its folds end to end in fold
     order (units ``r0``, ``r1``, …, one group), its run holding the images' folds (``strata``)."""
     m = read_summary(folder / "metrics.json")
     folds = m.get("protocol") == "folds"
@@ -1106,7 +1106,7 @@ def rerun_blocks(root: str | Path = ".") -> list[Block]:
     """The verdicts on another CPU: per comparison kept in ``benchmarks/reruns/*.json`` (``python -m fraglib_study rerun
     RUNS --json F``: a study re-made on another machine against the committed results) its machines, the metrics
     within the re-run contract and the verdicts that stayed; then every verdict that changed, with both CIs."""
-    from fraglib_study.report.results import read_json
+    from fraglib_study.report.loading import read_json
 
     files = sorted((Path(root) / RERUNS).glob("*.json"))
     if not files:

@@ -70,7 +70,7 @@ def read_timings(runs_dir: Path) -> list[dict[str, Any]]:
     """Every ``<runs_dir>/<run>/seeds/<unit>/timing.json`` with ``run`` and ``system`` added (the run's
     ``metrics.json``, else ``?``). ``train_seconds`` and ``epochs`` are null for a unit whose training was not
     clocked (a closed-form fit); ValueError naming a file where either is something else than a number."""
-    from fraglib_study.report.results import read_json
+    from fraglib_study.report.loading import read_json
 
     out = []
     for path in sorted(Path(runs_dir).glob("*/seeds/*/timing.json")):
@@ -140,7 +140,7 @@ def training_rows(
 def read_costs(path: Path = COSTS) -> dict[tuple[str, str], dict[str, Any]]:
     """(target, machine) -> its record in ``path``, in the file's order ({} without the file); ValueError naming
     the file and a bad record."""
-    from fraglib_study.report.results import read_json
+    from fraglib_study.report.loading import read_json
 
     if not path.exists():
         return {}
@@ -223,7 +223,7 @@ def read_clock(clock: Path) -> dict[str, Any]:
     time that is not a finite UNIX time."""
     import math
 
-    from fraglib_study.report.results import read_json
+    from fraglib_study.report.loading import read_json
 
     if not clock.exists():
         raise ValueError(f"{clock}: no clock file; `python -m fraglib_study costs start {clock}` writes it")

@@ -24,7 +24,7 @@ A number in prose names its source with an HTML comment right after it (invisibl
   name the instruction set too, so that another CPU of the model never stands for it;
   :mod:`fraglib_study.audit.costs`);
 * ``fact: diff STUDY A B DIRECTION METRIC [CORRECTION]``: the paired difference A − B of ``runs/STUDY`` and its 95 %
-  CI (:func:`fraglib_study.report.results.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
+  CI (:func:`fraglib_study.report.uncertainty.paired_differences`, 1,000 resamples, as the pages compute it), under a hubness
   correction (:data:`fraglib_study.report.corrections.CORRECTIONS`) when one is named. The quoted text is ``+8.4`` alone or with its
   CI, ``+8.4 [+2.4, +14.3]``.
 
@@ -93,7 +93,7 @@ def _show(x: float, like: str) -> str:
 
 @lru_cache(maxsize=None)
 def _run(folder: str):
-    from fraglib_study.report.results import load_run
+    from fraglib_study.report.loading import load_run
 
     return load_run(folder)
 
@@ -114,7 +114,8 @@ def _json_value(root: Path, path: str, key: str) -> float:
 
 def _difference(root: Path, words: list[str]) -> tuple[float, float, float]:
     from fraglib_study.report.corrections import CORRECTIONS, corrected_study
-    from fraglib_study.report.results import metric_label, paired_differences
+    from fraglib_study.report.pagetext import metric_label
+    from fraglib_study.report.uncertainty import paired_differences
 
     if len(words) not in (5, 6):
         raise ValueError(f"fact diff {' '.join(words)}: expected STUDY A B DIRECTION METRIC [CORRECTION]")

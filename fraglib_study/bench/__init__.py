@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
 
         return timeline(argv[1:])
     from fraglib_study.bench.common import RESULTS, merge
-    from fraglib_study.report.results import read_register
+    from fraglib_study.report.loading import read_register
 
     BENCHMARKS, OPT_IN = _registers()
     ap = argparse.ArgumentParser(

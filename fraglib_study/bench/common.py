@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fraglib.core.outputs import git_revision, write_text
-from fraglib_study.report.results import read_register
+from fraglib_study.report.loading import read_register
 
 RESULTS = Path("benchmarks/results.json")
 

@@ -5,7 +5,7 @@
 * :func:`fragment_boxes` — the best box of each fragment of one caption (the paper's Figure 4; :func:`align`);
 * :func:`triplet_search` — image regions that score highest for a hand-written triplet (Figure 5).
 
-Every function takes a trained ``FragmentSystem`` (see :func:`fraglib_study.report.results.load_trained`) and
+Every function takes a trained ``FragmentSystem`` (see :func:`fraglib.run.evaluate.load_trained`) and
 reads the fragment and feature files of its own views. Word ids go through
 :func:`fraglib.run.inputs.compact_words`, the same mapping the system was trained with.
 """

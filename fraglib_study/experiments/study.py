@@ -10,7 +10,7 @@ dataset's ``splits`` (one data split per seed; ``{seed}`` in ``--dataset-dir``; 
 also the training seed); ``runs.<run>.seeds`` limits a run to a subset of them. ``runs.<run>.replicates``
 (default ``study.replicates``, else 1) trains each seed R times: replicate r of seed s trains with
 training seed ``s + 1000 r`` on the same data, in ``seeds/seed<s>`` (r = 0) or ``seeds/seed<s>r<r>``;
-training noise is then measured within a split (:mod:`fraglib_study.report.results`). With ``--folds`` (the k-fold
+training noise is then measured within a split (:mod:`fraglib_study.report.uncertainty`). With ``--folds`` (the k-fold
 protocol of ``<dataset>.folds``, ``--dataset-dir`` holding ``{seed}`` for ``fold{seed}``) the seeds are the folds
 0 … k − 1, each trained as many times as the run trains a split (its replicates: so a CI over the folds has a
 training level where the run has one), and the summary's metrics are over the pooled test queries of its training

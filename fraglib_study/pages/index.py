@@ -21,23 +21,22 @@ from typing import Any
 from markupsafe import Markup
 
 from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, command, write_text
-from fraglib.metrics.retrieval import N_BOOT, bootstrap_seed_mean
+from fraglib.metrics.retrieval import DIRECTIONS, N_BOOT, bootstrap_seed_mean
 from fraglib_study.audit import claims, costs
 from fraglib_study.params import read_params
 from fraglib_study.report import tables
-from fraglib_study.report.notebook import TEMPLATES
-from fraglib_study.report.registry import Page, Study, git, studies
-from fraglib_study.report.results import (
-    DIRECTIONS,
+from fraglib_study.report.loading import (
     _queries,
     load_run,
     read_json,
     read_register,
     run_folders,
     run_labels,
-    shared_strata,
     test_queries,
 )
+from fraglib_study.report.notebook import TEMPLATES
+from fraglib_study.report.registry import Page, Study, git, studies
+from fraglib_study.report.uncertainty import shared_strata
 
 TEMPLATE = "index_page.html.j2"  # in fraglib_study/templates
 COSTS_TEMPLATE = "index_costs.html.j2"  # its cost sections (:func:`costs_html`)
@@ -447,7 +446,7 @@ WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 10: "ten"}
 
 
 def labels_of(params: dict) -> dict[str, str]:
-    """Run -> its human label: ``params.yaml: runs.<run>.label`` (:func:`fraglib_study.report.results.run_labels`) and each late
+    """Run -> its human label: ``params.yaml: runs.<run>.label`` (:func:`fraglib_study.report.loading.run_labels`) and each late
     fusion's ``fusion.<name>.label``."""
     fused = {f: (e or {}).get("label") or f for f, e in (params.get("fusion") or {}).items()}
     return {**fused, **run_labels(params)}
@@ -461,7 +460,7 @@ def _ranked(folder: Path, summary: dict) -> bool:
 
 def current_test_sizes(found: list[Study], params: dict) -> dict[str, int | None]:
     """Dataset -> the image queries of its current test split: those of its first study's runs (the registry's
-    order; :func:`fraglib_study.report.results.test_queries`), the rule by which the results pages leave runs out."""
+    order; :func:`fraglib_study.report.loading.test_queries`), the rule by which the results pages leave runs out."""
     out: dict[str, int | None] = {}
     for s in found:
         out.setdefault(s.dataset, test_queries(params, s.runs))

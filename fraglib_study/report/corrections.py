@@ -10,7 +10,7 @@ import pandas as pd
 
 from fraglib.metrics.retrieval import DIRECTIONS, N_BOOT, paired_difference
 from fraglib.metrics.retrieval import rank_metric as _metric
-from fraglib_study.report.results import metric_label
+from fraglib_study.report.pagetext import metric_label
 
 CORRECTIONS = {
     "inverted_softmax_inductive": "inverted softmax, inductive",

@@ -17,7 +17,7 @@
   ``--splits``, with its count among the training tree edges.
 
 The photographs (their reader's ``CREDIT``, :mod:`fraglib.data.readers`) are named in ``triplets.json``'s ``source``. The results
-page reads them (:func:`fraglib_study.report.breakdown.test_groups`, :func:`fraglib_study.report.results.read_triplets`, ``relation_norms.csv``)
+page reads them (:func:`fraglib_study.report.breakdown.test_groups`, :func:`fraglib_study.report.galleries.read_triplets`, ``relation_norms.csv``)
 where the data or the checkpoints are absent.
 """
 

@@ -17,7 +17,7 @@ from fraglib.run.evaluate import load_trained, score_matrix
 from fraglib.run.inputs import DataPaths
 from fraglib.vision.rcnn import load_image
 from fraglib_study.experiments.caption_record import read_record
-from fraglib_study.report.results import gallery_panels, top_sentences
+from fraglib_study.report.galleries import gallery_panels, top_sentences
 
 
 def relation_norms(

@@ -28,6 +28,8 @@ import string
 from collections.abc import Iterable
 from typing import Any
 
+from fraglib.core.outputs import unit_replicate, unit_seed
+
 MARKDOWN = r"\`*_{}[]()#+-.!|~$:"  # backslash-escaped: the ASCII punctuation Markdown (and its math, tables,
 # strikethrough, autolinks and definition lists in nbconvert) reads; & < > " ' are HTML-escaped instead
 _SPECIAL = re.compile("([" + re.escape(MARKDOWN) + "])")
@@ -126,3 +128,85 @@ def figure_text(value: Any) -> str:
 def ci_text(diff: float, lo: float, hi: float) -> str:
     """A difference and its 95 % CI as every page prints them: signed, one decimal (``+7.6 [+1.6, +14.0]``)."""
     return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def number_word(n: int) -> str:
+    """``n`` as a heading writes it: a word to ten, digits above."""
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{number_word(n)} {word}{'s' * (n != 1)}"
+
+
+def _test_sets(run: dict[str, Any]) -> tuple[str, int, tuple[int, int]]:
+    """(test set word, how many, (fewest, most) trainings per test set) of a run, loaded (:func:`load_run`) or its
+    summary (``metrics.json``): a k-fold run's folds (trained once per replicate each), else its splits (the
+    groups of its units)."""
+    units = list(run.get("units") or [str(s) for s in run["seeds"]])
+    if run.get("protocol") == "folds":
+        folds = int(run.get("folds") or len(run["seeds"]))
+        per = len(units) if "strata" in run else len({unit_replicate(u) for u in units})  # loaded: one unit a replicate
+        return "fold", folds, (per, per)
+    groups = list(run.get("groups") or [unit_seed(u) for u in units])
+    per = [groups.count(g) for g in dict.fromkeys(groups)]
+    return "split", len(per), (min(per), max(per))
+
+
+def protocol_text(study: dict[str, dict[str, Any]], runs: list[str] | None = None):
+    """What a heading or caption over results of ``runs`` (default: all) of ``study`` (runs loaded, or their
+    summaries) says about how they were tested and trained: the protocol ("ten folds", "five splits", "one split":
+    the most runs' number of test sets, runs on fewer named) and the trainings per test set ("two trainings per
+    fold", runs trained otherwise named; more than three: counted), e.g. "five splits, two trainings per split
+    (`kcca_euclidean`: one)". Page text (:mod:`fraglib_study.report.pagetext`: run names as code, nothing else unescaped)."""
+    names = [r for r in (study if runs is None else runs) if r in study]
+    if not names:
+        return fragment("no run")
+    shape = {r: _test_sets(study[r]) for r in names}
+    kinds = [shape[r][0] for r in names]
+    kind = max(kinds, key=kinds.count)
+
+    def per(r: str) -> str:
+        lo, hi = shape[r][2]
+        return number_word(lo) if lo == hi else f"{number_word(lo)} or {number_word(hi)}"
+
+    def who(rs: list[str]):  # the runs of an exception: by name when three or fewer, else counted
+        return join(", ", [code(r) for r in rs]) if len(rs) <= 3 else fragment("{} of the {} runs", len(rs), len(names))
+
+    sets = [shape[r][1] for r in names]
+    main_sets = max(sets, key=sets.count)
+    fewer = [r for r in names if shape[r][1] != main_sets]
+    counts = [per(r) for r in names]
+    main = max(counts, key=counts.count)
+    other = [r for r in names if per(r) != main]
+    return fragment(
+        "{}{}, {} training{} per {}{}",
+        _plural(main_sets, kind),
+        fragment(" ({} on {})", who(fewer), " or ".join(number_word(n) for n in sorted({shape[r][1] for r in fewer})))
+        if fewer
+        else "",
+        main,
+        "" if main == "one" else "s",
+        kind,
+        fragment(
+            " ({})",
+            join(
+                "; ",
+                [
+                    fragment("{}: {}", who([r for r in other if per(r) == c]), c)
+                    for c in dict.fromkeys(per(r) for r in other)
+                ],
+            ),
+        )
+        if other
+        else "",
+    )
+
+
+def metric_label(name: str) -> str:
+    """Column label of a metric: r1 -> R@1, mean_rank -> mean rank, median_rank -> median rank,
+    median_rank_vsepp -> median rank (VSE++) (:func:`fraglib.run.evaluate.median_rank_vsepp`)."""
+    return name.replace("_vsepp", " (VSE++)").replace("_", " ") if "rank" in name else name.replace("r", "R@", 1)

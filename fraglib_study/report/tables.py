@@ -17,17 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from fraglib.metrics.retrieval import DIRECTIONS
 from fraglib_study.reference import published
 from fraglib_study.report.corrections import cell_text
-from fraglib_study.report.results import (
-    DIRECTIONS,
-    mean_sd,
-    metric_label,
-    paired_r1,
-    read_json,
-    read_summary,
-    seed_mean_cis,
-)
+from fraglib_study.report.loading import read_json, read_summary
+from fraglib_study.report.pagetext import metric_label
+from fraglib_study.report.uncertainty import mean_sd, paired_r1, seed_mean_cis
 
 UNCONFIRMED = "A confirmation of the verdict on partitions the study never used is not yet part of the study."
 
@@ -55,6 +50,16 @@ class Table:
 
 
 Block = Union[str, Heading, Table]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """``blocks`` shown in a notebook as the index shows them (:func:`html`: every value escaped)."""
+
+    blocks: tuple[Block, ...]
+
+    def _repr_html_(self) -> str:
+        return html(list(self.blocks))
 
 
 # ----------------------------------------------------------------------------- the two renderings
@@ -110,7 +115,7 @@ def retrieval_runs(folder: Path, params: dict[str, Any]) -> dict[str, dict[str, 
 
 
 def _units(m: dict[str, Any]) -> int:
-    """Training runs behind a summary's means (a k-fold run read by :func:`fraglib_study.report.results.load_run`
+    """Training runs behind a summary's means (a k-fold run read by :func:`fraglib_study.report.loading.load_run`
     too: its units are then its replicates, its training runs those of ``per_seed``)."""
     return len(m.get("per_seed") or m.get("units") or m["seeds"])
 
@@ -154,10 +159,10 @@ def retrieval(
     n_boot: int | None = None,
     sort: bool = True,
 ) -> Table:
-    """One row per run (its summary, or its :func:`~fraglib_study.report.results.load_run`), ``metrics`` in both
-    directions as mean ± sd over training runs (:func:`~fraglib_study.report.results.mean_sd`), each followed by
+    """One row per run (its summary, or its :func:`~fraglib_study.report.loading.load_run`), ``metrics`` in both
+    directions as mean ± sd over training runs (:func:`~fraglib_study.report.uncertainty.mean_sd`), each followed by
     its 95 % CI ``[lo, hi]`` from ``n_boot`` bootstrap draws when given (loaded runs:
-    :func:`~fraglib_study.report.results.seed_mean_cis`); sorted by annotation + search R@1 unless ``sort`` is
+    :func:`~fraglib_study.report.uncertainty.seed_mean_cis`); sorted by annotation + search R@1 unless ``sort`` is
     false (then in the order of ``runs``)."""
     cis = seed_mean_cis(runs, metrics, n_boot) if n_boot else None
 
@@ -300,6 +305,30 @@ def captions(
     return Table(("run, output", "task", "seeds", *(CAPTION_METRICS[k] for k in metrics)), tuple(rows))
 
 
+def paraphrases(results: dict[tuple[str, str], dict[str, Any]]) -> Table:
+    """A row per (trained on, scored on) of text-only paraphrasing summaries
+    (:func:`~fraglib_study.report.loading.paraphrase_results`): each metric ×100, mean over seeds [95 % bootstrap CI
+    over input captions], the scored tokens' ``<unk>`` share in the model's vocabulary (%), the input dependence
+    (NLL with its own / another's input, nats per caption) and the seeds."""
+    rows = []
+    for (a, b), c in results.items():
+        ci = {(k,): [100 * x for x in v] for k, v in (c.get("paraphrasing_ci") or {}).items()}
+        d = c.get("input_dependence", {})
+        rows.append(
+            (
+                a,
+                b,
+                *(f"{100 * c['paraphrasing'][k]:.1f}" + _ci(ci, k) for k in CAPTION_METRICS),
+                f"{100 * c['unk_share']:.1f}" if c.get("unk_share") is not None else "",
+                f"{d['paraphrasing_own']:.1f} / {d['paraphrasing_other']:.1f}" if "paraphrasing_own" in d else "",
+                str(len(c["seeds"])),
+            )
+        )
+    return Table(
+        ("trained on", "scored on", *CAPTION_METRICS.values(), "<unk> %", "NLL own / other", "seeds"), tuple(rows)
+    )
+
+
 # ----------------------------------------------------------------------------- the fight (results_report.fight)
 def verdict_pair(params: dict[str, Any]) -> tuple[str, str]:
     """The fight's verdict pair from ``params.yaml: results_report.fight``: the last step of the ladder (the
@@ -310,7 +339,7 @@ def verdict_pair(params: dict[str, Any]) -> tuple[str, str]:
 
 def verdict_difference(folder: Path | None, pair: tuple[str, str]) -> dict[str, float] | None:
     """R@1 of the verdict pair's best recipe minus its baseline in ``folder`` per direction, paired as every page
-    pairs (:func:`fraglib_study.report.results.paired_r1`); None without the folder or one of the two runs."""
+    pairs (:func:`fraglib_study.report.uncertainty.paired_r1`); None without the folder or one of the two runs."""
     return paired_r1(folder, *pair) if folder else None
 
 
@@ -347,7 +376,7 @@ def fight_baselines(
     folder: Path, params: dict[str, Any], labels: dict[str, str], protocol: str = "five splits"
 ) -> list[Block]:
     """The best fragment recipe minus each fight baseline present in ``folder`` (``results_report.fight.baselines``,
-    then the runs after the papers, ``fight.after``), R@1 per direction paired by training run (:func:`fraglib_study.report.results.paired_r1`), plain and with both sides under
+    then the runs after the papers, ``fight.after``), R@1 per direction paired by training run (:func:`fraglib_study.report.uncertainty.paired_r1`), plain and with both sides under
     the inductive inverted softmax (— where either measured no hubness), on ``protocol`` (the runs' test sets: "five
     splits", "ten folds"). Point differences only: the fight report has the CIs."""
     folder = Path(folder)
