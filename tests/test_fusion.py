@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from fraglib.run.evaluate import EvalConfig
 from fraglib_study.experiments import fusion
 from fraglib_study.report.loading import load_run
+
+EC = EvalConfig(n_boot=20, hubness=False)  # the fused test scored as a trained unit's (hubness: its own test)
 
 
 def test_fuse_is_the_weighted_sum_of_standardised_scores():
@@ -22,7 +25,7 @@ def test_fuse_is_the_weighted_sum_of_standardised_scores():
 
 def test_fused_run_chooses_its_weight_on_validation_and_its_ends_are_the_runs(tiny_study, tmp_path):
     out = fusion.fuse_runs(
-        tiny_study / "full", tiny_study / "devise", tmp_path / "fused", weights=(0.0, 0.5, 1.0), n_boot=20
+        tiny_study / "full", tiny_study / "devise", tmp_path / "fused", weights=(0.0, 0.5, 1.0), ec=EC
     )
     a, b = (fusion.unit_scores(tiny_study / r / "seeds" / "seed0") for r in ("full", "devise"))
     za, zb = fusion.standardiser(a["val"][0]), fusion.standardiser(b["val"][0])
@@ -32,7 +35,7 @@ def test_fused_run_chooses_its_weight_on_validation_and_its_ends_are_the_runs(ti
     fused = load_run(tmp_path / "fused")  # the layout of a trained run
     assert fused["ranks"]["search"].shape == load_run(tiny_study / "full")["ranks"]["search"].shape
     for w, run in ((1.0, "full"), (0.0, "devise")):  # each end is that run's own test ranks
-        end = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / f"w{w}", weights=(w,), n_boot=20)
+        end = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / f"w{w}", weights=(w,), ec=EC)
         own = load_run(tiny_study / run)
         for d in ("annotation", "search"):
             np.testing.assert_array_equal(load_run(tmp_path / f"w{w}")["ranks"][d], own["ranks"][d])
@@ -59,6 +62,7 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys, monkeypatch)
     with monkeypatch.context() as m:
         _no_scoring(m)  # refused before any scoring
         for n in ("0", "-5"):
+            (tmp_path / "p.yaml").write_text(f"evaluation: {{n_boot: {n}}}\n")
             with pytest.raises(SystemExit):
                 fusion.main(
                     [
@@ -67,11 +71,11 @@ def test_fusion_refuses_bad_arguments(tiny_study, tmp_path, capsys, monkeypatch)
                         str(tiny_study / "devise"),
                         "--out",
                         str(tmp_path / "o"),
-                        "--n-boot",
-                        n,
+                        "--params",
+                        str(tmp_path / "p.yaml"),
                     ]
                 )
-            assert f"--n-boot {n}: at least 1 bootstrap resample" in capsys.readouterr().err
+            assert f"evaluation.n_boot={n}: out of range" in capsys.readouterr().err
     with pytest.raises(ValueError, match="two training runs per split"):  # one unit per split: no self-ensemble
         fusion.unit_pairs(tiny_study / "full", tiny_study / "full")
 
@@ -83,7 +87,7 @@ def test_results_page_row_is_read_from_the_fused_metrics(tiny_study, tmp_path):
     study.mkdir(parents=True)
     for r in ("full", "devise"):
         (study / r).symlink_to(tiny_study / r, target_is_directory=True)
-    m = fusion.fuse_runs(study / "full", study / "devise", study / "fz", weights=(0.3,), n_boot=20)
+    m = fusion.fuse_runs(study / "full", study / "devise", study / "fz", weights=(0.3,), ec=EC)
     rows = fusion_rows(tmp_path, "s", {"fusion": {"fz": {"a": "full", "b": "devise"}, "absent": {"a": "x", "b": "y"}}})
     row = [r for r in rows if r.startswith("| `fz`")]
     assert len(row) == 1 and not any("absent" in r for r in rows)
@@ -109,7 +113,7 @@ def _copy_runs(tiny_study, tmp_path, *names):
 def _no_scoring(monkeypatch):
     """Make any scoring fail: a refusal must come before it."""
 
-    def score(seed_dir):
+    def score(seed_dir, ec=None):
         raise AssertionError(f"scored {seed_dir} before refusing")
 
     monkeypatch.setattr(fusion, "unit_scores", score)
@@ -121,7 +125,8 @@ def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_wit
     a, b = _copy_runs(tiny_study, tmp_path, "full", "devise")
     files = lambda: {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}  # noqa: E731
     before = files()
-    argv = ["--runs", str(a), str(b), "--weights", "0.5", "--n-boot", "20"]
+    (tmp_path / "p.yaml").write_text("evaluation: {n_boot: 20, hubness: false}\n")  # 4 test images: no hubness
+    argv = ["--runs", str(a), str(b), "--weights", "0.5", "--params", str(tmp_path / "p.yaml")]
     with monkeypatch.context() as m:
         _no_scoring(m)
         for out in (a, tmp_path / "x" / ".." / "full"):  # even spelled otherwise, even with --overwrite
@@ -143,7 +148,7 @@ def test_fusion_never_writes_into_an_input_run_and_replaces_a_fused_run_only_wit
             fusion.main(argv + ["--out", str(out)])
         assert f"refusing to replace 4 existing file(s): {out / 'metrics.json'}" in capsys.readouterr().err
         with pytest.raises(FileExistsError, match="Pass --overwrite"):
-            fusion.fuse_runs(a, b, out, weights=(0.5,), n_boot=20)
+            fusion.fuse_runs(a, b, out, weights=(0.5,), ec=EC)
     assert (out / "metrics.json").read_bytes() == first and stale.exists()
     fusion.main(argv + ["--out", str(out), "--overwrite"])
     assert (out / "metrics.json").read_bytes() == first and not stale.exists()  # replaced whole, same result
@@ -184,8 +189,8 @@ def test_fusion_refuses_runs_trained_on_other_data(tiny_study, tmp_path, capsys,
 def test_fusion_refuses_scores_of_other_splits(tiny_study, tmp_path, monkeypatch, split, change, what):
     score = fusion.unit_scores
 
-    def other(seed_dir):
-        s = score(seed_dir)
+    def other(seed_dir, ec):
+        s = score(seed_dir, ec)
         if "devise" in str(seed_dir):
             s[split] = change(*s[split])
         return s
@@ -196,7 +201,7 @@ def test_fusion_refuses_scores_of_other_splits(tiny_study, tmp_path, monkeypatch
         match=rf"unit 0: {tiny_study / 'full'} and {tiny_study / 'devise'} were scored "
         rf"on different {split} splits \({what}\)",
     ):
-        fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "fz", weights=(0.5,), n_boot=20)
+        fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "fz", weights=(0.5,), ec=EC)
 
 
 def test_fused_files_are_written_through_fraglib_outputs(tiny_study, tmp_path, monkeypatch):
@@ -211,7 +216,7 @@ def test_fused_files_are_written_through_fraglib_outputs(tiny_study, tmp_path, m
 
     monkeypatch.setattr(fusion, "write_text", record)
     out = tmp_path / "fz"
-    s = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", out, weights=(0.5,), n_boot=20)
+    s = fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", out, weights=(0.5,), ec=EC)
     assert set(written) == {
         out / "metrics.json",
         out / "seeds" / "seed0" / "metrics.json",
@@ -219,3 +224,30 @@ def test_fused_files_are_written_through_fraglib_outputs(tiny_study, tmp_path, m
     }
     assert (out / "metrics.json").read_text() == json.dumps(s, indent=1, sort_keys=True) + "\n"
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["metrics.json", "metrics.json", "ranks.json"]
+
+
+def test_a_fused_run_is_scored_by_the_one_evaluation_with_hubness_and_folds(tiny_study, tmp_path):
+    """The fused test matrix goes through fraglib.run.evaluate.evaluate_matrix with the evaluation section: at
+    w = 1 the fused scores are run A's standardised (an increasing affine map), so its k-occurrence statistics,
+    its corrected ranks under every correction and its fold metrics are run A's own, recomputed here."""
+    import json
+
+    from fraglib.run.evaluate import evaluate_matrix
+
+    ec = EvalConfig(n_boot=20, hubness=True, test_folds=2, hub_k=2)  # 4 test images, 2 folds of 2
+    fusion.fuse_runs(tiny_study / "full", tiny_study / "devise", tmp_path / "w1", weights=(1.0,), ec=ec)
+    got = json.loads((tmp_path / "w1" / "seeds" / "seed0" / "metrics.json").read_text())["test"]
+    ranks = json.loads((tmp_path / "w1" / "seeds" / "seed0" / "ranks.json").read_text())
+    a = fusion.unit_scores(tiny_study / "full" / "seeds" / "seed0", ec)
+    own = evaluate_matrix(a["test"][0], a["test"][1], ec, 0, "run A", a["val"], a["banks"])
+    assert set(got["hubness"]) == set(own["hubness"]) and "csls_inductive" in got["hubness"]
+    for d in ("annotation", "search"):
+        assert got["hubness"][d] == pytest.approx(own["hubness"][d])  # k-occurrence: plain rankings only
+        assert ranks[d] == own["ranks"][d]
+    assert ranks["hubness"]["corrected"].keys() == own["ranks"]["hubness"]["corrected"].keys()
+    for key, by_dir in own["ranks"]["hubness"]["corrected"].items():
+        for d in ("annotation", "search"):
+            np.testing.assert_array_equal(ranks["hubness"]["corrected"][key][d], by_dir[d], err_msg=key)
+    assert got["folds"] == json.loads(json.dumps(own["folds"]))  # the same ranks: the same fold metrics
+    fused = load_run(tmp_path / "w1")  # read back as a trained run, its corrections included
+    assert set(fused["corrected"]) == set(own["ranks"]["hubness"]["corrected"])

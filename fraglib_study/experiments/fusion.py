@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from fraglib.core.outputs import OVERWRITE_HELP, claim, claim_cli, command, write_text
-from fraglib.metrics.retrieval import N_BOOT, annotation_ranks, evaluate_scores, recall_table, rsum, search_ranks
+from fraglib.metrics.retrieval import annotation_ranks, recall_table, rsum, search_ranks
+from fraglib.run.evaluate import EvalConfig
 
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
 
@@ -173,12 +174,18 @@ def trained_run_files(out: Path) -> str | None:
     return None
 
 
-def unit_scores(seed_dir: Path) -> dict[str, Any]:
-    """Validation and test score matrices of one trained unit (from its checkpoint alone)."""
-    from fraglib.run.evaluate import load_trained, score_matrix
+def unit_scores(seed_dir: Path, ec: EvalConfig = EvalConfig()) -> dict[str, Any]:
+    """Validation and test score matrices of one trained unit (from its checkpoint alone), each with its sentence ->
+    image index, and with ``ec.hubness`` the inductive banks of both splits (``banks``:
+    :func:`fraglib.run.evaluate.hubness_banks`, score matrices too, so they fuse as the splits' do)."""
+    from fraglib.run.evaluate import hubness_banks, load_trained, score_matrix
 
     system, _, splits = load_trained(seed_dir, split=None)
-    return {s: (score_matrix(system, splits[s]), splits[s].sentence_image) for s in ("val", "test")}
+    out = {s: (score_matrix(system, splits[s], ec.eval_chunk), splits[s].sentence_image) for s in ("val", "test")}
+    if ec.hubness:
+        pair = {s: splits[s] for s in ("val", "test")}
+        out["banks"] = hubness_banks(system, pair, splits["train"], ec.hub_bank, ec.eval_chunk)
+    return out
 
 
 def fuse_runs(
@@ -186,16 +193,20 @@ def fuse_runs(
     run_b: str | Path,
     out: str | Path,
     weights: tuple[float, ...] = WEIGHTS,
-    n_boot: int = N_BOOT,
+    ec: EvalConfig = EvalConfig(),
     label: str | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fuse two trained runs (module docstring; checkpoints in ``<run>/seeds/seed<unit>/``) into the run
-    folder ``out``; returns its summary. Before any scoring: :func:`fusion_pairs`' checks, and an existing
-    fused run in ``out`` is refused unless ``overwrite`` (then replaced whole: :func:`fraglib.core.outputs.claim`)."""
+    folder ``out``; returns its summary. The fused test matrix is scored by the one evaluation of every score
+    matrix (:func:`fraglib.run.evaluate.evaluate_matrix` with ``ec``, ``params.yaml: evaluation``: bootstrap CIs,
+    the fold protocol, hubness and its corrections on the fused validation matrix and fused banks), as a trained
+    unit's is. Before any scoring: :func:`fusion_pairs`' checks, and an existing fused run in ``out`` is refused
+    unless ``overwrite`` (then replaced whole: :func:`fraglib.core.outputs.claim`)."""
     from tqdm.auto import tqdm
 
     from fraglib.core.outputs import unit_seed
+    from fraglib.run.evaluate import evaluate_matrix
     from fraglib_study.experiments.study import summarise
 
     run_a, run_b, out = Path(run_a), Path(run_b), Path(out)
@@ -203,7 +214,7 @@ def fuse_runs(
     claim(fused_files(out), fused_files(out, pairs), overwrite, f"fraglib_study.experiments.fusion --out {out}")
     scores = []
     for name, ua, ub in tqdm(pairs, desc=f"scoring {run_a.name} + {run_b.name}"):
-        a, b = unit_scores(run_a / "seeds" / f"seed{ua}"), unit_scores(run_b / "seeds" / f"seed{ub}")
+        a, b = unit_scores(run_a / "seeds" / f"seed{ua}", ec), unit_scores(run_b / "seeds" / f"seed{ub}", ec)
         check_scored(name, run_a, run_b, a, b)
         scores.append((name, a, b, standardiser(a["val"][0]), standardiser(b["val"][0])))
     pair = f"{run_a} + {run_b}"
@@ -225,12 +236,22 @@ def fuse_runs(
     w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))  # ties: the more even mix
     tests = []
     for name, a, b, za, zb in scores:
-        m = evaluate_scores(
+        banks = (
+            {
+                sp: {d: fuse(a["banks"][sp][d], b["banks"][sp][d], w_best, za, zb) for d in a["banks"][sp]}
+                for sp in a["banks"]
+            }
+            if ec.hubness
+            else None
+        )
+        m = evaluate_matrix(
             fuse(a["test"][0], b["test"][0], w_best, za, zb),
             a["test"][1],
-            n_boot,
+            ec,
             unit_seed(name),
             f"{pair}, unit {name}: fused test scores (w = {w_best})",
+            (fuse(a["val"][0], b["val"][0], w_best, za, zb), a["val"][1]) if ec.hubness else None,
+            banks,
         )
         d = out / "seeds" / f"seed{name}"
         write_text(d / "ranks.json", json.dumps(m.pop("ranks")) + "\n")
@@ -265,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", required=True, help="the fused run's folder")
     ap.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="the grid of w (comma-separated, in [0, 1])")
-    ap.add_argument("--n-boot", type=int, default=N_BOOT, help="bootstrap resamples of each unit's test CIs")
+    ap.add_argument("--params", default="params.yaml", help="its `evaluation` section: how the fused test is scored")
     ap.add_argument("--label")
     ap.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = ap.parse_args(argv)
@@ -275,8 +296,14 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--weights {args.weights!r}: comma-separated numbers in [0, 1]")
     if not weights or not all(0.0 <= w <= 1.0 for w in weights):
         ap.error(f"--weights {args.weights!r}: every weight must lie in [0, 1]")
-    if args.n_boot < 1:
-        ap.error(f"--n-boot {args.n_boot}: at least 1 bootstrap resample")
+    from fraglib.core.config import ConfigError
+    from fraglib.run.evaluate import eval_config
+    from fraglib_study.schema import read_checked
+
+    try:  # a bad section is refused by name before any scoring
+        ec = eval_config(read_checked(args.params))
+    except ConfigError as exc:
+        ap.error(f"--params {args.params}: {exc}")
     for r in args.runs:
         if not (Path(r) / "metrics.json").exists():
             ap.error(f"--runs: {r} has no metrics.json (train it first, e.g. `dvc repro ...:train@{Path(r).name}`)")
@@ -288,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     claim_cli(
         ap, fused_files(out), fused_files(out, pairs), args.overwrite, f"fraglib_study.experiments.fusion --out {out}"
     )
-    s = fuse_runs(run_a, run_b, out, weights, args.n_boot, args.label, overwrite=True)
+    s = fuse_runs(run_a, run_b, out, weights, ec, args.label, overwrite=True)
     print(
         f"{args.out}: weight {s['weight']} (validation R-sum by weight: {s['val_rsum_by_weight']}); test R@1 "
         f"annotation {s['annotation']['r1']:.1f}, search {s['search']['r1']:.1f}"
