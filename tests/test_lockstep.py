@@ -96,10 +96,38 @@ def test_the_default_pipelines_lock_is_in_step_with_the_code():
     assert not rows, "\n".join(f"{r['stage']}: {r['path']} ({r['why']})" for r in rows[:20])
 
 
-@pytest.mark.xfail(strict=True, reason="the studies' locks are not re-recorded yet (issue #78, item 4)")
-@pytest.mark.parametrize(
-    "lock", ["studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock"]
+STUDY_LOCKS = ["studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock"]
+# the stages of a study that train, or read its checkpoints (docs/runs.md "The lock"): their committed results were
+# made by older code, on another machine, and only a re-run brings them in step (16 CPU-hours for Pascal1K's
+# folds; the five-split checkpoints are in no clone)
+RETRAINED = {
+    "train",
+    "train_folds",
+    "train_extended",
+    "captions",
+    "captions_folds",
+    "captions_extended",
+    "transfer_to_pascal1k",
+    "transfer_to_flickr8k",
+    "fuse",
+    "figures",
+    "explorer",
+    "explorer_folds",
+}
+
+
+@pytest.mark.parametrize("lock", STUDY_LOCKS)
+def test_a_studys_data_and_pages_are_in_step_with_the_code(lock):
+    """Every stage of a study but those that retrain or read checkpoints is in step: its data re-made by this code
+    (byte-identical, docs/lock_records.json) and its pages rendered by it (`make reports`)."""
+    rows = [r for r in out_of_step(lock, ROOT) if r["stage"].split("@")[0] not in RETRAINED]
+    assert not rows, "\n".join(f"{r['stage']}: {r['path']} ({r['why']})" for r in rows[:20])
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the studies' trainings ran older code (issue #78, item 4): a re-run re-records them"
 )
+@pytest.mark.parametrize("lock", STUDY_LOCKS)
 def test_the_studies_locks_are_in_step_with_the_code(lock):
     assert not out_of_step(lock, ROOT)
 
