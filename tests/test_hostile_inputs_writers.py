@@ -134,7 +134,9 @@ def test_fusion_never_writes_into_a_trained_runs_folder(strip, tiny_study, tmp_p
 
 def test_fusion_overwrite_replaces_only_its_own_files(tiny_study, tmp_path):
     out = tmp_path / "fz"
-    argv = ["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--weights", "0.5", "--n-boot", "20"]
+    (tmp_path / "p.yaml").write_text("evaluation: {n_boot: 20, hubness: false}\n")  # 4 test images: no hubness
+    argv = ["--runs", str(tiny_study / "full"), str(tiny_study / "devise"), "--weights", "0.5"]
+    argv += ["--params", str(tmp_path / "p.yaml")]
     fusion.main(argv + ["--out", str(out)])
     assert json.loads((out / "metrics.json").read_text())["system"] == "fusion"
     mine = {out / "notes.txt": b"my notes", out / "seeds" / "seed0" / "plot.png": b"my plot"}

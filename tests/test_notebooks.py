@@ -105,9 +105,11 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     if name == "text_only_report":
         text_only_runs(synth, tiny_study)
     if name == "fight_report" and not (tiny_study / "fz" / "metrics.json").exists():
+        from fraglib.run.evaluate import EvalConfig
         from fraglib_study.experiments.fusion import fuse_runs
 
-        fuse_runs(tiny_study / "full", tiny_study / "devise", tiny_study / "fz", weights=(0.0, 0.5, 1.0), n_boot=20)
+        ec = EvalConfig(n_boot=20, hubness=False)  # the tiny study's 4 test images
+        fuse_runs(tiny_study / "full", tiny_study / "devise", tiny_study / "fz", weights=(0.0, 0.5, 1.0), ec=ec)
     monkeypatch.chdir(ROOT)
     html = run_notebook(
         ROOT / "notebooks" / f"{name}.ipynb",
