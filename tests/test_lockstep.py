@@ -152,3 +152,22 @@ def test_unrecorded_names_a_stage_never_run_and_an_input_added_after_its_run(tmp
         ("make", "setting", "params.yaml:other", "declared, not recorded"),
         ("new", "stage", "dvc.yaml", "not in the lock"),
     }
+
+
+def test_an_out_of_step_stage_names_the_code_its_results_were_made_by(tmp_path):
+    """`lockstep check` says which commits made a stage's committed results (its units' timing.json), so a reader
+    sees how old the results of a stage out of step are; nothing where the outputs record none."""
+    import json
+
+    from fraglib_study.audit.lockstep import made_by
+
+    root = _project(tmp_path)
+    for unit, commit, date, machine in (("seed0", "abc1234", "2026-11-27T10:00:00Z", "M1"),
+                                        ("seed1", "def5678-dirty", "2026-11-29T09:00:00Z", "M2"),
+                                        ("seed0r1", "abc1234", "2026-11-27T11:00:00Z", "M1")):  # fmt: skip
+        (root / "out" / "x" / unit).mkdir(parents=True)
+        (root / "out" / "x" / unit / "timing.json").write_text(
+            json.dumps({"commit": commit, "date": date, "machine": machine})
+        )
+    assert made_by("dvc.lock", "make", root) == "abc1234 (2026-11-27), def5678-dirty (2026-11-29) on M1 / M2"
+    assert made_by("dvc.lock", "use", root) == ""  # no outputs of its own

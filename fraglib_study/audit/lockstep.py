@@ -134,6 +134,25 @@ def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None
     return rows
 
 
+def made_by(lock: str | Path, stage: str, root: str | Path = ".") -> str:
+    """Which code made ``stage``'s committed results: the commits, dates and machines the ``timing.json`` of its
+    training units record (``fraglib_study.experiments.study`` writes one per unit under its outputs), as one
+    phrase ("6f0ce43-dirty, 2026-11-27, on AMD EPYC, 2 logical cores"); "" where its outputs hold none."""
+    root = Path(root)
+    seen: dict[tuple[str, str], set[str]] = {}
+    for out in _read(root / lock)[stage].get("outs") or []:
+        for f in sorted((root / out["path"]).glob("**/timing.json")) if (root / out["path"]).is_dir() else []:
+            t = json.loads(f.read_text())
+            if isinstance(t, dict) and t.get("commit"):
+                key = (str(t["commit"]), str(t.get("date", ""))[:10])
+                seen.setdefault(key, set()).add(str(t.get("machine", "an unnamed machine")))
+    if not seen:
+        return ""
+    commits = sorted(seen, key=lambda k: (k[1], k[0]))
+    machines = sorted(set().union(*seen.values()))
+    return ", ".join(f"{c} ({d})" if d else c for c, d in commits) + " on " + " / ".join(machines)
+
+
 def unrecorded(pipeline: str | Path, root: str | Path = ".") -> list[dict[str, str]]:
     """What ``pipeline`` (a ``dvc.yaml``, resolved by DVC) declares and its lock does not record: a stage never run
     (``why``: "not in the lock"), an input or a setting added to a stage after it ran ("declared, not recorded").
@@ -232,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{lock}: {len(stages)} stage(s) out of step" + (":" if stages else ""))
         for s in stages:
             mine = [r for r in rows if r["stage"] == s]
+            made = made_by(lock, s) if s in _read(lock) else ""
             print(f"  {s}: " + ", ".join(f"{r['path']} ({r['why']})" for r in mine[:6])
-                  + (f" and {len(mine) - 6} more" if len(mine) > 6 else ""))  # fmt: skip
+                  + (f" and {len(mine) - 6} more" if len(mine) > 6 else "")
+                  + (f"; its results made by {made}" if made else ""))  # fmt: skip
     raise SystemExit(1 if bad else 0)
