@@ -143,7 +143,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _test_sets(run: dict[str, Any]) -> tuple[str, int, tuple[int, int]]:
-    """(test set word, how many, (fewest, most) trainings per test set) of a run, loaded (:func:`load_run`) or its
+    """(test set word, how many, (fewest, most) trainings per test set) of a run, loaded (:func:`fraglib_study.report.loading.load_run`) or its
     summary (``metrics.json``): a k-fold run's folds (trained once per replicate each), else its splits (the
     groups of its units)."""
     units = list(run.get("units") or [str(s) for s in run["seeds"]])

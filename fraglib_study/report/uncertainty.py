@@ -43,7 +43,7 @@ def run_difference(a: dict[str, Any], b: dict[str, Any], task: str, metric: str)
 
 def paired_r1(folder: str | Path, a: str, b: str, correction: str | None = None) -> dict[str, float] | None:
     """R@1 of run ``a`` minus run ``b`` of ``folder`` per direction, paired as every page pairs
-    (:func:`run_difference`), on their ranks or (``correction``, a key of :data:`CORRECTIONS`' ranks, e.g.
+    (:func:`run_difference`), on their ranks or (``correction``, a key of :data:`fraglib_study.report.corrections.CORRECTIONS`' ranks, e.g.
     ``inverted_softmax_inductive``) their corrected ranks; None where either run, or that correction of it, is not
     here. A damaged run is a ValueError naming it (:func:`load_run`)."""
     folder = Path(folder)
@@ -58,7 +58,7 @@ def paired_r1(folder: str | Path, a: str, b: str, correction: str | None = None)
 
 
 def shared_strata(runs: list[dict[str, Any]], task: str) -> np.ndarray | None:
-    """The query strata (folds, :func:`pool_folds`) of ``task`` the loaded ``runs`` share, None where none has
+    """The query strata (folds, :func:`fraglib_study.report.loading.pool_folds`) of ``task`` the loaded ``runs`` share, None where none has
     any; ValueError when they differ (k-fold runs of two partitions, or one beside a split run): not one test set."""
     found = [(r.get("strata") or {}).get(task) for r in runs]
     if all(x is None for x in found):
