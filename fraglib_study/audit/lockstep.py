@@ -134,14 +134,14 @@ def out_of_step(lock: str | Path, root: str | Path = ".", outs: list[str] | None
     return rows
 
 
-def made_by(lock: str | Path, stage: str, root: str | Path = ".") -> str:
-    """Which code made ``stage``'s committed results: the commits, dates and machines the ``timing.json`` of its
-    training units record (``fraglib_study.experiments.study`` writes one per unit under its outputs), as one
-    phrase ("6f0ce43-dirty, 2026-11-27, on AMD EPYC, 2 logical cores"); "" where its outputs hold none."""
+def made_by(outs: list[str], root: str | Path = ".") -> str:
+    """Which code made a stage's committed results (``outs``: its outputs' paths): the commits, dates and machines
+    the ``timing.json`` of its training units record (``fraglib_study.experiments.study`` writes one per unit), as
+    one phrase ("6f0ce43-dirty (2026-11-27) on AMD EPYC, 2 logical cores"); "" where its outputs hold none."""
     root = Path(root)
     seen: dict[tuple[str, str], set[str]] = {}
-    for out in _read(root / lock)[stage].get("outs") or []:
-        for f in sorted((root / out["path"]).glob("**/timing.json")) if (root / out["path"]).is_dir() else []:
+    for out in outs:
+        for f in sorted((root / out).glob("**/timing.json")) if (root / out).is_dir() else []:
             t = json.loads(f.read_text())
             if isinstance(t, dict) and t.get("commit"):
                 key = (str(t["commit"]), str(t.get("date", ""))[:10])
@@ -246,12 +246,12 @@ def main(argv: list[str] | None = None) -> None:
     bad = 0
     for lock in args.locks:
         rows = out_of_step(lock) + unrecorded(Path(lock).with_suffix(".yaml"))
-        stages = sorted({r["stage"] for r in rows})
+        stages, entries = sorted({r["stage"] for r in rows}), _read(lock)
         bad += len(stages)
         print(f"{lock}: {len(stages)} stage(s) out of step" + (":" if stages else ""))
         for s in stages:
             mine = [r for r in rows if r["stage"] == s]
-            made = made_by(lock, s) if s in _read(lock) else ""
+            made = made_by([o["path"] for o in entries[s].get("outs") or []]) if s in entries else ""
             print(f"  {s}: " + ", ".join(f"{r['path']} ({r['why']})" for r in mine[:6])
                   + (f" and {len(mine) - 6} more" if len(mine) > 6 else "")
                   + (f"; its results made by {made}" if made else ""))  # fmt: skip

@@ -205,6 +205,11 @@ HUB_STATS = {
 }
 
 
+def _measured(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs of ``runs`` that measured hubness (``hubness`` in their summary)."""
+    return {r: m for r, m in runs.items() if m.get("hubness")}
+
+
 def hubness_table(
     runs: dict[str, dict[str, Any]],
     labels: dict[str, str],
@@ -218,8 +223,10 @@ def hubness_table(
     plain / under each inductive correction any of them measured (:func:`inductive_corrections`); "—"
     where a run lacks a value; most skewed first unless not ``sort`` (then in the order of ``runs``). Annotation's
     candidates are sentences, search's are images; empty when no run measured hubness."""
-    hub = {r: m for r, m in runs.items() if m.get("hubness")}
-    k = int(next(iter(hub.values()))["hubness"]["k"]) if hub else 10
+    hub = _measured(runs)
+    if not hub:
+        return Table(("run",), ())
+    k = int(next(iter(hub.values()))["hubness"]["k"])
     shown = inductive_corrections(hub) if corrections else []
     order = sorted(hub, key=lambda r: -max(hub[r]["hubness"][d]["skewness"] for d in DIRECTIONS)) if sort else hub
 
@@ -253,11 +260,14 @@ def hubness(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[Blo
     """:func:`hubness_table` (skewness, never %, R@1 under the inductive corrections; parameters chosen on
     validation; docs/evaluation.md "Hubness") with the sentence that reads it; no blocks when no run measured
     hubness."""
-    table = hubness_table(runs, labels)
-    if not table:
+    hub = _measured(runs)
+    if not hub:
         return []
-    hub = {r: m for r, m in runs.items() if m.get("hubness")}
-    k, shown = int(next(iter(hub.values()))["hubness"]["k"]), inductive_corrections(hub)
+    k, shown, table = (
+        int(next(iter(hub.values()))["hubness"]["k"]),
+        inductive_corrections(hub),
+        hubness_table(hub, labels),
+    )
     return [
         f"Hubness of the test scores (k = {k}; annotation's candidates are sentences, search's are images) and "
         f"R@1 under the {NUMBERS.get(len(shown), len(shown))} *inductive* corrections (banks from the training "
