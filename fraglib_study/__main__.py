@@ -16,8 +16,11 @@ COMMANDS = {
     "fuse": ("fraglib_study.experiments.fusion", "fuse two trained runs' test scores"),
     "captions": ("fraglib_study.experiments.captions", "generate and score captions (pycocoevalcap)"),
     "confirm": ("fraglib_study.experiments.confirm", "re-run the claims' runs on a fresh partition"),
-    "explore": ("fraglib_study.experiments.explore", "the explorer's data from trained runs"),
-    "figures": ("fraglib_study.report.figure_data", "a results page's figure data from one checkpoint"),
+    "explore": ("fraglib_study.experiments.explore", "the fold explorer's data from trained runs (--folds)"),
+    "figures": (
+        "fraglib_study.report.figure_data",
+        "a study's figure data from its checkpoints (its pages' only source)",
+    ),
     "notebook": ("fraglib_study.report.notebook", "execute a report notebook into an HTML page"),
     "summary": ("fraglib_study.pages.summary", "a study's summary page"),
     "index": ("fraglib_study.pages.index", "the index page"),

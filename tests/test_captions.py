@@ -114,7 +114,7 @@ def test_a_trained_seed_writes_captions_and_scores(tiny_full, tmp_path):
         "paraphrasing_own",
         "paraphrasing_other",
     }
-    from fraglib_study.report.live import caption_gallery
+    from figure_reference import caption_gallery
 
     panels = caption_gallery(tmp_path / "stt", 0, tiny_full, n_good=1, n_bad=1)
     assert len(panels) == 2 and panels[0]["lines"][0].startswith("caption: ")

@@ -215,12 +215,20 @@ def test_a_python_command_the_scan_cannot_follow_is_refused():
 
 @pytest.mark.parametrize(
     "dvc_file, stage",
-    [("dvc.yaml", "index"), ("studies/pascal1k/dvc.yaml", "fight_report"), ("studies/flickr8k/dvc.yaml", "report")],
+    [
+        ("dvc.yaml", "index"),
+        ("dvc.yaml", "results_report"),
+        ("studies/synthetic/dvc.yaml", "results_report_extended"),
+        ("studies/pascal1k/dvc.yaml", "results_report"),
+        ("studies/pascal1k/dvc.yaml", "fight_report"),
+        ("studies/flickr8k/dvc.yaml", "report"),
+    ],
 )
-def test_a_systems_edit_leaves_the_index_and_the_fight_page_up_to_date(dvc_file, stage):
+def test_a_systems_edit_leaves_the_index_and_the_pages_up_to_date(dvc_file, stage):
     """`dvc status` marks a stage changed only when one of its deps changed: docs/results.md with the index, the
-    fight page and Flickr8K's page run no system and no trainer, and no dep of theirs holds one (issue #78), so an
-    edit to ``fraglib/systems/vse.py`` or ``fraglib/run/train.py`` leaves them up to date."""
+    results pages (their figures drawn from figure data, not checkpoints), the fight page and Flickr8K's page run no
+    system and no trainer, and no dep of theirs holds one (issue #78), so an edit to ``fraglib/systems/vse.py`` or
+    ``fraglib/run/train.py`` leaves them up to date."""
     import yaml
 
     s = yaml.safe_load((ROOT / dvc_file).read_text())["stages"][stage]

@@ -135,7 +135,7 @@ def test_the_page_and_its_data_script(explorer_data, tmp_path):
 def test_the_page_without_its_data_names_the_stage(tmp_path):
     from fraglib_study.pages.explorer_page import build
 
-    with pytest.raises(FileNotFoundError, match="python -m fraglib_study explore"):
+    with pytest.raises(FileNotFoundError, match=r"python -m fraglib_study figures, explore"):
         build(tmp_path / "nothing", tmp_path / "explorer.html")
 
 
@@ -145,7 +145,9 @@ def test_the_registry_lists_the_explorer_pages():
     from test_dvc_deps import ROOT
 
     pages = {p.html: p for s in studies(ROOT) for p in s.pages if p.kind == "explorer"}
-    assert pages["reports/explorer.html"].parameters == {"data": "runs/synthetic/explorer"}
+    assert pages["reports/explorer.html"].parameters == {
+        "data": "runs/synthetic/figures"
+    }  # the results page's data too
     # no --title: the page's title names the data set and the protocol from its data (no config key in it)
     assert pages["reports/pascal1k/explorer.html"].parameters == {"data": "runs/pascal1k_folds/explorer"}
 
@@ -157,9 +159,11 @@ def test_the_committed_explorers_are_small():
 
     from test_dvc_deps import ROOT
 
-    folders = sorted(p.parent for p in ROOT.glob("runs/*/explorer/explorer.json"))
+    folders = sorted(
+        p.parent for p in [*ROOT.glob("runs/*/explorer/explorer.json"), *ROOT.glob("runs/*/figures/explorer.json")]
+    )
     if not folders:
-        pytest.skip("no explorer data committed yet (python -m fraglib_study explore: the explorer stages)")
+        pytest.skip("no explorer data committed yet (python -m fraglib_study figures, explore --folds: their stages)")
     for folder in folders:
         data = json.loads((folder / "explorer.json").read_text())
         thumbs = sorted({(folder / im["thumb"]).resolve() for im in data["images"]})
@@ -187,12 +191,13 @@ def test_the_index_row_of_an_explorer(explorer_data):
     assert finding(study, page, {}) == "3 runs, 4 test images, top 3 both ways"
 
 
-def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
-    """--runs, --align-runs and --map-runs (a study that keeps some runs' checkpoints: Pascal1K's explorer stage)
-    replace params.yaml's study.runs and explorer.align_runs / map_runs; a run that cannot be aligned is refused."""
+def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tiny_full, tmp_path):
+    """figures --runs, --align-runs and --map-runs (a study that keeps some runs' checkpoints: Pascal1K's figures
+    stage) replace params.yaml's study.runs and explorer.align_runs / map_runs; a run that cannot be aligned is
+    refused."""
     import yaml
 
-    from fraglib_study.experiments.explore import main
+    from fraglib_study.report.figure_data import main
 
     from conftest import ROOT
 
@@ -203,7 +208,8 @@ def test_a_study_names_its_own_aligned_and_mapped_runs(tiny_study, tmp_path):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["explorer"]["k"] = 3  # the tiny split has 4 test images
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    common = ["--models-dir", str(models), "--runs", "full,devise", "--params", str(tmp_path / "params.yaml")]
+    common = ["--dataset-dir", str(tiny_full), "--models-dir", str(models), "--runs", "full,devise",
+              "--params", str(tmp_path / "params.yaml")]  # fmt: skip
     main([*common, "--out", str(tmp_path / "a"), "--align-runs", "full", "--map-runs", ""])
     data = json.loads((tmp_path / "a" / "explorer.json").read_text())
     assert list(data["runs"]) == ["full", "devise"] and data["aligned"] == ["full"] and data["maps"] == {}
@@ -299,12 +305,12 @@ def test_the_page_colours_twenty_categories_apart_and_ranks_both_directions(tmp_
     assert "innerHTML" not in script and "outerHTML" not in script  # data reach the page as text only
 
 
-def test_the_labels_come_from_params(tiny_study, tmp_path):
-    """explore writes each run's params.yaml label (runs.<run>.label), the name the page shows; a run without one
-    keeps its name."""
+def test_the_labels_come_from_params(tiny_study, tiny_full, tmp_path):
+    """The explorer record (figures --runs) holds each run's params.yaml label (runs.<run>.label), the name the page
+    shows; a run without one keeps its name."""
     import yaml
 
-    from fraglib_study.experiments.explore import main
+    from fraglib_study.report.figure_data import main
 
     from conftest import ROOT
 
@@ -317,8 +323,8 @@ def test_the_labels_come_from_params(tiny_study, tmp_path):
     params["explorer"]["k"] = 3
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "out"
-    main(["--models-dir", str(models), "--runs", "devise,unnamed", "--params", str(tmp_path / "params.yaml"),
-          "--out", str(out), "--align-runs", "", "--map-runs", ""])  # fmt: skip
+    main(["--dataset-dir", str(tiny_full), "--models-dir", str(models), "--runs", "devise,unnamed",
+          "--params", str(tmp_path / "params.yaml"), "--out", str(out), "--align-runs", "", "--map-runs", ""])  # fmt: skip
     data = json.loads((out / "explorer.json").read_text())
     assert data["runs"]["devise"]["label"] == params["runs"]["devise"]["label"] != "devise"
     assert data["runs"]["unnamed"]["label"] == "unnamed"
@@ -521,7 +527,7 @@ def test_the_committed_explorer_pages_show_labels_and_travel_with_reports():
         for im in data["images"]:
             thumb = (page.parent / im["thumb"]).resolve()
             assert thumb.is_file() and reports in thumb.parents, (page, im["thumb"])
-    for folder in ("runs/synthetic/explorer", "runs/pascal1k_folds/explorer"):
+    for folder in ("runs/synthetic/figures", "runs/pascal1k_folds/explorer"):
         assert not list((ROOT / folder).glob("thumbs/*.jpg")), folder
     pascal = ROOT / "reports/pascal1k/explorer_files/data.js"
     if pascal.exists():

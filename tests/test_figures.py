@@ -76,8 +76,9 @@ def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full)
 def test_figure_4_from_the_explorer_is_the_live_one(explorer_data, tiny_full):
     """explorer_panels draws the images retrieval_panels draws, with the same top sentences, fragments and boxes
     (scaled to the thumbnail; scores to the explorer's 0.1)."""
+    from figure_reference import retrieval_panels
+
     from fraglib_study.report.galleries import explorer_panels, read_explorer
-    from fraglib_study.report.live import retrieval_panels
 
     out, runs = explorer_data
     explorer = read_explorer(out)
@@ -154,6 +155,15 @@ def test_a_committed_gallery_uses_the_explorer_s_thumbnails_of_its_split(explore
     assert panels[0]["lines"][1:3] == [f"paraphrase: {t} → p" for t in own]
     with pytest.raises(ValueError, match="split 0, the gallery split 1"):
         explorer_gallery(tmp_path, 1, explorer)
+    # a split larger than the images the explorer shows (the synthetic test split's first gallery): the gallery
+    # picks among those shown, though the record's best caption is of an image beyond them
+    rec["captioning"].append({"image": n, "caption": "beyond", "references": ["r"], "cider": 99.0})
+    rec["paraphrasing"].append(
+        {"sentence": len(explorer["sentences"]), "input": "x", "paraphrase": "y", "references": []}
+    )
+    (tmp_path / "captions" / "seed0.json").write_text(json.dumps(rec))
+    shown = explorer_gallery(tmp_path, 0, explorer, n_good=1, n_bad=1)
+    assert [p["title"] for p in shown] == [p["title"] for p in panels]
 
 
 def test_the_command_writes_every_split_s_queries_and_refuses_a_run_without_checkpoint(tmp_path, capsys):
@@ -197,8 +207,7 @@ def test_the_committed_relation_norms_are_the_checkpoints(tiny_full, tmp_path):
 
     from fraglib.run.inputs import DataPaths
     from fraglib.run.train import resolve_run, train
-    from fraglib_study.report.figure_data import build
-    from fraglib_study.report.live import relation_norms
+    from fraglib_study.report.figure_data import build, relation_norms
 
     from conftest import tiny_eval, tiny_params
 
@@ -212,3 +221,55 @@ def test_the_committed_relation_norms_are_the_checkpoints(tiny_full, tmp_path):
     assert got.relation.tolist() == want.relation.tolist() == written["relation_norms"].relation.tolist()
     assert np.allclose(got.norm, want.norm, atol=1e-4) and (got.train_edges == want.train_edges).all()
     assert len(got) > 3 and got.norm.is_monotonic_decreasing
+
+
+def test_one_command_makes_every_figure_of_a_results_page(tiny_study, tiny_full, tmp_path, capsys):
+    """python -m fraglib_study figures is the results page's one producer: with --models-dir it writes, beside the
+    queries and the triplets, the runs' explorer record (Figure 4, the galleries' pictures) as explore.build does,
+    and with --truth the alignment accuracy of every fragment run on every split, the numbers alignment_accuracy
+    gives from the checkpoints; a second build with fewer runs removes the files only the first one wrote."""
+    import pandas as pd
+    import yaml
+
+    from fraglib_study.experiments.alignment import alignment_accuracy
+    from fraglib_study.report.figure_data import main
+
+    from conftest import ROOT
+
+    models = tmp_path / "models"
+    for run in ("full", "devise", "random"):
+        (models / run).mkdir(parents=True)
+        (models / run / "seed0").symlink_to(tiny_study / run / "seeds" / "seed0")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3  # the tiny split has 4 test images
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    out, truth = tmp_path / "figures", tiny_full / "ground_truth.json"
+    common = ["--dataset-dir", str(tiny_full), "--models-dir", str(models), "--params", str(tmp_path / "params.yaml")]
+    main([*common, "--runs", "full,devise,random", "--align-runs", "full", "--map-runs", "devise",
+          "--truth", str(truth), "--triplet-run", str(models / "full" / "seed0"), "--triplets", "amod circle red",
+          "--out", str(out)])  # fmt: skip
+    data = json.loads((out / "explorer.json").read_text())
+    assert list(data["runs"]) == ["full", "devise", "random"] and data["aligned"] == ["full"]
+    assert (out / "alignments_full.json").is_file() and (out / "triplets.json").is_file()
+    assert all((out / im["thumb"]).is_file() for im in data["images"])
+    table = pd.read_csv(out / "alignment.csv")
+    assert table.run.tolist() == ["full"] and table.seed.tolist() == [0]  # the fragment runs
+    want = alignment_accuracy(models / "full" / "seed0", tiny_full, truth)
+    assert table.accuracy[0] == pytest.approx(want["accuracy"], abs=1e-4) and table.fragments[0] == want["fragments"]
+    assert 0 <= table.chance[0] <= 1
+    main([*common, "--runs", "devise", "--align-runs", "", "--map-runs", "", "--out", str(out), "--overwrite"])
+    assert not (out / "alignments_full.json").exists() and not (out / "alignment.csv").exists()
+    assert not (out / "triplets.json").exists() and list(json.loads((out / "explorer.json").read_text())["runs"]) == [
+        "devise"
+    ]
+    with pytest.raises(SystemExit):
+        main(["--dataset-dir", str(tiny_full), "--runs", "full", "--out", str(tmp_path / "x")])  # no --models-dir
+    assert "name them with --models-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--dataset-dir", str(tiny_full), "--truth", str(truth), "--out", str(tmp_path / "x")])  # ignored: refused
+    assert "--truth shape the runs' explorer record" in capsys.readouterr().err
+    from fraglib_study.experiments.explore import main as explore_main
+
+    with pytest.raises(SystemExit):  # one producer: explore writes only the fold explorer's data
+        explore_main(["--models-dir", str(models), "--out", str(tmp_path / "y")])
+    assert "python -m fraglib_study figures" in capsys.readouterr().err and not (tmp_path / "y").exists()

@@ -27,9 +27,9 @@ class NoTorch(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoTorch())
 """
-# the report modules that need torch by their job: figure_data scores a checkpoint for a page's figure data, live
-# draws a figure from a checkpoint (the notebooks' branch for a clone that has one)
-NEEDS_TORCH = {"fraglib_study.report.figure_data", "fraglib_study.report.live"}
+# the report module that needs torch by its job: figure_data scores the checkpoints for a page's figure data (the
+# pages read those data, never a checkpoint)
+NEEDS_TORCH = {"fraglib_study.report.figure_data"}
 # what a report must not load: torch, and the trainer, the evaluation and the systems that come with it
 HEAVY = ("torch", "fraglib.run.train", "fraglib_study.experiments.study", "fraglib.run.evaluate", "fraglib.systems")
 
@@ -103,3 +103,29 @@ def test_the_whole_index_and_docs_results_build_without_torch(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
     assert "<h2>" in (tmp_path / "index.html").read_text() and "| run |" in (tmp_path / "results.md").read_text()
+
+
+def notebook_import_lines(notebook: Path) -> str:
+    """Every import statement of a notebook's code cells (those inside branches too), one per line."""
+    import ast
+    import json
+
+    lines = []
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        code = "\n".join(ln for ln in "".join(cell["source"]).splitlines() if not ln.lstrip().startswith(("%", "!")))
+        lines += [ast.unparse(n) for n in ast.walk(ast.parse(code)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("notebook", ["results_report", "training_report"])
+def test_a_results_page_imports_no_torch(notebook):
+    """Every import of the results and training notebooks runs with torch blocked and loads no trainer, evaluation
+    or system: the pages draw each figure from their study's figure data (fraglib_study/report/figure_data.py), never
+    from a checkpoint, so a clone renders it without torch (issue #78, item 3)."""
+    code = notebook_import_lines(ROOT / "notebooks" / f"{notebook}.ipynb")
+    assert "fraglib_study.report.notebook" in code  # the test reads the cells
+    out = run_without_torch(code + loaded_heavy())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -111,7 +111,6 @@ RETRAINED = {
     "transfer_to_flickr8k",
     "fuse",
     "figures",
-    "explorer",
     "explorer_folds",
 }
 

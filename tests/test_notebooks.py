@@ -26,7 +26,7 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
         },
         "training_report": {
             "run_dir": str(runs / "full"),
-            "dataset_dir": str(synth),
+            "figures_dir": str(runs / "figures"),  # tiny_figures
             "truth_file": str(synth / "ground_truth.json"),
             "search_table": str(runs / "search.csv"),
             "n_boot": 50,
@@ -61,6 +61,7 @@ def tiny_parameters(name: str, synth: Path, runs: Path) -> dict:
             "n_examples": 1,
             "parse_file": str(synth / "parse.conllu"),
             "published_dataset": "pascal1k",
+            "figures_dir": str(runs / "figures"),  # tiny_figures: the page draws every figure from it
         },
     }
     assert name in table, f"notebooks/{name}.ipynb has no tiny parameters in tests/test_notebooks.py"
@@ -96,6 +97,34 @@ def text_only_runs(synth: Path, runs: Path) -> None:
     )
 
 
+FIGURE_PAGES = ("results_report", "training_report")  # drawn from a study's figure data (tiny_figures here)
+
+
+def tiny_figures(synth: Path, runs: Path) -> None:
+    """``runs/figures``: the tiny study's figure data, as ``python -m fraglib_study figures`` writes a study's (its
+    runs' checkpoints under ``models/<run>/seed0``, k = 3 for the 4 test images; Figure 5's triplets and the
+    alignment accuracy against the ground truth; no SDT-RNN, so no relation norms: that section says what it lacks)."""
+    import yaml
+
+    from fraglib_study.report.figure_data import main
+
+    if (runs / "figures" / "explorer.json").exists():
+        return
+    models = runs / "models"
+    for run in ("full", "devise", "random", "dtrnn"):
+        (models / run).mkdir(parents=True, exist_ok=True)
+        if not (models / run / "seed0").exists():
+            (models / run / "seed0").symlink_to(runs / run / "seeds" / "seed0")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["explorer"]["k"] = 3
+    (runs / "figures_params.yaml").write_text(yaml.safe_dump(params))
+    main(["--dataset-dir", str(synth), "--parse", str(synth / "parse.conllu"), "--models-dir", str(models),
+          "--runs", "full,devise,random,dtrnn", "--align-runs", "full", "--map-runs", "devise",
+          "--truth", str(synth / "ground_truth.json"), "--triplet-run", str(models / "full" / "seed0"),
+          "--triplets", "amod circle red", "--params", str(runs / "figures_params.yaml"),
+          "--out", str(runs / "figures")])  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
@@ -104,6 +133,8 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     synth = tiny_full
     if name == "text_only_report":
         text_only_runs(synth, tiny_study)
+    if name in FIGURE_PAGES:
+        tiny_figures(synth, tiny_study)
     if name == "fight_report" and not (tiny_study / "fz" / "metrics.json").exists():
         from fraglib.run.evaluate import EvalConfig
         from fraglib_study.experiments.fusion import fuse_runs
@@ -120,11 +151,15 @@ def test_notebook_executes(name, tiny_full, tiny_study, tmp_path, monkeypatch):
     nb = json.loads((tmp_path / f"{name}.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]
-    assert any("fraglib runs on" in "".join(o.get("text", "")) for o in outputs), "device line missing"
+    if name not in FIGURE_PAGES:  # they compute on no device: their figures come from figure data, no torch loaded
+        assert any("fraglib runs on" in "".join(o.get("text", "")) for o in outputs), "device line missing"
     page = html.read_text()
     assert "<details" in page and re.search(r"data:image/(png|jpeg);base64", page)  # code folded, figures embedded
     assert len(page.encode()) < 1 << 20, f"{name}: page of {len(page.encode()) >> 10} KB"
     assert not REMOTE.findall(page), "the page must open offline"
+    if name == "results_report":  # Figures 4 and 5, the gallery's thumbnails and the alignment table, from figure data
+        assert "needs" not in re.sub(r"<[^>]+>", "", page).split("Qualitative retrieval")[1].split("Triplet search")[0]
+        assert "Fragment alignment against the ground truth" in page and "amod(circle, red)" in page
     if (
         name == "fight_report"
     ):  # a run after the papers read against the fight in its own words; the untrained one named

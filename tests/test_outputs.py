@@ -138,10 +138,26 @@ COMMANDS = {
         lambda t, d: [str(t / "new"), "--reference-dir", str(t / "ref"), "--json", str(t / "o" / "cmp.json")],
         "o/cmp.json",
     ),
-    # the explorer's data of one run of tiny_study (its seed folder linked into t/m by the test)
-    "fraglib_study.experiments.explore": (
+    # a study's figure data with the explorer record of one run of tiny_study (its seed folder linked into t/m)
+    "fraglib_study.report.figure_data --runs": (
+        "fraglib_study.report.figure_data",
+        lambda t, d: ["--dataset-dir", str(d), "--models-dir", str(t / "m"), "--out", str(t / "o"), "--runs", "full"],
+        "o/explorer.json",
+    ),
+    # the fold explorer's data (fold 0 of one run: the same linked seed folder), refused before any checkpoint is read
+    "fraglib_study.experiments.explore --folds": (
         "fraglib_study.experiments.explore",
-        lambda t, d: ["--models-dir", str(t / "m"), "--out", str(t / "o"), "--runs", "full"],
+        lambda t, d: [
+            "--folds",
+            "--dataset",
+            "pascal1k",
+            "--models-dir",
+            str(t / "m"),
+            "--out",
+            str(t / "o"),
+            "--runs",
+            "full",
+        ],  # fmt: skip
         "o/explorer.json",
     ),
     # the fused run's folder (two trained runs of tiny_study, copied into t by the test)
@@ -176,7 +192,7 @@ def test_every_command_refuses_to_replace_existing_outputs(command, tiny_full, t
         from test_folds import pascal_fixture
 
         pascal_fixture(tmp_path / "src")
-    if command == "fraglib_study.experiments.explore":
+    if command in ("fraglib_study.report.figure_data --runs", "fraglib_study.experiments.explore --folds"):
         (tmp_path / "m" / "full").mkdir(parents=True)
         (tmp_path / "m" / "full" / "seed0").symlink_to(
             request.getfixturevalue("tiny_study") / "full" / "seeds" / "seed0"
@@ -540,10 +556,12 @@ def test_explore_overwrite_deletes_only_the_thumbnails_its_explorer_json_lists(t
     assert written_thumbnails(out) == []  # a damaged explorer.json vouches for no picture
 
 
-def test_explore_overwrite_keeps_a_users_pictures(tiny_study, tmp_path, monkeypatch):
+def test_figures_overwrite_keeps_a_users_pictures(tiny_study, tiny_full, tmp_path, monkeypatch):
+    """figures --overwrite replaces the thumbnails it wrote, never a user's picture beside them (in its --thumbs
+    folder, a page's folder shared with nothing else it writes)."""
     import yaml
 
-    from fraglib_study.experiments.explore import main
+    from fraglib_study.report.figure_data import main
 
     from conftest import ROOT
 
@@ -554,22 +572,15 @@ def test_explore_overwrite_keeps_a_users_pictures(tiny_study, tmp_path, monkeypa
     (tmp_path / "m" / "full").mkdir(parents=True)
     (tmp_path / "m" / "full" / "seed0").symlink_to(tiny_study / "full" / "seeds" / "seed0")
     out = tmp_path / "o"
-    argv = [
-        "--models-dir",
-        str(tmp_path / "m"),
-        "--out",
-        str(out),
-        "--runs",
-        "full",
-        "--params",
-        str(tmp_path / "params.yaml"),
-    ]
+    thumbs = tmp_path / "reports" / "thumbs"
+    argv = ["--dataset-dir", str(tiny_full), "--models-dir", str(tmp_path / "m"), "--out", str(out), "--runs", "full",
+            "--params", str(tmp_path / "params.yaml"), "--thumbs", str(thumbs)]  # fmt: skip
     main(argv)
-    ours = sorted(p.name for p in (out / "thumbs").iterdir())
-    (out / "thumbs" / "holiday.jpg").write_bytes(b"a user's picture")
+    ours = sorted(p.name for p in thumbs.iterdir())
+    (thumbs / "holiday.jpg").write_bytes(b"a user's picture")
     main([*argv, "--overwrite"])
-    assert (out / "thumbs" / "holiday.jpg").read_bytes() == b"a user's picture"
-    assert sorted(p.name for p in (out / "thumbs").iterdir()) == sorted([*ours, "holiday.jpg"])
+    assert (thumbs / "holiday.jpg").read_bytes() == b"a user's picture"
+    assert sorted(p.name for p in thumbs.iterdir()) == sorted([*ours, "holiday.jpg"])
 
 
 def test_summary_csv_refuses_to_replace_a_file(tmp_path, monkeypatch, capsys):
@@ -700,12 +711,12 @@ def test_remove_tree_inside_a_command_deletes_only_a_claimed_output(tmp_path, ca
     assert not mine.exists() and not page.exists() and (theirs / "sub" / "a.json").exists()
 
 
-def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, monkeypatch):
-    """explore --overwrite whose work fails (a damaged checkpoint) deletes nothing: the earlier explorer data and
+def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tiny_full, tmp_path, monkeypatch):
+    """figures --overwrite whose work fails (a damaged checkpoint) deletes nothing: the earlier explorer data and
     thumbnails stay as they were (claimed with writes=family, pruned only after a complete new set)."""
     import yaml
 
-    from fraglib_study.experiments.explore import main
+    from fraglib_study.report.figure_data import main
 
     from conftest import ROOT
 
@@ -716,7 +727,16 @@ def test_a_failed_overwrite_leaves_the_earlier_set_whole(tiny_study, tmp_path, m
     (tmp_path / "m" / "full").mkdir(parents=True)
     (tmp_path / "m" / "full" / "seed0").symlink_to(tiny_study / "full" / "seeds" / "seed0")
     out = tmp_path / "o"
-    argv = ["--out", str(out), "--runs", "full", "--params", str(tmp_path / "params.yaml")]
+    argv = [
+        "--dataset-dir",
+        str(tiny_full),
+        "--out",
+        str(out),
+        "--runs",
+        "full",
+        "--params",
+        str(tmp_path / "params.yaml"),
+    ]
     main(["--models-dir", str(tmp_path / "m"), *argv])
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     (tmp_path / "broken" / "full" / "seed0").mkdir(parents=True)

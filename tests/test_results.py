@@ -339,7 +339,7 @@ def test_relation_norms_of_a_trained_sdtrnn(tiny_full, tiny_study, tmp_path):
 
     from fraglib.run.checkpoint import load_system
     from fraglib.run.train import resolve_run, train
-    from fraglib_study.report.live import relation_norms
+    from fraglib_study.report.figure_data import relation_norms
 
     from conftest import tiny_params
 
@@ -1280,21 +1280,6 @@ def test_lead_summary_counts_and_words_by_hand():
     assert lead_word(0.0, 1.0) == "not distinguishable"
     assert lead_word(0.1, 1.0, "vse_gpo_tuned") == "vse_gpo_tuned ahead"  # a run after the papers, by its name
     assert lead_summary(rows.iloc[1:2], who="scan").startswith("scan ahead in 0, behind in 1, not distinguishable in 0")
-
-
-def test_has_pictures_tells_a_dataset_of_precomputed_features_from_one_with_images(tiny_synth, tmp_path):
-    """The results page's picture figures ask ``has_pictures`` first: true where the test images are on disk,
-    false for the same dataset without its image folder (as ``fraglib.data precomp`` writes one)."""
-    import shutil
-
-    from fraglib_study.report.loading import has_pictures
-
-    src, _ = tiny_synth
-    assert has_pictures(src)
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    shutil.copy(src / "dataset.json", bare / "dataset.json")
-    assert not has_pictures(bare)
 
 
 def test_the_hubness_tables_are_rounded_headed_text_with_a_dash_where_a_run_lacks_a_value():

@@ -1,16 +1,15 @@
 """The explorer's data (reports/explorer.html): what each run retrieves on one test split, and where a fragment
-run looks, from the checkpoints; small enough for git, so the page needs no checkpoint.
+run looks, from the checkpoints; small enough for git, so the page needs no checkpoint. :func:`build` writes them;
+a study's record of one split (its pages' figures, the synthetic explorer) is written by ``python -m fraglib_study
+figures`` (:mod:`fraglib_study.report.figure_data`, the one producer of a study's figure data); this command writes
+the fold explorer's (``--folds``) and moves thumbnails:
 
-    python -m fraglib_study explore --models-dir models/synthetic --out runs/synthetic/explorer \
-        [--truth data/synthetic/ground_truth.json] [--seed 0] [--runs full,devise] [--overwrite]
-        [--align-runs full] [--map-runs devise|all]     # default: params.yaml explorer
-        [--thumbs reports/explorer_thumbs]              # default: <out>/thumbs
     python -m fraglib_study explore --folds --dataset pascal1k --models-dir models/pascal1k_folds \
         --out runs/pascal1k_folds/explorer --thumbs reports/pascal1k/explorer_thumbs \
         --train-command "dvc repro studies/pascal1k/dvc.yaml:train_folds@{run}" [--skip stt]
-    python -m fraglib_study explore --out runs/synthetic/explorer --thumbs reports/explorer_thumbs --move-thumbs
+    python -m fraglib_study explore --out DIR --thumbs reports/explorer_thumbs --move-thumbs
 
-For one seed (split) of every run of ``study.runs`` (``<models-dir>/<run>/seed<seed>/best.pt``, scored on the data
+For one seed (split) of every run asked for (``<models-dir>/<run>/seed<seed>/best.pt``, scored on the data
 it was trained on: :func:`fraglib.run.evaluate.load_trained`), ``<out>/explorer.json`` holds
 
 * ``images`` (id, thumbnail, original width / height in px, category) and ``sentences`` (id, image position,
@@ -398,6 +397,18 @@ def _runs_arg(text: str | None) -> list[str] | None:
     return None if text is None else [r for r in text.split(",") if r]
 
 
+def settings(
+    params: dict[str, Any], align_runs: str | None = None, map_runs: str | None = None
+) -> tuple[ExplorerConfig, dict[str, str]]:
+    """(``params.yaml: explorer`` with ``align_runs`` / ``map_runs`` in its place where given as comma-separated
+    runs (a study whose runs are not the synthetic study's names its own), each run's label)."""
+    cfg = from_dict("explorer", params.get("explorer"), ExplorerConfig)
+    for key, text in (("align_runs", align_runs), ("map_runs", map_runs)):
+        if text is not None:
+            cfg = dataclasses.replace(cfg, **{key: tuple(_runs_arg(text))})
+    return cfg, {r: (e or {}).get("label", r) for r, e in (params.get("runs") or {}).items()}
+
+
 @command
 def main(argv: list[str] | None = None) -> None:
     from fraglib.core.outputs import OVERWRITE_HELP, claim_cli, prune
@@ -408,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--models-dir", help="the study's checkpoints: <models-dir>/<run>/seed<seed>/ (not with --move-thumbs)"
     )
-    ap.add_argument("--out", required=True, help="folder of explorer.json (e.g. runs/synthetic/explorer)")
+    ap.add_argument("--out", required=True, help="folder of explorer.json (e.g. runs/pascal1k_folds/explorer)")
     ap.add_argument("--thumbs", help="folder of the thumbnails (default <out>/thumbs; e.g. reports/explorer_thumbs)")
     ap.add_argument(
         "--dataset",
@@ -416,16 +427,14 @@ def main(argv: list[str] | None = None) -> None:
         "with --folds, its params.yaml section",
     )
     ap.add_argument("--truth", help="the synthetic benchmark's ground_truth.json (each image's scene: its category)")
-    ap.add_argument("--seed", type=int, default=0, help="the seed (split) shown; with --folds, the fold")
+    ap.add_argument("--seed", type=int, default=0, help="the fold shown")
     ap.add_argument(
         "--folds",
         action="store_true",
         help="the k-fold protocol of <dataset>.folds: each run's first training on fold --seed, else its first "
         "replicate with a checkpoint; runs without one are listed as missing (default runs: <dataset>.fold_runs)",
     )
-    ap.add_argument(
-        "--runs", help="comma-separated runs (default: params.yaml study.runs; --folds: <dataset>.fold_runs)"
-    )
+    ap.add_argument("--runs", help="comma-separated runs (default: <dataset>.fold_runs)")
     ap.add_argument("--skip", help="comma-separated runs left out of this build (--folds: listed as not shown)")
     ap.add_argument(
         "--skip-reason", default="left out when these data were built", help="why --skip's runs are not shown"
@@ -462,49 +471,42 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(str(exc))
         print(f"moved {n} thumbnails of {out} into {args.thumbs}")
         return
+    if not args.folds:
+        ap.error(
+            "a study's explorer record of one split is its figure data: python -m fraglib_study figures --models-dir "
+            "... --runs ... (this command writes the fold explorer's, --folds)"
+        )
     if not args.models_dir:
         ap.error("--models-dir is required (the checkpoints)")
     params = read_checked(args.params)
-    cfg = from_dict("explorer", params.get("explorer"), ExplorerConfig)
-    for key in ("align_runs", "map_runs"):  # a study whose runs are not the synthetic study's names its own
-        if getattr(args, key) is not None:
-            cfg = dataclasses.replace(cfg, **{key: tuple(_runs_arg(getattr(args, key)))})
-    labels = {r: (e or {}).get("label", r) for r, e in (params.get("runs") or {}).items()}
+    cfg, labels = settings(params, args.align_runs, args.map_runs)
     skip = _runs_arg(args.skip) or []
-    extra: dict[str, Any] = {}
     units: dict[str, str] = {}
-    if args.folds:
-        if not args.dataset:
-            ap.error("--folds: name the dataset whose <dataset>.folds to read (--dataset)")
-        k, _ = dataset_folds(params, args.dataset)
-        if not 0 <= args.seed < k:
-            ap.error(f"--seed {args.seed}: not a fold of {args.dataset}.folds={k}")
-        runs = _runs_arg(args.runs) or list((params.get(args.dataset) or {}).get("fold_runs") or [])
-        missing, seed_dirs = [], {}
-        for r in runs:
-            found = None if r in skip else fold_unit(args.models_dir, r, args.seed)
-            if found is None:
-                reason = (
-                    args.skip_reason
-                    if r in skip
-                    else (
-                        f"no checkpoint of its fold-{args.seed} trainings where these data were built "
-                        f"({args.models_dir}/{r}/seed{args.seed}*/best.pt)"
-                    )
+    if not args.dataset:
+        ap.error("--folds: name the dataset whose <dataset>.folds to read (--dataset)")
+    k, _ = dataset_folds(params, args.dataset)
+    if not 0 <= args.seed < k:
+        ap.error(f"--seed {args.seed}: not a fold of {args.dataset}.folds={k}")
+    runs = _runs_arg(args.runs) or list((params.get(args.dataset) or {}).get("fold_runs") or [])
+    missing, seed_dirs = [], {}
+    for r in runs:
+        found = None if r in skip else fold_unit(args.models_dir, r, args.seed)
+        if found is None:
+            reason = (
+                args.skip_reason
+                if r in skip
+                else (
+                    f"no checkpoint of its fold-{args.seed} trainings where these data were built "
+                    f"({args.models_dir}/{r}/seed{args.seed}*/best.pt)"
                 )
-                command_ = "" if r in skip else args.train_command.replace("{run}", r)
-                missing.append({"run": r, "label": labels.get(r, r), "reason": reason, "command": command_})
-                continue
-            units[r], seed_dirs[r] = found
-        extra = {"protocol": "folds", "folds": k, "missing": missing, "rebuild": args.rebuild_command}
-        print(f"[explore] fold {args.seed}: {len(seed_dirs)} of {len(runs)} runs have a checkpoint here"
-              + (f"; not shown: {', '.join(m['run'] for m in missing)}" if missing else ""), flush=True)  # fmt: skip
-    else:
-        runs = [r for r in (_runs_arg(args.runs) or list(params["study"]["runs"])) if r not in skip]
-        seed_dirs = {r: Path(args.models_dir) / r / f"seed{args.seed}" for r in runs}
-        lacking = [str(d) for d in seed_dirs.values() if not (d / "best.pt").is_file()]
-        if lacking:
-            ap.error(f"no best.pt in {', '.join(lacking[:3])}{' …' * (len(lacking) > 3)}: train those runs first")
+            )
+            command_ = "" if r in skip else args.train_command.replace("{run}", r)
+            missing.append({"run": r, "label": labels.get(r, r), "reason": reason, "command": command_})
+            continue
+        units[r], seed_dirs[r] = found
+    extra = {"protocol": "folds", "folds": k, "missing": missing, "rebuild": args.rebuild_command}
+    print(f"[explore] fold {args.seed}: {len(seed_dirs)} of {len(runs)} runs have a checkpoint here"
+          + (f"; not shown: {', '.join(m['run'] for m in missing)}" if missing else ""), flush=True)  # fmt: skip
     family = [out / "explorer.json", *out.glob("alignments_*.json"), *written_thumbnails(out)]
     # nothing is deleted before the work: the earlier set stays whole until the new one is written (then pruned)
     claim_cli(ap, family, family, args.overwrite, "fraglib_study.experiments.explore")

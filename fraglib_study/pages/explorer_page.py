@@ -1,13 +1,15 @@
 """The explorer page: pick a test image or sentence and see what every run retrieves, and where the fragment run
-aligns each fragment; built from the committed ``runs/<study>/explorer/`` (:mod:`fraglib_study.experiments.explore`), no checkpoint.
+aligns each fragment; built from a study's committed explorer data, no checkpoint: ``runs/synthetic/figures/`` (the
+synthetic study's figure data, :mod:`fraglib_study.report.figure_data`) or ``runs/pascal1k_folds/explorer/`` (the fold
+explorer, :mod:`fraglib_study.experiments.explore`).
 
-    python -m fraglib_study explorer-page runs/synthetic/explorer reports/explorer.html [--title T] [--overwrite]
+    python -m fraglib_study explorer-page runs/synthetic/figures reports/explorer.html [--title T] [--overwrite]
 
 Writes the page (``templates/explorer.html.j2``: HTML and its JavaScript, no server, opens from ``file://``) and
 its scripts in ``<page stem>_files/`` beside it: ``data.js`` sets ``window.EXPLORER``, the explorer's JSON with
 thumbnail paths relative to the page, and ``align_<run>.js`` per aligned run sets ``window.EXPLORER_ALIGN[run]``
 (each file under 1 MB, as every committed file). The thumbnails stay where the data stage wrote them (one copy in
-git): a study's explorer stage writes them under ``reports/`` (``python -m fraglib_study explore --thumbs``), so the page
+git): the stage that writes the data puts them under ``reports/`` (``--thumbs`` of ``figures`` or ``explore``), so the page
 and its pictures travel together; the page refuses data whose thumbnail is missing. Labels: each run's
 ``params.yaml`` label without notes on another protocol's splits (:func:`shown_label`); the title names the data
 set and the protocol (:func:`page_title`).
@@ -276,7 +278,7 @@ def page_data(data_dir: str | Path, html: str | Path) -> dict[str, Any]:
     ValueError naming a damaged one's field (:func:`check_explorer`)."""
     data_dir = Path(data_dir)
     src = data_dir / "explorer.json"
-    how = "python -m fraglib_study explore (the explorer stage of the study's dvc.yaml) writes it"
+    how = "the study's dvc.yaml stage that makes its figure or explorer data (python -m fraglib_study figures, explore) writes it"
     if not src.is_file():
         raise FileNotFoundError(f"{src}: no explorer data; {how}")
     data = check_explorer(src)

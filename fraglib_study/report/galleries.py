@@ -1,5 +1,5 @@
-"""The pictures of the results pages from committed data: retrieval galleries, the explorer's thumbnails and
-queries, the triplet crops (from a checkpoint instead: :mod:`fraglib_study.report.live`)."""
+"""The pictures of the results pages from their figure data (:mod:`fraglib_study.report.figure_data`, the only
+source): retrieval galleries, the thumbnails and queries, the triplet crops."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def explorer_title(im: dict[str, Any]) -> str:
 def explorer_gallery(run_dir: str | Path, seed: int, explorer: dict[str, Any], **kw) -> list[dict[str, Any]]:
     """:func:`gallery_panels` of a captioning run's split ``seed`` from committed files alone: its captions
     record and the explorer's thumbnails of that split (:func:`read_explorer`); no retrieved captions (they
-    need the run's checkpoint). Raises ValueError when the explorer shows another split."""
+    need the run's checkpoint), among the images the explorer shows. Raises ValueError when it shows another split."""
     from fraglib_study.experiments.caption_record import read_record
 
     if explorer["seed"] != seed:
@@ -83,6 +83,13 @@ def explorer_gallery(run_dir: str | Path, seed: int, explorer: dict[str, Any], *
     rec = read_record(Path(run_dir) / "captions" / f"seed{seed}.json")
     images = explorer["images"]
     sentence_image = np.array([s["image"] for s in explorer["sentences"]])
+    # the figure data hold the split's first gallery (the synthetic test split's galleries are consecutive,
+    # fraglib.data.synthetic): its images and sentences are the split's first positions; the gallery picks among them
+    rec = {
+        **rec,
+        "captioning": [c for c in rec["captioning"] if c["image"] < len(images)],
+        "paraphrasing": [p for p in rec["paraphrasing"] if p["sentence"] < len(sentence_image)],
+    }
     return gallery_panels(rec, lambda i: (images[i]["picture"], explorer_title(images[i])), sentence_image, **kw)
 
 
@@ -90,7 +97,7 @@ def explorer_panels(
     explorer_dir: str | Path, explorer: dict[str, Any], run: str, n: int, seed: int, k: int = 5, top: int = 6
 ) -> list[dict[str, Any]]:
     """The paper's Figure 4 from committed files alone: for ``n`` test images drawn with ``seed`` (the draw of
-    :func:`fraglib_study.report.live.retrieval_panels`), ``run``'s top-``k`` sentences from the explorer's lists (✓ = the image's own) and,
+    tests/figure_reference.py's checkpoint figure), ``run``'s top-``k`` sentences from the explorer's lists (✓ = the image's own) and,
     for the top one, the best box of each of its fragments (at most ``top``) with its score, from
     ``alignments_<run>.json``, on the thumbnail. Raises ValueError for a run the explorer does not hold."""
     images, sentences = explorer["images"], explorer["sentences"]

@@ -323,17 +323,6 @@ def validation_by_split(runs_dir: str | Path, names: list[str], labels: dict[str
     return first.loc[[r for r in dict.fromkeys(best.run) if r in first.index]].round(1)
 
 
-def has_pictures(dataset_dir: str | Path) -> bool:
-    """Whether the test split's pictures of the dataset in ``dataset_dir`` are on disk (the first test image's file):
-    a dataset imported from precomputed features (docs/own_data.md) has none, and the figures that show pictures
-    say so instead of failing."""
-    from fraglib.data import read_karpathy_json
-
-    ds = read_karpathy_json(Path(dataset_dir) / "dataset.json")
-    test = [r for r, im in enumerate(ds.images) if im["split"] == "test"]
-    return bool(test) and ds.image_path(test[0]).is_file()
-
-
 def paraphrase_results(runs: dict[str, str | Path]) -> dict[tuple[str, str], dict[str, Any]]:
     """Text-only paraphrasing summaries of every (trained on, scored on) pair of ``runs`` (data label →
     a run folder trained on it) that exists: the run's ``captions.json`` on its own data,

@@ -1,8 +1,5 @@
-"""Figures drawn from a trained run's checkpoint and its data: the notebooks' branches for a clone that has
-them (``dvc repro``). A committed page's figures come from committed figure data instead
-(:mod:`fraglib_study.report.figure_data`, :mod:`fraglib_study.experiments.explore`); this module, unlike the rest of
-the report layer, loads the trainer and the systems.
-"""
+"""Figures drawn straight from a trained run's checkpoint and its data: the tests' reference for what the committed
+figure data draw (fraglib_study.report.figure_data writes them, fraglib_study.report.galleries reads them)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from fraglib.data import read_karpathy_json
 from fraglib.run.evaluate import load_trained, score_matrix
@@ -18,32 +14,6 @@ from fraglib.run.inputs import DataPaths
 from fraglib.vision.rcnn import load_image
 from fraglib_study.experiments.caption_record import read_record
 from fraglib_study.report.galleries import gallery_panels, top_sentences
-
-
-def relation_norms(
-    seed_dirs: list[str | Path], dataset_dirs: list[str | Path], features_dir: str | Path | None = None
-) -> pd.DataFrame:
-    """Socher et al. §6.7: the Frobenius norm of each relation matrix of trained SDT-RNNs (one seed
-    dir per split, each with its dataset dir), with the relation's count among that split's
-    training tree edges; mean over splits, largest first. Columns: relation, norm, norm_sd, train_edges."""
-
-    rows = []
-    for seed_dir, dataset_dir in zip(seed_dirs, dataset_dirs):
-        system, ck, train = load_trained(seed_dir, DataPaths(dataset_dir, features_dir), "train")
-        if getattr(system.cfg, "encoder", None) != "sdtrnn":
-            raise ValueError(
-                f"{seed_dir}: not an SDT-RNN (system {ck['system']}); relation matrices need encoder sdtrnn"
-            )
-        names = ck["info"]["relations"]
-        counts = np.bincount(train.sentences.data["rel"].numpy(), minlength=len(names))
-        norms = system.W.detach().flatten(1).norm(dim=1).numpy()
-        rows += [{"relation": r, "norm": float(norms[k]), "train_edges": int(counts[k])} for k, r in enumerate(names)]
-    df = (
-        pd.DataFrame(rows)
-        .groupby("relation", as_index=False)
-        .agg(norm=("norm", "mean"), norm_sd=("norm", "std"), train_edges=("train_edges", "mean"))
-    )
-    return df.sort_values("norm", ascending=False, ignore_index=True)
 
 
 def retrieval_panels(
