@@ -242,6 +242,7 @@ def test_one_command_makes_every_figure_of_a_results_page(tiny_study, tiny_full,
         (models / run / "seed0").symlink_to(tiny_study / run / "seeds" / "seed0")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["explorer"]["k"] = 3  # the tiny split has 4 test images
+    params["study"]["runs"] = ["full", "devise", "random"]  # a study without an SDT-RNN (dvc exp run -S study.runs=...)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out, truth = tmp_path / "figures", tiny_full / "ground_truth.json"
     common = ["--dataset-dir", str(tiny_full), "--models-dir", str(models), "--params", str(tmp_path / "params.yaml")]
@@ -262,6 +263,16 @@ def test_one_command_makes_every_figure_of_a_results_page(tiny_study, tiny_full,
     assert not (out / "triplets.json").exists() and list(json.loads((out / "explorer.json").read_text())["runs"]) == [
         "devise"
     ]
+    # the runs of study.runs (no --runs): a relation run the study does not train is left out, and said; named
+    # with --runs, a run without its checkpoint is refused
+    capsys.readouterr()
+    sdt = str(models / "sdtrnn" / "seed{seed}")
+    main([*common, "--relation-run", sdt, "--out", str(tmp_path / "z")])
+    assert "the relation norms: run sdtrnn is not in study.runs" in capsys.readouterr().out
+    assert not (tmp_path / "z" / "relation_norms.csv").exists() and (tmp_path / "z" / "explorer.json").is_file()
+    with pytest.raises(SystemExit):
+        main([*common, "--runs", "full", "--relation-run", sdt, "--out", str(tmp_path / "w")])
+    assert "no best.pt in" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--dataset-dir", str(tiny_full), "--runs", "full", "--out", str(tmp_path / "x")])  # no --models-dir
     assert "name them with --models-dir" in capsys.readouterr().err

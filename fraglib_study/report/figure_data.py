@@ -275,8 +275,20 @@ def main(argv: list[str] | None = None) -> None:
     params = read_checked(args.params) if args.models_dir else {}
     runs = explore._runs_arg(args.runs) if args.runs is not None else list(params["study"]["runs"]) if params else []
     models = Path(args.models_dir or ".")
-    needed = [Path(args.triplet_run)] if args.triplet_run else []
-    needed += [Path(args.relation_run.format(seed=s)) for s in splits] if args.relation_run else []
+
+    def trained(seed_dir: str, what: str) -> str:
+        """``seed_dir``, or "" for a run that a study of ``study.runs`` (no --runs) does not train (``dvc exp run -S
+        study.runs=...``): that figure is left out, said here, and its page section says what it lacks."""
+        run = run_name(seed_dir.format(seed=splits[0])) if seed_dir else ""
+        if run and args.models_dir and args.runs is None and run not in runs:
+            print(f"[figures] {what}: run {run} is not in study.runs ({', '.join(runs)}): left out", flush=True)
+            return ""
+        return seed_dir
+
+    triplet_run = trained(args.triplet_run or "", "Figure 5's triplet search")
+    relation_run = trained(args.relation_run, "the relation norms")
+    needed = [Path(triplet_run)] if triplet_run else []
+    needed += [Path(relation_run.format(seed=s)) for s in splits] if relation_run else []
     needed += [models / r / f"seed{splits[0]}" for r in runs]
     needed += [models / r / f"seed{s}" for r in runs for s in splits] if args.truth else []
     lacking = list(dict.fromkeys(str(d) for d in needed if not (d / "best.pt").is_file()))
@@ -293,11 +305,11 @@ def main(argv: list[str] | None = None) -> None:
         args.dataset_dir,
         splits,
         args.parse,
-        args.triplet_run,
+        triplet_run,
         args.triplets,
         args.features_dir,
         args.dataset,
-        relation_run=args.relation_run,
+        relation_run=relation_run,
     )
     if runs:
         cfg, labels = explore.settings(params, args.align_runs, args.map_runs)
