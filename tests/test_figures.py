@@ -50,9 +50,9 @@ def test_the_queries_record_is_the_split_s_test_queries(figure_data, tiny_full):
 def test_the_committed_crops_are_the_live_triplet_search(figure_data, tiny_full):
     """read_triplets gives what triplet_crops computes from the checkpoint: the same queries, scores and
     reasons, each crop a JPEG of at most 160 px; the crops of the earlier triplets.json are gone, a user's file stays."""
+    from figure_reference import triplet_crops
     from PIL import Image
 
-    from fraglib_study.experiments.alignment import triplet_crops
     from fraglib_study.report.galleries import read_triplets
 
     out, seed_dir, written = figure_data

@@ -215,3 +215,22 @@ def test_every_committed_notebook_page_has_the_common_header():
         str(p.relative_to(ROOT)) for p in pages if "fraglib-toc" not in (t := p.read_text()) or "index.html" not in t
     ]
     assert not bare, f"pages without the common header (re-render them: make reports, or their DVC stage): {bare}"
+
+
+def test_the_extended_page_repeats_no_picture_of_the_default_page():
+    """Images in git cost every clone: the extended synthetic page names the default page for the pictures drawn
+    from the same figure data (its `figures_page`: Figures 4-5, the gallery) instead of repeating them."""
+    from fraglib_study.pages.render import report_pages
+    from fraglib_study.report.notebook import figure_files
+
+    page = ROOT / "reports" / "synthetic_extended" / "results_report.html"
+    pages = {p.html: p for p in report_pages(ROOT)}
+    assert pages["reports/synthetic_extended/results_report.html"].parameters["figures_page"] == (
+        "reports/results_report.html"
+    )
+    default = {p.read_bytes() for p in figure_files(ROOT / "reports" / "results_report.html")}
+    extended = figure_files(page)
+    repeated = [p.name for p in extended if p.read_bytes() in default]
+    # the one picture both pages draw alike: the breakdown of the same three runs (base, breakdown_runs)
+    assert extended and len(repeated) <= 1, repeated
+    assert page.read_text().count("not repeated here") == 3

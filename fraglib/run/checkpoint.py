@@ -129,15 +129,6 @@ def best_of(seed_dir: str | Path) -> Path:
     )
 
 
-def has_checkpoint(seed_dir: str | Path) -> bool:
-    """Whether :func:`best_of` finds the checkpoint of ``seed_dir`` (a clone holds results, not checkpoints)."""
-    try:
-        best_of(seed_dir)
-    except CheckpointError:
-        return False
-    return True
-
-
 def load_system(path: str | Path, device: Any = "cpu"):
     """(system in eval mode, checkpoint) rebuilt from ``path`` alone."""
     from fraglib.core.config import from_dict

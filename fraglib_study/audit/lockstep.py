@@ -3,6 +3,7 @@
     python -m fraglib_study lockstep check [dvc.lock ...]            # stages whose recorded sources or settings differ,
                                                                # or that dvc.yaml declares and the lock lacks
     python -m fraglib_study lockstep record --evidence TEXT TARGET... # re-record stages after a change that moved nothing
+    python -m fraglib_study lockstep record --keep-outs ...          # the same for stages whose outputs no machine holds
 
 A stage's lock entry records the md5 of every dependency and the values of its ``params.yaml`` keys. A *source*
 is a dependency that no stage of any lock writes (the package's modules, the notebooks, the reference files);
@@ -14,7 +15,14 @@ not affordable: ``record`` re-records the named stages with ``dvc commit --force
 the outputs a clone holds), and appends the evidence -- which stages were re-run and found byte-identical, and
 where -- to ``docs/lock_records.json``. It refuses a stage whose ``params.yaml`` values changed: a changed setting
 is re-run, not re-recorded (``--rerun``: the stages' own commands just ran outside DVC, as ``make reports`` runs
-the report stages'). A change that moves numbers re-runs what it moves (``dvc repro``).
+the report stages') -- unless the stage trains (``python -m fraglib_study study``) and its committed units record
+the very settings today's ``params.yaml`` resolve to (:func:`fraglib_study.experiments.study.settled`: another
+run's entry or a new key at its default changed the section, not this run). A change that moves numbers re-runs
+what it moves (``dvc repro``).
+
+``--keep-outs`` is for stages whose outputs no machine holds whole (every fold's checkpoints): instead of ``dvc
+commit`` it writes each stage's lock entry from its ``dvc.yaml`` declaration -- command, sources hashed here,
+settings read here, an input another stage writes as recorded -- and keeps the outputs the lock records.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -189,33 +199,142 @@ def unrecorded(pipeline: str | Path, root: str | Path = ".") -> list[dict[str, s
     return rows
 
 
-def record(targets: list[str], evidence: str, records: Path = RECORDS, rerun: bool = False) -> dict[str, Any]:
+def _named(targets: list[str], pipeline: str, stage: str) -> bool:
+    """Whether ``targets`` name ``stage`` of ``pipeline``: the pipeline, the stage's address, or its foreach group."""
+    return any(t in (pipeline, f"{pipeline}:{stage}", f"{pipeline}:{stage.split('@')[0]}") for t in targets)
+
+
+def _declared(pipeline: str) -> dict[str, Any]:
+    """``pipeline``'s stages as DVC resolves them (name -> stage), or {} where there is no such file."""
+    if not Path(pipeline).is_file():
+        return {}
+    from dvc.repo import Repo
+
+    return {s.name: s for s in Repo(".").stage.collect(pipeline)}
+
+
+def _settled(stage: Any, keys: list[str]) -> bool:
+    """Whether a training stage's changed settings ``keys`` (``params.yaml`` keys) reach none of its committed units
+    (module docstring): each one read by :func:`fraglib_study.experiments.study.settled`, which finds nothing."""
+    from fraglib_study.experiments.study import settled, settles
+    from fraglib_study.schema import read_checked
+
+    cmd = shlex.split(stage.cmd) if stage is not None and isinstance(stage.cmd, str) else []
+    if cmd[:4] != ["python", "-m", "fraglib_study", "study"] or "--params" in cmd or not all(map(settles, keys)):
+        return False
+    return not settled(cmd[4:], read_checked("params.yaml"))
+
+
+def _entries(lock: str, stages: list[Any]) -> str:
+    """``lock``'s text with ``stages``' entries written from their declarations, the recorded outputs kept
+    (``--keep-outs``, module docstring). Refused: a stage never run, one whose declared outputs differ from those
+    recorded, a source missing here, an input no lock records."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    data = yaml.load(Path(lock).read_text())
+    all_locks = locks()
+    outs = outputs(all_locks)
+    written = {o["path"]: o for f in all_locks for e in _read(f).values() for o in e.get("outs") or []}
+    files: dict[str, Any] = {}
+    for stage in stages:
+        entry = data["stages"].get(stage.name)
+        if entry is None:
+            raise ValueError(f"{lock}: {stage.name} was never run (not in the lock): run it (dvc repro)")
+        declared_outs = sorted(o.def_path for o in stage.outs)
+        if declared_outs != sorted(o["path"] for o in entry.get("outs") or []):
+            raise ValueError(
+                f"{lock}: {stage.name}: dvc.yaml declares outputs {declared_outs}, the lock others: run it"
+            )
+        old = {d["path"]: d for d in entry.get("deps") or []}
+        deps, params = [], {}
+        for dep in stage.deps:
+            path = dep.def_path
+            if type(dep).__name__ == "ParamsDependency":
+                if path not in files:
+                    files[path] = _yaml(path)
+                keys = sorted(dep.params) or sorted(files[path])
+                params[path] = {k: _value(files[path], k) for k in keys}
+                missing = [k for k, v in params[path].items() if v is _MISSING]
+                if missing:
+                    raise ValueError(f"{lock}: {stage.name}: {path} lacks {', '.join(missing)}")
+            elif is_source(path, outs):
+                if not Path(path).exists():
+                    raise ValueError(f"{lock}: {stage.name}: its source {path} is not here")
+                md5, size, n = md5_of(path)
+                deps.append({"path": path, "hash": "md5", "md5": md5, "size": size, **({"nfiles": n} if n else {})})
+            else:
+                rec = old.get(path) or written.get(path)
+                if rec is None:
+                    raise ValueError(f"{lock}: {stage.name}: its input {path} is recorded by no stage")
+                deps.append({k: rec[k] for k in ("path", "hash", "md5", "size", "nfiles") if k in rec})
+        kept = {k: v for k, v in entry.items() if k not in ("cmd", "deps", "params")}
+        new = {"cmd": stage.cmd, "deps": sorted(deps, key=lambda d: d["path"])}
+        ordered = dict(sorted(params.items(), key=lambda kv: (kv[0] != "params.yaml", kv[0])))  # as DVC orders them
+        data["stages"][stage.name] = {**new, **({"params": ordered} if ordered else {}), **kept}
+    buf = io.StringIO()
+    yaml.dump(data, buf)
+    return buf.getvalue()
+
+
+def record(
+    targets: list[str], evidence: str, records: Path = RECORDS, rerun: bool = False, keep_outs: bool = False
+) -> dict[str, Any]:
     """``dvc commit --force`` of ``targets`` (DVC's stage addresses, e.g. ``dvc.yaml:index``) after checking that
     none of their settings changed -- unless ``rerun``: their commands were just run outside DVC with the current
-    settings (``make reports`` runs the report stages' own commands); appends ``{date, parent, targets, rerun,
-    evidence}`` to ``records``."""
+    settings (``make reports`` runs the report stages' own commands), or the stage trains and its committed units
+    hold today's settings (:func:`_settled`); ``keep_outs``: the entries written here, outputs kept (module
+    docstring). Appends ``{date, parent, targets, rerun, [keep_outs,] evidence}`` to ``records``."""
     if not evidence.strip():
         raise ValueError("--evidence: say which stages were re-run and found byte-identical, and where")
-    changed = []
+    chosen, skipped, named = {}, [], set()
+    changed: dict[str, list[dict[str, str]]] = {}
     for lock in locks():
         pipeline = str(Path(lock).with_suffix(".yaml"))
-        for row in out_of_step(lock):
-            address = f"{pipeline}:{row['stage']}"
-            group = f"{pipeline}:{row['stage'].split('@')[0]}"  # a foreach stage's every item
-            named = any(t in (pipeline, address, group) for t in targets)
-            if named and row["what"] == "setting":
-                changed.append(f"{address} {row['path']} ({row['why']})")
-    if changed and not rerun:
-        raise ValueError(
-            "settings changed (re-run these stages, or pass --rerun if their commands just ran): " + "; ".join(changed)
+        if not any(t == pipeline or t.startswith(pipeline + ":") for t in targets):
+            continue
+        declared, ran = _declared(pipeline), _read(lock)
+        chosen[lock] = [stage for name, stage in declared.items() if _named(targets, pipeline, name)]
+        named |= {t for t in targets for name in declared if _named([t], pipeline, name)}
+        if keep_outs:  # a group's or a pipeline's stage never run has nothing to re-record; one named alone is refused
+            never = [s.name for s in chosen[lock] if s.name not in ran and f"{pipeline}:{s.name}" not in targets]
+            chosen[lock] = [s for s in chosen[lock] if s.name not in never]
+            skipped += [f"{pipeline}:{name}" for name in never]
+        for row in out_of_step(lock) + (unrecorded(pipeline) if declared else []):
+            if not rerun and row["what"] == "setting" and _named(targets, pipeline, row["stage"]):
+                changed.setdefault(f"{pipeline}:{row['stage']}", []).append(row)
+    unknown = [t for t in targets if t not in named]
+    if unknown:
+        raise ValueError(f"{' '.join(unknown)}: names no stage of the project's pipelines (e.g. dvc.yaml:index)")
+    refused = [
+        f"{address} {row['path']} ({row['why']})"
+        for address, rows in changed.items()
+        if not _settled(
+            _declared(address.rsplit(":", 1)[0]).get(address.rsplit(":", 1)[1]),
+            [r["path"].split(":", 1)[1] for r in rows],
         )
-    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", *targets], check=True)
+        for row in rows
+    ]
+    if refused:
+        raise ValueError(
+            "settings changed (re-run these stages, or pass --rerun if their commands just ran): " + "; ".join(refused)
+        )
+    if keep_outs:
+        texts = {lock: _entries(lock, stages) for lock, stages in chosen.items() if stages}  # all checked, then written
+        for lock, text in texts.items():
+            updates(lock)  # a lock is updated in place on purpose, as DVC does
+            write_text(lock, text)
+        if skipped:
+            print(f"never run, nothing to re-record: {' '.join(skipped)}", file=sys.stderr)
+    else:
+        subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", *targets], check=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     entry = {
         "date": dt.date.today().isoformat(),
         "parent": head,
         "targets": targets,
         "rerun": rerun,
+        **({"keep_outs": True} if keep_outs else {}),
         "evidence": evidence,
     }
     log = json.loads(records.read_text()) if records.is_file() else []
@@ -234,6 +353,12 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("targets", nargs="+", help="stage addresses (dvc.yaml:index) or pipeline files")
     r.add_argument("--evidence", required=True, help="which stages were re-run and found byte-identical, and where")
     r.add_argument(
+        "--keep-outs",
+        action="store_true",
+        help="write the targets' entries here (sources, settings, command) and keep the outputs recorded: for stages "
+        "whose outputs no machine holds whole",
+    )
+    r.add_argument(
         "--rerun",
         action="store_true",
         help="the targets' commands were just run outside DVC with the current settings (make reports): record them "
@@ -241,7 +366,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     if args.command == "record":
-        print(json.dumps(record(args.targets, args.evidence, rerun=args.rerun), ensure_ascii=False))
+        print(
+            json.dumps(
+                record(args.targets, args.evidence, rerun=args.rerun, keep_outs=args.keep_outs), ensure_ascii=False
+            )
+        )
         return
     bad = 0
     for lock in args.locks:

@@ -171,33 +171,3 @@ def alignment_accuracy(seed_dir: str | Path, dataset_dir: str | Path, truth_file
                 chance += float((iou >= 0.5).mean())
                 n += 1
     return {"accuracy": hits / n if n else float("nan"), "chance": chance / n if n else float("nan"), "fragments": n}
-
-
-def triplet_crops(
-    seed_dir: str | Path, dataset_dir: str | Path, features_dir: str | Path | None, queries: str, top: int = 6
-) -> list[tuple[str, list[tuple[np.ndarray, str]] | str]]:
-    """For each query ``"rel w1 w2"`` of ``queries`` (";"-separated): (title, [(crop, score label)])
-    from :func:`triplet_search`, or (title, reason) when the run cannot express it."""
-    from fraglib.run.evaluate import load_trained
-    from fraglib.vision.rcnn import load_image
-
-    paths = DataPaths(dataset_dir, features_dir)
-    system, _, _ = load_trained(seed_dir, paths)
-    view = FragmentView(system, paths)
-    index = {w: i for i, w in enumerate(glove_words())}
-    out = []
-    for q in [t.split() for t in queries.split(";") if t.strip()]:
-        if len(q) != 3:
-            out.append((" ".join(q), "expected 'relation word1 word2'"))
-            continue
-        hits = triplet_search(view, *q, index, top)
-        if isinstance(hits, str):
-            out.append((f"{q[0]}({q[1]}, {q[2]})", hits))
-            continue
-        crops = []
-        for k, box, score in hits:
-            img = load_image(view.dataset.image_path(view.image_rows[k]))[0]
-            x0, y0, x1, y1 = np.round(box).astype(int)
-            crops.append((img[max(0, y0) : max(y0 + 1, y1), max(0, x0) : max(x0 + 1, x1)], f"{score:.2f}"))
-        out.append((f"{q[0]}({q[1]}, {q[2]})", crops))
-    return out

@@ -128,23 +128,90 @@ def kept_result(folder: Path, spec: Any, ec: Any, checkpoint_dir: Path | None) -
     models did not travel, the results in git did) and it records this run's system, trainer and evaluation
     settings. Its inputs cannot be checked without the checkpoint: ``--keep-results`` is for the inputs it was made
     from (adding a replicate to a run trained on another machine)."""
-    import dataclasses
-
     f = folder / "metrics.json"
     if checkpoint_dir is None or any((checkpoint_dir / n).exists() for n in ("last.pt", "best.pt")) or not f.exists():
         return None
     m = json.loads(f.read_text())
+    return m if not moved_settings(m, spec, ec) and "test" in m else None
 
-    def same(recorded: Any, now: Any) -> bool:
-        """Settings equal, a key the record lacks (added to the code since) counting as its default now."""
+
+def moved_settings(recorded: dict[str, Any], spec: Any, ec: Any) -> list[str]:
+    """The settings sections (``system_config``, ``train_config``, ``eval_config``) in which a unit's ``metrics.json``
+    (``recorded``) differs from what ``spec`` (:func:`resolve_run`) and ``ec`` (:func:`eval_config`) say today; a
+    key the record lacks (added to the code since) counts as its default now; a record older than ``eval_config``
+    holds the evaluation settings in ``train_config``."""
+    import dataclasses
+
+    if "eval_config" not in recorded and isinstance(recorded.get("train_config"), dict):
+        fields = {f.name for f in dataclasses.fields(ec)}
+        tc = recorded["train_config"]
+        recorded = {
+            **recorded,
+            "train_config": {k: v for k, v in tc.items() if k not in fields},
+            "eval_config": {k: v for k, v in tc.items() if k in fields},
+        }
+
+    def same(rec: Any, now: Any) -> bool:
         full = dataclasses.asdict(type(now)())
-        return isinstance(recorded, dict) and {**full, **recorded} == dataclasses.asdict(now)
+        return isinstance(rec, dict) and {**full, **rec} == dataclasses.asdict(now)
 
-    ok = all(
-        same(m.get(k), v)
-        for k, v in (("system_config", spec.system_config), ("train_config", spec.train_config), ("eval_config", ec))
+    now = (("system_config", spec.system_config), ("train_config", spec.train_config), ("eval_config", ec))
+    return [k for k, v in now if not same(recorded.get(k), v)]
+
+
+def settled(argv: list[str], params: dict[str, Any]) -> list[str]:
+    """Why the results a ``study`` command (its arguments ``argv``) committed are not what ``params`` make today,
+    read without training: [] when its ``--out`` holds exactly the units it plans, each recording the system,
+    trainer and evaluation settings ``params`` resolve to (:func:`moved_settings`), and a k-fold run's summary the
+    same folds and partition. ``python -m fraglib_study lockstep record`` asks it before re-recording a training
+    stage whose settings changed in ``params.yaml`` (another run's entry, a section's new key at its default)."""
+    args = parser().parse_args(argv)
+    spec = resolve_run(params, args.run, args.dataset)
+    ec = eval_config(params)
+    out = Path(args.out)
+    if args.folds:
+        head = fold_head(params, args.dataset)
+        seeds = list(range(head["folds"]))
+    else:
+        head, seeds = {}, study_seeds(params, args.dataset, args.run)
+    if args.seeds:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    units = {
+        unit_key(s, r): s + REPLICATE_STRIDE * r
+        for s in seeds
+        for r in range(study_replicates(params, args.run, args.dataset, args.folds))
+    }
+    held = {p.name.removeprefix("seed") for p in (out / "seeds").glob("seed*") if (p / "metrics.json").is_file()}
+    why = [f"{out}: unit seed{k} planned, not committed" for k in sorted(set(units) - held)]
+    why += [f"{out}: unit seed{k} committed, not planned" for k in sorted(held - set(units))]
+    for k in sorted(set(units) & held):
+        recorded = json.loads((out / "seeds" / f"seed{k}" / "metrics.json").read_text())
+        why += [f"{out}/seeds/seed{k}: {m} differs" for m in moved_settings(recorded, spec.with_seed(units[k]), ec)]
+    summary = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else None
+    if summary is None:
+        return [*why, f"{out}/metrics.json: no summary of the units"]
+    why += [f"{out}/metrics.json: {k} {summary.get(k)!r}, now {v!r}" for k, v in {**head, "seeds": seeds}.items()
+            if summary.get(k) != v]  # fmt: skip
+    if set(summary.get("per_seed") or {}) != set(units):
+        why.append(f"{out}/metrics.json: summarises units {sorted(summary.get('per_seed') or {})}, not {sorted(units)}")
+    return why
+
+
+def settles(key: str) -> bool:
+    """Whether :func:`settled` reads the ``params.yaml`` key ``key`` (a stage's declared setting): what resolves a
+    unit's system, trainer and evaluation settings, and which units a run has. Any other changed setting (e.g.
+    ``study.jobs``: threads per unit, hence the arithmetic) is re-run, not re-recorded."""
+    parts = key.split(".")
+    return parts[0] in ("train", "evaluation", "systems", "runs") or parts[-1] in (
+        "train",
+        "systems",
+        "replicates",
+        "fold_replicates",
+        "splits",
+        "seeds",
+        "folds",
+        "partition",
     )
-    return m if ok and "test" in m else None
 
 
 def _run_seed(args: tuple[DataPaths, Any, Any, int, int, str, int, str | None, bool, str]) -> tuple[dict, float, bool]:

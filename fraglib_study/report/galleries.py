@@ -132,7 +132,7 @@ def explorer_panels(
 
 def read_triplets(folder: str | Path) -> tuple[dict[str, Any], list[tuple[str, list[tuple[np.ndarray, str]] | str]]]:
     """(``triplets.json``, [(title, [(crop, score label)]) or (title, reason)]) of a folder written by
-    ``python -m fraglib_study figures``: the shape :func:`fraglib_study.experiments.alignment.triplet_crops` gives, from committed files
+    ``python -m fraglib_study figures``: the shape of a live triplet search (tests/figure_reference.py), from committed files
     alone. Raises FileNotFoundError naming a missing file."""
     from PIL import Image
 

@@ -51,7 +51,7 @@ def skip_iri_grammars() -> None:
         sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: ``import`` raises ImportError
 
 
-FIGURE_QUALITY = 80  # JPEG quality of a figure that is a photograph (or holds photographs) on a page
+FIGURE_QUALITY = 75  # JPEG quality of a figure that is a photograph (or holds photographs) on a page
 PHOTO_GAIN = 2  # a figure goes out as JPEG when that is at least this many times smaller than its PNG
 PALETTE_ERROR = 1.0  # a plot goes out in 256 colours when that moves its pixels by at most this (0-255) on average
 IMG_SRC = re.compile(r'src="data:image/(png|jpeg);base64,([A-Za-z0-9+/=\s]+)"')
@@ -369,6 +369,19 @@ def note(*parts: Any) -> None:
     from fraglib_study.report.pagetext import join
 
     display(Markdown(f"*{join(' ', parts).strip()}*"))
+
+
+def shown_on(page: str, what: str) -> bool:
+    """For pictures another page draws from the same figure data: when ``page`` (that page's path) is given, say in
+    place that ``what`` is there and return True, so this page does not repeat them (images in git cost every clone);
+    False when ``page`` is empty."""
+    if page:
+        from IPython.display import display
+
+        from fraglib_study.report.pagetext import md
+
+        display(md("*{}: not repeated here; the same figure data draw it on {:code}.*", what, page))
+    return bool(page)
 
 
 def section(ok: bool, what: str, command: str) -> bool:

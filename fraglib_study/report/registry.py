@@ -275,12 +275,18 @@ def page_header(page: str | Path, title: str, root: str | Path = ".") -> str:
     return "\n".join(lines)
 
 
+PAGE_DPI = 72  # a page's column is about 1,000 px wide: a 15-in figure drawn at 72 dpi fills it (at 100 dpi the browser
+# scaled it down, and every clone stored twice the pixels shown)
+
+
 def start_page(page: str = "", title: str = "Report") -> None:
-    """Begin a report page, in its kernel: pandas shows every table cell whole (wrapped, never cut with "…") and
-    the page's header (:func:`page_header`) is displayed; the HTML export puts it at the top of the page
+    """Begin a report page, in its kernel: pandas shows every table cell whole (wrapped, never cut with "…"),
+    figures are drawn at :data:`PAGE_DPI`, and the page's header (:func:`page_header`) is displayed; the HTML export puts it at the top of the page
     (:func:`fraglib_study.report.notebook.lay_out`)."""
+    import matplotlib as mpl
     import pandas as pd
     from IPython.display import Markdown, display
 
     pd.set_option("display.max_colwidth", None)
+    mpl.rcParams["figure.dpi"] = PAGE_DPI
     display(Markdown(page_header(page, title, project_root())), metadata={HEADER: True})
