@@ -177,14 +177,29 @@ def trained_run_files(out: Path) -> str | None:
 def unit_scores(seed_dir: Path, ec: EvalConfig = EvalConfig()) -> dict[str, Any]:
     """Validation and test score matrices of one trained unit (from its checkpoint alone), each with its sentence ->
     image index, and with ``ec.hubness`` the inductive banks of both splits (``banks``:
-    :func:`fraglib.run.evaluate.hubness_banks`, score matrices too, so they fuse as the splits' do)."""
-    from fraglib.run.evaluate import hubness_banks, load_trained, score_matrix
+    :func:`fraglib.run.evaluate.hubness_banks`, score matrices too, so they fuse as the splits' do) and the
+    training items that are their rows (``bank_rows``: positions, per direction, :func:`fraglib.run.evaluate.bank_items`)."""
+    from fraglib.run.evaluate import bank_items, hubness_banks, load_trained, score_matrix
 
     system, _, splits = load_trained(seed_dir, split=None)
     out = {s: (score_matrix(system, splits[s], ec.eval_chunk), splits[s].sentence_image) for s in ("val", "test")}
     if ec.hubness:
         pair = {s: splits[s] for s in ("val", "test")}
         out["banks"] = hubness_banks(system, pair, splits["train"], ec.hub_bank, ec.eval_chunk)
+        out["bank_rows"] = dict(zip(("annotation", "search"), bank_items(splits["train"], ec.hub_bank)))
+    return out
+
+
+def fused_banks(a: dict[str, Any], b: dict[str, Any], w: float, za, zb) -> dict[str, dict[str, torch.Tensor]]:
+    """Two units' inductive banks (:func:`unit_scores`) fused as their splits' matrices are (:func:`fuse`), per split
+    and direction on the training items both have as rows: a fragment run has no row for a training sentence
+    without fragments, which a full-frame run scores."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for split, directions in a["banks"].items():
+        out[split] = {}
+        for d, bank in directions.items():
+            _, ia, ib = np.intersect1d(a["bank_rows"][d], b["bank_rows"][d], return_indices=True)
+            out[split][d] = fuse(bank[ia], b["banks"][split][d][ib], w, za, zb)
     return out
 
 
@@ -236,14 +251,7 @@ def fuse_runs(
     w_best = max(weights, key=lambda w: (by_w[w], -abs(w - 0.5)))  # ties: the more even mix
     tests = []
     for name, a, b, za, zb in scores:
-        banks = (
-            {
-                sp: {d: fuse(a["banks"][sp][d], b["banks"][sp][d], w_best, za, zb) for d in a["banks"][sp]}
-                for sp in a["banks"]
-            }
-            if ec.hubness
-            else None
-        )
+        banks = fused_banks(a, b, w_best, za, zb) if ec.hubness else None
         m = evaluate_matrix(
             fuse(a["test"][0], b["test"][0], w_best, za, zb),
             a["test"][1],
