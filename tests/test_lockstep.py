@@ -116,27 +116,14 @@ def test_the_default_pipelines_lock_is_in_step_with_the_code():
 
 
 STUDY_LOCKS = ["studies/synthetic/dvc.lock", "studies/pascal1k/dvc.lock", "studies/flickr8k/dvc.lock"]
-# the stages of a study (foreach items by name) whose committed results only a re-run brings in step with the code
-# (docs/runs.md "The lock"), each with why it has not been re-run
-AWAITING_RERUN = {
-    "studies/pascal1k/dvc.lock": {
-        "fuse@fuse_att_devise": "fusion is now scored by evaluate_matrix (hubness per unit: fields the committed fused "
-        "run lacks); its re-run needs att_sum's checkpoints on every split, in no clone (the other four fusions were "
-        "re-run on 2026-11-30: every committed number the same)",
-    },
-}
 
 
 @pytest.mark.parametrize("lock", STUDY_LOCKS)
 def test_the_studies_locks_are_in_step_with_the_code(lock):
-    """Every stage of a study is in step but those awaiting a re-run (named above with the reason): its data re-made
-    by this code, its pages rendered by it, its trainings re-run or re-recorded on a byte-compared sample
-    (docs/lock_records.json)."""
-    waiting = AWAITING_RERUN.get(lock, {})
-    rows = [r for r in out_of_step(lock, ROOT) if r["stage"] not in waiting]
+    """Every stage of every study is in step: its data re-made by this code, its pages rendered by it, its trainings
+    and fusions re-run or re-recorded on a byte-compared sample (docs/lock_records.json, docs/runs.md "The lock")."""
+    rows = out_of_step(lock, ROOT)
     assert not rows, "\n".join(f"{r['stage']}: {r['path']} ({r['why']})" for r in rows[:20])
-    still = {r["stage"] for r in out_of_step(lock, ROOT)}
-    assert still >= set(waiting), f"in step again, drop from AWAITING_RERUN: {sorted(set(waiting) - still)}"
 
 
 def test_unrecorded_names_a_stage_never_run_and_an_input_added_after_its_run(tmp_path):
