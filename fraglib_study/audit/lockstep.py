@@ -288,12 +288,13 @@ def record(
     if not evidence.strip():
         raise ValueError("--evidence: say which stages were re-run and found byte-identical, and where")
     chosen, skipped, named = {}, [], set()
-    changed: dict[str, list[dict[str, str]]] = {}
+    changed: dict[tuple[str, str], list[dict[str, str]]] = {}  # (pipeline, stage) -> its changed settings' rows
+    declared_in: dict[str, dict[str, Any]] = {}
     for lock in locks():
         pipeline = str(Path(lock).with_suffix(".yaml"))
         if not any(t == pipeline or t.startswith(pipeline + ":") for t in targets):
             continue
-        declared, ran = _declared(pipeline), _read(lock)
+        declared, ran = declared_in.setdefault(pipeline, _declared(pipeline)), _read(lock)
         chosen[lock] = [stage for name, stage in declared.items() if _named(targets, pipeline, name)]
         named |= {t for t in targets for name in declared if _named([t], pipeline, name)}
         if keep_outs:  # a group's or a pipeline's stage never run has nothing to re-record; one named alone is refused
@@ -302,17 +303,14 @@ def record(
             skipped += [f"{pipeline}:{name}" for name in never]
         for row in out_of_step(lock) + (unrecorded(pipeline) if declared else []):
             if not rerun and row["what"] == "setting" and _named(targets, pipeline, row["stage"]):
-                changed.setdefault(f"{pipeline}:{row['stage']}", []).append(row)
+                changed.setdefault((pipeline, row["stage"]), []).append(row)
     unknown = [t for t in targets if t not in named]
     if unknown:
         raise ValueError(f"{' '.join(unknown)}: names no stage of the project's pipelines (e.g. dvc.yaml:index)")
     refused = [
-        f"{address} {row['path']} ({row['why']})"
-        for address, rows in changed.items()
-        if not _settled(
-            _declared(address.rsplit(":", 1)[0]).get(address.rsplit(":", 1)[1]),
-            [r["path"].split(":", 1)[1] for r in rows],
-        )
+        f"{pipeline}:{stage} {row['path']} ({row['why']})"
+        for (pipeline, stage), rows in changed.items()
+        if not _settled(declared_in[pipeline].get(stage), [r["path"].split(":", 1)[1] for r in rows])
         for row in rows
     ]
     if refused:
